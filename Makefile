@@ -1,0 +1,50 @@
+# `make demo` runs the platform on the embedded default; `make test` does everything
+# from a fresh machine: system packages, the dev venv, the cached engine venv, the
+# gates (ruff, mypy --strict, import-linter) and the tests (end-to-end included).
+SHELL := /bin/bash
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PACKAGES := -p mol_platform -p mol_catalog -p mol_operator -p mol_router
+PYTEST_ARGS ?=
+
+.PHONY: demo test deps system venv engine lint typecheck imports pytest bench clean
+
+demo: venv
+	$(BIN)/mol up
+
+test: deps lint typecheck imports pytest
+
+deps: system venv
+
+system:
+	bash scripts/system-deps.sh
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+engine:
+	bash scripts/engine-venv.sh
+
+lint: venv
+	$(BIN)/ruff check .
+
+typecheck: venv
+	$(BIN)/mypy $(PACKAGES)
+
+imports: venv
+	$(BIN)/lint-imports
+
+pytest: venv
+	MOL_ENGINE_VENV="$$(bash scripts/engine-venv.sh)" $(BIN)/pytest $(PYTEST_ARGS)
+
+bench: venv
+	$(BIN)/python bench/catalog.py
+
+clean:
+	rm -rf $(VENV) .mol .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The MoLDeployment operator (kopf)."""

@@ -1,0 +1,3 @@
+from mol_platform.cli import main
+
+main()

@@ -1,0 +1,129 @@
+"""The ``mol`` command line.
+
+The shell never imports a component: ``catalog``, ``router`` and ``operator`` verbs
+arrive through the ``mol.commands`` entry-point group, so ``mol`` works (and says
+what is missing) with only the base install.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mol_platform import __version__
+
+ENTRY_POINT_GROUP = "mol.commands"
+
+app = typer.Typer(
+    name="mol",
+    help="MoL Platform: serve one frozen base LLM with many LoRA experts on vLLM.",
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode=None,
+)
+demo_app = typer.Typer(help="Build the tiny demo model and its LoRA adapters.", no_args_is_help=True)
+app.add_typer(demo_app, name="demo")
+
+
+def not_built(what: str) -> None:
+    """Say plainly that a verb is not available yet and exit non-zero."""
+    typer.echo(f"mol: '{what}' is not built yet in this release.", err=True)
+    raise typer.Exit(code=2)
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        typer.echo(f"mol {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version_callback, is_eager=True, help="Print the version."
+        ),
+    ] = False,
+) -> None:
+    """MoL Platform command line."""
+
+
+@app.command()
+def up(
+    file: Annotated[
+        Path | None,
+        typer.Option("-f", "--file", help="A MoLDeployment manifest (deploy/examples/*.yaml)."),
+    ] = None,
+    data_dir: Annotated[
+        Path,
+        typer.Option(help="Where the embedded catalog keeps its SQLite file and blobs."),
+    ] = Path(".mol"),
+    catalog_port: Annotated[int, typer.Option(help="Port for the catalog.")] = 8080,
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+) -> None:
+    """Run the platform locally on the embedded default (SQLite, local blobs); Ctrl-C stops all."""
+    from mol_platform.local import run_local
+
+    raise typer.Exit(run_local(file=file, data_dir=data_dir, catalog_port=catalog_port, host=host))
+
+
+@demo_app.command("build")
+def demo_build(
+    out: Annotated[Path, typer.Option("-o", "--out", help="Output folder.")] = Path(".mol/demo"),
+    seed: Annotated[int, typer.Option(help="Random seed for the weights.")] = 0,
+) -> None:
+    """Build a tiny random Llama (2 layers, hidden 256, GQA) and PEFT LoRA adapters for it.
+
+    Weights are random: the model is for exercising the serving path, not for answers.
+    Writes OUT/base (a Hugging Face model folder) and OUT/adapters/<name> (PEFT folders).
+    """
+    try:
+        from mol_platform.demo import build_demo
+    except ImportError as exc:  # numpy / safetensors / tokenizers missing
+        typer.echo(f"mol demo build needs the demo extra: pip install 'mol-platform[demo]' ({exc})",
+                   err=True)
+        raise typer.Exit(code=1) from None
+    result = build_demo(out, seed=seed)
+    typer.echo(f"base model: {result.base}")
+    for name, path in result.adapters.items():
+        typer.echo(f"adapter {name}: {path}")
+
+
+def _missing_component(ep: EntryPoint, exc: Exception) -> typer.Typer:
+    sub = typer.Typer(help=f"{ep.name} (unavailable: {exc})")
+
+    @sub.callback(invoke_without_command=True)
+    def _missing() -> None:
+        typer.echo(
+            f"mol {ep.name}: this component is not installed here "
+            f"(pip install 'mol-platform[{ep.name}]'): {exc}",
+            err=True,
+        )
+        raise typer.Exit(code=2)
+
+    return sub
+
+
+def load_components(target: typer.Typer) -> None:
+    for ep in sorted(entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        try:
+            sub = ep.load()
+        except Exception as exc:  # a missing extra must not break the whole CLI
+            sub = _missing_component(ep, exc)
+        if not isinstance(sub, typer.Typer):
+            continue
+        target.add_typer(sub, name=ep.name)
+
+
+def main() -> None:
+    load_components(app)
+    app(prog_name="mol")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

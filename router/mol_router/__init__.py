@@ -1,0 +1,1 @@
+"""The OpenAI-compatible expert router."""
