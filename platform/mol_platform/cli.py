@@ -7,7 +7,6 @@ what is missing) with only the base install.
 
 from __future__ import annotations
 
-import sys
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Annotated
@@ -25,7 +24,9 @@ app = typer.Typer(
     add_completion=False,
     rich_markup_mode=None,
 )
-demo_app = typer.Typer(help="Build the tiny demo model and its LoRA adapters.", no_args_is_help=True)
+demo_app = typer.Typer(
+    help="Build the tiny demo model and its LoRA adapters.", no_args_is_help=True
+)
 app.add_typer(demo_app, name="demo")
 
 
@@ -126,4 +127,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

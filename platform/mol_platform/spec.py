@@ -8,6 +8,7 @@ at ``kubectl apply`` time, with messages that say what to change.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Any, Literal
 
@@ -152,7 +153,7 @@ class CanarySpec(_Model):
     @field_validator("steps")
     @classmethod
     def _steps(cls, v: list[int]) -> list[int]:
-        for a, b in zip(v, v[1:], strict=False):
+        for a, b in itertools.pairwise(v):
             if b <= a:
                 raise ValueError(f"canary.steps must be strictly increasing; got {v}")
         if v[0] <= 0 or v[-1] > 100:
@@ -295,7 +296,7 @@ class MoLDeployment(BaseModel):
 
     model_config = ConfigDict(populate_by_name=True, extra="allow", frozen=True)
     api_version: Literal["mol.dev/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion")
-    kind: Literal["MoLDeployment"] = KIND
+    kind: Literal["MoLDeployment"] = "MoLDeployment"
     metadata: ObjectMeta
     spec: MoLDeploymentSpec
 
