@@ -27,6 +27,15 @@ REF_RE = re.compile(
 )
 
 
+_VERSIONISH = re.compile(r"^v[0-9]+$")
+_VERSION = re.compile(rf"^{VERSION_PATTERN}$")
+
+
+def is_valid_alias(value: str) -> bool:
+    """Aliases are names like ``stable``; ``vN`` and digests are not aliases."""
+    return bool(re.fullmatch(ALIAS_PATTERN, value)) and not _VERSIONISH.match(value)
+
+
 class RefError(ValueError):
     """A reference or name that does not follow the documented syntax."""
 
@@ -55,7 +64,9 @@ class AdapterRef:
     @classmethod
     def parse(cls, text: str) -> AdapterRef:
         m = REF_RE.match(text)
-        if m is None or ".." in text:
+        # An alias may not look like a version: `v0` or `v01` would be ambiguous.
+        ref = m["ref"] if m is not None else ""
+        if m is None or ".." in text or (_VERSIONISH.match(ref) and not _VERSION.match(ref)):
             raise RefError(
                 f"invalid adapter reference {text!r}: expected namespace/name@ref where ref is "
                 "an alias (e.g. stable, latest), a version (v3) or a digest (sha256:<64 hex>)"

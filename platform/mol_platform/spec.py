@@ -295,7 +295,7 @@ class MoLDeployment(BaseModel):
     """A whole ``MoLDeployment`` object as ``kubectl apply`` sends it."""
 
     model_config = ConfigDict(populate_by_name=True, extra="allow", frozen=True)
-    api_version: Literal["mol.dev/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion")
+    api_version: Literal["mol.dev/v1alpha1"] = Field(default="mol.dev/v1alpha1", alias="apiVersion")
     kind: Literal["MoLDeployment"] = "MoLDeployment"
     metadata: ObjectMeta
     spec: MoLDeploymentSpec

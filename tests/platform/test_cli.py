@@ -1,0 +1,53 @@
+"""The `mol` shell: help, component verbs through entry points, honest 'not built'."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import typer
+from typer.testing import CliRunner
+
+from mol_platform.cli import app, load_components
+
+runner = CliRunner()
+
+
+def _app() -> typer.Typer:
+    load_components(app)
+    return app
+
+
+def test_help_lists_every_top_level_verb() -> None:
+    result = runner.invoke(_app(), ["--help"])
+    assert result.exit_code == 0
+    for verb in ("up", "demo", "catalog", "router", "operator"):
+        assert verb in result.output
+
+
+def test_version() -> None:
+    result = runner.invoke(_app(), ["--version"])
+    assert result.exit_code == 0
+    assert result.output.startswith("mol 0.")
+
+
+def test_components_arrive_through_entry_points() -> None:
+    from importlib.metadata import entry_points
+
+    names = {ep.name for ep in entry_points(group="mol.commands")}
+    assert {"catalog", "router", "operator"} <= names
+
+
+def test_router_serve_not_built_exits_nonzero() -> None:
+    result = runner.invoke(_app(), ["router", "serve"])
+    assert result.exit_code == 2
+    assert "not built yet" in result.output
+
+
+def test_installed_console_script_runs() -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "mol_platform", "--help"], capture_output=True, text=True,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    assert "catalog" in out.stdout
