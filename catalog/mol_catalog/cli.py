@@ -1,15 +1,307 @@
-"""``mol catalog`` verbs."""
+"""``mol catalog`` verbs: serve the catalog, publish, resolve, list, alias and yank adapters.
+
+Administration verbs (base models, serving profiles, tokens, gc) live in
+:mod:`mol_catalog.cli_admin`. Every verb talks to the catalog over its REST API through
+:class:`mol_platform.catalog_client.CatalogClient`; errors print the server's detail to
+stderr and exit 1.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
 
-app = typer.Typer(help="The adapter catalog: publish, resolve and manage LoRA adapters.",
-                  no_args_is_help=True)
+from mol_catalog.cli_admin import register_admin
+from mol_catalog.cli_common import (
+    CliState,
+    catalog,
+    fail,
+    human_size,
+    parse_version,
+    print_json,
+    print_reasons,
+    print_table,
+)
+from mol_platform.refs import AdapterRef
+
+app = typer.Typer(
+    help="The adapter catalog: publish, resolve and manage LoRA adapters.\n\n"
+    "Talks to the catalog at MOL_CATALOG_URL (default http://127.0.0.1:8080) with the "
+    "token in MOL_CATALOG_TOKEN, or --catalog-url/--token.",
+    no_args_is_help=True,
+    rich_markup_mode=None,
+)
+alias_app = typer.Typer(help="Move aliases (stable, candidate, ...) and show their history.",
+                        no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(alias_app, name="alias")
+register_admin(app)
+
+
+@app.callback()
+def _group(
+    ctx: typer.Context,
+    catalog_url: Annotated[str | None, typer.Option(
+        "--catalog-url", help="Catalog base URL (overrides MOL_CATALOG_URL).")] = None,
+    token: Annotated[str | None, typer.Option(
+        "--token", help="Bearer token (overrides MOL_CATALOG_TOKEN).")] = None,
+) -> None:
+    """The adapter catalog: publish, resolve and manage LoRA adapters."""
+    ctx.obj = CliState(url=catalog_url, token=token)
 
 
 @app.command()
-def serve() -> None:
-    """Run the catalog service (not built yet)."""
-    typer.echo("mol: 'catalog serve' is not built yet in this release.", err=True)
-    raise typer.Exit(code=2)
+def serve(
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8080,
+    db: Annotated[str | None, typer.Option(
+        help="Database URL: sqlite:///path or postgresql+asyncpg://... "
+        "(default: MOL_CATALOG_DB_URL).")] = None,
+    blobs: Annotated[str | None, typer.Option(
+        help="Blob store: file:///dir or s3://bucket/prefix (default: MOL_CATALOG_BLOB_URL).",
+    )] = None,
+    workers: Annotated[int, typer.Option(help="Server worker processes.")] = 1,
+    no_auth: Annotated[bool, typer.Option(
+        "--no-auth", help="Accept requests without a token (loopback development only).",
+    )] = False,
+) -> None:
+    """Run the catalog service (REST API, /metrics, /healthz, /readyz).
+
+    Example: mol catalog serve --db sqlite:///.mol/catalog.db --blobs file:///.mol/blobs
+    """
+    from mol_catalog.server import serve as run_server
+
+    run_server(host=host, port=port, db=db, blobs=blobs, workers=workers,
+               auth=False if no_auth else None)
+
+
+@app.command()
+def publish(
+    ctx: typer.Context,
+    folder: Annotated[Path, typer.Argument(
+        metavar="DIR",
+        help="A PEFT adapter folder (adapter_config.json + adapter_model.safetensors).")],
+    name: Annotated[str, typer.Option("--name", metavar="NS/NAME",
+                                      help="Adapter name: namespace/name.")],
+    alias: Annotated[str | None, typer.Option(help="Point this alias at the version.")] = None,
+    base: Annotated[str | None, typer.Option(
+        help="Base model NAME@REVISION (default: the config's base_model_name_or_path at its "
+        "latest revision).")] = None,
+    tag: Annotated[list[str] | None, typer.Option(
+        metavar="TAG", help="A tag; repeat for more.")] = None,
+    parent: Annotated[int | None, typer.Option(help="Version this one derives from.")] = None,
+    source: Annotated[str | None, typer.Option(
+        help="Where it came from (URI of the training run or repository).")] = None,
+) -> None:
+    """Publish an adapter folder as a new immutable version.
+
+    The catalog checks it against its base model and every serving profile of that base
+    and prints the verdicts. Publishing identical content again returns the existing
+    version.
+
+    Example: mol catalog publish ./out/coding --name acme/coding --alias stable --tag code
+    """
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        DownloadColumn,
+        Progress,
+        TextColumn,
+        TransferSpeedColumn,
+    )
+
+    console = Console(stderr=True)
+    with catalog(ctx) as client, Progress(
+        TextColumn("uploading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+        console=console, transient=True, disable=not console.is_terminal,
+    ) as bar:
+        task = bar.add_task("upload", total=None)
+
+        def progress(sent: int, total: int) -> None:
+            bar.update(task, completed=sent, total=total)
+
+        result = client.publish(folder, name, base=base, alias=alias, tags=tag or (),
+                                parent=parent, source=source, progress=progress)
+    version, digest = result.get("version"), result.get("digest")
+    if result.get("created", True):
+        typer.echo(f"published {name} v{version} ({digest})")
+    else:
+        typer.echo(f"already published: {name} v{version} ({digest}) has the same content")
+    if alias:
+        typer.echo(f"alias {alias} -> v{version}")
+    _print_verdicts(result.get("verdicts") or {})
+
+
+def _print_verdicts(verdicts: dict[str, Any]) -> None:
+    if not verdicts:
+        typer.echo("no serving profile for this base yet")
+        return
+    for profile, verdict in sorted(verdicts.items()):
+        ok = bool(verdict.get("compatible"))
+        typer.echo(f"  {profile}: {'compatible' if ok else 'incompatible'}")
+        print_reasons(verdict.get("reasons") or [])
+
+
+@app.command()
+def resolve(
+    ctx: typer.Context,
+    ref: Annotated[str, typer.Argument(
+        metavar="REF", help="namespace/name@ref, ref = alias | latest | vN | sha256:<hex>.")],
+    profile: Annotated[str | None, typer.Option(
+        help="Serving profile to get the compatibility verdict for.")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON answer.")] = False,
+) -> None:
+    """Resolve a reference to its immutable version, digest, files and verdict.
+
+    Exits 1 when the verdict under --profile is incompatible (the reasons go to stderr).
+
+    Example: mol catalog resolve acme/coding@stable --profile gpu-a
+    """
+    with catalog(ctx) as client:
+        result = client.resolve(ref, profile)
+    verdict = result.get("verdict") or None
+    if as_json:
+        print_json(result)
+    else:
+        status = result.get("status", "ready")
+        typer.echo(f"{ref} -> {result.get('adapter')}@v{result.get('version')} "
+                   f"({result.get('digest')})")
+        typer.echo(f"base: {result.get('base')}  status: {status}")
+        for f in result.get("files") or []:
+            typer.echo(f"  {f.get('path')}  {human_size(f.get('size'))}  {f.get('digest')}")
+        if verdict is not None:
+            ok = bool(verdict.get("compatible"))
+            typer.echo(f"verdict ({profile}): {'compatible' if ok else 'incompatible'}")
+    if verdict is not None and not verdict.get("compatible"):
+        typer.echo(f"mol catalog: {ref} is incompatible with serving profile {profile}:",
+                   err=True)
+        print_reasons(verdict.get("reasons") or [], err=True)
+        raise typer.Exit(1)
+
+
+@app.command("ls")
+def list_adapters(
+    ctx: typer.Context,
+    base: Annotated[str | None, typer.Option(help="Only adapters of this base (NAME[@REV]).")]
+    = None,
+    tag: Annotated[str | None, typer.Option(help="Only adapters with this tag.")] = None,
+    search: Annotated[str | None, typer.Option(help="Text search in names.")] = None,
+    namespace: Annotated[str | None, typer.Option(help="Only this namespace.")] = None,
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print names only.")] = False,
+    limit: Annotated[int, typer.Option(help="At most this many adapters.", min=1)] = 50,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON items.")] = False,
+) -> None:
+    """List adapters, newest first as the catalog pages them.
+
+    Example: mol catalog ls --base tiny-llama --tag code
+    """
+    with catalog(ctx) as client:
+        items = list(client.list_adapters(base=base, tag=tag, q=search, namespace=namespace,
+                                          limit=limit))
+    if as_json:
+        print_json(items)
+    elif quiet:
+        for item in items:
+            typer.echo(item.get("adapter"))
+    else:
+        print_table(["ADAPTER", "LATEST", "BASE", "TAGS", "UPDATED"], [
+            [i.get("adapter"), f"v{i.get('latest_version')}", i.get("base"),
+             ",".join(i.get("tags") or []), i.get("updated_at")] for i in items])
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    adapter: Annotated[str, typer.Argument(metavar="NS/NAME", help="namespace/name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show one adapter: base, tags, aliases and its versions.
+
+    Example: mol catalog show acme/coding
+    """
+    with catalog(ctx) as client:
+        info = client.get_adapter(adapter)
+        versions = list(client.versions(adapter))
+    if as_json:
+        print_json({**info, "versions": versions})
+        return
+    typer.echo(f"{info.get('adapter')}  base: {info.get('base')}  "
+               f"tags: {','.join(info.get('tags') or []) or '-'}")
+    aliases = info.get("aliases") or {}
+    typer.echo("aliases: " + (", ".join(f"{a} -> v{v}" for a, v in sorted(aliases.items()))
+                              or "-"))
+    print_table(["VERSION", "STATUS", "RANK", "SIZE", "DIGEST", "CREATED"], [
+        [f"v{v.get('version')}", v.get("status"), v.get("rank"), human_size(v.get("size")),
+         v.get("digest"), v.get("created_at")] for v in versions])
+
+
+@alias_app.command("set")
+def alias_set(
+    ctx: typer.Context,
+    ref: Annotated[str, typer.Argument(
+        metavar="REF", help="namespace/name@alias, e.g. acme/coding@stable.")],
+    version: Annotated[str, typer.Argument(
+        metavar="VERSION", help="The version to point at: 3 or v3.")],
+) -> None:
+    """Point an alias at a version (the move is recorded in the alias history).
+
+    Example: mol catalog alias set acme/coding@stable v4
+    """
+    parsed = _parse_ref(ref)
+    if parsed.immutable:
+        fail(f"{ref}: expected namespace/name@alias, got a version or digest")
+    number = parse_version(version)
+    with catalog(ctx) as client:
+        result = client.set_alias(parsed.adapter, parsed.ref, number)
+    previous = result.get("previous")
+    was = f" (was v{previous})" if previous is not None else ""
+    typer.echo(f"{parsed.adapter}@{parsed.ref} -> v{result.get('version', number)}{was}")
+
+
+@alias_app.command("history")
+def alias_history(
+    ctx: typer.Context,
+    ref: Annotated[str, typer.Argument(metavar="REF", help="namespace/name@alias.")],
+) -> None:
+    """Show where an alias pointed over time, newest first.
+
+    Example: mol catalog alias history acme/coding@stable
+    """
+    parsed = _parse_ref(ref)
+    with catalog(ctx) as client:
+        items = client.alias_history(parsed.adapter, parsed.ref)
+    print_table(["VERSION", "PREVIOUS", "CHANGED_BY", "CHANGED_AT"], [
+        [f"v{i.get('version')}", f"v{i['previous']}" if i.get("previous") else "-",
+         i.get("changed_by"), i.get("changed_at")] for i in items])
+
+
+@app.command()
+def yank(
+    ctx: typer.Context,
+    ref: Annotated[str, typer.Argument(
+        metavar="REF", help="namespace/name@vN or namespace/name@sha256:<hex>.")],
+    reason: Annotated[str, typer.Option(help="Why (shown to whoever resolves it).")],
+) -> None:
+    """Yank a version: it no longer resolves by alias or latest, only by vN/digest.
+
+    An alias may not point at a yanked version: move it first.
+
+    Example: mol catalog yank acme/coding@v2 --reason "leaks the system prompt"
+    """
+    parsed = _parse_ref(ref)
+    if not parsed.immutable:
+        fail(f"{ref}: yank takes an immutable reference (namespace/name@vN or @sha256:...)")
+    with catalog(ctx) as client:
+        version = parsed.version
+        if version is None:
+            version = int(client.resolve(str(parsed))["version"])
+        client.yank(parsed.adapter, version, reason)
+    typer.echo(f"yanked {parsed.adapter} v{version}: {reason}")
+
+
+def _parse_ref(ref: str) -> AdapterRef:
+    try:
+        return AdapterRef.parse(ref)
+    except ValueError as exc:
+        fail(str(exc))

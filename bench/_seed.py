@@ -1,0 +1,317 @@
+"""Bulk-seed the catalog's own tables (mol_catalog.models) for the benchmark.
+
+Base models and serving profiles are registered through the REST API first (so their
+stored shapes are exactly what the service computes); then adapters, versions, tags,
+blobs references, aliases, alias history and verdicts are COPYed in, shaped like the
+rows a publish writes: every adapter has 3 ready versions, `stable` -> v2, two tags,
+and a stored verdict for its base's profile. Seeded blobs are referenced, not uploaded:
+resolve answers from the version row and never reads a blob.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import urllib.parse
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from _pg import (
+    bulk_connection,
+    chunked,
+    copy_text,
+    drop_for_load,
+    esc,
+    progress,
+    restore_after_load,
+)
+
+TABLES = ("namespaces", "adapters", "adapter_tags", "versions", "version_blobs", "aliases",
+          "alias_history", "verdicts")
+ID_TABLES = ("namespaces", "adapters", "versions", "alias_history")
+VERSIONS = 3
+ALIAS = "stable"
+ALIAS_VERSION = 2
+PER_NAMESPACE = 1000
+TS = "2026-01-01 00:00:00+00"
+TAGS = ("chat", "code", "support", "legal", "finance", "medical", "sql", "summarize",
+        "translate", "agent", "ui", "search", "rag", "classify", "extract", "math", "tools",
+        "safety", "style", "sales")
+WORDS = ("acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wonka",
+         "cyberdyne", "soylent", "tyrell", "aperture", "oscorp", "vandelay", "pied", "dunder")
+KINDS = ("assistant", "coder", "helpdesk", "reviewer", "tutor", "planner", "writer", "router",
+         "triage", "analyst", "critic", "scribe")
+BASE_NAMES = ("qwen3-8b", "llama-3-8b", "mistral-7b", "gemma-2-9b")
+
+# A small Llama-shaped base: 4 layers, hidden 256, 4 heads / 2 KV heads (GQA).
+HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, VOCAB = 256, 4, 4, 2, 512, 2048
+KV_OUT = HIDDEN // HEADS * KV_HEADS
+
+
+def base_config() -> dict[str, Any]:
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+            "hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+            "num_key_value_heads": KV_HEADS, "intermediate_size": FFN, "vocab_size": VOCAB}
+
+
+def base_tensors() -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {"model.embed_tokens.weight": [VOCAB, HIDDEN],
+                                 "model.norm.weight": [HIDDEN], "lm_head.weight": [VOCAB, HIDDEN]}
+    mods = {"self_attn.q_proj": [HIDDEN, HIDDEN], "self_attn.k_proj": [KV_OUT, HIDDEN],
+            "self_attn.v_proj": [KV_OUT, HIDDEN], "self_attn.o_proj": [HIDDEN, HIDDEN],
+            "mlp.gate_proj": [FFN, HIDDEN], "mlp.up_proj": [FFN, HIDDEN],
+            "mlp.down_proj": [HIDDEN, FFN]}
+    for layer in range(LAYERS):
+        for mod, shape in mods.items():
+            out[f"model.layers.{layer}.{mod}.weight"] = shape
+        out[f"model.layers.{layer}.input_layernorm.weight"] = [HIDDEN]
+        out[f"model.layers.{layer}.post_attention_layernorm.weight"] = [HIDDEN]
+    return out
+
+
+def adapter_config(base: str, rank: int) -> dict[str, Any]:
+    return {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank,
+            "target_modules": ["q_proj", "v_proj"], "base_model_name_or_path": base,
+            "bias": "none", "use_dora": False, "modules_to_save": None,
+            "task_type": "CAUSAL_LM"}
+
+
+def adapter_shapes(rank: int) -> dict[str, tuple[int, ...]]:
+    """PEFT tensor names and shapes of a q/v LoRA of the small base."""
+    out: dict[str, tuple[int, ...]] = {}
+    for layer in range(LAYERS):
+        for mod, dim_out in (("q_proj", HIDDEN), ("v_proj", KV_OUT)):
+            stem = f"base_model.model.model.layers.{layer}.self_attn.{mod}"
+            out[f"{stem}.lora_A.weight"] = (rank, HIDDEN)
+            out[f"{stem}.lora_B.weight"] = (dim_out, rank)
+    return out
+
+
+@dataclass(frozen=True)
+class SeedBase:
+    """A registered base model and its serving profile, read back from the database."""
+
+    id: int
+    name: str
+    revision: str
+    profile: str
+    profile_id: int
+    generation: int
+
+
+def read_bases(url: str) -> list[SeedBase]:
+    from _pg import libpq
+
+    with psycopg.connect(libpq(url)) as conn:
+        rows = conn.execute(
+            "SELECT b.id, b.name, b.revision, p.name, p.id, p.generation FROM base_models b "
+            "JOIN serving_profiles p ON p.base_model_id = b.id ORDER BY b.id").fetchall()
+    return [SeedBase(int(r[0]), str(r[1]), str(r[2]), str(r[3]), int(r[4]), int(r[5]))
+            for r in rows]
+
+
+def base_of(bases: list[SeedBase], i: int) -> SeedBase:
+    return bases[(Layout.mix(i) >> 16) % len(bases)]
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Deterministic names and attributes of adapter i (1-based)."""
+
+    n: int
+
+    @property
+    def namespaces(self) -> int:
+        return max(1, -(-self.n // PER_NAMESPACE))
+
+    @staticmethod
+    def namespace(i: int) -> str:
+        return f"team-{(i - 1) // PER_NAMESPACE:05d}"
+
+    @staticmethod
+    def name(i: int) -> str:
+        return f"{WORDS[i % len(WORDS)]}-{KINDS[(i // len(WORDS)) % len(KINDS)]}-{i:07d}"
+
+    @staticmethod
+    def mix(i: int) -> int:
+        """A cheap hash so that base, tags and rank are not correlated with each other."""
+        return (i * 2654435761) & 0xFFFFFFFF
+
+    @staticmethod
+    def tags(i: int) -> tuple[str, str]:
+        h = Layout.mix(i)
+        first = h % len(TAGS)
+        second = (first + 1 + (h >> 8) % (len(TAGS) - 1)) % len(TAGS)
+        return TAGS[first], TAGS[second]
+
+    @staticmethod
+    def rank(i: int) -> int:
+        return 16 if i % 4 == 0 else 8
+
+
+def _sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _json(value: Any) -> str:
+    return esc(json.dumps(value, separators=(",", ":")))
+
+
+class Rows:
+    """Text-format COPY lines per table."""
+
+    def __init__(self, n: int, bases: list[SeedBase]) -> None:
+        if not bases:
+            raise RuntimeError("no base model with a serving profile registered before seeding")
+        self.n, self.bases, self.layout = n, bases, Layout(n)
+        self.config = {(b.name, r): json.dumps(adapter_config(b.name, r)).encode()
+                       for b in bases for r in (8, 16)}
+        self.tensors = {r: _json({k: list(v) for k, v in adapter_shapes(r).items()})
+                        for r in (8, 16)}
+        self.weights_size = {r: 4 * sum(a * b for a, b in adapter_shapes(r).values()) + 1024
+                             for r in (8, 16)}
+
+    def base(self, i: int) -> SeedBase:
+        return base_of(self.bases, i)
+
+    def namespaces(self) -> Iterator[str]:
+        for k in range(self.layout.namespaces):
+            yield f"{k + 1}\tteam-{k:05d}\t{TS}\n"
+
+    def adapters(self) -> Iterator[str]:
+        for i in range(1, self.n + 1):
+            b = self.base(i)
+            name, ns = Layout.name(i), Layout.namespace(i)
+            tags = _json(sorted(Layout.tags(i)))
+            labels = _json({"team": ns, "tier": "gold" if i % 10 == 0 else "standard"})
+            yield (f"{i}\t{(i - 1) // PER_NAMESPACE + 1}\t{name}\t{ns}/{name}\t{b.id}\t{b.name}"
+                   f"\t{tags}\t{labels}\t{VERSIONS}\t{VERSIONS}\t{TS}\t{TS}\n")
+
+    def adapter_tags(self) -> Iterator[str]:
+        for i in range(1, self.n + 1):
+            b = self.base(i)
+            for tag in Layout.tags(i):
+                yield f"{tag}\t{i}\t{b.name}\t{b.id}\n"
+
+    def _config_digest(self, b: SeedBase, rank: int) -> str:
+        return "sha256:" + hashlib.sha256(self.config[(b.name, rank)]).hexdigest()
+
+    def versions(self) -> Iterator[str]:
+        for i in range(1, self.n + 1):
+            b, rank = self.base(i), Layout.rank(i)
+            cfg_digest = self._config_digest(b, rank)
+            cfg_size = len(self.config[(b.name, rank)])
+            cfg_json = esc(self.config[(b.name, rank)].decode())
+            for k in range(1, VERSIONS + 1):
+                vid = (i - 1) * VERSIONS + k
+                files = _json([
+                    {"path": "adapter_config.json", "digest": cfg_digest, "size": cfg_size},
+                    {"path": "adapter_model.safetensors", "digest": f"sha256:{_sha(f'w{vid}')}",
+                     "size": self.weights_size[rank]}])
+                parent = str(k - 1) if k > 1 else "\\N"
+                yield (f"{vid}\t{i}\t{k}\tsha256:{_sha(f'm{vid}')}\t{b.id}\t{rank}\t{2.0 * rank}"
+                       f'\t["q_proj","v_proj"]\tready\t\\N\t{parent}\t\\N'
+                       f"\t{cfg_size + self.weights_size[rank]}\t{files}\t{cfg_json}"
+                       f"\t{self.tensors[rank]}\tbench\t{TS}\n")
+
+    def version_blobs(self) -> Iterator[str]:
+        for i in range(1, self.n + 1):
+            cfg_digest = self._config_digest(self.base(i), Layout.rank(i))
+            for k in range(1, VERSIONS + 1):
+                vid = (i - 1) * VERSIONS + k
+                yield f"{cfg_digest}\t{vid}\n"
+                yield f"sha256:{_sha(f'w{vid}')}\t{vid}\n"
+
+    def aliases(self) -> Iterator[str]:
+        for i in range(1, self.n + 1):
+            yield f"{i}\t{ALIAS}\t{ALIAS_VERSION}\t{TS}\n"
+
+    def alias_history(self) -> Iterator[str]:
+        for i in range(1, self.n + 1):
+            yield f"{i}\t{i}\t{ALIAS}\t{ALIAS_VERSION}\t\\N\tbench\t{TS}\n"
+
+    def verdicts(self) -> Iterator[str]:
+        for i in range(1, self.n + 1):
+            b = self.base(i)
+            for k in range(1, VERSIONS + 1):
+                vid = (i - 1) * VERSIONS + k
+                yield f"{vid}\t{b.profile_id}\t{b.generation}\tt\t[]\t{TS}\n"
+
+
+COLUMNS: dict[str, tuple[tuple[str, ...], int]] = {
+    # table: (columns, rows per adapter)
+    "namespaces": (("id", "name", "created_at"), 0),
+    "adapters": (("id", "namespace_id", "name", "full_name", "base_model_id", "base_name",
+                  "tags", "labels", "latest_version", "version_count", "created_at",
+                  "updated_at"), 1),
+    "adapter_tags": (("tag", "adapter_id", "base_name", "base_model_id"), 2),
+    "versions": (("id", "adapter_id", "number", "digest", "base_model_id", "rank", "alpha",
+                  "target_modules", "status", "yank_reason", "parent", "source", "size",
+                  "files", "adapter_config", "tensors", "created_by", "created_at"), VERSIONS),
+    "version_blobs": (("digest", "version_id"), 2 * VERSIONS),
+    "aliases": (("adapter_id", "name", "version", "updated_at"), 1),
+    "alias_history": (("id", "adapter_id", "alias", "version", "previous", "changed_by",
+                       "changed_at"), 1),
+    "verdicts": (("version_id", "profile_id", "profile_generation", "compatible", "reasons",
+                  "computed_at"), VERSIONS),
+}
+
+
+def seed(url: str, n: int) -> None:
+    """Load n adapters x 3 versions into an empty, migrated catalog database."""
+    rows = Rows(n, read_bases(url))
+    with bulk_connection(url) as conn:
+        existing = conn.execute("SELECT count(*) FROM adapters").fetchone()
+        if existing and int(str(existing[0])) > 0:
+            raise RuntimeError("the catalog database already holds adapters; seed an empty one")
+        saved = drop_for_load(conn, TABLES)
+        for table in TABLES:
+            columns, per = COLUMNS[table]
+            total = rows.layout.namespaces if per == 0 else n * per
+            copy_text(conn, table, columns, chunked(getattr(rows, table)()), total)
+        progress("rebuilding keys and indexes, then ANALYZE")
+        restore_after_load(conn, saved, TABLES)
+        for table in ID_TABLES:
+            conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "  # type: ignore[arg-type]
+                         f"(SELECT coalesce(max(id), 1) FROM {table}))")
+
+
+# --- request paths for wrk ------------------------------------------------------------
+
+
+def resolve_paths(path: Path, n: int, bases: list[SeedBase], sample: int, seed: int = 11) -> Path:
+    rng = random.Random(seed)
+    with path.open("w") as fh:
+        for _ in range(min(sample, n)):
+            i = rng.randint(1, n)
+            profile = base_of(bases, i).profile
+            fh.write(f"/v1/resolve/{Layout.namespace(i)}/{Layout.name(i)}@{ALIAS}"
+                     f"?profile={profile}\n")
+    return path
+
+
+def listing_paths(path: Path, bases: list[SeedBase], limit: int) -> Path:
+    """First pages filtered by base and tag: every (base, tag) pair."""
+    with path.open("w") as fh:
+        for b in bases:
+            for tag in TAGS:
+                fh.write(f"/v1/adapters?base={b.name}&tag={tag}&limit={limit}\n")
+    return path
+
+
+def search_paths(path: Path, n: int, sample: int, limit: int, seed: int = 13) -> Path:
+    """Substring searches: half common word fragments, half rare digit fragments."""
+    rng = random.Random(seed)
+    with path.open("w") as fh:
+        for j in range(sample):
+            if j % 2 == 0:
+                q = f"{rng.choice(WORDS)}-{rng.choice(KINDS)[:4]}"
+            else:
+                q = f"{rng.randint(1, n):07d}"[2:]
+            fh.write(f"/v1/adapters?q={urllib.parse.quote(q)}&limit={limit}\n")
+    return path

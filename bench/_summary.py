@@ -1,0 +1,136 @@
+"""Turn a finished run into the comparison rows and the Markdown section."""
+
+from __future__ import annotations
+
+import shlex
+import subprocess
+from datetime import UTC, datetime
+from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
+
+from _machine import machine_info
+from _report import Row, render_table
+
+if TYPE_CHECKING:
+    from catalog import Bench
+
+TARGET_RESOLVE_P99_MS = 10.0
+TARGET_RESOLVE_RPS = 1200.0
+TARGET_LIST_P99_MS = 25.0
+TARGET_PUBLISH_PER_S = 50.0
+GOAL_RATIO = 10.0
+
+
+def rows_for(bench: Bench) -> list[Row]:
+    r = bench.results
+
+    def get(key: str, attr: str) -> float | None:
+        res = r.get(key)
+        return None if res is None else float(getattr(res, attr))
+
+    c_lat = bench.args.latency_connections
+    c_thr = bench.args.throughput_connections
+    rows = [
+        Row(f"resolve `ns/name@alias` p50 (c={c_lat})", "ms",
+            get("ours:resolve:latency", "p50_ms"), get("mlflow:resolve:latency", "p50_ms")),
+        Row(f"resolve `ns/name@alias` p99 (c={c_lat})", "ms",
+            get("ours:resolve:latency", "p99_ms"), get("mlflow:resolve:latency", "p99_ms"),
+            TARGET_RESOLVE_P99_MS),
+        Row(f"resolve max throughput (c={c_thr})", "req/s",
+            get("ours:resolve:throughput", "rps"), get("mlflow:resolve:throughput", "rps"),
+            TARGET_RESOLVE_RPS, better="higher"),
+        Row(f"resolve p99 at max throughput (c={c_thr})", "ms",
+            get("ours:resolve:throughput", "p99_ms"), get("mlflow:resolve:throughput", "p99_ms")),
+    ]
+    for key, label in (("list-first", "list by base+tag, first page"),
+                       ("list-deep", "list by base+tag, deep keyset page"),
+                       ("search", "substring search, first page")):
+        rows.append(Row(f"{label} p50 (c={c_lat})", "ms", get(f"ours:{key}:latency", "p50_ms")))
+        rows.append(Row(f"{label} p99 (c={c_lat})", "ms", get(f"ours:{key}:latency", "p99_ms"),
+                        target=TARGET_LIST_P99_MS))
+    pub = bench.publish
+    if pub is not None:
+        c_pub = bench.args.publish_concurrency
+        rows.append(Row(f"publish small adapters (c={c_pub}, S3 + compat)", "adapters/s",
+                        pub.per_second, target=TARGET_PUBLISH_PER_S, better="higher"))
+        rows.append(Row("publish latency p50", "ms", pub.pct(50)))
+        rows.append(Row("publish latency p99", "ms", pub.pct(99)))
+    return rows
+
+
+def goals(rows: list[Row]) -> list[str]:
+    """The comparison goals: >= 10x MLflow's throughput at a p99 under a tenth of its."""
+    out = []
+    by = {row.metric.split(" (")[0]: row for row in rows}
+    thr = by.get("resolve max throughput")
+    p99 = by.get("resolve `ns/name@alias` p99")
+    for row, what in ((thr, "throughput"), (p99, "p99 latency")):
+        if row is None or row.ratio is None:
+            out.append(f"- {what} vs MLflow: not measured")
+            continue
+        met = "met" if row.ratio >= GOAL_RATIO else "**not met**"
+        out.append(f"- {what} vs MLflow: {row.ratio:.1f}x better (goal >= {GOAL_RATIO:.0f}x): "
+                   f"{met}")
+    return out
+
+
+def _version(dist: str) -> str:
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "?"
+
+
+def _wrk_version() -> str:
+    done = subprocess.run(["wrk", "-v"], capture_output=True, text=True, check=False)
+    first = (done.stdout or done.stderr).strip().splitlines()
+    return first[0].split()[1] if first and len(first[0].split()) > 1 else "?"
+
+
+def section(bench: Bench, rows: list[Row], argv: list[str], elapsed: float,
+            pg_version: str) -> str:
+    a = bench.args
+    cmd = f"make bench  # .venv/bin/python bench/catalog.py {shlex.join(argv)}".rstrip()
+    m = machine_info()
+    soft = [f"PostgreSQL {pg_version}", f"mol-platform {_version('mol-platform')}",
+            f"uvicorn {_version('uvicorn')}", f"SQLAlchemy {_version('sqlalchemy')}",
+            f"asyncpg {_version('asyncpg')}", f"wrk {_wrk_version()}"]
+    if "MLflow" in bench.versions:
+        soft.insert(1, f"MLflow {bench.versions['MLflow']}")
+    seeds = ", ".join(f"{k} {v:,.0f} s" for k, v in bench.seed_seconds.items())
+    sizes = ", ".join(f"{k} {v}" for k, v in bench.sizes.items())
+    lines = [
+        "## Catalog",
+        "",
+        f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {elapsed / 60:.0f} min in all, with:",
+        "",
+        f"    {cmd}",
+        "",
+        f"- Machine: {m.markdown()}",
+        f"- Software: {', '.join(soft)}",
+        f"- Data: ours {a.adapters:,} adapters x 3 versions (4 bases, 20 tags, 2 tags each, "
+        f"`stable` -> v2, stored verdicts); MLflow {a.mlflow_models:,} registered models x 3 "
+        f"versions with alias `stable`" + (" (skipped)" if a.skip_mlflow else "")
+        + f"; both in one PostgreSQL cluster. Bulk load: {seeds or 'n/a'}; "
+        f"sizes: {sizes or 'n/a'}.",
+        "- Bulk path: schema created by each product (Alembic / `mlflow db upgrade`), FKs, keys"
+        " and indexes of the loaded tables dropped, rows streamed with COPY, keys/indexes/FKs"
+        " rebuilt, then ANALYZE.",
+        f"- Servers: ours `mol catalog serve --workers {a.workers}` (auth on: every request "
+        f"carries a bearer token; S3 blobs on a moto server); MLflow `mlflow server --workers "
+        f"{a.mlflow_workers} --no-serve-artifacts`, job runner off, requests with "
+        "`Connection: close` (with keep-alive it stalls ~40 ms per request).",
+        f"- Load: wrk, 1 thread{' pinned to core ' + a.wrk_cores if a.wrk_cores else ''}, "
+        f"random names from {a.sample:,}; servers and Postgres "
+        f"{'pinned to ' + a.server_cores if a.server_cores else 'free on both cores'} "
+        f"(a pinned wrk uses a few % of its core; Postgres and the servers need both). "
+        f"{a.duration:.0f} s per run after {a.warmup:.0f} s warm-up; publish: "
+        f"{a.publish_concurrency} aiohttp uploaders for {a.publish_seconds:.0f} s.",
+        "",
+        render_table(rows),
+        "",
+        *goals(rows),
+    ]
+    if bench.notes:
+        lines += ["", "Notes:", "", *(f"- {note}" for note in bench.notes)]
+    return "\n".join(lines)

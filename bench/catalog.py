@@ -1,0 +1,271 @@
+"""Catalog benchmark: our catalog against MLflow Model Registry, on the same Postgres.
+
+    .venv/bin/python bench/catalog.py                 # the full run (1M adapters, 100k models)
+    .venv/bin/python bench/catalog.py --quick         # smoke run, a few minutes
+    .venv/bin/python bench/catalog.py --skip-mlflow   # ours only
+
+Seeds both registries in bulk (COPY, indexes after, ANALYZE), then measures through
+HTTP with wrk: resolve `ns/name@alias` (latency at 4 connections, throughput at 16),
+listing by base+tag (first and deep keyset page), substring search, and publish
+throughput (S3 on loopback, compatibility check included). Writes the "catalog"
+section of docs/benchmarks.md. See `--help` for every knob.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _mlflow
+import _ours
+import _seed
+from _load import LoadResult, PublishResult, publish_loop, require_wrk, run_wrk
+from _machine import Proc, quiet_check
+from _pg import BenchPostgres, data_size, progress
+from _report import render_table, write_section
+from mol_platform.testing.net import free_port
+from mol_platform.testing.postgres import find_pg_bin
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "benchmarks.md"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--adapters", type=int, default=1_000_000, help="adapters to seed (x3 versions)")
+    p.add_argument("--mlflow-models", type=int, default=100_000, help="MLflow models to load")
+    p.add_argument("--duration", type=float, default=20.0, help="seconds per measured run")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds of warm-up per endpoint")
+    p.add_argument("--publish-seconds", type=float, default=20.0)
+    p.add_argument("--publish-concurrency", type=int, default=8)
+    p.add_argument("--latency-connections", type=int, default=4)
+    p.add_argument("--throughput-connections", type=int, default=16)
+    p.add_argument("--workers", type=int, default=2, help="our catalog's uvicorn workers")
+    p.add_argument("--mlflow-workers", type=int, default=4, help="mlflow server workers")
+    p.add_argument("--wrk-cores", default="0", help="taskset cores for wrk ('' = unpinned)")
+    p.add_argument("--server-cores", default="", help="taskset cores for the servers")
+    p.add_argument("--deep-items", type=int, default=10_000, help="depth of the deep page")
+    p.add_argument("--sample", type=int, default=100_000, help="distinct names wrk picks from")
+    p.add_argument("--skip-mlflow", action="store_true")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: 20k adapters, 5k MLflow models, 5 s runs")
+    p.add_argument("--busy-limit", type=float, default=0.3,
+                   help="refuse to run when other processes use more cores than this")
+    p.add_argument("--allow-busy", action="store_true",
+                   help="run anyway on a busy machine (the report says so)")
+    p.add_argument("--no-report", action="store_true", help="do not write docs/benchmarks.md")
+    p.add_argument("--report", type=Path, default=DOCS)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.adapters = min(args.adapters, 20_000)
+        args.mlflow_models = min(args.mlflow_models, 5_000)
+        args.duration = min(args.duration, 5.0)
+        args.warmup = min(args.warmup, 2.0)
+        args.publish_seconds = min(args.publish_seconds, 5.0)
+        args.deep_items = min(args.deep_items, 200)
+    if args.adapters < 100 or args.mlflow_models < 10:
+        p.error("--adapters must be >= 100 and --mlflow-models >= 10")
+    return args
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, workdir: Path) -> None:
+        self.args = args
+        self.workdir = workdir
+        self.procs: list[Proc] = []
+        self.results: dict[str, LoadResult] = {}
+        self.publish: PublishResult | None = None
+        self.notes: list[str] = []
+        self.versions: dict[str, str] = {}
+        self.seed_seconds: dict[str, float] = {}
+        self.sizes: dict[str, str] = {}
+
+    def wrk(self, key: str, base_url: str, paths: Path, connections: int,
+            headers: tuple[str, ...] = ()) -> LoadResult:
+        a = self.args
+        cores = a.wrk_cores or None
+        endpoint = key.rsplit(":", 1)[0]
+        if a.warmup > 0 and not any(k.startswith(endpoint + ":") for k in self.results):
+            run_wrk(base_url, paths, connections=connections, seconds=a.warmup,
+                    headers=headers, cores=cores)
+        res = run_wrk(base_url, paths, connections=connections, seconds=a.duration,
+                      headers=headers, cores=cores)
+        progress(f"{key:32s} {res.line()}")
+        if res.errors:
+            self.notes.append(f"{key}: {res.errors} errors (non-2xx or socket) in "
+                              f"{res.requests} requests")
+        self.results[key] = res
+        return res
+
+    # -- MLflow ------------------------------------------------------------------
+
+    def run_mlflow(self, pg: BenchPostgres) -> None:
+        a = self.args
+        python = _mlflow.ensure_venv()
+        self.versions["MLflow"] = _mlflow.mlflow_version()
+        pg.create_database("mlflow")
+        url = pg.url("mlflow", driver="psycopg2")
+        progress("MLflow: creating its schema (mlflow db upgrade)")
+        _mlflow.upgrade_schema(python, url)
+        port = free_port()
+        server = _mlflow.start_server(python, url, port, a.mlflow_workers,
+                                      self.workdir / "mlflow", a.server_cores or None)
+        self.procs.append(server)
+        base = f"http://127.0.0.1:{port}"
+        _mlflow.create_probe(base)
+        progress(f"MLflow: bulk-loading {a.mlflow_models:,} models x {_mlflow.VERSIONS} versions")
+        start = time.monotonic()
+        _mlflow.bulk_load(url, a.mlflow_models)
+        self.seed_seconds["MLflow"] = time.monotonic() - start
+        self.sizes["MLflow"] = data_size(url)
+        for i in (1, a.mlflow_models):
+            got = _mlflow.resolve_once(base, _mlflow.model_name(i))
+            if got != str(_mlflow.ALIAS_VERSION):
+                raise RuntimeError(f"MLflow resolved {_mlflow.model_name(i)} to {got}")
+        paths = _mlflow.paths_file(self.workdir / "mlflow-paths.txt", a.mlflow_models, a.sample)
+        close = ("Connection: close",)  # keep-alive stalls ~40 ms per request in MLflow
+        self.wrk("mlflow:resolve:latency", base, paths, a.latency_connections, close)
+        self.wrk("mlflow:resolve:throughput", base, paths, a.throughput_connections, close)
+        server.stop()
+        self.procs.remove(server)
+
+    # -- ours --------------------------------------------------------------------
+
+    def run_ours(self, pg: BenchPostgres) -> None:
+        from mol_catalog.db import migrate
+
+        a = self.args
+        cores = a.server_cores or None
+        pg.create_database("catalog", extensions=["pg_trgm"])
+        url = pg.url("catalog", driver="asyncpg")
+        migrate(url)
+        s3_port, port = free_port(), free_port()
+        self.procs.append(_ours.start_s3(s3_port, self.workdir, cores))
+        token = "mol_" + secrets.token_urlsafe(32)
+        server = _ours.start_catalog(url, s3_port, port, a.workers, token, self.workdir, cores)
+        self.procs.append(server)
+        base_url = f"http://127.0.0.1:{port}"
+        api = _ours.Api(base_url, token)
+        _ours.register_bases(api, len(_seed.BASE_NAMES))
+        server.stop()
+        self.procs.remove(server)
+
+        progress(f"ours: bulk-seeding {a.adapters:,} adapters x {_seed.VERSIONS} versions")
+        start = time.monotonic()
+        _seed.seed(url, a.adapters)
+        self.seed_seconds["ours"] = time.monotonic() - start
+        self.sizes["ours"] = data_size(url)
+
+        server = _ours.start_catalog(url, s3_port, port, a.workers, token, self.workdir, cores)
+        self.procs.append(server)
+        bases = _seed.read_bases(url)
+        self.check_resolve(api, bases)
+        auth = (f"Authorization: Bearer {token}",)
+        w = self.workdir
+        resolve = _seed.resolve_paths(w / "resolve.txt", a.adapters, bases, a.sample)
+        self.wrk("ours:resolve:latency", base_url, resolve, a.latency_connections, auth)
+        self.wrk("ours:resolve:throughput", base_url, resolve, a.throughput_connections, auth)
+        first = _seed.listing_paths(w / "list-first.txt", bases, 50)
+        self.wrk("ours:list-first:latency", base_url, first, a.latency_connections, auth)
+        deep = _ours.deep_cursors(api, [b.name for b in bases], a.deep_items, 50)
+        if deep:
+            (w / "list-deep.txt").write_text("".join(p + "\n" for p, _ in deep))
+            self.notes.append(f"deep pages start {min(d for _, d in deep):,}-"
+                              f"{max(d for _, d in deep):,} items into a base+tag listing")
+            self.wrk("ours:list-deep:latency", base_url, w / "list-deep.txt",
+                     a.latency_connections, auth)
+        search = _seed.search_paths(w / "search.txt", a.adapters, 2000, 50)
+        self.wrk("ours:search:latency", base_url, search, a.latency_connections, auth)
+        self.publish = self.run_publish(base_url, token, bases[0])
+
+    def check_resolve(self, api: _ours.Api, bases: list[_seed.SeedBase]) -> None:
+        """The seeded rows must resolve like published ones before anything is timed."""
+        for i in (1, self.args.adapters // 2, self.args.adapters):
+            ref = f"{_seed.Layout.namespace(i)}/{_seed.Layout.name(i)}@{_seed.ALIAS}"
+            profile = _seed.base_of(bases, i).profile
+            body = api.call("GET", f"/v1/resolve/{ref}?profile={urllib.parse.quote(profile)}")
+            if body["version"] != _seed.ALIAS_VERSION or not body["verdict"]["compatible"]:
+                raise RuntimeError(f"seeded {ref} resolved wrongly: {json.dumps(body)[:500]}")
+
+    def run_publish(self, base_url: str, token: str, base: _seed.SeedBase) -> PublishResult:
+        a = self.args
+        rank = 8
+        res = asyncio.run(publish_loop(
+            base_url, token, namespace="bench-publish", prefix=f"p{secrets.token_hex(3)}",
+            base=f"{base.name}@{base.revision}", config=_seed.adapter_config(base.name, rank),
+            shapes=_seed.adapter_shapes(rank), concurrency=a.publish_concurrency,
+            seconds=a.publish_seconds))
+        progress(f"{'ours:publish':32s} {res.per_second:8.1f} adapters/s  p50 {res.pct(50):.1f} ms"
+                 f"  p99 {res.pct(99):.1f} ms  failures {sum(res.failures.values())}")
+        for key, count in res.failures.items():
+            self.notes.append(f"publish: {count} x {key}")
+        if res.published == 0:
+            raise RuntimeError(f"no adapter could be published: {res.failures}")
+        return res
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+        self.procs.clear()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    require_wrk()
+    ok, seen = quiet_check(args.busy_limit)
+    progress(f"machine check: {seen}")
+    busy_note = None
+    if not ok:
+        if not args.allow_busy:
+            print(f"refusing to measure: {seen} (limit {args.busy_limit} cores). Stop other work "
+                  "or pass --allow-busy (the report will say the figures are noisy).",
+                  file=sys.stderr)
+            return 2
+        busy_note = f"the machine was busy before the run ({seen}): figures are noisy"
+    workdir = Path(tempfile.mkdtemp(prefix="mol-bench-"))
+    pg = BenchPostgres()
+    bench = Bench(args, workdir)
+    started = time.monotonic()
+    try:
+        pg.start()
+        if not args.skip_mlflow:
+            bench.run_mlflow(pg)
+        bench.run_ours(pg)
+    finally:
+        bench.stop()
+        pg.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    if busy_note:
+        bench.notes.insert(0, busy_note)
+    elapsed = time.monotonic() - started
+    from _summary import rows_for, section
+
+    rows = rows_for(bench)
+    print(render_table(rows))
+    if not args.no_report:
+        write_section(args.report, "catalog", section(bench, rows, argv, elapsed, pg_version()))
+        progress(f"wrote {args.report}")
+    return 0
+
+
+def pg_version() -> str:
+    done = subprocess.run([str(find_pg_bin() / "postgres"), "--version"], capture_output=True,
+                          text=True, check=False)
+    return done.stdout.strip().split()[-1] if done.returncode == 0 else "?"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""adapters: endpoints, service, repository, schemas."""

@@ -1,0 +1,140 @@
+"""/v1/adapters: publish, list, describe, versions, aliases, yank."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request
+from starlette.responses import Response
+
+from mol_catalog.adapters import publish as pipeline
+from mol_catalog.adapters import service
+from mol_catalog.adapters.schemas import AliasPut, YankBody
+from mol_catalog.adapters.uploads import FIELDS, FILE_PARTS, receive_upload
+from mol_catalog.auth import Principal
+from mol_catalog.deps import Catalog, get_catalog, get_principal
+from mol_catalog.errors import BadRequest, CatalogError, json_response
+from mol_catalog.util import clamp_limit, decode_cursor, encode_cursor, valid_name
+
+router = APIRouter(tags=["adapters"])
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+PUBLISH_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
+    "multipart/form-data": {"schema": {"type": "object", "required": list(FILE_PARTS),
+                                       "properties": {
+        **{p: {"type": "string", "format": "binary"} for p in FILE_PARTS},
+        **{f: {"type": "string"} for f in FIELDS},
+    }}}}}}
+
+
+def _full(ns: str, name: str) -> str:
+    return f"{valid_name(ns, 'namespace')}/{valid_name(name, 'adapter name')}"
+
+
+def _number(text: str) -> int:
+    value = text.removeprefix("v")
+    if not value.isdigit() or int(value) < 1:
+        raise BadRequest(f"invalid version {text!r}: use a number such as 3 or v3")
+    return int(value)
+
+
+@router.post("/v1/adapters/{ns}/{name}/versions", status_code=201, openapi_extra=PUBLISH_BODY)
+async def publish_version(ns: str, name: str, request: Request, catalog: CatalogDep,
+                          who: PrincipalDep) -> Response:
+    """Publish a version (multipart). 201 new, 200 identical content already published."""
+    who.require_publish(ns)
+    try:
+        upload = await receive_upload(request, catalog.settings.max_upload_bytes)
+        try:
+            body, created = await pipeline.publish(catalog, ns, name, upload, who.name)
+        finally:
+            upload.cleanup()
+    except CatalogError as exc:
+        result = {413: "too_large", 422: "incompatible"}.get(exc.status, "invalid")
+        catalog.metrics.publishes.labels(result).inc()
+        raise
+    catalog.metrics.publishes.labels("created" if created else "existing").inc()
+    return json_response(body, 201 if created else 200)
+
+
+@router.get("/v1/adapters")
+async def list_adapters(catalog: CatalogDep, who: PrincipalDep, base: str | None = None,
+                        tag: str | None = None, q: str | None = None,
+                        namespace: str | None = None, limit: int = 50,
+                        cursor: str | None = None) -> Response:
+    """Keyset-paginated listing and search (pass next_cursor back as cursor)."""
+    limit = clamp_limit(limit)
+    after = decode_cursor(cursor, 1)
+    namespaces = who.readable_namespaces()
+    if namespace is not None:
+        valid_name(namespace, "namespace")
+        who.require_read(namespace)
+        namespaces = {namespace}
+    async with catalog.db.unit(write=False) as uow:
+        items, last = await service.list_adapters(
+            uow, base=base, tag=tag, q=q, namespaces=namespaces,
+            after=int(after[0]) if after else None, limit=limit)
+    return json_response({"items": items,
+                          "next_cursor": encode_cursor(last) if last is not None else None})
+
+
+@router.get("/v1/adapters/{ns}/{name}")
+async def get_adapter(ns: str, name: str, catalog: CatalogDep, who: PrincipalDep) -> Response:
+    who.require_read(ns)
+    async with catalog.db.unit(write=False) as uow:
+        out = await service.describe(uow, _full(ns, name))
+    return json_response(out)
+
+
+@router.get("/v1/adapters/{ns}/{name}/versions")
+async def list_versions(ns: str, name: str, catalog: CatalogDep, who: PrincipalDep,
+                        limit: int = 50, cursor: str | None = None) -> Response:
+    """Versions, newest first."""
+    who.require_read(ns)
+    limit = clamp_limit(limit)
+    before = decode_cursor(cursor, 1)
+    async with catalog.db.unit(write=False) as uow:
+        items, last = await service.versions(uow, _full(ns, name),
+                                             int(before[0]) if before else None, limit)
+    return json_response({"items": items,
+                          "next_cursor": encode_cursor(last) if last is not None else None})
+
+
+@router.get("/v1/adapters/{ns}/{name}/versions/{version}")
+async def get_version(ns: str, name: str, version: str, catalog: CatalogDep,
+                      who: PrincipalDep) -> Response:
+    who.require_read(ns)
+    async with catalog.db.unit(write=False) as uow:
+        out = await service.version_detail(uow, _full(ns, name), _number(version))
+    return json_response(out)
+
+
+@router.put("/v1/adapters/{ns}/{name}/aliases/{alias}")
+async def set_alias(ns: str, name: str, alias: str, body: AliasPut, catalog: CatalogDep,
+                    who: PrincipalDep) -> Response:
+    """Move an alias (history kept); 409 when the version is yanked."""
+    who.require_publish(ns)
+    async with catalog.db.unit() as uow:
+        out = await service.set_alias(uow, _full(ns, name), alias, body.version, who.name)
+    return json_response(out)
+
+
+@router.get("/v1/adapters/{ns}/{name}/aliases/{alias}/history")
+async def alias_history(ns: str, name: str, alias: str, catalog: CatalogDep,
+                        who: PrincipalDep, limit: int = Query(100, ge=1, le=1000)) -> Response:
+    """Every move of the alias, newest first."""
+    who.require_read(ns)
+    async with catalog.db.unit(write=False) as uow:
+        items = await service.alias_history(uow, _full(ns, name), alias, limit)
+    return json_response({"items": items})
+
+
+@router.post("/v1/adapters/{ns}/{name}/versions/{version}/yank")
+async def yank_version(ns: str, name: str, version: str, body: YankBody, catalog: CatalogDep,
+                       who: PrincipalDep) -> Response:
+    """Yank a version; 409 while an alias points at it."""
+    who.require_publish(ns)
+    async with catalog.db.unit() as uow:
+        out = await service.yank(uow, _full(ns, name), _number(version), body.reason)
+    return json_response(out)

@@ -1,0 +1,127 @@
+"""The publish pipeline: check the files, store the blobs, then one transaction.
+
+Order matters for crash safety: blobs are written (content-addressed, write-once)
+before the row that references them, so a crash in between leaves only an orphan blob
+that gc removes after its grace period; a version row never points at a missing blob.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from mol_catalog.adapters import service
+from mol_catalog.adapters.schemas import PublishRequest
+from mol_catalog.adapters.uploads import CONFIG_FILE, MAX_CONFIG_BYTES, WEIGHTS_FILE, Upload
+from mol_catalog.base_models import service as base_service
+from mol_catalog.deps import Catalog
+from mol_catalog.errors import BadRequest, Incompatible, InvalidFile
+from mol_catalog.util import valid_name
+from mol_platform.compat import AdapterConfigError, AdapterInfo, check_base
+from mol_platform.safetensors_header import HeaderError, header_shapes, read_header
+
+RETRIES = 8
+
+
+def _read_config(upload: Upload) -> dict[str, Any]:
+    f = upload.files[CONFIG_FILE]
+    if f.size > MAX_CONFIG_BYTES:
+        raise InvalidFile(f"{CONFIG_FILE} is {f.size} bytes; at most {MAX_CONFIG_BYTES} allowed")
+    try:
+        config = json.loads(f.path.read_bytes())
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidFile(f"{CONFIG_FILE} is not valid JSON: {exc}") from None
+    if not isinstance(config, dict):
+        raise InvalidFile(f"{CONFIG_FILE} must be a JSON object")
+    return config
+
+
+def _options(fields: dict[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if fields.get("alias"):
+        out["alias"] = service.check_alias(fields["alias"])
+    if fields.get("parent"):
+        text = fields["parent"].removeprefix("v")
+        if not text.isdigit() or int(text) < 1:
+            raise BadRequest(f"parent must be a version number, got {fields['parent']!r}")
+        out["parent"] = int(text)
+    if fields.get("source"):
+        out["source"] = fields["source"][:2000]
+    if "tags" in fields:
+        tags = [t.strip() for t in fields["tags"].split(",") if t.strip()]
+        out["tags"] = sorted({valid_name(t, "tag") for t in tags})
+    if fields.get("labels"):
+        try:
+            labels = json.loads(fields["labels"])
+        except ValueError:
+            labels = None
+        if not isinstance(labels, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
+        ):
+            raise BadRequest('labels must be a JSON object of strings, e.g. {"team": "search"}')
+        out["labels"] = labels
+    return out
+
+
+def _default_base(info: AdapterInfo) -> str:
+    ref = info.base_model_name_or_path
+    if not ref:
+        raise BadRequest("no base given: pass the form field base=name@revision (the adapter's "
+                         "config has no base_model_name_or_path)")
+    # A hub id or a path: the catalog name is its last component.
+    return ref.rstrip("/").rsplit("/", 1)[-1].lower()
+
+
+async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
+                  created_by: str | None) -> tuple[dict[str, Any], bool]:
+    """Check, store blobs, insert the version; returns (body, created)."""
+    valid_name(namespace, "namespace")
+    valid_name(name, "adapter name")
+    options = _options(upload.fields)
+    config = _read_config(upload)
+    weights = upload.files[WEIGHTS_FILE]
+    try:
+        header = await asyncio.to_thread(read_header, weights.path, file_size=weights.size)
+    except HeaderError as exc:
+        raise InvalidFile(f"{WEIGHTS_FILE}: {exc}") from None
+    try:
+        info = AdapterInfo.from_files(config, header)
+    except AdapterConfigError as exc:
+        raise InvalidFile(f"{CONFIG_FILE}: {exc}") from None
+    base_ref = upload.fields.get("base") or _default_base(info)
+    async with catalog.db.unit(write=False) as uow:
+        base = await base_service.find(uow, base_ref)
+    reasons = check_base(info, base_service.shapes_of(base))
+    if reasons:
+        for r in reasons:
+            catalog.metrics.compat_rejections.labels(r.code).inc()
+        raise Incompatible(
+            f"{namespace}/{name} does not fit base model {base.name}@{base.revision}: "
+            + "; ".join(r.message for r in reasons),
+            reasons=[{"code": r.code, "message": r.message} for r in reasons],
+        )
+    for f in upload.files.values():
+        await catalog.blobs.put(f.digest, f.path, f.size)
+    req = PublishRequest(namespace=namespace, name=name, upload=upload, info=info, config=config,
+                         tensors=header_shapes(header), base_model_id=base.id,
+                         created_by=created_by, **options)
+    for attempt in range(RETRIES):
+        req.verdict_reasons.clear()
+        try:
+            async with catalog.db.unit() as uow:
+                body, created = await service.publish(uow, req)
+        except IntegrityError:
+            # A concurrent publish to the same adapter won the race (same content,
+            # same number or a new namespace/adapter row): retry on the new state.
+            if attempt == RETRIES - 1:
+                raise
+            await asyncio.sleep(0.01 * (attempt + 1))
+            continue
+        for codes in req.verdict_reasons.values():
+            for code in codes:
+                catalog.metrics.compat_rejections.labels(code).inc()
+        return body, created
+    raise AssertionError("unreachable")

@@ -1,0 +1,172 @@
+"""SQL for namespaces, adapters, versions, tags and aliases."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from sqlalchemy import Row, delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from mol_catalog.models import (
+    Adapter,
+    AdapterTag,
+    Alias,
+    AliasHistory,
+    BaseModel,
+    Namespace,
+    ServingProfile,
+    Verdict,
+    Version,
+    VersionBlob,
+)
+
+
+async def namespace_id(session: AsyncSession, name: str, create: bool) -> int | None:
+    found = (await session.execute(select(Namespace.id).where(Namespace.name == name))).scalar()
+    if found is None and create:
+        row = Namespace(name=name)
+        session.add(row)
+        await session.flush()
+        return row.id
+    return found
+
+
+async def adapter(session: AsyncSession, full_name: str, lock: bool = False) -> Adapter | None:
+    stmt = select(Adapter).where(Adapter.full_name == full_name)
+    if lock:
+        stmt = stmt.with_for_update()
+    return (await session.execute(stmt)).scalar_one_or_none()
+
+
+async def add(session: AsyncSession, row: Any) -> None:
+    session.add(row)
+    await session.flush()
+
+
+async def version_by_digest(session: AsyncSession, adapter_id: int, digest: str) -> Version | None:
+    return (await session.execute(
+        select(Version).where(Version.adapter_id == adapter_id, Version.digest == digest)
+    )).scalar_one_or_none()
+
+
+async def version_by_number(session: AsyncSession, adapter_id: int, number: int,
+                            lock: bool = False) -> Version | None:
+    stmt = select(Version).where(Version.adapter_id == adapter_id, Version.number == number)
+    if lock:
+        stmt = stmt.with_for_update()
+    return (await session.execute(stmt)).scalar_one_or_none()
+
+
+async def add_version_blobs(session: AsyncSession, version_id: int, digests: set[str]) -> None:
+    await session.execute(insert(VersionBlob),
+                          [{"digest": d, "version_id": version_id} for d in sorted(digests)])
+
+
+async def replace_tags(session: AsyncSession, row: Adapter) -> None:
+    await session.execute(delete(AdapterTag).where(AdapterTag.adapter_id == row.id))
+    if row.tags:
+        await session.execute(insert(AdapterTag), [
+            {"tag": t, "adapter_id": row.id, "base_name": row.base_name,
+             "base_model_id": row.base_model_id} for t in row.tags
+        ])
+
+
+async def newest_ready(session: AsyncSession, adapter_id: int) -> int | None:
+    return (await session.execute(
+        select(func.max(Version.number)).where(Version.adapter_id == adapter_id,
+                                                Version.status == "ready")
+    )).scalar()
+
+
+async def aliases(session: AsyncSession, adapter_id: int) -> dict[str, int]:
+    rows = await session.execute(select(Alias.name, Alias.version)
+                                 .where(Alias.adapter_id == adapter_id).order_by(Alias.name))
+    return {name: version for name, version in rows}
+
+
+async def alias(session: AsyncSession, adapter_id: int, name: str) -> Alias | None:
+    return await session.get(Alias, (adapter_id, name))
+
+
+async def aliases_at(session: AsyncSession, adapter_id: int, number: int) -> list[str]:
+    rows = await session.execute(select(Alias.name).where(
+        Alias.adapter_id == adapter_id, Alias.version == number).order_by(Alias.name))
+    return list(rows.scalars())
+
+
+async def alias_history(session: AsyncSession, adapter_id: int, name: str,
+                        limit: int) -> Sequence[AliasHistory]:
+    return (await session.execute(
+        select(AliasHistory).where(AliasHistory.adapter_id == adapter_id,
+                                   AliasHistory.alias == name)
+        .order_by(AliasHistory.id.desc()).limit(limit)
+    )).scalars().all()
+
+
+async def versions_page(session: AsyncSession, adapter_id: int, before: int | None,
+                        limit: int) -> Sequence[Version]:
+    stmt = select(Version).where(Version.adapter_id == adapter_id)
+    if before is not None:
+        stmt = stmt.where(Version.number < before)
+    stmt = stmt.order_by(Version.number.desc()).limit(limit)
+    return (await session.execute(stmt)).scalars().all()
+
+
+async def verdicts_for_version(session: AsyncSession,
+                               version_id: int) -> list[tuple[Any, ...]]:
+    return [tuple(r) for r in (await session.execute(
+        select(ServingProfile.name, Verdict.compatible, Verdict.reasons,
+               Verdict.profile_generation, ServingProfile.generation)
+        .join(ServingProfile, ServingProfile.id == Verdict.profile_id)
+        .where(Verdict.version_id == version_id).order_by(ServingProfile.name)
+    )).all()]
+
+
+async def base_ref(session: AsyncSession, base_model_id: int) -> str:
+    row = (await session.execute(select(BaseModel.name, BaseModel.revision)
+                                 .where(BaseModel.id == base_model_id))).one()
+    return f"{row[0]}@{row[1]}"
+
+
+def _listing_columns() -> tuple[Any, ...]:
+    return (Adapter.id, Adapter.full_name, Adapter.tags, Adapter.labels, Adapter.latest_version,
+            Adapter.updated_at, BaseModel.name, BaseModel.revision)
+
+
+async def list_adapters(session: AsyncSession, *, after: int | None, limit: int,
+                        tag: str | None, base_name: str | None, base_model_id: int | None,
+                        q: str | None, namespaces: set[str] | None) -> Sequence[Row[Any]]:
+    """Keyset page ordered by adapter id. With a tag the (tag, base, adapter) side table
+    drives the scan; otherwise the adapters indexes by base or namespace."""
+    stmt = select(*_listing_columns())
+    if tag is not None:
+        stmt = (stmt.select_from(AdapterTag)
+                .join(Adapter, Adapter.id == AdapterTag.adapter_id)
+                .where(AdapterTag.tag == tag))
+        key = AdapterTag.adapter_id
+        if base_model_id is not None:
+            stmt = stmt.where(AdapterTag.base_model_id == base_model_id)
+        elif base_name is not None:
+            stmt = stmt.where(AdapterTag.base_name == base_name)
+    else:
+        stmt = stmt.select_from(Adapter)
+        key = Adapter.id
+        if base_model_id is not None:
+            stmt = stmt.where(Adapter.base_model_id == base_model_id)
+        elif base_name is not None:
+            stmt = stmt.where(Adapter.base_name == base_name)
+    stmt = stmt.join(BaseModel, BaseModel.id == Adapter.base_model_id)
+    if namespaces is not None:
+        ns_ids = select(Namespace.id).where(Namespace.name.in_(sorted(namespaces)))
+        stmt = stmt.where(Adapter.namespace_id.in_(ns_ids))
+    if q:
+        escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        stmt = stmt.where(Adapter.full_name.ilike(f"%{escaped}%", escape="\\"))
+    if after is not None:
+        stmt = stmt.where(key > after)
+    return (await session.execute(stmt.order_by(key).limit(limit))).all()
+
+
+async def touch_adapter(session: AsyncSession, adapter_id: int, **values: Any) -> None:
+    await session.execute(update(Adapter).where(Adapter.id == adapter_id).values(**values))

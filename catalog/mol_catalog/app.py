@@ -1,0 +1,123 @@
+"""The FastAPI application. Engines and clients are created in the lifespan, never at import."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+from starlette.responses import Response
+
+from mol_catalog import gc
+from mol_catalog.adapters.endpoints import router as adapters_router
+from mol_catalog.auth import Principal
+from mol_catalog.base_models.endpoints import router as base_models_router
+from mol_catalog.blobs import open_blob_store
+from mol_catalog.db import Database
+from mol_catalog.deps import Catalog, get_catalog, get_principal
+from mol_catalog.errors import (
+    BadRequest,
+    CatalogError,
+    NotFound,
+    ValidationFailed,
+    catalog_error_handler,
+    json_response,
+)
+from mol_catalog.events.endpoints import router as events_router
+from mol_catalog.metrics import CatalogMetrics, MetricsMiddleware
+from mol_catalog.profiles.endpoints import router as profiles_router
+from mol_catalog.resolve.endpoints import router as resolve_router
+from mol_catalog.settings import CatalogSettings
+from mol_catalog.tokens.endpoints import router as tokens_router
+
+ops = APIRouter(tags=["operations"])
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+@ops.get("/healthz")
+async def healthz() -> Response:
+    return json_response({"status": "ok"})
+
+
+@ops.get("/readyz")
+async def readyz(catalog: CatalogDep) -> Response:
+    try:
+        await catalog.db.ping()
+    except Exception as exc:
+        return json_response({"error": "NotReady", "detail": f"database unreachable: {exc}"}, 503)
+    return json_response({"status": "ready"})
+
+
+@ops.get("/metrics")
+async def metrics(catalog: CatalogDep) -> Response:
+    body, ctype = catalog.metrics.render()
+    return Response(body, media_type=ctype)
+
+
+@ops.post("/v1/admin/gc")
+async def run_gc(catalog: CatalogDep, who: PrincipalDep,
+                 grace_seconds: float = Query(3600.0, ge=0)) -> Response:
+    """Delete blobs no version references that are older than the grace period (admin)."""
+    who.require_admin()
+    return json_response(await gc.collect(catalog.db, catalog.blobs, grace_seconds))
+
+
+async def _validation_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, RequestValidationError)
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
+        parts.append(f"{loc}: {err.get('msg')}" if loc else str(err.get("msg")))
+    return await catalog_error_handler(request, ValidationFailed("; ".join(parts)))
+
+
+async def _http_handler(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, StarletteHTTPException)
+    err: CatalogError
+    if exc.status_code == 404:
+        err = NotFound(f"no such path {request.url.path}")
+    elif exc.status_code == 405:
+        err = BadRequest(f"method {request.method} not allowed on {request.url.path}")
+        return json_response({"error": "MethodNotAllowed", "detail": err.detail}, 405)
+    else:
+        return json_response({"error": "HTTPError", "detail": str(exc.detail)}, exc.status_code)
+    return await catalog_error_handler(request, err)
+
+
+def create_app(settings: CatalogSettings | None = None) -> FastAPI:
+    """The catalog app; the database and blob store open when the app starts."""
+    settings = settings or CatalogSettings()
+    metrics_obj = CatalogMetrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = Database(settings.db_url, settings.pool_size)
+        blobs = open_blob_store(settings.blob_url, settings.s3_endpoint_url,
+                                settings.presign_seconds)
+        app.state.catalog = Catalog(settings=settings, db=db, blobs=blobs, metrics=metrics_obj)
+        try:
+            yield
+        finally:
+            await blobs.close()
+            await db.dispose()
+
+    app = FastAPI(title="MoL catalog", version="1", lifespan=lifespan,
+                  description="Versions LoRA adapters and knows which base model each fits.")
+    for router in (adapters_router, resolve_router, base_models_router, profiles_router,
+                   events_router, tokens_router, ops):
+        app.include_router(router)
+    app.add_exception_handler(CatalogError, catalog_error_handler)
+    app.add_exception_handler(RequestValidationError, _validation_handler)
+    app.add_exception_handler(StarletteHTTPException, _http_handler)
+    app.add_middleware(MetricsMiddleware, metrics=metrics_obj)
+    return app
+
+
+def app_factory() -> FastAPI:
+    """For ``uvicorn --factory`` (workers > 1): settings come from MOL_CATALOG_* env."""
+    return create_app(CatalogSettings())

@@ -1,0 +1,1 @@
+"""base models: endpoints, service, repository, schemas."""

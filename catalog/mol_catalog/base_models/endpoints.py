@@ -1,0 +1,43 @@
+"""/v1/base-models."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from sqlalchemy.exc import IntegrityError
+from starlette.responses import Response
+
+from mol_catalog.auth import Principal
+from mol_catalog.base_models import service
+from mol_catalog.base_models.schemas import BaseModelCreate
+from mol_catalog.deps import Catalog, get_catalog, get_principal
+from mol_catalog.errors import json_response
+
+router = APIRouter(tags=["base-models"])
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+@router.post("/v1/base-models", status_code=201)
+async def register_base_model(body: BaseModelCreate, catalog: CatalogDep,
+                              who: PrincipalDep) -> Response:
+    """Register a revision (admin). 201 new, 200 identical content, 409 other content."""
+    who.require_admin()
+    for attempt in range(3):
+        try:
+            async with catalog.db.unit() as uow:
+                out, created = await service.register(uow, body)
+            return json_response(out, 201 if created else 200)
+        except IntegrityError:  # a concurrent registration of the same revision won
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
+@router.get("/v1/base-models/{name}")
+async def get_base_model(name: str, catalog: CatalogDep, who: PrincipalDep) -> Response:
+    """Any authenticated caller may read base models (they belong to no namespace)."""
+    async with catalog.db.unit(write=False) as uow:
+        out = await service.describe(uow, name)
+    return json_response(out)

@@ -1,0 +1,85 @@
+"""Registering base-model revisions and turning them into compat.BaseShapes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from mol_catalog.base_models import repository
+from mol_catalog.base_models.schemas import BaseModelCreate
+from mol_catalog.db import UnitOfWork
+from mol_catalog.errors import BadRequest, Conflict, NotFound, UnknownBaseModel
+from mol_catalog.models import BaseModel
+from mol_catalog.util import iso, valid_name
+from mol_platform.compat import BaseModelError, BaseShapes
+
+
+def shapes_of(row: BaseModel) -> BaseShapes:
+    s = row.shapes
+    return BaseShapes(architecture=s["architecture"], num_layers=int(s["num_layers"]),
+                      modules={k: (int(v[0]), int(v[1])) for k, v in s["modules"].items()})
+
+
+def record(row: BaseModel) -> dict[str, Any]:
+    return {"name": row.name, "revision": row.revision, "architecture": row.architecture,
+            "config": row.config, "tensors": row.tensors,
+            "num_layers": row.shapes["num_layers"], "created_at": iso(row.created_at)}
+
+
+def parse_ref(text: str) -> tuple[str, str | None]:
+    """``name@revision`` or ``name`` -> (name, revision or None)."""
+    name, _, revision = text.partition("@")
+    valid_name(name, "base model name")
+    return name, (revision or None)
+
+
+async def find(uow: UnitOfWork, ref: str) -> BaseModel:
+    """The base revision named by ``name@revision`` (or the newest revision of ``name``)."""
+    name, revision = parse_ref(ref)
+    if revision is None:
+        row = await repository.latest(uow.session, name)
+    else:
+        row = await repository.get(uow.session, name, revision)
+    if row is None:
+        raise UnknownBaseModel(
+            f"unknown base model {ref!r}: register it first with POST /v1/base-models "
+            "(mol catalog base register DIR --name NAME)"
+        )
+    return row
+
+
+async def register(uow: UnitOfWork, body: BaseModelCreate) -> tuple[dict[str, Any], bool]:
+    """Store a revision; (record, created). Same content again is a no-op, other content 409."""
+    valid_name(body.name, "base model name")
+    try:
+        shapes = BaseShapes.from_config_and_tensors(body.config, body.tensors)
+    except BaseModelError as exc:
+        raise BadRequest(f"base model {body.name}@{body.revision}: {exc}") from None
+    architecture = body.architecture or shapes.architecture
+    canonical = json.dumps({"architecture": architecture, "config": body.config,
+                            "tensors": body.tensors}, sort_keys=True, separators=(",", ":"))
+    digest = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    existing = await repository.get(uow.session, body.name, body.revision)
+    if existing is not None:
+        if existing.content_digest != digest:
+            raise Conflict(f"base model {body.name}@{body.revision} is already registered with "
+                           "different content: register the new content under a new revision")
+        return record(existing), False
+    row = await repository.insert(uow.session, BaseModel(
+        name=body.name, revision=body.revision, architecture=architecture,
+        config=body.config, tensors=body.tensors, content_digest=digest,
+        shapes={"architecture": shapes.architecture, "num_layers": shapes.num_layers,
+                "modules": {k: list(v) for k, v in shapes.modules.items()}},
+    ))
+    uow.emit("base.registered", data={"base": f"{row.name}@{row.revision}"})
+    return record(row), True
+
+
+async def describe(uow: UnitOfWork, name: str) -> dict[str, Any]:
+    valid_name(name, "base model name")
+    rows = await repository.revisions(uow.session, name)
+    if not rows:
+        raise NotFound(f"unknown base model {name!r}")
+    revs = [{k: v for k, v in record(r).items() if k != "name"} for r in rows]
+    return {"name": name, "current": rows[0].revision, "revisions": revs}

@@ -1,0 +1,244 @@
+"""Content-addressed blob storage: ``blobs/sha256/<hex>``, written once.
+
+Two stores behind one protocol: a local directory (the embedded default) and S3 via
+boto3 (multipart for large files, presigned download URLs). Digests are always
+computed by the catalog while it receives a file, never taken from the store (S3's
+multipart checksums are checksums of parts, not of the object).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+from urllib.parse import urlparse
+
+CHUNK = 1024 * 1024
+
+
+class BlobUrlError(ValueError):
+    """A blob URL the catalog cannot use."""
+
+
+@dataclass(frozen=True)
+class BlobInfo:
+    digest: str  # "sha256:<hex>"
+    size: int
+    modified: float  # unix time
+
+
+def _hex(digest: str) -> str:
+    if not digest.startswith("sha256:") or len(digest) != 71:
+        raise ValueError(f"not a sha256 digest: {digest!r}")
+    return digest[7:]
+
+
+class BlobStore(Protocol):
+    async def put(self, digest: str, path: Path, size: int) -> bool:
+        """Store the file under its digest unless present; True when it was written."""
+
+    async def exists(self, digest: str) -> bool: ...
+
+    def read(self, digest: str) -> AsyncIterator[bytes]: ...
+
+    async def read_range(self, digest: str, start: int, end: int) -> bytes:
+        """Bytes start..end inclusive."""
+
+    async def list(self) -> list[BlobInfo]: ...
+
+    async def delete(self, digest: str) -> None: ...
+
+    def download_url(self, digest: str, base_url: str) -> str: ...
+
+    async def close(self) -> None: ...
+
+
+class LocalBlobStore:
+    """A directory: ``<root>/blobs/sha256/<hex>``; writes are atomic renames."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.dir = root / "blobs" / "sha256"
+        self.dir.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, digest: str) -> Path:
+        return self.dir / _hex(digest)
+
+    async def put(self, digest: str, path: Path, size: int) -> bool:
+        target = self._path(digest)
+        if target.exists():
+            os.utime(target)  # referenced again: restart gc's grace period
+            return False
+        return await asyncio.to_thread(self._put_sync, path, target)
+
+    def _put_sync(self, path: Path, target: Path) -> bool:
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}")
+        shutil.copyfile(path, tmp)
+        if target.exists():
+            tmp.unlink()
+            return False
+        os.replace(tmp, target)
+        return True
+
+    async def exists(self, digest: str) -> bool:
+        return self._path(digest).exists()
+
+    async def read(self, digest: str) -> AsyncIterator[bytes]:
+        path = self._path(digest)
+        if not path.exists():
+            raise FileNotFoundError(digest)
+        fh = await asyncio.to_thread(path.open, "rb")
+        try:
+            while chunk := await asyncio.to_thread(fh.read, CHUNK):
+                yield chunk
+        finally:
+            fh.close()
+
+    async def read_range(self, digest: str, start: int, end: int) -> bytes:
+        def _read() -> bytes:
+            with self._path(digest).open("rb") as fh:
+                fh.seek(start)
+                return fh.read(end - start + 1)
+
+        return await asyncio.to_thread(_read)
+
+    async def list(self) -> list[BlobInfo]:
+        def _list() -> list[BlobInfo]:
+            out = []
+            for entry in os.scandir(self.dir):
+                if entry.name.startswith(".") or len(entry.name) != 64:
+                    continue
+                st = entry.stat()
+                out.append(BlobInfo(f"sha256:{entry.name}", st.st_size, st.st_mtime))
+            return out
+
+        return await asyncio.to_thread(_list)
+
+    async def delete(self, digest: str) -> None:
+        self._path(digest).unlink(missing_ok=True)
+
+    def download_url(self, digest: str, base_url: str) -> str:
+        return f"{base_url.rstrip('/')}/v1/blobs/sha256/{_hex(digest)}"
+
+    async def close(self) -> None:
+        return None
+
+
+class S3BlobStore:
+    """An S3 bucket (any S3 API): ``<prefix>blobs/sha256/<hex>``; presigned downloads."""
+
+    def __init__(self, bucket: str, prefix: str = "", endpoint_url: str | None = None,
+                 presign_seconds: int = 3600, client: Any = None) -> None:
+        import boto3
+        from boto3.s3.transfer import TransferConfig
+
+        self.bucket = bucket
+        self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+        self.presign_seconds = presign_seconds
+        self.client = client or boto3.session.Session().client("s3", endpoint_url=endpoint_url)
+        # Multipart above 64 MiB, in 64 MiB parts.
+        self.transfer = TransferConfig(multipart_threshold=64 * 1024 * 1024,
+                                       multipart_chunksize=64 * 1024 * 1024)
+
+    def _key(self, digest: str) -> str:
+        return f"{self.prefix}blobs/sha256/{_hex(digest)}"
+
+    async def put(self, digest: str, path: Path, size: int) -> bool:
+        if await self.exists(digest):
+            return False
+        await asyncio.to_thread(self.client.upload_file, str(path), self.bucket,
+                                self._key(digest), Config=self.transfer)
+        return True
+
+    async def exists(self, digest: str) -> bool:
+        from botocore.exceptions import ClientError
+
+        try:
+            await asyncio.to_thread(self.client.head_object, Bucket=self.bucket,
+                                    Key=self._key(digest))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise
+        return True
+
+    async def read(self, digest: str) -> AsyncIterator[bytes]:
+        from botocore.exceptions import ClientError
+
+        try:
+            obj = await asyncio.to_thread(self.client.get_object, Bucket=self.bucket,
+                                          Key=self._key(digest))
+        except ClientError as exc:
+            raise FileNotFoundError(digest) from exc
+        body = obj["Body"]
+        try:
+            while chunk := await asyncio.to_thread(body.read, CHUNK):
+                yield chunk
+        finally:
+            body.close()
+
+    async def read_range(self, digest: str, start: int, end: int) -> bytes:
+        obj = await asyncio.to_thread(self.client.get_object, Bucket=self.bucket,
+                                      Key=self._key(digest), Range=f"bytes={start}-{end}")
+        body = obj["Body"]
+        try:
+            data: bytes = await asyncio.to_thread(body.read)
+        finally:
+            body.close()
+        return data
+
+    async def list(self) -> list[BlobInfo]:
+        def _list() -> list[BlobInfo]:
+            out = []
+            paginator = self.client.get_paginator("list_objects_v2")
+            prefix = f"{self.prefix}blobs/sha256/"
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                for obj in page.get("Contents", []):
+                    name = obj["Key"].rsplit("/", 1)[-1]
+                    if len(name) == 64:
+                        out.append(BlobInfo(f"sha256:{name}", obj["Size"],
+                                            obj["LastModified"].timestamp()))
+            return out
+
+        return await asyncio.to_thread(_list)
+
+    async def delete(self, digest: str) -> None:
+        await asyncio.to_thread(self.client.delete_object, Bucket=self.bucket,
+                                Key=self._key(digest))
+
+    def download_url(self, digest: str, base_url: str) -> str:
+        url: str = self.client.generate_presigned_url(
+            "get_object", Params={"Bucket": self.bucket, "Key": self._key(digest)},
+            ExpiresIn=self.presign_seconds,
+        )
+        return url
+
+    async def close(self) -> None:
+        self.client.close()
+
+
+def open_blob_store(url: str, endpoint_url: str | None = None,
+                    presign_seconds: int = 3600) -> BlobStore:
+    """``file:///dir`` (or a plain path) -> LocalBlobStore; ``s3://bucket/prefix`` -> S3."""
+    parsed = urlparse(url)
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise BlobUrlError(f"blob URL {url!r} names no bucket: use s3://bucket/prefix")
+        return S3BlobStore(parsed.netloc, parsed.path, endpoint_url, presign_seconds)
+    if parsed.scheme == "file":
+        path = (parsed.netloc + parsed.path) if parsed.netloc else parsed.path
+        return LocalBlobStore(Path(path))
+    if parsed.scheme == "":
+        return LocalBlobStore(Path(url))
+    raise BlobUrlError(f"unsupported blob URL {url!r}: use file:///dir or s3://bucket/prefix")
+
+
+def iter_file(path: Path) -> Iterator[bytes]:
+    with path.open("rb") as fh:
+        while chunk := fh.read(CHUNK):
+            yield chunk

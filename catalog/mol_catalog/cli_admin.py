@@ -1,0 +1,180 @@
+"""``mol catalog`` administration verbs: base models, serving profiles, tokens, gc."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mol_catalog.cli_common import (
+    catalog,
+    parse_duration,
+    print_json,
+    print_table,
+)
+from mol_platform.model_folder import read_base_model_folder
+
+base_app = typer.Typer(help="Register base models (shapes only, never weights).",
+                       no_args_is_help=True, rich_markup_mode=None)
+profile_app = typer.Typer(help="Declare serving profiles (where and how adapters are served).",
+                          no_args_is_help=True, rich_markup_mode=None)
+token_app = typer.Typer(help="Create, list and revoke API tokens (admin).",
+                        no_args_is_help=True, rich_markup_mode=None)
+
+
+@base_app.command("register")
+def base_register(
+    ctx: typer.Context,
+    folder: Annotated[Path, typer.Argument(
+        metavar="DIR", help="A model folder: config.json and model.safetensors (or sharded, with "
+        "model.safetensors.index.json).")],
+    name: Annotated[str, typer.Option("--name", help="Base model name, e.g. qwen3-8b.")],
+    revision: Annotated[str | None, typer.Option(
+        help="Revision id (default: first 12 hex of sha256 over config.json and the tensor "
+        "shapes).")] = None,
+) -> None:
+    """Register a base model revision from a local folder.
+
+    Only config.json and the safetensors headers (tensor names and shapes) are sent; the
+    weights stay where they are. Registering the same content again is a no-op.
+
+    Example: mol catalog base register ./models/tiny-llama --name tiny-llama
+    """
+    with catalog(ctx) as client:
+        folder_info = read_base_model_folder(folder)
+        rev = revision or folder_info.default_revision()
+        record = client.register_base(folder, name, rev)
+    typer.echo(f"base model {record.get('name', name)}@{record.get('revision', rev)} "
+               f"registered ({folder_info.architecture}, {len(folder_info.tensors)} tensors)")
+
+
+@base_app.command("show")
+def base_show(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Base model name.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Show a base model's revisions, newest (current) first.
+
+    Example: mol catalog base show tiny-llama
+    """
+    with catalog(ctx) as client:
+        record = client.get_base(name)
+    if as_json:
+        print_json(record)
+        return
+    print_table(["REVISION", "ARCHITECTURE", "TENSORS", "CREATED"], [
+        [r.get("revision"), r.get("architecture"), len(r.get("tensors") or {}),
+         r.get("created_at")] for r in record.get("revisions", [])])
+
+
+@profile_app.command("set")
+def profile_set(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Profile name, e.g. gpu-a.")],
+    base: Annotated[str, typer.Option("--base", help="Base model NAME@REVISION.")],
+    max_lora_rank: Annotated[int, typer.Option(help="The engine's --max-lora-rank.", min=1)]
+    = 64,
+    max_loras: Annotated[int, typer.Option(help="The engine's --max-loras.", min=1)] = 4,
+    engine: Annotated[str, typer.Option(
+        help="Engine and version, e.g. vllm==0.11.0 (default: vllm, version unstated).")]
+    = "vllm",
+    supported_module: Annotated[list[str] | None, typer.Option(
+        metavar="MODULE",
+        help="A module the engine can apply LoRA to (e.g. q_proj); repeat. Default: all.",
+    )] = None,
+) -> None:
+    """Declare or change a serving profile; adapters get a verdict per profile.
+
+    Example: mol catalog profile set gpu-a --base tiny-llama@0123abcd4567 --max-lora-rank 64
+    --max-loras 4 --engine vllm==0.11.0
+    """
+    if "@" not in base:
+        raise typer.BadParameter(f"{base!r}: expected NAME@REVISION", param_hint="--base")
+    with catalog(ctx) as client:
+        record = client.set_profile(name, base_model=base, max_lora_rank=max_lora_rank,
+                                    max_loras=max_loras, engine=engine,
+                                    supported_modules=supported_module)
+    typer.echo(f"serving profile {record.get('name', name)}: base {base}, max LoRA rank "
+               f"{max_lora_rank}, max LoRAs {max_loras}, engine {engine}")
+
+
+@token_app.command("create")
+def token_create(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(
+        metavar="NAME", help="Who or what uses the token, e.g. ci-acme.")],
+    scope: Annotated[list[str], typer.Option(
+        "--scope", metavar="SCOPE",
+        help="read, read:<ns>, publish:<ns> or admin; repeat for more.")],
+) -> None:
+    """Create a token. The token is printed once, on stdout; store it now.
+
+    Example: MOL_CATALOG_TOKEN=$(mol catalog token create ci-acme --scope publish:acme)
+    """
+    with catalog(ctx) as client:
+        record = client.create_token(name, scope)
+    typer.echo(f"token {record.get('name')} (id {record.get('id')}, scopes "
+               f"{', '.join(record.get('scopes') or [])}) - shown only once", err=True)
+    typer.echo(record.get("token"))
+
+
+@token_app.command("list")
+def token_list(
+    ctx: typer.Context,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List tokens (never their secret values).
+
+    Example: mol catalog token list
+    """
+    with catalog(ctx) as client:
+        items = client.list_tokens()
+    if as_json:
+        print_json(items)
+        return
+    print_table(["ID", "NAME", "SCOPES", "CREATED", "REVOKED"], [
+        [t.get("id"), t.get("name"), ",".join(t.get("scopes") or []), t.get("created_at"),
+         t.get("revoked_at") or "-"] for t in items])
+
+
+@token_app.command("revoke")
+def token_revoke(
+    ctx: typer.Context,
+    token_id: Annotated[str, typer.Argument(metavar="ID", help="Token id from token list.")],
+) -> None:
+    """Revoke a token; requests with it fail from now on.
+
+    Example: mol catalog token revoke 7
+    """
+    with catalog(ctx) as client:
+        client.revoke_token(token_id)
+    typer.echo(f"token {token_id} revoked")
+
+
+def gc(
+    ctx: typer.Context,
+    grace: Annotated[str, typer.Option(
+        help="Keep unreferenced blobs younger than this (90s, 30m, 1h, 2d).")] = "1h",
+) -> None:
+    """Delete blobs no version references, older than the grace period (admin).
+
+    Example: mol catalog gc --grace 2h
+    """
+    seconds = parse_duration(grace)
+    with catalog(ctx) as client:
+        result = client.gc(seconds)
+    deleted = result.get("deleted") or []
+    typer.echo(f"deleted {len(deleted)} blobs, kept {result.get('kept', 0)}")
+    for digest in deleted:
+        typer.echo(f"  {digest}")
+
+
+def register_admin(app: typer.Typer) -> None:
+    """Mount the administration verbs on the ``mol catalog`` group."""
+    app.add_typer(base_app, name="base")
+    app.add_typer(profile_app, name="profile")
+    app.add_typer(token_app, name="token")
+    app.command("gc")(gc)
+

@@ -1,0 +1,185 @@
+"""Engines, the unit of work (one transaction per request) and migrations.
+
+Services never commit: an endpoint opens ``db.unit()``, the services add rows and
+events to it, and leaving the block commits once. Events are inserted last, right
+before COMMIT, so that event ids are allocated in commit order (gap-safe feed):
+on Postgres under a transaction-level advisory lock, on SQLite because writers are
+serialized by ``BEGIN IMMEDIATE``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event, insert, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+
+from mol_catalog.models import Event
+
+# Arbitrary constant: the advisory lock that orders outbox inserts on Postgres.
+EVENTS_LOCK_KEY = 0x6D6F6C5F657674  # "mol_evt"
+
+
+class DatabaseUrlError(ValueError):
+    """A database URL the catalog cannot use."""
+
+
+def async_url(url: str) -> str:
+    """The async-driver form of a user URL (sqlite:///x, postgresql://, +psycopg, +asyncpg)."""
+    parsed = make_url(url)
+    backend = parsed.get_backend_name()
+    if backend == "sqlite":
+        return str(parsed.set(drivername="sqlite+aiosqlite"))
+    if backend == "postgresql":
+        driver = parsed.get_driver_name()
+        if driver in ("psycopg", "asyncpg"):
+            return parsed.render_as_string(hide_password=False)
+        if driver in ("", "psycopg2", "postgresql"):
+            return parsed.set(drivername="postgresql+asyncpg").render_as_string(
+                hide_password=False
+            )
+    raise DatabaseUrlError(
+        f"unsupported database URL {url!r}: use sqlite:///path or "
+        "postgresql+asyncpg://... / postgresql+psycopg://..."
+    )
+
+
+def sync_url(url: str) -> str:
+    """The sync-driver form (Alembic): pysqlite or psycopg 3."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        return str(parsed.set(drivername="sqlite"))
+    if parsed.get_backend_name() == "postgresql":
+        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+    raise DatabaseUrlError(f"unsupported database URL {url!r}")
+
+
+def is_sqlite(url: str) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def _prepare_sqlite_path(url: str) -> None:
+    database = make_url(url).database
+    if database and database != ":memory:":
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+
+
+def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
+    """An async engine for the URL; on SQLite with WAL, a busy timeout and explicit BEGINs."""
+    aurl = async_url(url)
+    if is_sqlite(url):
+        _prepare_sqlite_path(url)
+        engine = create_async_engine(aurl, connect_args={"timeout": 60})
+
+        @event.listens_for(engine.sync_engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            # Let SQLAlchemy, not the driver, decide when transactions begin.
+            dbapi_conn.isolation_level = None
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA foreign_keys=ON")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        @event.listens_for(engine.sync_engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            write = conn.get_execution_options().get("mol_write", False)
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+        return engine
+    return create_async_engine(aurl, pool_size=pool_size, max_overflow=pool_size,
+                               pool_pre_ping=False)
+
+
+@dataclass
+class UnitOfWork:
+    """One transaction: a session plus the events to append when it commits."""
+
+    session: AsyncSession
+    postgres: bool
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def emit(self, type_: str, *, adapter: str | None = None, version: int | None = None,
+             alias: str | None = None, data: dict[str, Any] | None = None) -> None:
+        self.events.append({"type": type_, "adapter": adapter, "version": version,
+                            "alias": alias, "data": data or {}})
+
+    async def commit(self) -> None:
+        await self.session.flush()
+        if self.events:
+            if self.postgres:
+                await self.session.execute(
+                    text("SELECT pg_advisory_xact_lock(:k)"), {"k": EVENTS_LOCK_KEY}
+                )
+            await self.session.execute(insert(Event), self.events)
+            self.events = []
+        await self.session.commit()
+
+
+class Database:
+    """The engine plus factories for read and write units of work."""
+
+    def __init__(self, url: str, pool_size: int = 10) -> None:
+        self.url = url
+        self.postgres = not is_sqlite(url)
+        self.engine = create_engine(url, pool_size)
+        self._write_engine = self.engine.execution_options(mol_write=True)
+
+    @asynccontextmanager
+    async def unit(self, write: bool = True) -> AsyncIterator[UnitOfWork]:
+        """A transaction that commits once when the block ends (rolls back on error)."""
+        bind = self._write_engine if write else self.engine
+        async with AsyncSession(bind, expire_on_commit=False, autoflush=False) as session:
+            uow = UnitOfWork(session, self.postgres)
+            try:
+                yield uow
+                if write:
+                    await uow.commit()
+            except BaseException:
+                await session.rollback()
+                raise
+
+    async def ping(self) -> None:
+        async with self.engine.connect() as conn:
+            await conn.execute(text("SELECT 1"))
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()
+
+
+def migrations_dir() -> Path:
+    """Alembic's script folder: packaged next to mol_catalog, or the repository's."""
+    here = Path(__file__).resolve().parent
+    packaged = here / "_migrations"
+    if packaged.is_dir():
+        return packaged
+    return here.parents[1] / "migrations"
+
+
+def alembic_config(url: str) -> Any:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.set_main_option("sqlalchemy.url", sync_url(url).replace("%", "%%"))
+    return cfg
+
+
+def migrate(url: str, revision: str = "head") -> None:
+    """Upgrade the database to ``revision`` (sync; call before serving)."""
+    from alembic import command
+
+    if is_sqlite(url):
+        _prepare_sqlite_path(url)
+    command.upgrade(alembic_config(url), revision)
+
+
+def downgrade(url: str, revision: str) -> None:
+    from alembic import command
+
+    command.downgrade(alembic_config(url), revision)

@@ -1,0 +1,58 @@
+"""What every endpoint gets: the catalog context and the calling principal."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from mol_catalog.auth import ANONYMOUS_ADMIN, Principal, TokenCache, bearer, matches_admin_token
+from mol_catalog.auth import token_hash as hash_token
+from mol_catalog.blobs import BlobStore
+from mol_catalog.db import Database
+from mol_catalog.errors import Unauthorized
+from mol_catalog.metrics import CatalogMetrics
+from mol_catalog.settings import CatalogSettings
+
+
+@dataclass
+class Catalog:
+    """Created once in the app's lifespan; reached from requests as ``app.state.catalog``."""
+
+    settings: CatalogSettings
+    db: Database
+    blobs: BlobStore
+    tokens: TokenCache = field(default_factory=TokenCache)
+    metrics: CatalogMetrics = field(default_factory=CatalogMetrics)
+
+    def base_url(self, request: Request) -> str:
+        if self.settings.public_url:
+            return self.settings.public_url.rstrip("/")
+        return str(request.base_url).rstrip("/")
+
+
+def get_catalog(request: Request) -> Catalog:
+    catalog: Catalog = request.app.state.catalog
+    return catalog
+
+
+async def get_principal(request: Request) -> Principal:
+    """The caller: anonymous admin when auth is off, else from the bearer token."""
+    catalog: Catalog = request.app.state.catalog
+    if not catalog.settings.auth_enabled:
+        return ANONYMOUS_ADMIN
+    token = bearer(request)
+    if matches_admin_token(token, catalog.settings.admin_token):
+        return Principal("admin", frozenset({"admin"}))
+    digest = hash_token(token)
+    hit, principal = catalog.tokens.get(digest)
+    if not hit:
+        from mol_catalog.tokens.repository import find_active
+
+        async with catalog.db.unit(write=False) as uow:
+            row = await find_active(uow.session, digest)
+        principal = Principal(row.name, frozenset(row.scopes)) if row is not None else None
+        catalog.tokens.put(digest, principal)
+    if principal is None:
+        raise Unauthorized("invalid or revoked token")
+    return principal

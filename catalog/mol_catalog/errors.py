@@ -1,0 +1,93 @@
+"""One error type for the whole service, turned into ``{"error", "detail"}`` by one handler."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, ClassVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+
+class CatalogError(Exception):
+    """Base of every error the API reports; ``status`` and ``error`` pick the response."""
+
+    status: ClassVar[int] = 500
+    error: ClassVar[str] = "InternalError"
+
+    def __init__(self, detail: str, **extra: Any) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        return {"error": self.error, "detail": self.detail, **self.extra}
+
+
+class BadRequest(CatalogError):
+    status = 400
+    error = "BadRequest"
+
+
+class InvalidFile(BadRequest):
+    error = "InvalidFile"
+
+
+class InvalidName(BadRequest):
+    error = "InvalidName"
+
+
+class UnknownBaseModel(BadRequest):
+    error = "UnknownBaseModel"
+
+
+class Unauthorized(CatalogError):
+    status = 401
+    error = "Unauthorized"
+
+
+class Forbidden(CatalogError):
+    status = 403
+    error = "Forbidden"
+
+
+class NotFound(CatalogError):
+    status = 404
+    error = "NotFound"
+
+
+class Conflict(CatalogError):
+    status = 409
+    error = "Conflict"
+
+
+class PayloadTooLarge(CatalogError):
+    status = 413
+    error = "PayloadTooLarge"
+
+
+class Incompatible(CatalogError):
+    status = 422
+    error = "Incompatible"
+
+
+class ValidationFailed(CatalogError):
+    status = 422
+    error = "ValidationError"
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    """A JSON response without per-request encoder setup (the hot paths use it)."""
+    return Response(
+        json.dumps(body, separators=(",", ":"), default=str).encode(),
+        status_code=status,
+        media_type="application/json",
+        headers=headers,
+    )
+
+
+async def catalog_error_handler(request: Request, exc: Exception) -> Response:
+    """The one handler: every CatalogError becomes its status and JSON body."""
+    assert isinstance(exc, CatalogError)
+    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
+    return json_response(exc.body(), exc.status, headers)

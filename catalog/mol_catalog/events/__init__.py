@@ -1,0 +1,1 @@
+"""events: endpoints, service, repository, schemas."""

@@ -1,0 +1,32 @@
+"""GET /v1/events?after=N: the ordered change feed."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query
+from starlette.responses import Response
+
+from mol_catalog.auth import Principal
+from mol_catalog.deps import Catalog, get_catalog, get_principal
+from mol_catalog.errors import json_response
+from mol_catalog.events import service
+
+router = APIRouter(tags=["events"])
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+@router.get("/v1/events")
+async def events(catalog: CatalogDep, who: PrincipalDep, after: int = Query(0, ge=0),
+                 limit: int = Query(100, ge=1, le=1000),
+                 wait: float = Query(0.0, ge=0.0, le=30.0)) -> Response:
+    """Events with id > after, in id order; ``wait`` seconds long-polls when there are none."""
+    deadline = asyncio.get_running_loop().time() + wait
+    while True:
+        async with catalog.db.unit(write=False) as uow:
+            items, last = await service.feed(uow, who, after, limit)
+        if items or last != after or asyncio.get_running_loop().time() >= deadline:
+            return json_response({"items": items, "last": last})
+        await asyncio.sleep(0.2)

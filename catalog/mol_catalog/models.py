@@ -1,0 +1,232 @@
+"""The catalog's tables (SQLAlchemy 2 typed ORM).
+
+Table and column names are stable: the benchmark bulk-loads them with COPY and
+docs/catalog.md lists them. Change them only together with a migration.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+# BIGINT ids on Postgres, INTEGER PRIMARY KEY (rowid) on SQLite.
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Namespace(Base):
+    __tablename__ = "namespaces"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class BaseModel(Base):
+    """One revision of a base model: its config and per-tensor shapes (never weights)."""
+
+    __tablename__ = "base_models"
+    __table_args__ = (UniqueConstraint("name", "revision", name="uq_base_models_name_revision"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63))
+    revision: Mapped[str] = mapped_column(String(128))
+    architecture: Mapped[str] = mapped_column(String(128))
+    config: Mapped[dict[str, Any]]
+    tensors: Mapped[dict[str, Any]]
+    # BaseShapes digest: {"num_layers": n, "modules": {kind: [out, in]}}
+    shapes: Mapped[dict[str, Any]]
+    content_digest: Mapped[str] = mapped_column(String(71))
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ServingProfile(Base):
+    """A place adapters are served: base revision, engine, max rank, supported modules."""
+
+    __tablename__ = "serving_profiles"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), unique=True)
+    base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id"))
+    engine: Mapped[str] = mapped_column(String(128))
+    max_lora_rank: Mapped[int] = mapped_column(Integer)
+    max_loras: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    supported_modules: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    # Bumped on every change; verdicts computed for an older generation are stale.
+    generation: Mapped[int] = mapped_column(Integer, default=1)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Adapter(Base):
+    __tablename__ = "adapters"
+    __table_args__ = (
+        UniqueConstraint("namespace_id", "name", name="uq_adapters_namespace_name"),
+        Index("ix_adapters_namespace_id_id", "namespace_id", "id"),
+        Index("ix_adapters_base_name_id", "base_name", "id"),
+        Index("ix_adapters_base_model_id_id", "base_model_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id"))
+    name: Mapped[str] = mapped_column(String(63))
+    # "namespace/name": the resolve key and the substring-search column.
+    full_name: Mapped[str] = mapped_column(String(127), unique=True)
+    base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id"))
+    base_name: Mapped[str] = mapped_column(String(63))
+    tags: Mapped[list[Any]] = mapped_column(JSON, default=list)
+    labels: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    # Newest ready version number (what `latest` resolves to); None when all are yanked.
+    latest_version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    version_count: Mapped[int] = mapped_column(Integer, default=0)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class AdapterTag(Base):
+    """(tag, base, adapter) side table: keyset listing by tag and base is one index range."""
+
+    __tablename__ = "adapter_tags"
+    __table_args__ = (
+        Index("ix_adapter_tags_tag_base_name_adapter_id", "tag", "base_name", "adapter_id"),
+        Index("ix_adapter_tags_tag_base_model_id_adapter_id", "tag", "base_model_id", "adapter_id"),
+        Index("ix_adapter_tags_adapter_id", "adapter_id"),
+    )
+
+    tag: Mapped[str] = mapped_column(String(63), primary_key=True)
+    adapter_id: Mapped[int] = mapped_column(
+        ForeignKey("adapters.id", ondelete="CASCADE"), primary_key=True
+    )
+    base_name: Mapped[str] = mapped_column(String(63))
+    base_model_id: Mapped[int] = mapped_column(BigId)
+
+
+class Version(Base):
+    """An immutable adapter version; content-addressed by its manifest digest."""
+
+    __tablename__ = "versions"
+    __table_args__ = (
+        UniqueConstraint("adapter_id", "number", name="uq_versions_adapter_id_number"),
+        UniqueConstraint("adapter_id", "digest", name="uq_versions_adapter_id_digest"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    adapter_id: Mapped[int] = mapped_column(ForeignKey("adapters.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    digest: Mapped[str] = mapped_column(String(71))
+    base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id"))
+    rank: Mapped[int] = mapped_column(Integer)
+    alpha: Mapped[float] = mapped_column(Float)
+    target_modules: Mapped[list[Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="ready")  # pending|ready|yanked
+    yank_reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    parent: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    source: Mapped[str | None] = mapped_column(Text, nullable=True)
+    size: Mapped[int] = mapped_column(BigInteger)
+    # [{"path", "digest", "size"}]: resolve answers from this row alone.
+    files: Mapped[list[Any]] = mapped_column(JSON)
+    # adapter_config.json and the tensor shapes: enough to judge a later profile.
+    adapter_config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    tensors: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class VersionBlob(Base):
+    """Which versions reference a blob: gc keeps every blob listed here."""
+
+    __tablename__ = "version_blobs"
+
+    digest: Mapped[str] = mapped_column(String(71), primary_key=True)
+    version_id: Mapped[int] = mapped_column(
+        ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True
+    )
+
+
+class Alias(Base):
+    __tablename__ = "aliases"
+
+    adapter_id: Mapped[int] = mapped_column(
+        ForeignKey("adapters.id", ondelete="CASCADE"), primary_key=True
+    )
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class AliasHistory(Base):
+    """Append-only: every move of an alias, newest last."""
+
+    __tablename__ = "alias_history"
+    __table_args__ = (Index("ix_alias_history_adapter_id_alias_id", "adapter_id", "alias", "id"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    adapter_id: Mapped[int] = mapped_column(ForeignKey("adapters.id", ondelete="CASCADE"))
+    alias: Mapped[str] = mapped_column(String(63))
+    version: Mapped[int] = mapped_column(Integer)
+    previous: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    changed_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Verdict(Base):
+    """Compatibility of one version under one serving profile (at a profile generation)."""
+
+    __tablename__ = "verdicts"
+
+    version_id: Mapped[int] = mapped_column(
+        ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True
+    )
+    profile_id: Mapped[int] = mapped_column(
+        ForeignKey("serving_profiles.id", ondelete="CASCADE"), primary_key=True
+    )
+    profile_generation: Mapped[int] = mapped_column(Integer)
+    compatible: Mapped[bool] = mapped_column(Boolean)
+    reasons: Mapped[list[Any]] = mapped_column(JSON)
+    computed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Event(Base):
+    """The outbox: ids are allocated at commit, in commit order (see db.UnitOfWork)."""
+
+    __tablename__ = "events"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    type: Mapped[str] = mapped_column(String(32))
+    adapter: Mapped[str | None] = mapped_column(String(127), nullable=True)
+    version: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    alias: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    data: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Token(Base):
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    scopes: Mapped[list[Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)

@@ -1,0 +1,1 @@
+"""profiles: endpoints, service, repository, schemas."""

@@ -1,0 +1,1 @@
+"""resolve and blob download: endpoints, service, repository."""

@@ -1,0 +1,1 @@
+"""tokens: endpoints, service, repository, schemas."""

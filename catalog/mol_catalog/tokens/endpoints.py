@@ -1,0 +1,43 @@
+"""/v1/tokens (admin only)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends
+from starlette.responses import Response
+
+from mol_catalog.auth import Principal
+from mol_catalog.deps import Catalog, get_catalog, get_principal
+from mol_catalog.errors import json_response
+from mol_catalog.tokens import service
+from mol_catalog.tokens.schemas import TokenCreate
+
+router = APIRouter(tags=["tokens"])
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+PrincipalDep = Annotated[Principal, Depends(get_principal)]
+
+
+@router.post("/v1/tokens", status_code=201)
+async def create_token(body: TokenCreate, catalog: CatalogDep, who: PrincipalDep) -> Response:
+    who.require_admin()
+    async with catalog.db.unit() as uow:
+        out = await service.create(uow, body.name, body.scopes)
+    return json_response(out, 201)
+
+
+@router.get("/v1/tokens")
+async def list_tokens(catalog: CatalogDep, who: PrincipalDep) -> Response:
+    who.require_admin()
+    async with catalog.db.unit(write=False) as uow:
+        items = await service.list_tokens(uow)
+    return json_response({"items": items})
+
+
+@router.delete("/v1/tokens/{token_id}", status_code=204)
+async def revoke_token(token_id: int, catalog: CatalogDep, who: PrincipalDep) -> Response:
+    who.require_admin()
+    async with catalog.db.unit() as uow:
+        await service.revoke(uow, token_id)
+    catalog.tokens.clear()
+    return Response(status_code=204)

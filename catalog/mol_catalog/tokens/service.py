@@ -1,0 +1,40 @@
+"""Creating, listing and revoking tokens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mol_catalog.auth import new_token, token_hash, valid_scope
+from mol_catalog.db import UnitOfWork
+from mol_catalog.errors import BadRequest, NotFound
+from mol_catalog.models import Token, utcnow
+from mol_catalog.tokens import repository
+from mol_catalog.util import iso
+
+
+def _public(row: Token) -> dict[str, Any]:
+    return {"id": row.id, "name": row.name, "scopes": list(row.scopes),
+            "created_at": iso(row.created_at), "revoked_at": iso(row.revoked_at)}
+
+
+async def create(uow: UnitOfWork, name: str, scopes: list[str]) -> dict[str, Any]:
+    bad = [s for s in scopes if not valid_scope(s)]
+    if bad:
+        raise BadRequest(f"invalid scopes {bad}: use read, read:<ns>, publish:<ns> or admin")
+    token = new_token()
+    row = await repository.insert(uow.session, name, token_hash(token), sorted(set(scopes)))
+    body = _public(row)
+    del body["revoked_at"]
+    body["token"] = token
+    return body
+
+
+async def list_tokens(uow: UnitOfWork) -> list[dict[str, Any]]:
+    return [_public(r) for r in await repository.list_all(uow.session)]
+
+
+async def revoke(uow: UnitOfWork, token_id: int) -> None:
+    if not await repository.revoke(uow.session, token_id, utcnow()) and not (
+        await repository.exists(uow.session, token_id)
+    ):
+            raise NotFound(f"no token with id {token_id}")

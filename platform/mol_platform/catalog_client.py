@@ -1,0 +1,277 @@
+"""A small synchronous client for the catalog's REST API (``/v1``).
+
+Used by the ``mol catalog`` verbs, ``mol up`` and scripts. Every non-2xx answer raises
+:class:`CatalogError` carrying the server's ``error``, ``detail`` and (for 422)
+``reasons``; an unreachable catalog raises it too, with status 0. Settings come from
+``MOL_CATALOG_URL`` and ``MOL_CATALOG_TOKEN`` unless given explicitly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from mol_platform.model_folder import (
+    MultipartBody,
+    Progress,
+    adapter_files,
+    read_base_model_folder,
+)
+from mol_platform.refs import AdapterRef, check_name
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+
+
+class ClientSettings(BaseSettings):
+    """Where the catalog is and how to authenticate (env ``MOL_CATALOG_URL``/``_TOKEN``)."""
+
+    model_config = SettingsConfigDict(env_prefix="MOL_CATALOG_", extra="ignore")
+
+    url: str = DEFAULT_URL
+    token: str | None = None
+
+
+class CatalogError(Exception):
+    """A catalog call failed: HTTP status (0 = unreachable), error type, detail, reasons."""
+
+    def __init__(self, status: int, error: str, detail: str,
+                 reasons: list[dict[str, Any]] | None = None) -> None:
+        self.status = status
+        self.error = error
+        self.detail = detail
+        self.reasons = reasons or []
+        super().__init__(str(self))
+
+    def __str__(self) -> str:
+        head = f"{self.detail} ({self.error}, HTTP {self.status})" if self.status else self.detail
+        lines = [head]
+        for reason in self.reasons:
+            lines.append(f"  - [{reason.get('code', '?')}] {reason.get('message', reason)}")
+        return "\n".join(lines)
+
+
+def _error_from(response: httpx.Response) -> CatalogError:
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        detail = body.get("detail")
+        if not isinstance(detail, str):  # FastAPI validation errors: a list
+            detail = json.dumps(detail) if detail is not None else response.reason_phrase
+        reasons = body.get("reasons")
+        return CatalogError(response.status_code, str(body.get("error") or "HTTPError"), detail,
+                            reasons if isinstance(reasons, list) else None)
+    text = response.text.strip()[:500] or response.reason_phrase
+    return CatalogError(response.status_code, "HTTPError", text)
+
+
+def split_adapter(adapter: str) -> tuple[str, str]:
+    """``ns/name`` -> (ns, name), both checked."""
+    namespace, sep, name = adapter.partition("/")
+    if not sep:
+        raise ValueError(f"invalid adapter name {adapter!r}: expected namespace/name")
+    return check_name(namespace, "namespace"), check_name(name, "adapter name")
+
+
+def _q(value: str) -> str:
+    return quote(value, safe="")
+
+
+class CatalogClient:
+    """Sync client; use as a context manager (it owns an ``httpx.Client``)."""
+
+    def __init__(self, url: str | None = None, token: str | None = None, *,
+                 timeout: float = 60.0, transport: httpx.BaseTransport | None = None) -> None:
+        settings = ClientSettings()
+        self.url = (url or settings.url).rstrip("/")
+        token = token if token is not None else settings.token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, transport=transport,
+                                  timeout=httpx.Timeout(timeout, connect=10.0))
+
+    def __enter__(self) -> CatalogClient:
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One call; raises CatalogError on a non-2xx answer or a transport failure."""
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise CatalogError(0, "ConnectionError",
+                               f"cannot reach the catalog at {self.url}: {exc}") from None
+        if response.is_error:
+            raise _error_from(response)
+        return response
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = self.request(method, path, **kwargs)
+        return response.json() if response.content else None
+
+    def _pages(self, path: str, params: Mapping[str, Any], limit: int | None,
+               page_size: int) -> Iterator[dict[str, Any]]:
+        cursor: str | None = None
+        seen = 0
+        while True:
+            size = page_size if limit is None else max(1, min(page_size, limit - seen))
+            query = {k: v for k, v in params.items() if v is not None}
+            query["limit"] = size
+            if cursor:
+                query["cursor"] = cursor
+            page = self._json("GET", path, params=query)
+            for item in page.get("items", []):
+                yield item
+                seen += 1
+                if limit is not None and seen >= limit:
+                    return
+            cursor = page.get("next_cursor")
+            if not cursor:
+                return
+
+    # --- base models and profiles ---------------------------------------------------
+
+    def register_base(self, folder: Path, name: str,
+                      revision: str | None = None) -> dict[str, Any]:
+        """Register a base model revision from a local folder (shapes only, no weights)."""
+        check_name(name, "base model name")
+        payload = read_base_model_folder(folder).payload(name, revision)
+        result: dict[str, Any] = self._json("POST", "/v1/base-models", json=payload)
+        return result
+
+    def get_base(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", f"/v1/base-models/{_q(name)}")
+        return result
+
+    def set_profile(self, name: str, *, base_model: str, max_lora_rank: int, max_loras: int,
+                    engine: str | None = None,
+                    supported_modules: Sequence[str] | None = None) -> dict[str, Any]:
+        """Declare or change a serving profile."""
+        body: dict[str, Any] = {"base_model": base_model, "max_lora_rank": max_lora_rank,
+                                "max_loras": max_loras}
+        if engine is not None:
+            body["engine"] = engine
+        if supported_modules is not None:
+            body["supported_modules"] = list(supported_modules)
+        result: dict[str, Any] = self._json("PUT", f"/v1/serving-profiles/{_q(name)}",
+                                            json=body)
+        return result
+
+    # --- adapters ---------------------------------------------------------------------
+
+    def publish(self, folder: Path, adapter: str, *, base: str | None = None,
+                alias: str | None = None, tags: Sequence[str] = (), parent: int | None = None,
+                source: str | None = None, labels: Mapping[str, str] | None = None,
+                progress: Progress | None = None) -> dict[str, Any]:
+        """Publish a PEFT folder as a new version (or get the identical existing one).
+
+        The multipart body is streamed from disk; ``progress(sent, total)`` sees each chunk.
+        """
+        namespace, name = split_adapter(adapter)
+        files = adapter_files(folder)
+        fields: list[tuple[str, str]] = []
+        for key, value in (("base", base), ("alias", alias), ("source", source),
+                           ("parent", None if parent is None else str(parent)),
+                           ("tags", ",".join(tags) if tags else None),
+                           ("labels", json.dumps(dict(labels)) if labels else None)):
+            if value is not None:
+                fields.append((key, value))
+        body = MultipartBody(fields, files, progress)
+        headers = {"Content-Type": body.content_type, "Content-Length": str(len(body))}
+        result: dict[str, Any] = self._json(
+            "POST", f"/v1/adapters/{namespace}/{name}/versions", content=iter(body),
+            headers=headers)
+        return result
+
+    def resolve(self, ref: str, profile: str | None = None) -> dict[str, Any]:
+        """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict."""
+        parsed = AdapterRef.parse(ref)
+        params = {"profile": profile} if profile else None
+        result: dict[str, Any] = self._json(
+            "GET", f"/v1/resolve/{parsed.namespace}/{parsed.name}@{parsed.ref}", params=params)
+        return result
+
+    def list_adapters(self, *, base: str | None = None, tag: str | None = None,
+                      q: str | None = None, namespace: str | None = None,
+                      limit: int | None = None, page_size: int = 100,
+                      ) -> Iterator[dict[str, Any]]:
+        """Every matching adapter (up to ``limit``), following the cursor page by page."""
+        return self._pages("/v1/adapters", {"base": base, "tag": tag, "q": q,
+                                            "namespace": namespace}, limit, page_size)
+
+    def get_adapter(self, adapter: str) -> dict[str, Any]:
+        namespace, name = split_adapter(adapter)
+        result: dict[str, Any] = self._json("GET", f"/v1/adapters/{namespace}/{name}")
+        return result
+
+    def versions(self, adapter: str, *, limit: int | None = None,
+                 page_size: int = 100) -> Iterator[dict[str, Any]]:
+        namespace, name = split_adapter(adapter)
+        return self._pages(f"/v1/adapters/{namespace}/{name}/versions", {}, limit, page_size)
+
+    def get_version(self, adapter: str, version: int) -> dict[str, Any]:
+        namespace, name = split_adapter(adapter)
+        result: dict[str, Any] = self._json(
+            "GET", f"/v1/adapters/{namespace}/{name}/versions/{int(version)}")
+        return result
+
+    def set_alias(self, adapter: str, alias: str, version: int) -> dict[str, Any]:
+        """Point ``alias`` at ``version``; returns ``{"alias","version","previous"}``."""
+        namespace, name = split_adapter(adapter)
+        result: dict[str, Any] = self._json(
+            "PUT", f"/v1/adapters/{namespace}/{name}/aliases/{_q(alias)}",
+            json={"version": int(version)})
+        return result
+
+    def alias_history(self, adapter: str, alias: str) -> list[dict[str, Any]]:
+        namespace, name = split_adapter(adapter)
+        page = self._json("GET", f"/v1/adapters/{namespace}/{name}/aliases/{_q(alias)}/history")
+        items: list[dict[str, Any]] = page.get("items", [])
+        return items
+
+    def yank(self, adapter: str, version: int, reason: str) -> dict[str, Any]:
+        namespace, name = split_adapter(adapter)
+        result: dict[str, Any] = self._json(
+            "POST", f"/v1/adapters/{namespace}/{name}/versions/{int(version)}/yank",
+            json={"reason": reason})
+        return result
+
+    # --- tokens, gc, events -------------------------------------------------------------
+
+    def create_token(self, name: str, scopes: Sequence[str]) -> dict[str, Any]:
+        """Create a token; the answer's ``token`` is shown only this once."""
+        result: dict[str, Any] = self._json("POST", "/v1/tokens",
+                                            json={"name": name, "scopes": list(scopes)})
+        return result
+
+    def list_tokens(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self._json("GET", "/v1/tokens").get("items", [])
+        return items
+
+    def revoke_token(self, token_id: str) -> None:
+        self.request("DELETE", f"/v1/tokens/{_q(str(token_id))}")
+
+    def gc(self, grace_seconds: int = 3600) -> dict[str, Any]:
+        """Delete blobs no version references, older than the grace period."""
+        result: dict[str, Any] = self._json("POST", "/v1/admin/gc",
+                                            params={"grace_seconds": grace_seconds})
+        return result
+
+    def events(self, after: int = 0, limit: int = 100) -> dict[str, Any]:
+        """One page of the change feed: ``{"items": [...], "last": N}``."""
+        result: dict[str, Any] = self._json("GET", "/v1/events",
+                                            params={"after": after, "limit": limit})
+        return result

@@ -1,0 +1,44 @@
+"""Loopback helpers: free ports, waiting for a listener, clear errors for missing tools."""
+
+from __future__ import annotations
+
+import socket
+import time
+
+LOOPBACK = "127.0.0.1"
+
+DEPS_HINT = "install the system packages with `make deps` (or `bash scripts/system-deps.sh`)"
+
+
+class InfraError(RuntimeError):
+    """A piece of test infrastructure could not start; the message says what to do."""
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A TCP port nothing listens on right now (the kernel picks it).
+
+    There is a short window before the caller binds it; good enough on a test box.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def port_open(port: int, host: str = LOOPBACK) -> bool:
+    """Whether something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def wait_port(port: int, host: str = LOOPBACK, timeout: float = 30.0) -> None:
+    """Block until host:port accepts connections, or raise InfraError after timeout."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if port_open(port, host):
+            return
+        time.sleep(0.05)
+    raise InfraError(f"nothing listens on {host}:{port} after {timeout:.0f}s")

@@ -1,0 +1,428 @@
+"""One simulated vLLM replica: the OpenAI-compatible HTTP surface on aiohttp."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from dataclasses import replace
+from http import HTTPStatus
+from typing import Any
+
+from aiohttp import web
+
+from mol_platform.testing.simulator import shapes
+from mol_platform.testing.simulator.config import SimConfig
+from mol_platform.testing.simulator.generation import Plan, TokenClock, make_plan
+from mol_platform.testing.simulator.metrics import CONTENT_TYPE, SimMetrics
+from mol_platform.testing.simulator.model import (
+    EngineError,
+    FinishReason,
+    ReceivedRequest,
+    ReplicaState,
+    SlotEngine,
+)
+from mol_platform.testing.simulator.scripting import (
+    FailureSpec,
+    ScriptBook,
+    ScriptRule,
+    ToolCallSpec,
+    offered_tools,
+)
+from mol_platform.testing.simulator.textgen import (
+    PromptError,
+    chat_prompt,
+    completion_prompt,
+    count_tokens,
+)
+
+LOOPBACK = "127.0.0.1"
+REPLICA_HEADER = "x-sim-replica"
+
+
+class SimServer:
+    """A fake vLLM engine on one loopback port.
+
+    Create it, ``await start()`` inside an event loop, ``await stop()`` when done; or
+    use :class:`~mol_platform.testing.simulator.cluster.SimulatorCluster`. The
+    ``script_*`` methods may be called from any thread; :meth:`state` must run in the
+    server's loop (the cluster's ``state()`` takes care of that).
+    """
+
+    def __init__(
+        self,
+        config: SimConfig | None = None,
+        *,
+        name: str = "sim-0",
+        host: str = LOOPBACK,
+        port: int = 0,
+    ) -> None:
+        self.config = config or SimConfig()
+        self.name = name
+        self.host = host
+        self.port = port
+        self.engine = SlotEngine(self.config)
+        self.metrics = SimMetrics(self.engine)
+        self.scripts = ScriptBook()
+        self.received: deque[ReceivedRequest] = deque(maxlen=1000)
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.add_routes(
+            [
+                web.get("/health", self._health),
+                web.get("/metrics", self._metrics),
+                web.get("/v1/models", self._models),
+                web.post("/v1/chat/completions", self._chat),
+                web.post("/v1/completions", self._completions),
+                web.post("/v1/load_lora_adapter", self._load),
+                web.post("/v1/unload_lora_adapter", self._unload),
+                web.post("/sim/script", self._add_script),
+                web.get("/sim/script", self._list_scripts),
+                web.delete("/sim/script", self._clear_scripts),
+                web.get("/sim/state", self._state),
+            ]
+        )
+        runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
+        )
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        try:
+            await site.start()
+        except OSError as exc:
+            await runner.cleanup()
+            raise OSError(f"simulator {self.name} cannot listen on {self.url}: {exc}") from exc
+        self.port = int(runner.addresses[0][1])
+        self._runner = runner
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    def state(self) -> ReplicaState:
+        """Snapshot for assertions; call it in the server's event loop."""
+        return replace(self.engine.snapshot(), received=tuple(self.received))
+
+    # Scripting (thread-safe).
+
+    def script_tool_call(
+        self,
+        model: str | None,
+        name: str,
+        arguments: dict[str, Any] | str | None = None,
+        *,
+        times: int | None = None,
+        when_prompt_contains: str | None = None,
+        require_offered: bool = True,
+        call_id: str | None = None,
+    ) -> int:
+        """Make ``model`` (None: any) answer chat requests with this tool call."""
+        spec = ToolCallSpec(
+            name=name, arguments=arguments or {}, id=call_id, require_offered=require_offered
+        )
+        return self.add_script(
+            ScriptRule(
+                model=model, tool_call=spec, times=times, when_prompt_contains=when_prompt_contains
+            )
+        )
+
+    def script_text(
+        self,
+        model: str | None,
+        text: str,
+        *,
+        times: int | None = None,
+        when_prompt_contains: str | None = None,
+    ) -> int:
+        """Make ``model`` (None: any) answer with exactly ``text``."""
+        return self.add_script(
+            ScriptRule(
+                model=model, text=text, times=times, when_prompt_contains=when_prompt_contains
+            )
+        )
+
+    def script_failure(
+        self,
+        model: str | None,
+        *,
+        status: int = 500,
+        disconnect: bool = False,
+        after_tokens: int = 0,
+        times: int | None = None,
+        when_prompt_contains: str | None = None,
+    ) -> int:
+        """Make requests for ``model`` (None: any) fail with ``status`` or a dropped
+        connection (after ``after_tokens`` streamed tokens)."""
+        failure = FailureSpec(status=status, disconnect=disconnect, after_tokens=after_tokens)
+        return self.add_script(
+            ScriptRule(
+                model=model, failure=failure, times=times, when_prompt_contains=when_prompt_contains
+            )
+        )
+
+    def add_script(self, rule: ScriptRule) -> int:
+        return self.scripts.add(rule)
+
+    def clear_scripts(self) -> None:
+        self.scripts.clear()
+
+    # Plain endpoints.
+
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        self.metrics.update()
+        return web.Response(body=self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
+
+    async def _models(self, request: web.Request) -> web.Response:
+        cfg = self.config
+        body = shapes.model_list(
+            cfg.model, cfg.root, cfg.max_model_len, list(self.engine.adapters.values())
+        )
+        return web.json_response(body)
+
+    async def _load(self, request: web.Request) -> web.Response:
+        try:
+            body = await _read_json(request)
+            load_inplace = bool(body.get("load_inplace", False))
+            message = self.engine.load_adapter(
+                _str_field(body, "lora_name"), _str_field(body, "lora_path"), load_inplace
+            )
+        except EngineError as exc:
+            return _error(exc)
+        return web.Response(text=message)
+
+    async def _unload(self, request: web.Request) -> web.Response:
+        try:
+            body = await _read_json(request)
+            message = self.engine.unload_adapter(_str_field(body, "lora_name"))
+        except EngineError as exc:
+            return _error(exc)
+        return web.Response(text=message)
+
+    async def _add_script(self, request: web.Request) -> web.Response:
+        try:
+            rule = ScriptRule.model_validate(await _read_json(request))
+        except EngineError as exc:
+            return _error(exc)
+        except ValueError as exc:
+            return _error(EngineError(str(exc), HTTPStatus.BAD_REQUEST, "BadRequestError"))
+        return web.json_response({"id": self.add_script(rule)}, status=201)
+
+    async def _list_scripts(self, request: web.Request) -> web.Response:
+        rules = [r.model_dump(exclude_none=True) for r in self.scripts.rules()]
+        return web.json_response({"rules": rules})
+
+    async def _clear_scripts(self, request: web.Request) -> web.Response:
+        self.clear_scripts()
+        return web.json_response({"cleared": True})
+
+    async def _state(self, request: web.Request) -> web.Response:
+        state = self.state()
+        body = {k: v for k, v in state.__dict__.items() if k != "received"}
+        body["received"] = [r.__dict__ for r in state.received]
+        return web.json_response(body)
+
+    # Generation.
+
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=True)
+
+    async def _completions(self, request: web.Request) -> web.StreamResponse:
+        return await self._generate(request, chat=False)
+
+    async def _generate(self, request: web.Request, *, chat: bool) -> web.StreamResponse:
+        try:
+            body = await _read_json(request)
+            headers = {k.lower(): v for k, v in request.headers.items()}
+            self.received.append(ReceivedRequest(request.path, body, headers))
+            model = body.get("model") or self.config.model
+            if not isinstance(model, str):
+                raise EngineError("'model' must be a string.", HTTPStatus.BAD_REQUEST,
+                                  "BadRequestError", param="model")  # fmt: skip
+            adapter = self.engine.resolve_model(model)
+            prompt = (
+                chat_prompt(body.get("messages")) if chat else completion_prompt(body.get("prompt"))
+            )
+            rule = self.scripts.take(model, prompt, offered_tools(body), chat=chat)
+            plan = make_plan(self.config, model, prompt, body, rule)
+        except EngineError as exc:
+            return _error(exc)
+        except PromptError as exc:
+            return _error(EngineError(str(exc), HTTPStatus.BAD_REQUEST, "BadRequestError"))
+        failure = rule.failure if rule is not None else None
+        stream = bool(body.get("stream"))
+        if failure is not None and not failure.disconnect:
+            return _scripted_error(failure, model)
+        if failure is not None and (not stream or failure.after_tokens == 0):
+            _drop(request)
+        cut_after = failure.after_tokens if failure is not None else None
+        job = _Job(self, request, body, model, count_tokens(prompt), plan, chat)
+        return await job.run(adapter, stream=stream, cut_after=cut_after)
+
+
+class _Job:
+    """One generation request from admission to its last byte."""
+
+    def __init__(
+        self,
+        server: SimServer,
+        request: web.Request,
+        body: dict[str, Any],
+        model: str,
+        prompt_tokens: int,
+        plan: Plan,
+        chat: bool,
+    ) -> None:
+        self.server = server
+        self.request = request
+        self.body = body
+        self.model = model
+        self.prompt_tokens = prompt_tokens
+        self.plan = plan
+        self.chat = chat
+        self.id = shapes.new_id("chatcmpl" if chat else "cmpl")
+        self.created = int(time.time())
+
+    async def run(
+        self, adapter: str | None, *, stream: bool, cut_after: int | None
+    ) -> web.StreamResponse:
+        """Queue in the engine, produce the tokens, and always leave the engine."""
+        server = self.server
+        sim_request = server.engine.submit(self.model, adapter)
+        clock = TokenClock(server.config, server.metrics, sim_request, self.prompt_tokens)
+        reason: FinishReason = "abort"
+        try:
+            if stream:
+                response = await self._stream(clock, cut_after)
+            else:
+                response = await self._whole(clock)
+            reason = "length" if self.plan.finish_reason == "length" else "stop"
+            return response
+        finally:
+            clock.done(reason)
+            server.engine.finish(sim_request, reason)
+
+    async def _whole(self, clock: TokenClock) -> web.Response:
+        await clock.start()
+        for _ in range(self.plan.token_count):
+            await clock.tick()
+        plan = self.plan
+        usage = (self.prompt_tokens, plan.token_count)
+        if self.chat:
+            calls = []
+            if plan.tool_name is not None:
+                calls = [shapes.tool_call_obj(plan.tool_call_id, plan.tool_name,
+                                              plan.tool_arguments)]  # fmt: skip
+            body = shapes.chat_response(
+                response_id=self.id, created=self.created, model=self.model,
+                content=None if plan.is_tool_call else plan.text, tool_calls=calls,
+                finish_reason=plan.finish_reason, prompt_tokens=usage[0],
+                completion_tokens=usage[1],
+            )  # fmt: skip
+        else:
+            body = shapes.completion_response(
+                response_id=self.id, created=self.created, model=self.model, text=plan.text,
+                finish_reason=plan.finish_reason, prompt_tokens=usage[0],
+                completion_tokens=usage[1],
+            )  # fmt: skip
+        return web.json_response(body, headers={REPLICA_HEADER: self.server.name})
+
+    async def _stream(self, clock: TokenClock, cut_after: int | None) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", REPLICA_HEADER: self.server.name}
+        )
+        await response.prepare(self.request)
+        await clock.start()
+        for index, delta, finish in self._deltas():
+            if cut_after is not None and index >= cut_after:
+                _drop(self.request)
+            await clock.tick()
+            if self.chat:
+                if index == 0:
+                    role = {"role": "assistant", "content": ""}
+                    await response.write(shapes.sse(self._chunk(role, None)))
+                chunk = self._chunk(delta, finish)
+            else:
+                chunk = shapes.completion_chunk(
+                    self.id, self.created, self.model, delta.get("text", ""), finish
+                )
+            await response.write(shapes.sse(chunk))
+        options = self.body.get("stream_options")
+        if isinstance(options, dict) and options.get("include_usage"):
+            obj = "chat.completion.chunk" if self.chat else "text_completion"
+            usage = shapes.usage_chunk(self.id, self.created, self.model, obj,
+                                       self.prompt_tokens, self.plan.token_count)  # fmt: skip
+            await response.write(shapes.sse(usage))
+        await response.write(shapes.sse("[DONE]"))
+        await response.write_eof()
+        return response
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
+        return shapes.chat_chunk(self.id, self.created, self.model, delta, finish)
+
+    def _deltas(self) -> list[tuple[int, dict[str, Any], str | None]]:
+        """(token index, delta, finish_reason) per streamed token, as vLLM sends them."""
+        plan = self.plan
+        finish = plan.finish_reason
+        if plan.is_tool_call:
+            head = {"index": 0, "id": plan.tool_call_id, "type": "function",
+                    "function": {"name": plan.tool_name}}  # fmt: skip
+            deltas: list[dict[str, Any]] = [{"tool_calls": [head]}]
+            deltas += [
+                {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+                for piece in plan.pieces
+            ]
+            deltas.append({})
+        else:
+            key = "content" if self.chat else "text"
+            deltas = [{key: piece} for piece in plan.pieces] or [{key: ""}]
+        last = len(deltas) - 1
+        return [(i, d, finish if i == last else None) for i, d in enumerate(deltas)]
+
+
+async def _read_json(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except json.JSONDecodeError as exc:
+        raise EngineError(
+            f"request body is not valid JSON: {exc}", HTTPStatus.BAD_REQUEST, "BadRequestError"
+        ) from exc
+    if not isinstance(body, dict):
+        raise EngineError(
+            "request body must be a JSON object", HTTPStatus.BAD_REQUEST, "BadRequestError"
+        )
+    return body
+
+
+def _str_field(body: dict[str, Any], key: str) -> str:
+    value = body.get(key, "")
+    if not isinstance(value, str):
+        raise EngineError(f"'{key}' must be a string.", HTTPStatus.BAD_REQUEST, "BadRequestError")
+    return value
+
+
+def _error(exc: EngineError) -> web.Response:
+    return web.json_response(shapes.error_body(exc), status=int(exc.status))
+
+
+def _scripted_error(failure: FailureSpec, model: str) -> web.Response:
+    status = HTTPStatus(failure.status)
+    err_type = "InternalServerError" if status == 500 else status.phrase.replace(" ", "") + "Error"
+    return _error(EngineError(f"scripted failure for model `{model}`", status, err_type))
+
+
+def _drop(request: web.Request) -> None:
+    """Close the client's connection without an answer (a crashed engine)."""
+    if request.transport is not None:
+        request.transport.close()
+    raise asyncio.CancelledError

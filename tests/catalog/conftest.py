@@ -1,0 +1,196 @@
+"""Catalog fixtures: the app on SQLite and on Postgres (parametrized), live servers, builders.
+
+- ``backend``: "sqlite" | "postgres"; ``db_url``: a fresh, migrated database of it.
+- ``make_client(**settings)``: an httpx AsyncClient on the app (lifespan run), same DB.
+- ``client``: ``make_client()`` with auth off and local blobs.
+- ``catalog_server``: base URL of a real uvicorn catalog (SQLite + local blobs, auth off).
+- ``catalog_server_auth``: a :class:`LiveCatalog` (``url``, ``admin_token``) with auth on.
+- ``model``: a tiny GQA Llama shape set; ``model.base_body()`` registers it,
+  ``model.adapter(...)`` builds (adapter_config.json bytes, safetensors bytes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import pytest
+from safetensors.numpy import save
+
+from mol_catalog.app import create_app
+from mol_catalog.db import migrate
+from mol_catalog.settings import CatalogSettings
+from mol_platform.testing.net import free_port, wait_port
+from mol_platform.testing.postgres import PostgresCluster, fresh_database
+
+PREFIX = "base_model.model.model.layers"
+
+
+@dataclass
+class Model:
+    """A synthetic Llama-like base: GQA by default (4 heads, 2 KV heads, head_dim 16)."""
+
+    name: str = "tiny-llama"
+    revision: str = "r1"
+    hidden: int = 64
+    heads: int = 4
+    kv_heads: int = 2
+    inter: int = 128
+    vocab: int = 100
+    layers: int = 2
+
+    def shapes(self) -> dict[str, tuple[int, int]]:
+        hd = self.hidden // self.heads
+        return {
+            "self_attn.q_proj": (self.hidden, self.hidden),
+            "self_attn.k_proj": (self.kv_heads * hd, self.hidden),
+            "self_attn.v_proj": (self.kv_heads * hd, self.hidden),
+            "self_attn.o_proj": (self.hidden, self.hidden),
+            "mlp.gate_proj": (self.inter, self.hidden),
+            "mlp.up_proj": (self.inter, self.hidden),
+            "mlp.down_proj": (self.hidden, self.inter),
+        }
+
+    def base_body(self) -> dict[str, Any]:
+        tensors: dict[str, list[int]] = {
+            "model.embed_tokens.weight": [self.vocab, self.hidden],
+            "model.norm.weight": [self.hidden], "lm_head.weight": [self.vocab, self.hidden]}
+        for i in range(self.layers):
+            for kind, (out, inp) in self.shapes().items():
+                tensors[f"model.layers.{i}.{kind}.weight"] = [out, inp]
+        config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                  "hidden_size": self.hidden, "num_hidden_layers": self.layers,
+                  "num_attention_heads": self.heads, "num_key_value_heads": self.kv_heads}
+        return {"name": self.name, "revision": self.revision,
+                "architecture": "LlamaForCausalLM", "config": config, "tensors": tensors}
+
+    def adapter(self, rank: int = 8, modules: tuple[str, ...] = ("q_proj", "v_proj"),
+                seed: int = 0, layers: int | None = None, config: dict[str, Any] | None = None,
+                extra: dict[str, np.ndarray] | None = None) -> tuple[bytes, bytes]:
+        """(adapter_config.json, adapter_model.safetensors) for a LoRA on this base."""
+        rng = np.random.default_rng(seed)
+        tensors: dict[str, np.ndarray] = {}
+        shapes = {k.split(".")[-1]: (k, v) for k, v in self.shapes().items()}
+        for i in range(self.layers if layers is None else layers):
+            for m in modules:
+                kind, (out, inp) = shapes[m]
+                tensors[f"{PREFIX}.{i}.{kind}.lora_A.weight"] = rng.standard_normal(
+                    (rank, inp)).astype(np.float32)
+                tensors[f"{PREFIX}.{i}.{kind}.lora_B.weight"] = rng.standard_normal(
+                    (out, rank)).astype(np.float32)
+        tensors.update(extra or {})
+        cfg = {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank,
+               "target_modules": list(modules), "base_model_name_or_path": self.name,
+               "bias": "none", "use_dora": False, "modules_to_save": None}
+        cfg.update(config or {})
+        return json.dumps(cfg).encode(), save(tensors)
+
+    @staticmethod
+    def files(pair: tuple[bytes, bytes]) -> dict[str, tuple[str, bytes, str]]:
+        """httpx multipart ``files=`` for a publish."""
+        cfg, weights = pair
+        return {"adapter_config.json": ("adapter_config.json", cfg, "application/json"),
+                "adapter_model.safetensors": ("adapter_model.safetensors", weights,
+                                              "application/octet-stream")}
+
+
+
+
+@pytest.fixture
+def model() -> Model:
+    return Model()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture
+def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    """A fresh database of the backend, migrated to head."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path / 'catalog.db'}"
+    else:
+        cluster: PostgresCluster = request.getfixturevalue("postgres_cluster")
+        url = fresh_database(cluster, "catalog", driver="asyncpg")
+    migrate(url)
+    return url
+
+
+MakeClient = Callable[..., Awaitable[httpx.AsyncClient]]
+
+
+@pytest.fixture
+async def make_client(db_url: str, tmp_path: Path) -> AsyncIterator[MakeClient]:
+    """Factory of in-process clients sharing one database; settings override defaults."""
+    async with AsyncExitStack() as stack:
+
+        async def make(**overrides: Any) -> httpx.AsyncClient:
+            values: dict[str, Any] = {"db_url": db_url, "blob_url": f"file://{tmp_path/'blobs'}",
+                                      "auth": "off", "pool_size": 5}
+            values.update(overrides)
+            app = create_app(CatalogSettings(**values))
+            await stack.enter_async_context(app.router.lifespan_context(app))
+            client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
+                                       base_url="http://catalog.test")
+            await stack.enter_async_context(client)
+            return client
+
+        yield make
+
+
+@pytest.fixture
+async def client(make_client: MakeClient) -> httpx.AsyncClient:
+    return await make_client()
+
+
+@dataclass(frozen=True)
+class LiveCatalog:
+    url: str
+    admin_token: str | None
+    db_url: str
+    blob_dir: Path
+
+
+def _run_server(tmp: Path, auth: bool, admin_token: str | None) -> Iterator[LiveCatalog]:
+    port = free_port()
+    db_url = f"sqlite:///{tmp / 'catalog.db'}"
+    env = {**os.environ, "MOL_CATALOG_AUTH": "on" if auth else "off"}
+    if admin_token:
+        env["MOL_CATALOG_ADMIN_TOKEN"] = admin_token
+    code = ("from mol_catalog.server import serve; "
+            f"serve('127.0.0.1', {port}, {db_url!r}, {('file://' + str(tmp / 'blobs'))!r})")
+    proc = subprocess.Popen([sys.executable, "-c", code], env=env)
+    try:
+        wait_port(port, timeout=60)
+        yield LiveCatalog(f"http://127.0.0.1:{port}", admin_token, db_url, tmp / "blobs")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture
+def catalog_server(tmp_path: Path) -> Iterator[str]:
+    """Base URL of a real uvicorn catalog on SQLite + local blobs, auth off."""
+    for live in _run_server(tmp_path, auth=False, admin_token=None):
+        yield live.url
+
+
+@pytest.fixture
+def catalog_server_auth(tmp_path: Path) -> Iterator[LiveCatalog]:
+    """A real uvicorn catalog with auth on; ``admin_token`` is accepted as admin."""
+    yield from _run_server(tmp_path, auth=True, admin_token="mol_" + "a" * 43)

@@ -1,0 +1,323 @@
+"""``mol catalog`` verbs and the catalog client against a real catalog server.
+
+The server is started through ``mol catalog serve`` itself (SQLite + local blobs, auth
+on) once for this module; each test uses its own namespace so tests stay independent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import Result
+from safetensors.numpy import save
+from typer.testing import CliRunner
+
+from mol_catalog.cli import app
+from mol_platform.catalog_client import CatalogClient, CatalogError
+from mol_platform.demo import build_demo
+from mol_platform.model_folder import read_base_model_folder
+from mol_platform.safetensors_header import read_header
+from mol_platform.testing.net import free_port, port_open
+
+ADMIN = "mol_" + "t" * 43
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A catalog started with ``python -m mol_platform catalog serve``; yields its URL."""
+    tmp = tmp_path_factory.mktemp("catalog")
+    port = free_port()
+    env = {**os.environ, "MOL_CATALOG_ADMIN_TOKEN": ADMIN}
+    for key in ("MOL_CATALOG_AUTH", "MOL_CATALOG_URL", "MOL_CATALOG_TOKEN"):
+        env.pop(key, None)
+    cmd = [sys.executable, "-m", "mol_platform", "catalog", "serve", "--port", str(port),
+           "--db", f"sqlite:///{tmp / 'catalog.db'}", "--blobs", f"file://{tmp / 'blobs'}"]
+    with (tmp / "server.log").open("wb") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        for _ in range(600):
+            if port_open(port) or proc.poll() is not None:
+                break
+            proc_wait(proc, 0.1)
+        if not port_open(port):
+            pytest.fail(f"mol catalog serve did not start: {(tmp / 'server.log').read_text()}")
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def proc_wait(proc: subprocess.Popen[bytes], seconds: float) -> None:
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=seconds)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_demo(tmp_path_factory.mktemp("demo"), seed=3).base.parent
+
+
+def mol(url: str, *args: str | Path, token: str | None = ADMIN) -> Result:
+    """Run ``mol catalog <args>`` in-process against ``url``."""
+    head = ["--catalog-url", url] + (["--token", token] if token else [])
+    result = CliRunner().invoke(app, [*head, *map(str, args)])
+    assert "Traceback" not in result.output + result.stderr
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return result
+
+
+@pytest.fixture(scope="module")
+def base(server: str, demo: Path) -> str:
+    """The demo base registered as ``tiny``, profiles ``big`` (rank 64) and ``small`` (8)."""
+    result = mol(server, "base", "register", demo / "base", "--name", "tiny")
+    assert result.exit_code == 0, result.stderr
+    ref = result.stdout.split()[2]
+    for name, rank in (("big", 64), ("small", 8)):
+        out = mol(server, "profile", "set", name, "--base", ref, "--max-lora-rank", str(rank),
+                  "--max-loras", "2", "--engine", "vllm==0.32.0")
+        assert out.exit_code == 0, out.stderr
+        assert f"max LoRA rank {rank}" in out.stdout
+    return ref
+
+
+def test_base_register_uses_a_content_revision_and_is_idempotent(
+    server: str, demo: Path, base: str
+) -> None:
+    folder = read_base_model_folder(demo / "base")
+    assert base == f"tiny@{folder.default_revision()}"
+    again = mol(server, "base", "register", demo / "base", "--name", "tiny")
+    assert again.exit_code == 0
+    assert base in again.stdout
+    shown = json.loads(mol(server, "base", "show", "tiny", "--json").stdout)
+    (revision,) = shown["revisions"]
+    assert revision["revision"] == base.split("@")[1]
+    assert revision["tensors"] == folder.tensors
+    assert "model.layers.0.self_attn.k_proj.weight" in folder.tensors
+
+
+def test_sharded_base_gets_the_same_revision(server: str, demo: Path, base: str,
+                                             tmp_path: Path) -> None:
+    header = read_header(demo / "base" / "model.safetensors")
+    names = sorted(header)
+    shards = {"model-00001-of-00002.safetensors": names[::2],
+              "model-00002-of-00002.safetensors": names[1::2]}
+    weight_map = {}
+    for shard, members in shards.items():
+        save_file = {n: np.zeros(header[n].shape, np.float32) for n in members}
+        (tmp_path / shard).write_bytes(save(save_file))
+        weight_map.update(dict.fromkeys(members, shard))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    (tmp_path / "config.json").write_bytes((demo / "base" / "config.json").read_bytes())
+    result = mol(server, "base", "register", tmp_path, "--name", "tiny")
+    assert result.exit_code == 0, result.stderr
+    assert base in result.stdout
+
+
+def test_publish_resolve_and_verdicts(server: str, demo: Path, base: str) -> None:
+    chat = mol(server, "publish", demo / "adapters" / "chat", "--name", "pub/chat",
+               "--alias", "stable", "--base", base, "--tag", "chat", "--source", "git://x")
+    assert chat.exit_code == 0, chat.stderr
+    assert chat.stdout.startswith("published pub/chat v1 (sha256:")
+    assert "alias stable -> v1" in chat.stdout
+    assert "big: compatible" in chat.stdout
+    assert "small: compatible" in chat.stdout
+
+    coding = mol(server, "publish", demo / "adapters" / "coding", "--name", "pub/coding",
+                 "--base", base)
+    assert coding.exit_code == 0, coding.stderr
+    assert "small: incompatible" in coding.stdout
+    assert "[rank_above_max] adapter rank 16 exceeds serving profile 'small'" in coding.stdout
+
+    again = mol(server, "publish", demo / "adapters" / "coding", "--name", "pub/coding",
+                "--base", base)
+    assert again.exit_code == 0
+    assert again.stdout.startswith("already published: pub/coding v1")
+
+    resolved = mol(server, "resolve", "pub/chat@stable", "--profile", "small", "--json")
+    assert resolved.exit_code == 0, resolved.stderr
+    body = json.loads(resolved.stdout)
+    assert body["version"] == 1
+    assert body["digest"] == chat.stdout.split("(")[1].split(")")[0]
+    assert body["verdict"]["compatible"] is True
+    assert {f["path"] for f in body["files"]} == {"adapter_config.json",
+                                                   "adapter_model.safetensors"}
+
+    refused = mol(server, "resolve", "pub/coding@latest", "--profile", "small")
+    assert refused.exit_code == 1
+    assert "verdict (small): incompatible" in refused.stdout
+    assert "incompatible with serving profile small" in refused.stderr
+    assert "rank_above_max" in refused.stderr
+    assert mol(server, "resolve", "pub/coding@v1", "--profile", "big").exit_code == 0
+
+
+def test_publish_rejects_an_adapter_that_does_not_fit(server: str, demo: Path, base: str,
+                                                      tmp_path: Path) -> None:
+    """An adapter made for a non-GQA model: k/v projections as wide as q."""
+    src = demo / "adapters" / "chat"
+    header = read_header(src / "adapter_model.safetensors")
+    arrays = {}
+    for name, info in header.items():
+        shape = info.shape
+        if ("k_proj.lora_B" in name or "v_proj.lora_B" in name):
+            shape = (shape[0] * 2, shape[1])
+        arrays[name] = np.zeros(shape, np.float32)
+    (tmp_path / "adapter_model.safetensors").write_bytes(save(arrays))
+    (tmp_path / "adapter_config.json").write_bytes((src / "adapter_config.json").read_bytes())
+    result = mol(server, "publish", tmp_path, "--name", "bad/chat", "--base", base)
+    assert result.exit_code == 1
+    assert result.stdout == ""
+    assert "shape_mismatch" in result.stderr
+    assert "v_proj.lora_B" in result.stderr
+    assert "HTTP 422" in result.stderr
+
+
+def test_ls_table_quiet_json_and_pages(server: str, demo: Path, base: str) -> None:
+    for name in ("agent", "ui", "router"):
+        out = mol(server, "publish", demo / "adapters" / name, "--name", f"lst/{name}",
+                  "--base", base, "--tag", "listed")
+        assert out.exit_code == 0, out.stderr
+    quiet = mol(server, "ls", "--namespace", "lst", "-q")
+    assert sorted(quiet.stdout.split()) == ["lst/agent", "lst/router", "lst/ui"]
+    table = mol(server, "ls", "--tag", "listed").stdout.splitlines()
+    assert table[0].split() == ["ADAPTER", "LATEST", "BASE", "TAGS", "UPDATED"]
+    assert len(table) == 4
+    assert all(base in row for row in table[1:])
+    limited = json.loads(mol(server, "ls", "--namespace", "lst", "--limit", "2", "--json").stdout)
+    assert len(limited) == 2
+    with CatalogClient(server, ADMIN) as client:
+        paged = list(client.list_adapters(namespace="lst", page_size=1))
+    assert sorted(i["adapter"] for i in paged) == ["lst/agent", "lst/router", "lst/ui"]
+
+
+def test_alias_history_and_yank(server: str, demo: Path, base: str) -> None:
+    for adapter in ("chat", "agent"):
+        assert mol(server, "publish", demo / "adapters" / adapter, "--name", "yk/x",
+                   "--base", base).exit_code == 0
+    assert mol(server, "alias", "set", "yk/x@stable", "v1").stdout == "yk/x@stable -> v1\n"
+    blocked = mol(server, "yank", "yk/x@v1", "--reason", "broken")
+    assert blocked.exit_code == 1
+    assert "stable" in blocked.stderr
+    moved = mol(server, "alias", "set", "yk/x@stable", "2")
+    assert moved.stdout == "yk/x@stable -> v2 (was v1)\n"
+    yanked = mol(server, "yank", "yk/x@v1", "--reason", "broken")
+    assert yanked.exit_code == 0, yanked.stderr
+    assert yanked.stdout == "yank" + "ed yk/x v1: broken\n"
+    status = json.loads(mol(server, "resolve", "yk/x@v1", "--json").stdout)
+    assert status["status"] == "yanked"
+    assert json.loads(mol(server, "resolve", "yk/x@latest", "--json").stdout)["version"] == 2
+    history = mol(server, "alias", "history", "yk/x@stable").stdout.splitlines()
+    assert [row.split()[:2] for row in history[1:]] == [["v2", "v1"], ["v1", "-"]]
+    assert mol(server, "alias", "set", "yk/x@canary", "v1").exit_code == 1  # yanked
+    by_alias = mol(server, "yank", "yk/x@stable", "--reason", "x")
+    assert by_alias.exit_code == 1
+    assert "immutable reference" in by_alias.stderr
+    shown = mol(server, "show", "yk/x").stdout
+    assert "stable -> v2" in shown
+    assert "yanked" in shown
+
+
+def test_tokens_scopes_and_revoke(server: str, demo: Path, base: str) -> None:
+    created = mol(server, "token", "create", "ci-tok", "--scope", "publish:tok")
+    assert created.exit_code == 0, created.stderr
+    token = created.stdout.strip()
+    assert token.startswith("mol_")
+    assert len(token) == 47
+    assert "shown only once" in created.stderr
+    other = mol(server, "publish", demo / "adapters" / "chat", "--name", "elsewhere/chat",
+                "--base", base, token=token)
+    assert other.exit_code == 1
+    assert "HTTP 403" in other.stderr
+    own = mol(server, "publish", demo / "adapters" / "chat", "--name", "tok/chat",
+              "--base", base, token=token)
+    assert own.exit_code == 0, own.stderr
+    listed = json.loads(mol(server, "token", "list", "--json").stdout)
+    (mine,) = [t for t in listed if t["name"] == "ci-tok"]
+    assert "token" not in mine
+    assert mine["revoked_at"] is None
+    assert mol(server, "token", "revoke", str(mine["id"])).exit_code == 0
+    after = mol(server, "ls", token=token)
+    assert after.exit_code == 1
+    assert "HTTP 401" in after.stderr
+
+
+def test_gc(server: str, base: str) -> None:
+    result = mol(server, "gc", "--grace", "1h30m")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout.startswith("deleted ")
+    assert mol(server, "gc", "--grace", "soon").exit_code == 2
+
+
+def test_errors_are_one_line_on_stderr(server: str, tmp_path: Path) -> None:
+    unreachable = mol(f"http://127.0.0.1:{free_port()}", "ls")
+    assert unreachable.exit_code == 1
+    assert "cannot reach the catalog" in unreachable.stderr
+    bad_ref = mol(server, "resolve", "not-a-ref")
+    assert bad_ref.exit_code == 1
+    assert "invalid adapter reference 'not-a-ref'" in bad_ref.stderr
+    unknown = mol(server, "resolve", "nobody/nothing@stable")
+    assert unknown.exit_code == 1
+    assert "HTTP 404" in unknown.stderr
+    no_files = mol(server, "publish", tmp_path, "--name", "a/b")
+    assert no_files.exit_code == 1
+    assert "missing adapter_config.json, adapter_model.safetensors" in no_files.stderr
+    anonymous = mol(server, "ls", token=None)
+    assert anonymous.exit_code == 1
+    assert "HTTP 401" in anonymous.stderr
+
+
+def test_client_reports_upload_progress_and_error_fields(server: str, demo: Path,
+                                                         base: str) -> None:
+    seen: list[tuple[int, int]] = []
+    folder = demo / "adapters" / "ui"
+    with CatalogClient(server, ADMIN) as client:
+        result = client.publish(folder, "prog/ui", base=base, tags=["a", "b"],
+                                progress=lambda sent, total: seen.append((sent, total)))
+        with pytest.raises(CatalogError) as info:
+            client.get_adapter("prog/missing")
+        events = client.events(after=0, limit=500)
+    assert result["version"] == 1
+    sizes = sum(f.stat().st_size for f in folder.iterdir())
+    total = seen[-1][1]
+    assert seen[-1][0] == total
+    assert total > sizes
+    assert [s for s, _ in seen] == sorted(s for s, _ in seen)
+    assert info.value.status == 404
+    assert info.value.error
+    assert "prog/missing" in info.value.detail
+    assert any(e["type"] == "version.published" and e["adapter"] == "prog/ui"
+               for e in events["items"])
+
+
+def test_environment_settings_and_option_override(server: str, base: str) -> None:
+    env = {"MOL_CATALOG_URL": server, "MOL_CATALOG_TOKEN": ADMIN}
+    assert CliRunner().invoke(app, ["ls", "-q"], env=env).exit_code == 0
+    wrong = CliRunner().invoke(app, ["--token", "mol_wrong", "ls"], env=env)
+    assert wrong.exit_code == 1
+    assert "HTTP 401" in wrong.stderr
+
+
+COMMANDS = [["serve"], ["publish"], ["resolve"], ["ls"], ["show"], ["alias", "set"],
+            ["alias", "history"], ["yank"], ["base", "register"], ["base", "show"],
+            ["profile", "set"], ["token", "create"], ["token", "list"], ["token", "revoke"],
+            ["gc"]]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
+def test_every_verb_has_help_with_an_example(command: list[str]) -> None:
+    result = CliRunner().invoke(app, [*command, "--help"])
+    assert result.exit_code == 0
+    example = result.stdout.split("Example:", 1)[1]
+    assert "mol catalog " + " ".join(command) in example

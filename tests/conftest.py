@@ -1,0 +1,3 @@
+"""Root conftest: the shared infrastructure fixtures (see docs/testing.md)."""
+
+pytest_plugins = ["fixtures_infra"]

@@ -1,0 +1,45 @@
+"""Fixtures for end-to-end tests against the real vLLM engine (CPU build).
+
+One engine process serves the whole session (it takes ~50 s to start and ~3 GB):
+the demo base model with the ``chat`` and ``coding`` adapters preloaded and
+``--max-loras 2``. A missing engine venv fails the tests; it never skips them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mol_platform.demo import DemoResult, build_demo
+from mol_platform.testing.engine import Engine, find_engine_venv, running_engine
+
+PRELOADED_ADAPTERS = ("chat", "coding")
+
+
+@pytest.fixture(scope="session")
+def demo_assets(tmp_path_factory: pytest.TempPathFactory) -> DemoResult:
+    """The demo model and all its adapters, built once per session (seed 0)."""
+    return build_demo(tmp_path_factory.mktemp("demo"), seed=0)
+
+
+@pytest.fixture(scope="session")
+def engine_venv() -> Path:
+    """The engine venv ($MOL_ENGINE_VENV, else scripts/engine-venv.sh); errors if none."""
+    return find_engine_venv()
+
+
+@pytest.fixture(scope="session")
+def engine(engine_venv: Path, demo_assets: DemoResult) -> Iterator[Engine]:
+    """A vLLM engine on 127.0.0.1 serving the demo base (as ``engine.model``) and the
+    ``chat`` and ``coding`` adapters, with runtime LoRA loading on."""
+    with running_engine(
+        engine_venv,
+        demo_assets.base,
+        lora_modules={name: demo_assets.adapters[name] for name in PRELOADED_ADAPTERS},
+        served_model_name="demo-base",
+        max_loras=2,
+        max_lora_rank=16,
+    ) as eng:
+        yield eng

@@ -1,0 +1,58 @@
+"""The throwaway PostgreSQL cluster: reachable through SQLAlchemy, pg_trgm available,
+databases created and dropped, and everything gone after stop()."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from mol_platform.testing.net import port_open
+from mol_platform.testing.postgres import PostgresCluster, fresh_database
+
+
+def test_fresh_database_with_trigram(postgres_cluster: PostgresCluster) -> None:
+    url = fresh_database(postgres_cluster, "infra test")
+    assert url.startswith("postgresql+psycopg://")
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("CREATE TABLE a (name text)"))
+            conn.execute(sa.text("INSERT INTO a VALUES ('support-bot'), ('coder')"))
+            conn.execute(sa.text("CREATE INDEX ON a USING gin (name gin_trgm_ops)"))
+            rows = conn.execute(sa.text("SELECT name FROM a WHERE name ILIKE '%port%'")).all()
+            version = conn.execute(sa.text("SHOW server_version")).scalar_one()
+    finally:
+        engine.dispose()
+    assert rows == [("support-bot",)]
+    assert str(version).startswith("15")
+
+
+async def test_asyncpg_driver(postgres_cluster: PostgresCluster) -> None:
+    name = "asyncpg_check"
+    postgres_cluster.create_database(name)
+    engine = create_async_engine(postgres_cluster.url(name, driver="asyncpg"))
+    try:
+        async with engine.connect() as conn:
+            assert (await conn.execute(sa.text("SELECT 41 + 1"))).scalar_one() == 42
+    finally:
+        await engine.dispose()
+        postgres_cluster.drop_database(name)
+    assert name not in postgres_cluster.databases()
+
+
+def test_settings_for_tests(postgres_cluster: PostgresCluster) -> None:
+    with postgres_cluster.connect() as conn:
+        fsync = conn.execute("SHOW fsync").fetchone()
+        listen = conn.execute("SHOW listen_addresses").fetchone()
+    assert fsync == ("off",)
+    assert listen == ("127.0.0.1",)
+
+
+def test_stop_removes_everything() -> None:
+    cluster = PostgresCluster().start()
+    base, port = cluster.base_dir, cluster.port
+    assert base is not None and port_open(port)
+    cluster.stop()
+    assert not base.exists()
+    assert not port_open(port)
+    cluster.stop()  # idempotent
