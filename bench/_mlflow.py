@@ -132,7 +132,7 @@ def model_name(i: int) -> str:
 
 def _template(conn: psycopg.Connection[tuple[object, ...]], table: str
               ) -> tuple[list[str], list[tuple[object, ...]]]:
-    cur = conn.execute(f"SELECT * FROM {table} WHERE name = %s", (PROBE,))  # type: ignore[arg-type]
+    cur = conn.execute(f"SELECT * FROM {table} WHERE name = %s", (PROBE,))
     cols = [d.name for d in cur.description or ()]
     return cols, list(cur.fetchall())
 

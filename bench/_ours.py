@@ -30,10 +30,10 @@ def start_s3(port: int, workdir: Path, cores: str | None) -> Proc:
     wait_http(f"http://127.0.0.1:{port}/", proc, timeout=60)
     import boto3
 
-    client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}", **{
-        "aws_access_key_id": S3_ENV["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": S3_ENV["AWS_SECRET_ACCESS_KEY"],
-        "region_name": S3_ENV["AWS_DEFAULT_REGION"]})
+    client = boto3.client("s3", endpoint_url=f"http://127.0.0.1:{port}",
+                          aws_access_key_id=S3_ENV["AWS_ACCESS_KEY_ID"],
+                          aws_secret_access_key=S3_ENV["AWS_SECRET_ACCESS_KEY"],
+                          region_name=S3_ENV["AWS_DEFAULT_REGION"])
     client.create_bucket(Bucket=BUCKET)
     client.close()
     return proc

@@ -121,7 +121,7 @@ def restore_after_load(conn: psycopg.Connection[tuple[object, ...]], saved: Save
 
 def _timed(conn: psycopg.Connection[tuple[object, ...]], statement: str) -> None:
     start = time.monotonic()
-    conn.execute(statement)  # type: ignore[arg-type]
+    conn.execute(statement)
     short = statement if len(statement) < 90 else statement[:87] + "..."
     progress(f"  {time.monotonic() - start:6.1f}s  {short}")
 
@@ -136,7 +136,7 @@ def copy_text(conn: psycopg.Connection[tuple[object, ...]], table: str, columns:
     cols = ", ".join(f'"{c}"' for c in columns)
     start = last = time.monotonic()
     rows = 0
-    with conn.cursor() as cur, cur.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:  # type: ignore[arg-type]
+    with conn.cursor() as cur, cur.copy(f"COPY {table} ({cols}) FROM STDIN") as copy:
         for chunk in chunks:
             copy.write(chunk)
             rows += chunk.count("\n")

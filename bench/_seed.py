@@ -277,7 +277,7 @@ def seed(url: str, n: int) -> None:
         progress("rebuilding keys and indexes, then ANALYZE")
         restore_after_load(conn, saved, TABLES)
         for table in ID_TABLES:
-            conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "  # type: ignore[arg-type]
+            conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "
                          f"(SELECT coalesce(max(id), 1) FROM {table}))")
 
 

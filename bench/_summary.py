@@ -42,6 +42,9 @@ def rows_for(bench: Bench) -> list[Row]:
         Row(f"resolve p99 at max throughput (c={c_thr})", "ms",
             get("ours:resolve:throughput", "p99_ms"), get("mlflow:resolve:throughput", "p99_ms")),
     ]
+    rows.append(Row("resolve CPU per request (server + Postgres)", "ms",
+                    bench.cpu_ms.get("ours:resolve:throughput"),
+                    bench.cpu_ms.get("mlflow:resolve:throughput")))
     for key, label in (("list-first", "list by base+tag, first page"),
                        ("list-deep", "list by base+tag, deep keyset page"),
                        ("search", "substring search, first page")):
@@ -55,6 +58,8 @@ def rows_for(bench: Bench) -> list[Row]:
                         pub.per_second, target=TARGET_PUBLISH_PER_S, better="higher"))
         rows.append(Row("publish latency p50", "ms", pub.pct(50)))
         rows.append(Row("publish latency p99", "ms", pub.pct(99)))
+        rows.append(Row("publish CPU per adapter (server + Postgres + S3)", "ms",
+                        bench.cpu_ms.get("ours:publish")))
     return rows
 
 
@@ -131,6 +136,12 @@ def section(bench: Bench, rows: list[Row], argv: list[str], elapsed: float,
         "",
         *goals(rows),
     ]
+    if bench.cpu_split:
+        lines += ["", "CPU per request by process tree (ms; measured from /proc, so other load on "
+                  "the machine does not inflate it the way it inflates latencies):", ""]
+        for key, split in bench.cpu_split.items():
+            parts = ", ".join(f"{name} {ms:.2f}" for name, ms in split.items())
+            lines.append(f"- {key}: {parts}")
     if bench.notes:
         lines += ["", "Notes:", "", *(f"- {note}" for note in bench.notes)]
     return "\n".join(lines)

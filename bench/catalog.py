@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import re
 import secrets
 import shutil
 import subprocess
@@ -31,7 +32,7 @@ import _mlflow
 import _ours
 import _seed
 from _load import LoadResult, PublishResult, publish_loop, require_wrk, run_wrk
-from _machine import Proc, quiet_check
+from _machine import Proc, quiet_check, tree_cpu
 from _pg import BenchPostgres, data_size, progress
 from _report import render_table, write_section
 from mol_platform.testing.net import free_port
@@ -91,6 +92,9 @@ class Bench:
         self.versions: dict[str, str] = {}
         self.seed_seconds: dict[str, float] = {}
         self.sizes: dict[str, str] = {}
+        self.cpu_ms: dict[str, float] = {}  # CPU ms per request: servers + Postgres
+        self.cpu_roots: dict[str, int] = {}  # name -> root pid of a measured process tree
+        self.cpu_split: dict[str, dict[str, float]] = {}
 
     def wrk(self, key: str, base_url: str, paths: Path, connections: int,
             headers: tuple[str, ...] = ()) -> LoadResult:
@@ -100,14 +104,32 @@ class Bench:
         if a.warmup > 0 and not any(k.startswith(endpoint + ":") for k in self.results):
             run_wrk(base_url, paths, connections=connections, seconds=a.warmup,
                     headers=headers, cores=cores)
+        cpu0 = self.cpu_now()
         res = run_wrk(base_url, paths, connections=connections, seconds=a.duration,
                       headers=headers, cores=cores)
-        progress(f"{key:32s} {res.line()}")
+        self.cpu_since(key, cpu0, res.requests)
+        progress(f"{key:32s} {res.line()}  {self.cpu_line(key)}")
         if res.errors:
             self.notes.append(f"{key}: {res.errors} errors (non-2xx or socket) in "
                               f"{res.requests} requests")
         self.results[key] = res
         return res
+
+    def cpu_now(self) -> dict[str, float]:
+        return {name: tree_cpu([pid]) for name, pid in self.cpu_roots.items()}
+
+    def cpu_since(self, key: str, before: dict[str, float], count: int) -> None:
+        if count <= 0:
+            return
+        after = self.cpu_now()
+        split = {name: (after[name] - before[name]) * 1000 / count for name in before}
+        self.cpu_split[key] = split
+        self.cpu_ms[key] = sum(split.values())
+
+    def cpu_line(self, key: str) -> str:
+        split = self.cpu_split.get(key, {})
+        parts = ", ".join(f"{name} {ms:.2f}" for name, ms in split.items())
+        return f"cpu {self.cpu_ms.get(key, 0.0):.2f} ms/req ({parts})"
 
     # -- MLflow ------------------------------------------------------------------
 
@@ -123,6 +145,7 @@ class Bench:
         server = _mlflow.start_server(python, url, port, a.mlflow_workers,
                                       self.workdir / "mlflow", a.server_cores or None)
         self.procs.append(server)
+        self.cpu_roots = {"mlflow": server.popen.pid, "postgres": postmaster(pg)}
         base = f"http://127.0.0.1:{port}"
         _mlflow.create_probe(base)
         progress(f"MLflow: bulk-loading {a.mlflow_models:,} models x {_mlflow.VERSIONS} versions")
@@ -152,7 +175,8 @@ class Bench:
         url = pg.url("catalog", driver="asyncpg")
         migrate(url)
         s3_port, port = free_port(), free_port()
-        self.procs.append(_ours.start_s3(s3_port, self.workdir, cores))
+        s3 = _ours.start_s3(s3_port, self.workdir, cores)
+        self.procs.append(s3)
         token = "mol_" + secrets.token_urlsafe(32)
         server = _ours.start_catalog(url, s3_port, port, a.workers, token, self.workdir, cores)
         self.procs.append(server)
@@ -170,6 +194,7 @@ class Bench:
 
         server = _ours.start_catalog(url, s3_port, port, a.workers, token, self.workdir, cores)
         self.procs.append(server)
+        self.cpu_roots = {"catalog": server.popen.pid, "postgres": postmaster(pg)}
         bases = _seed.read_bases(url)
         self.check_resolve(api, bases)
         auth = (f"Authorization: Bearer {token}",)
@@ -188,7 +213,11 @@ class Bench:
                      a.latency_connections, auth)
         search = _seed.search_paths(w / "search.txt", a.adapters, 2000, 50)
         self.wrk("ours:search:latency", base_url, search, a.latency_connections, auth)
+        self.cpu_roots["s3"] = s3.popen.pid  # moto: the S3 writes belong to publishing
+        cpu0 = self.cpu_now()
         self.publish = self.run_publish(base_url, token, bases[0])
+        self.cpu_since("ours:publish", cpu0, self.publish.published)
+        progress(f"{'ours:publish':32s} {self.cpu_line('ours:publish')}")
 
     def check_resolve(self, api: _ours.Api, bases: list[_seed.SeedBase]) -> None:
         """The seeded rows must resolve like published ones before anything is timed."""
@@ -247,7 +276,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         bench.stop()
         pg.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+        for path in workdir.glob("*.txt"):
+            path.unlink()
+        shutil.rmtree(workdir / "mlflow" / "artifacts", ignore_errors=True)
+        progress(f"server logs kept in {workdir}")
     if busy_note:
         bench.notes.insert(0, busy_note)
     elapsed = time.monotonic() - started
@@ -261,10 +293,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def postmaster(pg: BenchPostgres) -> int:
+    return int((pg.data_dir / "postmaster.pid").read_text().splitlines()[0])
+
+
 def pg_version() -> str:
     done = subprocess.run([str(find_pg_bin() / "postgres"), "--version"], capture_output=True,
                           text=True, check=False)
-    return done.stdout.strip().split()[-1] if done.returncode == 0 else "?"
+    found = re.search(r"\d+\.\d+", done.stdout)
+    return found.group(0) if found else "?"
 
 
 if __name__ == "__main__":

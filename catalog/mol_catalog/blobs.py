@@ -136,11 +136,13 @@ class S3BlobStore:
                  presign_seconds: int = 3600, client: Any = None) -> None:
         import boto3
         from boto3.s3.transfer import TransferConfig
+        from botocore.config import Config
 
         self.bucket = bucket
         self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
         self.presign_seconds = presign_seconds
-        self.client = client or boto3.session.Session().client("s3", endpoint_url=endpoint_url)
+        self.client = client or boto3.session.Session().client(
+            "s3", endpoint_url=endpoint_url, config=Config(signature_version="s3v4"))
         # Multipart above 64 MiB, in 64 MiB parts.
         self.transfer = TransferConfig(multipart_threshold=64 * 1024 * 1024,
                                        multipart_chunksize=64 * 1024 * 1024)

@@ -35,8 +35,6 @@ app = typer.Typer(
 )
 alias_app = typer.Typer(help="Move aliases (stable, candidate, ...) and show their history.",
                         no_args_is_help=True, rich_markup_mode=None)
-app.add_typer(alias_app, name="alias")
-register_admin(app)
 
 
 @app.callback()
@@ -192,7 +190,7 @@ def list_adapters(
     limit: Annotated[int, typer.Option(help="At most this many adapters.", min=1)] = 50,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON items.")] = False,
 ) -> None:
-    """List adapters, newest first as the catalog pages them.
+    """List adapters, filtered by base, tag, namespace or text.
 
     Example: mol catalog ls --base tiny-llama --tag code
     """
@@ -298,6 +296,10 @@ def yank(
             version = int(client.resolve(str(parsed))["version"])
         client.yank(parsed.adapter, version, reason)
     typer.echo(f"yanked {parsed.adapter} v{version}: {reason}")
+
+
+app.add_typer(alias_app, name="alias")
+register_admin(app)
 
 
 def _parse_ref(ref: str) -> AdapterRef:

@@ -168,7 +168,8 @@ async def test_versions_aliases_yank(client: httpx.AsyncClient, model: Model) ->
     assert res["yank_reason"] == "leaks data"
 
     await client.put(f"{ADAPTER}/aliases/stable", json={"version": 2})
-    assert (await client.post(f"{ADAPTER}/versions/3/yank", json={"reason": "x"})).status_code == 200
+    r = await client.post(f"{ADAPTER}/versions/3/yank", json={"reason": "x"})
+    assert r.status_code == 200
     latest = (await client.get("/v1/resolve/acme/coding@latest")).json()
     assert latest["version"] == 2
     detail = (await client.get(f"{ADAPTER}/versions/v3")).json()

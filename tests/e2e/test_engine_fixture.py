@@ -40,7 +40,7 @@ def test_an_engine_that_dies_is_reported_with_its_log(engine_venv, demo_assets, 
     assert _processes_mentioning(str(broken)) == []
 
 
-def test_missing_pieces_are_errors_not_skips(engine_venv, tmp_path):
+def test_missing_pieces_are_errors_not_skips(engine_venv, demo_assets, tmp_path):
     with (
         pytest.raises(EngineError, match=r"no config\.json"),
         running_engine(engine_venv, tmp_path),
@@ -48,7 +48,7 @@ def test_missing_pieces_are_errors_not_skips(engine_venv, tmp_path):
         pass
     with (
         pytest.raises(EngineError, match=r"no adapter_config\.json"),
-        running_engine(engine_venv, tmp_path, lora_modules={"x": tmp_path}),
+        running_engine(engine_venv, demo_assets.base, lora_modules={"x": tmp_path}),
     ):
         pass
     with pytest.raises(EngineError, match="no bin/python"), running_engine(tmp_path, tmp_path):

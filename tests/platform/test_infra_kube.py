@@ -30,7 +30,8 @@ def test_create_assigns_metadata_and_ignores_status(kube_client: KubeClient) -> 
     meta = obj["metadata"]
     assert meta["namespace"] == "default"
     assert meta["generation"] == 1
-    assert meta["uid"] and meta["creationTimestamp"].endswith("Z")
+    assert meta["uid"]
+    assert meta["creationTimestamp"].endswith("Z")
     assert "status" not in obj
     with pytest.raises(KubeApiError) as exc:
         kube_client.create(mold("a"))
@@ -83,7 +84,7 @@ def test_finalizers_hold_deletion(kube_client: KubeClient) -> None:
     assert kube_client.find(MOLD, "a") is None
 
 
-def test_namespaces_version_and_missing_namespace(kube: KubeServer, kube_client: KubeClient) -> None:
+def test_namespaces_and_version(kube: KubeServer, kube_client: KubeClient) -> None:
     assert [n["metadata"]["name"] for n in kube_client.list("Namespace")] == ["default"]
     with pytest.raises(KubeApiError) as exc:
         kube_client.create(mold("a", namespace="acme"))
@@ -130,7 +131,7 @@ async def test_async_client(kube: KubeServer) -> None:
     async with kube.async_client() as client:
         await client.create(mold("a"))
         await client.patch_status(MOLD, "a", {"phase": "Ready"})
-        obj = await client.wait_for(MOLD, "a", lambda o: o.get("status", {}).get("phase") == "Ready")
+        obj = await client.wait_for(MOLD, "a", lambda o: "status" in o)
         assert obj["status"]["phase"] == "Ready"
         await client.delete(MOLD, "a")
         await client.wait_gone(MOLD, "a")

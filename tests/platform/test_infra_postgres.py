@@ -3,11 +3,20 @@ databases created and dropped, and everything gone after stop()."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from mol_platform.testing.net import port_open
 from mol_platform.testing.postgres import PostgresCluster, fresh_database
+
+pytestmark = pytest.mark.postgres
 
 
 def test_fresh_database_with_trigram(postgres_cluster: PostgresCluster) -> None:
@@ -51,8 +60,42 @@ def test_settings_for_tests(postgres_cluster: PostgresCluster) -> None:
 def test_stop_removes_everything() -> None:
     cluster = PostgresCluster().start()
     base, port = cluster.base_dir, cluster.port
-    assert base is not None and port_open(port)
+    assert base is not None
+    assert port_open(port)
     cluster.stop()
     assert not base.exists()
     assert not port_open(port)
     cluster.stop()  # idempotent
+
+
+def test_server_dies_with_its_owner() -> None:
+    """A test process killed without cleanup leaves no server behind (pdeathsig)."""
+    script = (
+        "from mol_platform.testing.postgres import PostgresCluster\n"
+        "c = PostgresCluster().start()\n"
+        "print(c.port, c._proc.pid, c.base_dir, flush=True)\n"
+        "import time; time.sleep(60)\n"
+    )
+    owner = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert owner.stdout is not None
+        port, pid, base = owner.stdout.readline().split()
+        assert port_open(int(port))
+    finally:
+        owner.kill()
+        owner.wait()
+        if owner.stdout is not None:
+            owner.stdout.close()
+    deadline = time.monotonic() + 10
+    while _alive(int(pid)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not _alive(int(pid))
+    shutil.rmtree(base, ignore_errors=True)  # the temp dir is the only leftover
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

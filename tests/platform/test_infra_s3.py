@@ -53,5 +53,6 @@ def test_environment_points_away_from_aws(s3_server: S3Server) -> None:
     assert os.environ["AWS_ACCESS_KEY_ID"] == s3_server.env["AWS_ACCESS_KEY_ID"]
     session = boto3.session.Session()
     creds = session.get_credentials()
-    assert creds is not None and creds.access_key == s3_server.env["AWS_ACCESS_KEY_ID"]
+    assert creds is not None
+    assert creds.access_key == s3_server.env["AWS_ACCESS_KEY_ID"]
     assert session.region_name == s3_server.env["AWS_DEFAULT_REGION"]

@@ -173,7 +173,7 @@ class KubeClient:
             if obj is not None and predicate(obj):
                 return obj
             if time.monotonic() >= deadline:
-                raise TimeoutError(f"{ref} {name!r}: condition not met in {timeout}s; last: {obj!r}")
+                raise TimeoutError(f"{ref} {name!r}: not as expected after {timeout}s: {obj!r}")
             time.sleep(0.05)
 
     def wait_gone(self, ref: str | ResourceSpec, name: str, namespace: str | None = None,
@@ -256,7 +256,7 @@ class AsyncKubeClient:
 
     async def wait_for(self, ref: str | ResourceSpec, name: str,
                        predicate: Callable[[Body], bool], namespace: str | None = None,
-                       timeout: float = 15.0) -> Body:
+                       timeout: float = 15.0) -> Body:  # noqa: ASYNC109 - a polling deadline
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
@@ -264,11 +264,11 @@ class AsyncKubeClient:
             if obj is not None and predicate(obj):
                 return obj
             if loop.time() >= deadline:
-                raise TimeoutError(f"{ref} {name!r}: condition not met in {timeout}s; last: {obj!r}")
+                raise TimeoutError(f"{ref} {name!r}: not as expected after {timeout}s: {obj!r}")
             await asyncio.sleep(0.05)
 
     async def wait_gone(self, ref: str | ResourceSpec, name: str, namespace: str | None = None,
-                        timeout: float = 15.0) -> None:
+                        timeout: float = 15.0) -> None:  # noqa: ASYNC109 - a polling deadline
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while (obj := await self.find(ref, name, namespace)) is not None:

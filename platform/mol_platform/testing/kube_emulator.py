@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import copy
 import datetime
 import re
@@ -139,7 +140,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def _info(self, request: rendering.Request) -> references.ResourceInfo:
         res = request.resource
         for known, info in self.resources.items():
-            if known == res:
+            if known == res and isinstance(info, references.ResourceInfo):
                 return info
         raise _error(
             404, "NotFound",
@@ -159,7 +160,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return copy.deepcopy(self.objects[key].raw)
 
     def _require(self, request: rendering.Request) -> Body:
-        assert request.resource is not None and request.name is not None
+        assert request.resource is not None
+        assert request.name is not None
         ns = request.namespace if self._namespaced(request) else None
         current = self._current(request.resource, ns, request.name)
         if current is None:
@@ -270,9 +272,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     def _write(self, request: rendering.Request, current: Body, new: Body, sent: Any) -> Body:
         assert request.resource is not None
-        sent_rv = sent.get("metadata", {}).get("resourceVersion") if isinstance(sent, dict) else None
+        sent_meta = sent.get("metadata", {}) if isinstance(sent, dict) else {}
+        sent_rv = sent_meta.get("resourceVersion")
         if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
-            raise _error(409, "Conflict", "the object has been modified; apply to the latest version")
+            raise _error(409, "Conflict", "the object has been modified; apply to the latest one")
         if request.subresource == "status" and self._has_status(request):
             result = copy.deepcopy(current)
             if "status" in new:
@@ -336,7 +339,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         for (res, _ns, _name), obj in self.objects.items():
             if res == request.resource and not obj.deleted and self._matches(request, obj.raw):
                 found.append(copy.deepcopy(obj.raw))
-        return sorted(found, key=lambda o: (o["metadata"].get("namespace") or "", o["metadata"]["name"]))
+        return sorted(found, key=lambda o: (o["metadata"].get("namespace") or "",
+                                            o["metadata"]["name"]))
 
     async def _serve_fetch(self, request: rendering.Request) -> rendering.Payload:
         return self._require(request)
@@ -385,10 +389,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
             wait = None if deadline is None else deadline - loop.time()
             if wait is not None and wait <= 0:
                 return
-            try:
+            with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(tick.wait(), timeout=min(wait or 1.0, 1.0))
-            except TimeoutError:
-                pass
 
     def close_watches(self) -> None:
         """End every open watch stream (on shutdown); clients see a normal end."""

@@ -1,11 +1,14 @@
 """A throwaway PostgreSQL cluster on loopback for tests.
 
-``initdb`` into a temp dir, ``pg_ctl start`` on a free 127.0.0.1 port with durability
-switched off (fsync, synchronous_commit, full_page_writes) so it starts in about two
-seconds, and ``pg_ctl stop -m immediate`` plus removal of the dir on stop (also at
-interpreter exit). PostgreSQL refuses to run as root, so under root the server runs as
-the ``postgres`` system user (``nobody`` when absent) via ``runuser``; it listens on
-TCP 127.0.0.1 only (no Unix socket) with password (scram) auth.
+``initdb`` into a temp dir, then ``postgres`` as a child process on a free 127.0.0.1
+port with durability switched off (fsync, synchronous_commit, full_page_writes), so it
+starts in about two seconds. ``stop()`` is an immediate shutdown plus removal of the
+dir (also at interpreter exit), and the server gets SIGKILL from the kernel if this
+process dies without cleaning up (``setpriv --pdeathsig``) — so start the cluster
+from a thread that outlives it (the main thread, as pytest fixtures do).
+PostgreSQL refuses to run as root, so under root it runs as the ``postgres`` system
+user (``nobody`` when absent); it listens on TCP 127.0.0.1 only (no Unix socket) with
+password (scram) auth.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import time
 import uuid
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import BinaryIO
 
 import psycopg
 from psycopg import sql
@@ -100,6 +105,8 @@ class PostgresCluster:
         self.os_user = _run_as_user()
         self.base_dir: Path | None = None
         self._started = False
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._log: BinaryIO | None = None
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -113,19 +120,44 @@ class PostgresCluster:
     def log_file(self) -> Path:
         return self.data_dir.parent / "server.log"
 
-    def start(self) -> PostgresCluster:
+    def start(self, timeout: float = 60.0) -> PostgresCluster:
         if self.base_dir is not None:
             raise InfraError("the cluster is already started")
         self.base_dir = Path(tempfile.mkdtemp(prefix="mol-pg-"))
         atexit.register(self.stop)
         try:
             self._init()
-            self._pg_ctl("start", "-w", "-t", "60", "-l", str(self.log_file))
+            self._log = self.log_file.open("wb")
+            self._proc = subprocess.Popen(
+                self._argv("postgres", "-D", str(self.data_dir)),
+                cwd=self.base_dir, env=self._env(), stdout=self._log, stderr=subprocess.STDOUT,
+            )
             self._started = True
+            self._wait_ready(timeout)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        assert self._proc is not None
+        deadline = time.monotonic() + timeout
+        while True:
+            if self._proc.poll() is not None:
+                raise InfraError(f"postgres exited ({self._proc.returncode}):\n{self._log_tail()}")
+            try:
+                with psycopg.connect(self.url(driver=None), connect_timeout=2):
+                    return
+            except psycopg.OperationalError as exc:
+                if time.monotonic() > deadline:
+                    raise InfraError(f"postgres not ready in {timeout:.0f}s: {exc}\n"
+                                     f"{self._log_tail()}") from exc
+            time.sleep(0.05)
+
+    def _log_tail(self) -> str:
+        with contextlib.suppress(OSError, InfraError):
+            return self.log_file.read_text(errors="replace")[-2000:]
+        return ""
 
     def _init(self) -> None:
         assert self.base_dir is not None
@@ -155,12 +187,17 @@ class PostgresCluster:
         if base is None:
             return
         atexit.unregister(self.stop)
-        data = base / "data"
-        if (data / "postmaster.pid").exists():
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGQUIT)  # immediate shutdown
             try:
-                self._run_at(data, "pg_ctl", "stop", "-D", str(data), "-m", "immediate", "-w")
-            except (InfraError, subprocess.TimeoutExpired):
-                _kill_postmaster(data / "postmaster.pid")
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
         self._started = False
         shutil.rmtree(base, ignore_errors=True)
 
@@ -172,29 +209,32 @@ class PostgresCluster:
 
     # -- commands ---------------------------------------------------------------
 
-    def _pg_ctl(self, *args: str) -> None:
-        self._run("pg_ctl", args[0], "-D", str(self.data_dir), *args[1:])
+    def _argv(self, tool: str, *args: str) -> list[str]:
+        """tool's argv, as the unprivileged user under root; the kernel kills it if we die."""
+        argv = [str(self.bin_dir / tool), *args]
+        if self.os_user is None:
+            return ["setpriv", "--pdeathsig", "SIGKILL", "--", *argv]
+        return [
+            "setpriv", f"--reuid={self.os_user}", f"--regid={pwd.getpwnam(self.os_user).pw_gid}",
+            "--init-groups", "--pdeathsig", "SIGKILL", "--", *argv,
+        ]
+
+    def _env(self) -> dict[str, str]:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        env["LC_ALL"] = "C"
+        if self.os_user is not None:
+            env["HOME"] = str(self.base_dir)
+        return env
 
     def _run(self, tool: str, *args: str) -> None:
         assert self.base_dir is not None
-        self._run_at(self.base_dir, tool, *args)
-
-    def _run_at(self, cwd: Path, tool: str, *args: str) -> None:
-        argv = [str(self.bin_dir / tool), *args]
-        if self.os_user is not None:
-            argv = ["runuser", "-u", self.os_user, "--", *argv]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        env["LC_ALL"] = "C"
         proc = subprocess.run(
-            argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=120, check=False
+            self._argv(tool, *args), cwd=self.base_dir, env=self._env(),
+            capture_output=True, text=True, timeout=120, check=False,
         )
         if proc.returncode != 0:
-            log = ""
-            with contextlib.suppress(OSError, AttributeError):
-                log = self.log_file.read_text()[-2000:]
             raise InfraError(
-                f"{tool} {args[0] if args else ''} failed (exit {proc.returncode}):\n"
-                f"{proc.stdout}{proc.stderr}{log}"
+                f"{tool} failed (exit {proc.returncode}):\n{proc.stdout}{proc.stderr}"
             )
 
     # -- databases --------------------------------------------------------------
@@ -267,9 +307,3 @@ def _check_identifier(name: str) -> None:
         raise ValueError(
             f"bad database/extension name {name!r}: use letters, digits, _ or - (max 63)"
         )
-
-
-def _kill_postmaster(pid_file: Path) -> None:
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        pid = int(pid_file.read_text().splitlines()[0])
-        os.kill(pid, signal.SIGKILL)

@@ -3,7 +3,8 @@
 Debian's ``prometheus`` binary with a temp storage dir, a generated config (static
 scrape targets, a short scrape interval, optional rule files) and the lifecycle API
 on, so ``configure()`` swaps targets or rules with a reload instead of a restart.
-Starts in about a second; ``stop()`` terminates it and removes the dir.
+Starts in about a second; ``stop()`` terminates it and removes the dir; if this
+process dies first, the kernel kills it (``setpriv --pdeathsig``).
 """
 
 from __future__ import annotations
@@ -68,9 +69,11 @@ class PrometheusServer:
             "scrape_configs": [],
         }
         if targets:
-            config["scrape_configs"].append(
-                {"job_name": job, "metrics_path": path, "static_configs": [{"targets": list(targets)}]}
-            )
+            config["scrape_configs"].append({
+                "job_name": job,
+                "metrics_path": path,
+                "static_configs": [{"targets": list(targets)}],
+            })
         self.config_file.write_text(yaml.safe_dump(config))
 
     def start(
@@ -91,6 +94,8 @@ class PrometheusServer:
             self._log = (self.dir / "prometheus.log").open("wb")
             self._proc = subprocess.Popen(
                 [
+                    # The kernel kills it if this process dies without cleaning up.
+                    "setpriv", "--pdeathsig", "SIGKILL", "--",
                     binary,
                     f"--config.file={self.config_file}",
                     f"--storage.tsdb.path={self.dir / 'data'}",
@@ -110,7 +115,8 @@ class PrometheusServer:
         return self
 
     def _wait_ready(self, timeout: float) -> None:
-        assert self._http is not None and self._proc is not None
+        assert self._http is not None
+        assert self._proc is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
 
 ACCESS_KEY = "mol-test-access-key"
-SECRET_KEY = "mol-test-secret-key"  # noqa: S105 - a fake credential for the fake server
+SECRET_KEY = "mol-test-secret-key"
 REGION = "us-east-1"
 
 
