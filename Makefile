@@ -6,12 +6,12 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PACKAGES := -p mol_platform -p mol_catalog -p mol_operator -p mol_router
-PYTEST_ARGS ?=
+PYTEST_ARGS ?= -v --durations=15
 
 .PHONY: demo test deps system venv engine lint typecheck imports pytest bench clean
 
 demo: venv
-	$(BIN)/mol up
+	$(BIN)/mol up --demo
 
 test: deps lint typecheck imports pytest
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import platform as _platform_info
+import resource
 import shutil
 import signal
 import subprocess
@@ -179,3 +180,16 @@ def tree_cpu(roots: Sequence[int]) -> float:
         total += stats[pid][1]
         todo.extend(children.get(pid, ()))
     return total
+
+
+def busy_seconds() -> float:
+    """CPU seconds spent so far by the whole machine (all cores, all processes)."""
+    total, idle = _cpu_times()
+    return (total - idle) / os.sysconf("SC_CLK_TCK")
+
+
+def own_seconds() -> float:
+    """CPU seconds of this process and its reaped children (wrk runs end before reading)."""
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime

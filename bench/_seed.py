@@ -209,10 +209,9 @@ class Rows:
             cfg_json = esc(self.config[(b.name, rank)].decode())
             for k in range(1, VERSIONS + 1):
                 vid = (i - 1) * VERSIONS + k
-                files = _json([
-                    {"path": "adapter_config.json", "digest": cfg_digest, "size": cfg_size},
-                    {"path": "adapter_model.safetensors", "digest": f"sha256:{_sha(f'w{vid}')}",
-                     "size": self.weights_size[rank]}])
+                files = (f'[{{"path":"adapter_config.json","digest":"{cfg_digest}",'
+                         f'"size":{cfg_size}}},{{"path":"adapter_model.safetensors",'
+                         f'"digest":"sha256:{_sha(f"w{vid}")}","size":{self.weights_size[rank]}}}]')
                 parent = str(k - 1) if k > 1 else "\\N"
                 yield (f"{vid}\t{i}\t{k}\tsha256:{_sha(f'm{vid}')}\t{b.id}\t{rank}\t{2.0 * rank}"
                        f'\t["q_proj","v_proj"]\tready\t\\N\t{parent}\t\\N'

@@ -107,6 +107,8 @@ def section(bench: Bench, rows: list[Row], argv: list[str], elapsed: float,
     lines = [
         "## Catalog",
         "",
+        *(["**Smoke run (`--quick`): small data and short runs, not the reference figures.**",
+            ""] if a.quick else []),
         f"Run {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {elapsed / 60:.0f} min in all, with:",
         "",
         f"    {cmd}",

@@ -19,6 +19,7 @@ import json
 import re
 import secrets
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -32,7 +33,7 @@ import _mlflow
 import _ours
 import _seed
 from _load import LoadResult, PublishResult, publish_loop, require_wrk, run_wrk
-from _machine import Proc, quiet_check, tree_cpu
+from _machine import Proc, busy_seconds, own_seconds, quiet_check, tree_cpu
 from _pg import BenchPostgres, data_size, progress
 from _report import render_table, write_section
 from mol_platform.testing.net import free_port
@@ -104,10 +105,15 @@ class Bench:
         if a.warmup > 0 and not any(k.startswith(endpoint + ":") for k in self.results):
             run_wrk(base_url, paths, connections=connections, seconds=a.warmup,
                     headers=headers, cores=cores)
-        cpu0 = self.cpu_now()
+        cpu0, busy0, own0 = self.cpu_now(), busy_seconds(), own_seconds()
         res = run_wrk(base_url, paths, connections=connections, seconds=a.duration,
                       headers=headers, cores=cores)
         self.cpu_since(key, cpu0, res.requests)
+        measured = sum(self.cpu_split.get(key, {}).values()) * res.requests / 1000
+        foreign = busy_seconds() - busy0 - (own_seconds() - own0) - measured
+        if res.seconds > 0 and foreign / res.seconds > a.busy_limit:
+            self.notes.append(f"{key}: other processes used {foreign / res.seconds:.2f} cores "
+                              "during the run")
         progress(f"{key:32s} {res.line()}  {self.cpu_line(key)}")
         if res.errors:
             self.notes.append(f"{key}: {res.errors} errors (non-2xx or socket) in "
@@ -264,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         busy_note = f"the machine was busy before the run ({seen}): figures are noisy"
+    # SIGTERM must unwind through the finally below so no server outlives the run.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     workdir = Path(tempfile.mkdtemp(prefix="mol-bench-"))
     pg = BenchPostgres()
     bench = Bench(args, workdir)

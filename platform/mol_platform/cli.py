@@ -66,11 +66,17 @@ def up(
     ] = Path(".mol"),
     catalog_port: Annotated[int, typer.Option(help="Port for the catalog.")] = 8080,
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    demo: Annotated[
+        bool,
+        typer.Option(help="Build the demo model and publish its adapters as demo/<name>@stable."),
+    ] = False,
 ) -> None:
     """Run the platform locally on the embedded default (SQLite, local blobs); Ctrl-C stops all."""
     from mol_platform.local import run_local
 
-    raise typer.Exit(run_local(file=file, data_dir=data_dir, catalog_port=catalog_port, host=host))
+    raise typer.Exit(
+        run_local(file=file, data_dir=data_dir, catalog_port=catalog_port, host=host, demo=demo)
+    )
 
 
 @demo_app.command("build")
@@ -81,7 +87,7 @@ def demo_build(
     """Build a tiny random Llama (2 layers, hidden 256, GQA) and PEFT LoRA adapters for it.
 
     Weights are random: the model is for exercising the serving path, not for answers.
-    Writes OUT/base (a Hugging Face model folder) and OUT/adapters/<name> (PEFT folders).
+    Writes OUT/tiny-llama (a Hugging Face model folder) and OUT/adapters/<name> (PEFT folders).
     """
     try:
         from mol_platform.demo import build_demo

@@ -61,7 +61,24 @@ def stop_all(services: list[Service], grace: float = 10.0) -> None:
             svc.proc.wait()
 
 
-def run_local(*, file: Path | None, data_dir: Path, catalog_port: int, host: str) -> int:
+def _seed(catalog_url: str, data_dir: Path) -> str:
+    """Publish the demo adapters; returns what to tell the user."""
+    try:
+        from mol_platform.local_seed import seed_demo
+    except ImportError as exc:
+        return f"(demo not seeded: needs pip install 'mol-platform[demo]': {exc})"
+    result = seed_demo(catalog_url, data_dir / "demo")
+    lines = [f"demo      base {result.base}, serving profile '{result.profile}'"]
+    for ref, version in result.adapters.items():
+        lines.append(f"          {ref} -> v{version}")
+    first = next(iter(result.adapters), "demo/chat@stable")
+    lines.append(f"          curl '{catalog_url}/v1/resolve/{first}?profile={result.profile}'")
+    return "\n".join(lines)
+
+
+def run_local(
+    *, file: Path | None, data_dir: Path, catalog_port: int, host: str, demo: bool = False
+) -> int:
     data_dir.mkdir(parents=True, exist_ok=True)
     db = data_dir.resolve() / "catalog.db"
     blobs = data_dir.resolve() / "blobs"
@@ -70,7 +87,7 @@ def run_local(*, file: Path | None, data_dir: Path, catalog_port: int, host: str
         Service(
             name="catalog",
             argv=_mol("catalog", "serve", "--host", host, "--port", str(catalog_port),
-                      "--db", f"sqlite:///{db}", "--blobs", f"file://{blobs}"),
+                      "--db", f"sqlite:///{db}", "--blobs", f"file://{blobs}", "--no-auth"),
             health_url=f"{catalog_url}/healthz",
             hint=(f"catalog   {catalog_url}  (SQLite {db}, blobs {blobs})\n"
                   f"          curl {catalog_url}/v1/adapters\n"
@@ -89,9 +106,12 @@ def run_local(*, file: Path | None, data_dir: Path, catalog_port: int, host: str
                 typer.echo(f"mol up: {svc.name} did not become healthy; stopping.", err=True)
                 stop_all(services)
                 return 1
+        seeded = _seed(catalog_url, data_dir) if demo else ""
         typer.echo("\nMoL Platform is up (embedded default). Running:")
         for svc in services:
             typer.echo(svc.hint)
+        if seeded:
+            typer.echo(seeded)
         typer.echo("\nCtrl-C stops everything.")
         while all(s.proc is not None and s.proc.poll() is None for s in services):
             time.sleep(0.5)

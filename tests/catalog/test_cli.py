@@ -82,7 +82,7 @@ def mol(url: str, *args: str | Path, token: str | None = ADMIN) -> Result:
 @pytest.fixture(scope="module")
 def base(server: str, demo: Path) -> str:
     """The demo base registered as ``tiny``, profiles ``big`` (rank 64) and ``small`` (8)."""
-    result = mol(server, "base", "register", demo / "base", "--name", "tiny")
+    result = mol(server, "base", "register", demo / "tiny-llama", "--name", "tiny")
     assert result.exit_code == 0, result.stderr
     ref = result.stdout.split()[2]
     for name, rank in (("big", 64), ("small", 8)):
@@ -96,9 +96,9 @@ def base(server: str, demo: Path) -> str:
 def test_base_register_uses_a_content_revision_and_is_idempotent(
     server: str, demo: Path, base: str
 ) -> None:
-    folder = read_base_model_folder(demo / "base")
+    folder = read_base_model_folder(demo / "tiny-llama")
     assert base == f"tiny@{folder.default_revision()}"
-    again = mol(server, "base", "register", demo / "base", "--name", "tiny")
+    again = mol(server, "base", "register", demo / "tiny-llama", "--name", "tiny")
     assert again.exit_code == 0
     assert base in again.stdout
     shown = json.loads(mol(server, "base", "show", "tiny", "--json").stdout)
@@ -110,7 +110,7 @@ def test_base_register_uses_a_content_revision_and_is_idempotent(
 
 def test_sharded_base_gets_the_same_revision(server: str, demo: Path, base: str,
                                              tmp_path: Path) -> None:
-    header = read_header(demo / "base" / "model.safetensors")
+    header = read_header(demo / "tiny-llama" / "model.safetensors")
     names = sorted(header)
     shards = {"model-00001-of-00002.safetensors": names[::2],
               "model-00002-of-00002.safetensors": names[1::2]}
@@ -120,7 +120,7 @@ def test_sharded_base_gets_the_same_revision(server: str, demo: Path, base: str,
         (tmp_path / shard).write_bytes(save(save_file))
         weight_map.update(dict.fromkeys(members, shard))
     (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
-    (tmp_path / "config.json").write_bytes((demo / "base" / "config.json").read_bytes())
+    (tmp_path / "config.json").write_bytes((demo / "tiny-llama" / "config.json").read_bytes())
     result = mol(server, "base", "register", tmp_path, "--name", "tiny")
     assert result.exit_code == 0, result.stderr
     assert base in result.stdout

@@ -172,6 +172,6 @@ def test_bad_model_config_is_refused():
 def test_cli_builds_the_demo(tmp_path):
     result = CliRunner().invoke(app, ["demo", "build", "-o", str(tmp_path / "d"), "--seed", "3"])
     assert result.exit_code == 0, result.output
-    assert (tmp_path / "d" / "base" / "model.safetensors").is_file()
+    assert (tmp_path / "d" / "tiny-llama" / "model.safetensors").is_file()
     assert (tmp_path / "d" / "adapters" / "coding" / "adapter_model.safetensors").is_file()
     assert "adapter coding" in result.output

@@ -7,11 +7,12 @@ Built with numpy, safetensors and tokenizers only (the ``demo`` extra), no torch
 """
 
 from mol_platform.demo.adapters import DEMO_ADAPTERS, AdapterRecipe, write_adapter
-from mol_platform.demo.build import DemoResult, build_demo
+from mol_platform.demo.build import DEMO_BASE_NAME, DemoResult, build_demo
 from mol_platform.demo.model import DemoModelConfig, write_base_model
 
 __all__ = [
     "DEMO_ADAPTERS",
+    "DEMO_BASE_NAME",
     "AdapterRecipe",
     "DemoModelConfig",
     "DemoResult",

@@ -1,4 +1,4 @@
-"""Build the whole demo: OUT/base and OUT/adapters/<name>."""
+"""Build the whole demo: OUT/tiny-llama and OUT/adapters/<name>."""
 
 from __future__ import annotations
 
@@ -8,6 +8,10 @@ from pathlib import Path
 
 from mol_platform.demo.adapters import DEMO_ADAPTERS, AdapterRecipe, write_adapter
 from mol_platform.demo.model import DemoModelConfig, write_base_model
+
+# The base folder's name is the catalog name adapters default to (their
+# base_model_name_or_path ends in it), so `mol catalog publish` needs no --base.
+DEMO_BASE_NAME = "tiny-llama"
 
 
 @dataclass(frozen=True)
@@ -25,7 +29,7 @@ def build_demo(
     config: DemoModelConfig | None = None,
     adapters: Sequence[AdapterRecipe] = DEMO_ADAPTERS,
 ) -> DemoResult:
-    """Write the tiny random Llama to ``out/base`` and its adapters to ``out/adapters``.
+    """Write the tiny random Llama to ``out/tiny-llama`` and its adapters to ``out/adapters``.
 
     Deterministic: the same seed writes byte-identical files. Existing files are
     overwritten; other files in ``out`` are left alone.
@@ -34,7 +38,7 @@ def build_demo(
     out = Path(out).resolve()
     if out.exists() and not out.is_dir():
         raise NotADirectoryError(f"demo output {out} exists and is not a folder")
-    base = write_base_model(out / "base", cfg, seed)
+    base = write_base_model(out / DEMO_BASE_NAME, cfg, seed)
     written: dict[str, Path] = {}
     for recipe in adapters:
         if recipe.name in written:
