@@ -115,6 +115,9 @@ class Bench:
             self.notes.append(f"{key}: other processes used {foreign / res.seconds:.2f} cores "
                               "during the run")
         progress(f"{key:32s} {res.line()}  {self.cpu_line(key)}")
+        if res.errors > max(1, res.requests // 100):
+            raise RuntimeError(f"{key}: {res.errors} of {res.requests} requests failed (non-2xx "
+                               "or socket errors); figures of failing requests are not reported")
         if res.errors:
             self.notes.append(f"{key}: {res.errors} errors (non-2xx or socket) in "
                               f"{res.requests} requests")

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
-from mol_platform.refs import AdapterRef, RefError
-from mol_platform.spec import MoLDeployment
+from mol_platform.spec import AdapterRefStr, MoLDeployment
 
 
 class _Model(BaseModel):
@@ -23,24 +22,15 @@ class _Model(BaseModel):
 
 
 class RouterCanary(_Model):
-    adapter: str
+    adapter: AdapterRefStr
     weight: float = Field(default=0.0, ge=0.0, le=100.0)  # percent of the expert's traffic
 
 
 class RouterExpert(_Model):
     name: str
-    adapter: str
+    adapter: AdapterRefStr
     description: str = ""
     canary: RouterCanary | None = None
-
-    @field_validator("adapter")
-    @classmethod
-    def _ref(cls, v: str) -> str:
-        try:
-            AdapterRef.parse(v)
-        except RefError as exc:
-            raise ValueError(str(exc)) from None
-        return v
 
 
 class EndpointSliceSelector(_Model):

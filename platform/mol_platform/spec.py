@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -49,6 +50,10 @@ def _check_ref(value: str) -> str:
     except RefError as exc:
         raise ValueError(str(exc)) from None
     return value
+
+
+AdapterRefStr = Annotated[str, AfterValidator(_check_ref)]
+"""An adapter reference (``ns/name@ref``) field, checked with the message users see."""
 
 
 def parse_duration(value: str) -> int:
@@ -140,15 +145,10 @@ class CanaryAnalysis(_Model):
 
 
 class CanarySpec(_Model):
-    adapter: str
+    adapter: AdapterRefStr
     steps: list[int] = Field(default_factory=lambda: [10, 25, 50, 100], min_length=1)
     interval: str = "5m"
     analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
-
-    @field_validator("adapter")
-    @classmethod
-    def _adapter(cls, v: str) -> str:
-        return _check_ref(v)
 
     @field_validator("steps")
     @classmethod
@@ -173,7 +173,7 @@ class CanarySpec(_Model):
 
 class ExpertSpec(_Model):
     name: str
-    adapter: str
+    adapter: AdapterRefStr
     description: str = ""
     canary: CanarySpec | None = None
 
@@ -186,11 +186,6 @@ class ExpertSpec(_Model):
                 "at most 63 characters"
             )
         return v
-
-    @field_validator("adapter")
-    @classmethod
-    def _adapter(cls, v: str) -> str:
-        return _check_ref(v)
 
 
 class ClassifierSpec(_Model):
