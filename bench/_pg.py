@@ -44,13 +44,10 @@ TUNING = {
 
 
 class BenchPostgres(PostgresCluster):
-    """The test cluster with TUNING appended to postgresql.conf before the first start."""
+    """The test cluster with TUNING in place of its test-only settings."""
 
-    def _init(self) -> None:
-        super()._init()
-        conf = "".join(f"{key} = {value}\n" for key, value in TUNING.items())
-        with (self.data_dir / "postgresql.conf").open("a") as fh:
-            fh.write("\n# benchmark tuning\n" + conf)
+    def __init__(self) -> None:
+        super().__init__(settings=TUNING)
 
 
 def libpq(url: str) -> str:

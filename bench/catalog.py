@@ -305,7 +305,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def postmaster(pg: BenchPostgres) -> int:
-    return int((pg.data_dir / "postmaster.pid").read_text().splitlines()[0])
+    return pg.pid
 
 
 def pg_version() -> str:

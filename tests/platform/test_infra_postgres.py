@@ -99,3 +99,14 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_settings_override_the_test_defaults() -> None:
+    from mol_platform.testing.postgres import PostgresCluster
+
+    with PostgresCluster(settings={"work_mem": "7MB", "fsync": "on"}) as cluster:
+        with cluster.connect() as conn:
+            assert conn.execute("SHOW work_mem").fetchone() == ("7MB",)
+            assert conn.execute("SHOW fsync").fetchone() == ("on",)
+        pid_file = (cluster.data_dir / "postmaster.pid").read_text().splitlines()[0]
+        assert int(pid_file) == cluster.pid

@@ -25,7 +25,7 @@ import subprocess
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -96,7 +96,15 @@ class PostgresCluster:
     Also a context manager. The superuser is ``mol`` with a random password.
     """
 
-    def __init__(self, *, bin_dir: Path | None = None, port: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        bin_dir: Path | None = None,
+        port: int | None = None,
+        settings: Mapping[str, str] | None = None,
+    ) -> None:
+        """``settings`` are postgresql.conf entries that override the test defaults."""
+        self.settings = {**_SETTINGS, **(settings or {})}
         self.bin_dir = bin_dir or find_pg_bin()
         self.port = port or free_port()
         self.host = LOOPBACK
@@ -115,6 +123,13 @@ class PostgresCluster:
         if self.base_dir is None:
             raise InfraError("the cluster is not started")
         return self.base_dir / "data"
+
+    @property
+    def pid(self) -> int:
+        """The postmaster's pid (setpriv execs it, so it is the process we started)."""
+        if self._proc is None:
+            raise InfraError("the cluster is not started")
+        return self._proc.pid
 
     @property
     def log_file(self) -> Path:
@@ -173,7 +188,7 @@ class PostgresCluster:
             "--locale=C", "--no-sync", "--no-instructions",
         )
         pwfile.unlink()
-        conf = "".join(f"{key} = {value}\n" for key, value in _SETTINGS.items())
+        conf = "".join(f"{key} = {value}\n" for key, value in self.settings.items())
         conf += f"port = {self.port}\n"
         with (self.data_dir / "postgresql.conf").open("a") as fh:
             fh.write("\n# test cluster\n" + conf)
