@@ -105,7 +105,11 @@ class TokenCache:
 
 
 def bearer(request: Request) -> str:
-    header = request.headers.get("authorization")
+    return bearer_token(request.headers.get("authorization"))
+
+
+def bearer_token(header: str | None) -> str:
+    """The token of an ``Authorization: Bearer <token>`` header value."""
     if not header:
         raise Unauthorized("missing Authorization header: send 'Authorization: Bearer <token>'")
     scheme, _, token = header.partition(" ")

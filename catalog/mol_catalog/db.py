@@ -9,15 +9,19 @@ serialized by ``BEGIN IMMEDIATE``.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import event, insert, text
-from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy import Table, event, insert, text
+from sqlalchemy.engine import Dialect, make_url
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.elements import ClauseElement
 
 from mol_catalog.models import Event
 
@@ -88,8 +92,10 @@ def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
 
         @event.listens_for(engine.sync_engine, "begin")
         def _on_begin(conn: Any) -> None:
-            write = conn.get_execution_options().get("mol_write", False)
-            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+            options = conn.get_execution_options()
+            if options.get("mol_autocommit", False):
+                return  # single-statement reads: SQLite's own autocommit
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get("mol_write", False) else "BEGIN")
 
         return engine
     return create_async_engine(aurl, pool_size=pool_size, max_overflow=pool_size,
@@ -116,9 +122,72 @@ class UnitOfWork:
                 await self.session.execute(
                     text("SELECT pg_advisory_xact_lock(:k)"), {"k": EVENTS_LOCK_KEY}
                 )
-            await self.session.execute(insert(Event), self.events)
+            # Core insert on the table: no ORM bulk-insert bookkeeping per commit.
+            await self.session.execute(insert(cast(Table, Event.__table__)), self.events)
             self.events = []
         await self.session.commit()
+
+
+_REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    sql: str
+    names: tuple[tuple[str, Any], ...]
+    positional: bool
+
+
+class Prepared:
+    """A Core statement compiled once per dialect and run as driver SQL.
+
+    Skips SQLAlchemy's per-execution cache-key walk and result processing: rows come
+    back as the driver returns them (JSON columns as text on both backends, booleans as
+    0/1 on SQLite), so callers decode with ``json_value``/``bool``. Parameters are passed
+    by name; ``compile`` fixes their order.
+    """
+
+    def __init__(self, statement: ClauseElement) -> None:
+        self.statement = statement
+        self._compiled: dict[tuple[str, str], _Compiled] = {}
+
+    def _for(self, dialect: Dialect) -> _Compiled:
+        key = (dialect.name, dialect.driver)
+        found = self._compiled.get(key)
+        if found is None:
+            compiled = cast(SQLCompiler, self.statement.compile(dialect=dialect))
+            # (name, default): literals the dialect renders as parameters (e.g. SQLite's
+            # OFFSET 0) carry their value; parameters the caller must pass carry _REQUIRED.
+            order = compiled.positiontup if compiled.positional else list(compiled.binds)
+            names = tuple((n, _REQUIRED if compiled.binds[n].required else compiled.binds[n].value)
+                          for n in order or ())
+            found = self._compiled[key] = _Compiled(compiled.string, names, compiled.positional)
+        return found
+
+    async def all(self, conn: AsyncConnection, **params: Any) -> list[tuple[Any, ...]]:
+        c = self._for(conn.dialect)
+        values = [(n, params[n] if d is _REQUIRED else params.get(n, d)) for n, d in c.names]
+        args: Any = tuple(v for _, v in values) if c.positional else dict(values)
+        result = await conn.exec_driver_sql(c.sql, args)
+        return [tuple(r) for r in result.fetchall()]
+
+    async def first(self, conn: AsyncConnection, **params: Any) -> tuple[Any, ...] | None:
+        rows = await self.all(conn, **params)
+        return rows[0] if rows else None
+
+
+def json_value(value: Any) -> Any:
+    """A JSON column read by ``Prepared``: text (or bytes) from the driver, decoded."""
+    if isinstance(value, str | bytes):
+        return json.loads(value)
+    return value
+
+
+def datetime_value(value: Any) -> datetime | None:
+    """A timestamp read by ``Prepared``: SQLite hands back its stored text."""
+    if isinstance(value, str):
+        return datetime.fromisoformat(value)
+    return cast(datetime | None, value)
 
 
 class Database:
@@ -129,6 +198,11 @@ class Database:
         self.postgres = not is_sqlite(url)
         self.engine = create_engine(url, pool_size)
         self._write_engine = self.engine.execution_options(mol_write=True)
+        # Single-statement reads run without BEGIN/ROLLBACK round trips: AUTOCOMMIT on
+        # Postgres; on SQLite the driver already autocommits and the begin hook stands down.
+        self._read_engine = (self.engine.execution_options(mol_autocommit=True)
+                             if not self.postgres else
+                             self.engine.execution_options(isolation_level="AUTOCOMMIT"))
 
     @asynccontextmanager
     async def unit(self, write: bool = True) -> AsyncIterator[UnitOfWork]:
@@ -143,6 +217,12 @@ class Database:
             except BaseException:
                 await session.rollback()
                 raise
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncConnection]:
+        """A connection for one consistent read statement (no transaction, no ORM)."""
+        async with self._read_engine.connect() as conn:
+            yield conn
 
     async def ping(self) -> None:
         async with self.engine.connect() as conn:

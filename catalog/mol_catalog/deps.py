@@ -6,7 +6,13 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
-from mol_catalog.auth import ANONYMOUS_ADMIN, Principal, TokenCache, bearer, matches_admin_token
+from mol_catalog.auth import (
+    ANONYMOUS_ADMIN,
+    Principal,
+    TokenCache,
+    bearer_token,
+    matches_admin_token,
+)
 from mol_catalog.auth import token_hash as hash_token
 from mol_catalog.blobs import BlobStore
 from mol_catalog.db import Database
@@ -31,7 +37,8 @@ class Catalog:
         return str(request.base_url).rstrip("/")
 
 
-def get_catalog(request: Request) -> Catalog:
+async def get_catalog(request: Request) -> Catalog:
+    """``async`` so FastAPI calls it inline instead of in its thread pool."""
     catalog: Catalog = request.app.state.catalog
     return catalog
 
@@ -39,9 +46,14 @@ def get_catalog(request: Request) -> Catalog:
 async def get_principal(request: Request) -> Principal:
     """The caller: anonymous admin when auth is off, else from the bearer token."""
     catalog: Catalog = request.app.state.catalog
+    return await principal_for(catalog, request.headers.get("authorization"))
+
+
+async def principal_for(catalog: Catalog, authorization: str | None) -> Principal:
+    """The principal of an Authorization header value (shared with the raw ASGI fast path)."""
     if not catalog.settings.auth_enabled:
         return ANONYMOUS_ADMIN
-    token = bearer(request)
+    token = bearer_token(authorization)
     if matches_admin_token(token, catalog.settings.admin_token):
         return Principal("admin", frozenset({"admin"}))
     digest = hash_token(token)

@@ -86,6 +86,10 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
     )
 
 
+def error_body(exc: CatalogError) -> bytes:
+    return json.dumps(exc.body(), separators=(",", ":"), default=str).encode()
+
+
 async def catalog_error_handler(request: Request, exc: Exception) -> Response:
     """The one handler: every CatalogError becomes its status and JSON body."""
     assert isinstance(exc, CatalogError)

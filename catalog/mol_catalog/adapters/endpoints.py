@@ -71,9 +71,9 @@ async def list_adapters(catalog: CatalogDep, who: PrincipalDep, base: str | None
         valid_name(namespace, "namespace")
         who.require_read(namespace)
         namespaces = {namespace}
-    async with catalog.db.unit(write=False) as uow:
+    async with catalog.db.read() as conn:
         items, last = await service.list_adapters(
-            uow, base=base, tag=tag, q=q, namespaces=namespaces,
+            conn, base=base, tag=tag, q=q, namespaces=namespaces,
             after=int(after[0]) if after else None, limit=limit)
     return json_response({"items": items,
                           "next_cursor": encode_cursor(last) if last is not None else None})

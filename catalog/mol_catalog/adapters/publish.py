@@ -9,19 +9,28 @@ from __future__ import annotations
 
 import asyncio
 import json
+import weakref
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
 from mol_catalog.adapters import service
 from mol_catalog.adapters.schemas import PublishRequest
-from mol_catalog.adapters.uploads import CONFIG_FILE, MAX_CONFIG_BYTES, WEIGHTS_FILE, Upload
+from mol_catalog.adapters.uploads import (
+    CONFIG_FILE,
+    MAX_CONFIG_BYTES,
+    WEIGHTS_FILE,
+    StoredFile,
+    Upload,
+)
 from mol_catalog.base_models import service as base_service
+from mol_catalog.db import Database
 from mol_catalog.deps import Catalog
 from mol_catalog.errors import BadRequest, Incompatible, InvalidFile
 from mol_catalog.util import valid_name
-from mol_platform.compat import AdapterConfigError, AdapterInfo, check_base
-from mol_platform.safetensors_header import HeaderError, header_shapes, read_header
+from mol_platform.compat import AdapterConfigError, AdapterInfo, BaseShapes, check_base
+from mol_platform.safetensors_header import HeaderError, TensorInfo, header_shapes, read_header
 
 RETRIES = 8
 
@@ -31,7 +40,7 @@ def _read_config(upload: Upload) -> dict[str, Any]:
     if f.size > MAX_CONFIG_BYTES:
         raise InvalidFile(f"{CONFIG_FILE} is {f.size} bytes; at most {MAX_CONFIG_BYTES} allowed")
     try:
-        config = json.loads(f.path.read_bytes())
+        config = json.loads(f.read_bytes())
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidFile(f"{CONFIG_FILE} is not valid JSON: {exc}") from None
     if not isinstance(config, dict):
@@ -75,6 +84,39 @@ def _default_base(info: AdapterInfo) -> str:
     return ref.rstrip("/").rsplit("/", 1)[-1].lower()
 
 
+@dataclass(frozen=True)
+class _Base:
+    id: int
+    ref: str  # name@revision
+    shapes: BaseShapes
+
+
+# name@revision -> base, per database: a registered revision never changes (other
+# content under the same name@revision is refused), so it is safe to keep.
+_BASES: weakref.WeakKeyDictionary[Database, dict[str, _Base]] = weakref.WeakKeyDictionary()
+MAX_CACHED_BASES = 1024
+
+
+async def _find_base(catalog: Catalog, ref: str) -> _Base:
+    cache = _BASES.setdefault(catalog.db, {})
+    hit = cache.get(ref)
+    if hit is not None:
+        return hit
+    async with catalog.db.unit(write=False) as uow:
+        row = await base_service.find(uow, ref)
+    base = _Base(row.id, f"{row.name}@{row.revision}", base_service.shapes_of(row))
+    if "@" in ref and len(cache) < MAX_CACHED_BASES:  # a bare name means "newest": not kept
+        cache[ref] = base
+    return base
+
+
+def _read_header(weights: StoredFile) -> dict[str, TensorInfo]:
+    try:
+        return read_header(weights.source, file_size=weights.size)
+    except HeaderError as exc:
+        raise InvalidFile(f"{WEIGHTS_FILE}: {exc}") from None
+
+
 async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
                   created_by: str | None) -> tuple[dict[str, Any], bool]:
     """Check, store blobs, insert the version; returns (body, created)."""
@@ -83,31 +125,29 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
     options = _options(upload.fields)
     config = _read_config(upload)
     weights = upload.files[WEIGHTS_FILE]
-    try:
-        header = await asyncio.to_thread(read_header, weights.path, file_size=weights.size)
-    except HeaderError as exc:
-        raise InvalidFile(f"{WEIGHTS_FILE}: {exc}") from None
+    if weights.data is not None:  # in memory: the header is parsed from those bytes
+        header = _read_header(weights)
+    else:
+        header = await asyncio.to_thread(_read_header, weights)
     try:
         info = AdapterInfo.from_files(config, header)
     except AdapterConfigError as exc:
         raise InvalidFile(f"{CONFIG_FILE}: {exc}") from None
-    base_ref = upload.fields.get("base") or _default_base(info)
-    async with catalog.db.unit(write=False) as uow:
-        base = await base_service.find(uow, base_ref)
-    reasons = check_base(info, base_service.shapes_of(base))
+    base = await _find_base(catalog, upload.fields.get("base") or _default_base(info))
+    reasons = check_base(info, base.shapes)
     if reasons:
         for r in reasons:
             catalog.metrics.compat_rejections.labels(r.code).inc()
         raise Incompatible(
-            f"{namespace}/{name} does not fit base model {base.name}@{base.revision}: "
+            f"{namespace}/{name} does not fit base model {base.ref}: "
             + "; ".join(r.message for r in reasons),
             reasons=[{"code": r.code, "message": r.message} for r in reasons],
         )
-    for f in upload.files.values():
-        await catalog.blobs.put(f.digest, f.path, f.size)
+    await asyncio.gather(*(catalog.blobs.put(f.digest, f.source, f.size)
+                           for f in upload.files.values()))
     req = PublishRequest(namespace=namespace, name=name, upload=upload, info=info, config=config,
                          tensors=header_shapes(header), base_model_id=base.id,
-                         created_by=created_by, **options)
+                         base_ref=base.ref, created_by=created_by, **options)
     for attempt in range(RETRIES):
         req.verdict_reasons.clear()
         try:

@@ -5,9 +5,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Row, delete, func, insert, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import (
+    BigInteger,
+    Integer,
+    String,
+    bindparam,
+    delete,
+    func,
+    insert,
+    select,
+    update,
+)
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from mol_catalog.db import Prepared, datetime_value, json_value
 from mol_catalog.models import (
     Adapter,
     AdapterTag,
@@ -129,44 +140,77 @@ async def base_ref(session: AsyncSession, base_model_id: int) -> str:
     return f"{row[0]}@{row[1]}"
 
 
-def _listing_columns() -> tuple[Any, ...]:
-    return (Adapter.id, Adapter.full_name, Adapter.tags, Adapter.labels, Adapter.latest_version,
-            Adapter.updated_at, BaseModel.name, BaseModel.revision)
+LISTING_COLUMNS = ("id", "full_name", "tags", "labels", "latest_version", "updated_at",
+                   "base_name", "revision")
 
 
-async def list_adapters(session: AsyncSession, *, after: int | None, limit: int,
-                        tag: str | None, base_name: str | None, base_model_id: int | None,
-                        q: str | None, namespaces: set[str] | None) -> Sequence[Row[Any]]:
+def _listing_statement(tag: bool, base: str, q: bool, after: bool, namespaces: int) -> Prepared:
     """Keyset page ordered by adapter id. With a tag the (tag, base, adapter) side table
-    drives the scan; otherwise the adapters indexes by base or namespace."""
-    stmt = select(*_listing_columns())
-    if tag is not None:
+    drives the scan; otherwise the adapters indexes by base or namespace. ``base`` is
+    "id", "name" or "" (no base filter); ``namespaces`` is how many names to allow (0: all)."""
+    stmt = select(Adapter.id, Adapter.full_name, Adapter.tags, Adapter.labels,
+                  Adapter.latest_version, Adapter.updated_at, BaseModel.name,
+                  BaseModel.revision)
+    key: Any
+    if tag:
         stmt = (stmt.select_from(AdapterTag)
                 .join(Adapter, Adapter.id == AdapterTag.adapter_id)
-                .where(AdapterTag.tag == tag))
+                .where(AdapterTag.tag == bindparam("tag", type_=String)))
         key = AdapterTag.adapter_id
-        if base_model_id is not None:
-            stmt = stmt.where(AdapterTag.base_model_id == base_model_id)
-        elif base_name is not None:
-            stmt = stmt.where(AdapterTag.base_name == base_name)
+        if base == "id":
+            stmt = stmt.where(AdapterTag.base_model_id == bindparam("base_id", type_=BigInteger))
+        elif base == "name":
+            stmt = stmt.where(AdapterTag.base_name == bindparam("base_name", type_=String))
     else:
         stmt = stmt.select_from(Adapter)
         key = Adapter.id
-        if base_model_id is not None:
-            stmt = stmt.where(Adapter.base_model_id == base_model_id)
-        elif base_name is not None:
-            stmt = stmt.where(Adapter.base_name == base_name)
+        if base == "id":
+            stmt = stmt.where(Adapter.base_model_id == bindparam("base_id", type_=BigInteger))
+        elif base == "name":
+            stmt = stmt.where(Adapter.base_name == bindparam("base_name", type_=String))
     stmt = stmt.join(BaseModel, BaseModel.id == Adapter.base_model_id)
-    if namespaces is not None:
-        ns_ids = select(Namespace.id).where(Namespace.name.in_(sorted(namespaces)))
-        stmt = stmt.where(Adapter.namespace_id.in_(ns_ids))
+    if namespaces:
+        names = [bindparam(f"ns{i}", type_=String) for i in range(namespaces)]
+        stmt = stmt.where(Adapter.namespace_id.in_(
+            select(Namespace.id).where(Namespace.name.in_(names)).scalar_subquery()))
+    if q:
+        stmt = stmt.where(Adapter.full_name.ilike(bindparam("q", type_=String), escape="\\"))
+    if after:
+        stmt = stmt.where(key > bindparam("after", type_=BigInteger))
+    return Prepared(stmt.order_by(key).limit(bindparam("limit", type_=Integer)))
+
+
+_LISTINGS: dict[tuple[bool, str, bool, bool, int], Prepared] = {}
+
+
+async def list_adapters(conn: AsyncConnection, *, after: int | None, limit: int,
+                        tag: str | None, base_name: str | None, base_model_id: int | None,
+                        q: str | None, namespaces: set[str] | None) -> list[dict[str, Any]]:
+    """One keyset page as dicts of LISTING_COLUMNS (tags/labels decoded)."""
+    base = "id" if base_model_id is not None else "name" if base_name is not None else ""
+    ns = sorted(namespaces) if namespaces is not None else []
+    if namespaces is not None and not ns:
+        return []
+    shape = (tag is not None, base, bool(q), after is not None, len(ns))
+    stmt = _LISTINGS.get(shape)
+    if stmt is None:
+        stmt = _LISTINGS[shape] = _listing_statement(*shape)
+    params: dict[str, Any] = {"tag": tag, "base_id": base_model_id, "base_name": base_name,
+                              "after": after, "limit": limit}
+    params.update({f"ns{i}": name for i, name in enumerate(ns)})
     if q:
         escaped = q.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        stmt = stmt.where(Adapter.full_name.ilike(f"%{escaped}%", escape="\\"))
-    if after is not None:
-        stmt = stmt.where(key > after)
-    return (await session.execute(stmt.order_by(key).limit(limit))).all()
+        params["q"] = f"%{escaped}%"
+    out = []
+    for row in await stmt.all(conn, **params):
+        item = dict(zip(LISTING_COLUMNS, row, strict=True))
+        item["tags"] = json_value(item["tags"])
+        item["labels"] = json_value(item["labels"])
+        item["updated_at"] = datetime_value(item["updated_at"])
+        out.append(item)
+    return out
 
 
 async def touch_adapter(session: AsyncSession, adapter_id: int, **values: Any) -> None:
     await session.execute(update(Adapter).where(Adapter.id == adapter_id).values(**values))
+

@@ -30,6 +30,7 @@ class PublishRequest:
     config: dict[str, Any]
     tensors: dict[str, list[int]]
     base_model_id: int
+    base_ref: str  # name@revision
     alias: str | None = None
     parent: int | None = None
     source: str | None = None

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from mol_catalog.adapters import publish_sql as sql
 from mol_catalog.adapters import repository as repo
 from mol_catalog.adapters.schemas import PublishRequest
 from mol_catalog.db import UnitOfWork
 from mol_catalog.errors import BadRequest, Conflict, NotFound
 from mol_catalog.models import Adapter, Alias, AliasHistory, Version, utcnow
-from mol_catalog.profiles import repository as profiles_repo
-from mol_catalog.profiles import service as profiles
 from mol_catalog.util import iso
+from mol_platform.compat import ServingProfileSpec, check_profile
 from mol_platform.refs import ALIAS_PATTERN
 
 ALIAS_RE = re.compile(rf"^{ALIAS_PATTERN}$")
@@ -61,65 +64,106 @@ async def stored_verdicts(uow: UnitOfWork, version_id: int) -> dict[str, Any]:
 
 
 async def publish(uow: UnitOfWork, req: PublishRequest) -> tuple[dict[str, Any], bool]:
-    """Insert the version (blobs are already stored). Same content again: the existing one."""
-    s = uow.session
-    ns_id = await repo.namespace_id(s, req.namespace, create=True)
-    assert ns_id is not None
-    base_ref = await repo.base_ref(s, req.base_model_id)
-    base_name = base_ref.split("@", 1)[0]
-    row = await repo.adapter(s, req.full_name, lock=uow.postgres)
-    if row is None:
-        row = Adapter(namespace_id=ns_id, name=req.name, full_name=req.full_name,
-                      base_model_id=req.base_model_id, base_name=base_name, tags=[], labels={},
-                      version_count=0)
-        await repo.add(s, row)
+    """Insert the version (blobs are already stored). Same content again: the existing one.
+
+    Core statements on the unit's connection, no ORM flushes: one SELECT finds the
+    adapter (locked on Postgres), a version with the same content and the alias's
+    current target; then one INSERT or UPDATE per table (executemany for blobs, tags
+    and verdicts). The response is built from what was written, not read back.
+    """
+    conn = await uow.session.connection()
     digest = req.upload.manifest_digest()
-    existing = await repo.version_by_digest(s, row.id, digest)
-    if existing is not None:
-        return await _published_body(uow, row, existing, created=False), False
-    if req.parent is not None and not 1 <= req.parent <= row.version_count:
+    found = await sql.target(conn, req.full_name, digest, req.alias)
+    if found is not None and found.existing is not None:
+        existing = await repo.version_by_number(uow.session, found.id, found.existing)
+        assert existing is not None
+        return await _published_body(uow, req.full_name, existing, created=False), False
+    count = found.version_count if found is not None else 0
+    if req.parent is not None and not 1 <= req.parent <= count:
         raise BadRequest(f"parent version {req.parent} does not exist in {req.full_name!r}")
-    number = row.version_count + 1
-    files: list[dict[str, Any]] = [{"path": p, "digest": f.digest, "size": f.size}
-                                   for p, f in sorted(req.upload.files.items())]
-    version = Version(
-        adapter_id=row.id, number=number, digest=digest, base_model_id=req.base_model_id,
-        rank=req.info.max_rank, alpha=req.info.alpha,
-        target_modules=sorted(req.info.target_kinds()),
-        status="ready", parent=req.parent, source=req.source,
-        size=sum(f["size"] for f in files), files=files, adapter_config=req.config,
-        tensors=req.tensors, created_by=req.created_by,
-    )
-    await repo.add(s, version)
-    await repo.add_version_blobs(s, version.id, {str(f["digest"]) for f in files})
-    retag = req.tags is not None or row.base_model_id != req.base_model_id
-    row.version_count = number
-    row.latest_version = number
-    row.base_model_id = req.base_model_id
-    row.base_name = base_name
-    row.updated_at = utcnow()
+    number = count + 1
+    now = utcnow()
+    base_name = req.base_ref.split("@", 1)[0]
+    changes: dict[str, Any] = {"version_count": number, "latest_version": number,
+                               "base_model_id": req.base_model_id, "base_name": base_name,
+                               "updated_at": now}
     if req.tags is not None:
-        row.tags = req.tags
+        changes["tags"] = req.tags
     if req.labels is not None:
-        row.labels = req.labels
-    await s.flush()
-    if retag:
-        await repo.replace_tags(s, row)
-    for profile in await profiles_repo.for_base(s, req.base_model_id):
-        ok, reasons = profiles.judge(req.info, profile, req.base_model_id, None)
-        await profiles_repo.store_verdict(s, version.id, profile, ok, reasons)
-        for r in reasons:
-            req.verdict_reasons.setdefault(profile.name, []).append(r["code"])
-    uow.emit("version.published", adapter=row.full_name, version=number,
-             data={"digest": digest, "base": base_ref})
+        changes["labels"] = req.labels
+    if found is None:
+        ns_id = await sql.namespace_id(conn, req.namespace)
+        adapter_id = await sql.insert_adapter(conn, {
+            "namespace_id": ns_id, "name": req.name, "full_name": req.full_name, "tags": [],
+            "labels": {}, "created_at": now, **changes})
+        if req.tags:
+            await sql.set_tags(conn, adapter_id, req.tags, base_name, req.base_model_id,
+                                fresh=True)
+    else:
+        adapter_id = found.id
+        await sql.update_adapter(conn, adapter_id, changes)
+        old_tags = list(found.tags or [])
+        tags = req.tags if req.tags is not None else old_tags
+        if tags != old_tags or found.base_model_id != req.base_model_id:
+            await sql.set_tags(conn, adapter_id, tags, base_name, req.base_model_id,
+                                fresh=False)
+    files = [{"path": p, "digest": f.digest, "size": f.size}
+             for p, f in sorted(req.upload.files.items())]
+    version_id = await sql.insert_version(conn, {
+        "adapter_id": adapter_id, "number": number, "digest": digest,
+        "base_model_id": req.base_model_id, "rank": req.info.max_rank, "alpha": req.info.alpha,
+        "target_modules": sorted(req.info.target_kinds()), "status": "ready",
+        "parent": req.parent, "source": req.source, "size": sum(f.size for f in
+                                                               req.upload.files.values()),
+        "files": files, "adapter_config": req.config, "tensors": req.tensors,
+        "created_by": req.created_by, "created_at": now})
+    await sql.insert_rows(conn, sql.VERSION_BLOBS, [
+        {"digest": d, "version_id": version_id} for d in sorted({f.digest for f in
+                                                                 req.upload.files.values()})])
+    verdicts = await _judge_new_version(conn, req, version_id, now)
+    uow.emit("version.published", adapter=req.full_name, version=number,
+             data={"digest": digest, "base": req.base_ref})
     if req.alias is not None:
-        await _move_alias(uow, row, req.alias, version, req.created_by)
-    return await _published_body(uow, row, version, created=True), True
+        previous = found.alias_version if found is not None else None
+        await sql.point_alias(conn, adapter_id, req.alias, number,
+                              exists=previous is not None, now=now)
+        await sql.insert_rows(conn, sql.ALIAS_HISTORY, [{
+            "adapter_id": adapter_id, "alias": req.alias, "version": number,
+            "previous": previous, "changed_by": req.created_by, "changed_at": now}])
+        uow.emit("alias.moved", adapter=req.full_name, version=number, alias=req.alias,
+                 data={"previous": previous, "digest": digest})
+    return {"adapter": req.full_name, "version": number, "digest": digest, "created": True,
+            "status": "ready", "base": req.base_ref, "verdicts": verdicts}, True
 
 
-async def _published_body(uow: UnitOfWork, row: Adapter, v: Version,
+async def _judge_new_version(conn: AsyncConnection, req: PublishRequest, version_id: int,
+                             now: datetime) -> dict[str, Any]:
+    """Verdicts for every profile of the version's base revision, stored in one statement.
+
+    The base itself was checked before the blobs were stored, so only the profile's own
+    limits (rank, modules) remain.
+    """
+    verdicts: dict[str, Any] = {}
+    rows = []
+    for p in await sql.profiles_for_base(conn, req.base_model_id):
+        modules = tuple(p.supported_modules) if p.supported_modules is not None else None
+        spec = ServingProfileSpec(name=p.name, max_lora_rank=p.max_lora_rank,
+                                  supported_modules=modules)
+        reasons = [{"code": r.code, "message": r.message}
+                   for r in check_profile(req.info, spec)]
+        rows.append({"version_id": version_id, "profile_id": p.id,
+                     "profile_generation": p.generation, "compatible": not reasons,
+                     "reasons": reasons, "computed_at": now})
+        verdicts[p.name] = {"compatible": not reasons, "reasons": reasons}
+        if reasons:
+            req.verdict_reasons[p.name] = [r["code"] for r in reasons]
+    await sql.insert_rows(conn, sql.VERDICTS, rows)
+    return verdicts
+
+
+async def _published_body(uow: UnitOfWork, full_name: str, v: Version,
                           created: bool) -> dict[str, Any]:
-    return {"adapter": row.full_name, "version": v.number, "digest": v.digest,
+    return {"adapter": full_name, "version": v.number, "digest": v.digest,
             "created": created, "status": v.status,
             "base": await repo.base_ref(uow.session, v.base_model_id),
             "verdicts": await stored_verdicts(uow, v.id)}
@@ -208,27 +252,27 @@ async def version_detail(uow: UnitOfWork, full_name: str, number: int) -> dict[s
     return out
 
 
-async def list_adapters(uow: UnitOfWork, *, base: str | None, tag: str | None, q: str | None,
-                        namespaces: set[str] | None, after: int | None,
+async def list_adapters(conn: AsyncConnection, *, base: str | None, tag: str | None,
+                        q: str | None, namespaces: set[str] | None, after: int | None,
                         limit: int) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of the listing on a read connection (single statements, no transaction)."""
     base_name = base_id = None
     if base:
         base_name, _, revision = base.partition("@")
         if revision:
             from mol_catalog.base_models import repository as base_repo
 
-            found = await base_repo.get(uow.session, base_name, revision)
-            if found is None:
+            base_id = await base_repo.id_of(conn, base_name, revision)
+            if base_id is None:
                 return [], None
-            base_id = found.id
-    rows = await repo.list_adapters(uow.session, after=after, limit=limit + 1, tag=tag,
+    rows = await repo.list_adapters(conn, after=after, limit=limit + 1, tag=tag,
                                     base_name=base_name, base_model_id=base_id, q=q,
                                     namespaces=namespaces)
     items = []
     for r in rows[:limit]:
-        namespace, _, name = r.full_name.partition("/")
-        items.append({"adapter": r.full_name, "namespace": namespace, "name": name,
-                      "base": f"{r.name}@{r.revision}", "tags": list(r.tags or []),
-                      "labels": dict(r.labels or {}), "latest_version": r.latest_version,
-                      "updated_at": iso(r.updated_at)})
-    return items, (rows[limit - 1].id if len(rows) > limit else None)
+        namespace, _, name = r["full_name"].partition("/")
+        items.append({"adapter": r["full_name"], "namespace": namespace, "name": name,
+                      "base": f"{r['base_name']}@{r['revision']}", "tags": list(r["tags"] or []),
+                      "labels": dict(r["labels"] or {}), "latest_version": r["latest_version"],
+                      "updated_at": iso(r["updated_at"])})
+    return items, (rows[limit - 1]["id"] if len(rows) > limit else None)

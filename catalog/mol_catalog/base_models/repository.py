@@ -4,16 +4,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import String, bindparam, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from mol_catalog.db import Prepared
 from mol_catalog.models import BaseModel
+
+_ID_OF = Prepared(select(BaseModel.id).where(BaseModel.name == bindparam("name", type_=String),
+                                             BaseModel.revision == bindparam("rev", type_=String)))
 
 
 async def get(session: AsyncSession, name: str, revision: str) -> BaseModel | None:
     return (await session.execute(
         select(BaseModel).where(BaseModel.name == name, BaseModel.revision == revision)
     )).scalar_one_or_none()
+
+
+async def id_of(conn: AsyncConnection, name: str, revision: str) -> int | None:
+    """The id of ``name@revision`` on a read connection (listing filters)."""
+    row = await _ID_OF.first(conn, name=name, rev=revision)
+    return int(row[0]) if row is not None else None
 
 
 async def get_by_id(session: AsyncSession, base_id: int) -> BaseModel | None:

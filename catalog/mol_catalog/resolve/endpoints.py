@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from json import dumps
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response, StreamingResponse
 
 from mol_catalog.auth import Principal
-from mol_catalog.deps import Catalog, get_catalog, get_principal
-from mol_catalog.errors import BadRequest, NotFound, json_response
+from mol_catalog.blobs import S3BlobStore
+from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
+from mol_catalog.errors import BadRequest, NotFound
 from mol_catalog.resolve import repository, service
 
 router = APIRouter(tags=["resolve"])
@@ -20,16 +23,29 @@ HEX_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 @router.get("/v1/resolve/{ns}/{name_ref}")
-async def resolve(ns: str, name_ref: str, request: Request, catalog: CatalogDep,
-                  who: PrincipalDep, profile: str | None = None) -> Response:
-    """``name_ref`` is ``name@ref`` with ref = alias | latest | vN | sha256:<hex>."""
+async def resolve(ns: str, name_ref: str, request: Request, profile: str | None = None) -> Response:
+    """``name_ref`` is ``name@ref`` with ref = alias | latest | vN | sha256:<hex>.
+
+    GETs are normally answered by ``resolve.fast.ResolveFastPath`` in front of the app,
+    with the same ``answer``; this route documents the endpoint and serves the rest.
+    """
+    catalog: Catalog = request.app.state.catalog
+    body = await answer(catalog, ns, name_ref, profile, request.headers.get("authorization"),
+                        lambda: catalog.base_url(request))
+    return Response(body, media_type="application/json")
+
+
+async def answer(catalog: Catalog, ns: str, name_ref: str, profile: str | None,
+                 authorization: str | None, base_url: Callable[[], str]) -> bytes:
+    """The resolve response body; raises CatalogError (401/403/404/400) like any endpoint."""
+    who = await principal_for(catalog, authorization)
     ref = service.parse(ns, name_ref)
     who.require_read(ref.namespace)
     out = await service.resolve(catalog.db, ref, profile)
-    base_url = catalog.base_url(request)
-    out["files"] = [{**f, "url": catalog.blobs.download_url(f["digest"], base_url)}
-                    for f in out["files"]]
-    return json_response(out)
+    blobs = catalog.blobs
+    base = "" if isinstance(blobs, S3BlobStore) else base_url()
+    out["files"] = [{**f, "url": blobs.download_url(f["digest"], base)} for f in out["files"]]
+    return dumps(out, separators=(",", ":")).encode()
 
 
 @router.get("/v1/blobs/sha256/{hexdigest}")

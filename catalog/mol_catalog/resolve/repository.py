@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Row, and_, literal, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import Integer, String, and_, bindparam, select
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 
+from mol_catalog.db import Prepared, json_value
 from mol_catalog.models import (
     Adapter,
     Alias,
@@ -18,42 +19,85 @@ from mol_catalog.models import (
     VersionBlob,
 )
 
+RESOLVE_COLUMNS = ("id", "number", "digest", "status", "yank_reason", "files", "base_model_id",
+                   "base_name", "revision", "profile_id", "profile_generation", "compatible",
+                   "reasons", "verdict_generation")
 
-async def resolve(session: AsyncSession, full_name: str, *, number: int | None = None,
-                  digest: str | None = None, alias: str | None = None,
-                  profile: str | None = None) -> Row[Any] | None:
-    """Exactly one of number/digest/alias, or none of them for ``latest``."""
+
+def _resolve_statement(kind: str, profile: bool) -> Prepared:
+    """One indexed statement per ref kind (alias, number, digest, latest) x profile or not."""
     cols: list[Any] = [Version.id, Version.number, Version.digest, Version.status,
                        Version.yank_reason, Version.files, Version.base_model_id,
                        BaseModel.name.label("base_name"), BaseModel.revision]
-    if profile is not None:
+    if profile:
         cols += [ServingProfile.id.label("profile_id"),
                  ServingProfile.generation.label("profile_generation"),
                  Verdict.compatible, Verdict.reasons,
                  Verdict.profile_generation.label("verdict_generation")]
     stmt = select(*cols).select_from(Adapter)
-    if alias is not None:
-        stmt = stmt.join(Alias, and_(Alias.adapter_id == Adapter.id, Alias.name == alias)).join(
+    if kind == "alias":
+        stmt = stmt.join(Alias, and_(Alias.adapter_id == Adapter.id,
+                                     Alias.name == bindparam("ref", type_=String))).join(
             Version, and_(Version.adapter_id == Adapter.id, Version.number == Alias.version))
-    elif number is not None:
-        stmt = stmt.join(Version, and_(Version.adapter_id == Adapter.id, Version.number == number))
-    elif digest is not None:
-        stmt = stmt.join(Version, and_(Version.adapter_id == Adapter.id, Version.digest == digest))
+    elif kind == "number":
+        stmt = stmt.join(Version, and_(Version.adapter_id == Adapter.id,
+                                       Version.number == bindparam("ref", type_=Integer)))
+    elif kind == "digest":
+        stmt = stmt.join(Version, and_(Version.adapter_id == Adapter.id,
+                                       Version.digest == bindparam("ref", type_=String)))
     else:
         stmt = stmt.join(Version, and_(Version.adapter_id == Adapter.id,
                                        Version.number == Adapter.latest_version))
     stmt = stmt.join(BaseModel, BaseModel.id == Version.base_model_id)
+    if profile:
+        stmt = stmt.outerjoin(
+            ServingProfile, ServingProfile.name == bindparam("profile", type_=String)
+        ).outerjoin(Verdict, and_(Verdict.version_id == Version.id,
+                                  Verdict.profile_id == ServingProfile.id))
+    return Prepared(stmt.where(Adapter.full_name == bindparam("full_name", type_=String)))
+
+
+_STATEMENTS = {(kind, profile): _resolve_statement(kind, profile)
+               for kind in ("alias", "number", "digest", "latest") for profile in (False, True)}
+
+
+async def resolve(conn: AsyncConnection, full_name: str, *, number: int | None = None,
+                  digest: str | None = None, alias: str | None = None,
+                  profile: str | None = None) -> dict[str, Any] | None:
+    """Exactly one of number/digest/alias, or none of them for ``latest``; a dict of
+    RESOLVE_COLUMNS (the profile's columns None without a profile) or None."""
+    params: dict[str, Any] = {"full_name": full_name}
+    if alias is not None:
+        kind, params["ref"] = "alias", alias
+    elif number is not None:
+        kind, params["ref"] = "number", number
+    elif digest is not None:
+        kind, params["ref"] = "digest", digest
+    else:
+        kind = "latest"
     if profile is not None:
-        stmt = stmt.outerjoin(ServingProfile, ServingProfile.name == literal(profile)).outerjoin(
-            Verdict, and_(Verdict.version_id == Version.id,
-                          Verdict.profile_id == ServingProfile.id))
-    stmt = stmt.where(Adapter.full_name == full_name)
-    return (await session.execute(stmt)).first()
+        params["profile"] = profile
+    row = await _STATEMENTS[kind, profile is not None].first(conn, **params)
+    if row is None:
+        return None
+    out = dict(zip(RESOLVE_COLUMNS, row, strict=False))
+    out["files"] = json_value(out["files"])
+    if profile is not None:
+        if out["compatible"] is not None:
+            out["compatible"] = bool(out["compatible"])
+        out["reasons"] = json_value(out["reasons"])
+    else:
+        out.update(profile_id=None, profile_generation=None, compatible=None, reasons=None,
+                   verdict_generation=None)
+    return out
 
 
-async def adapter_exists(session: AsyncSession, full_name: str) -> bool:
-    stmt = select(Adapter.id).where(Adapter.full_name == full_name)
-    return (await session.execute(stmt)).first() is not None
+_EXISTS = Prepared(select(Adapter.id).where(Adapter.full_name == bindparam("full_name",
+                                                                          type_=String)))
+
+
+async def adapter_exists(conn: AsyncConnection, full_name: str) -> bool:
+    return await _EXISTS.first(conn, full_name=full_name) is not None
 
 
 async def blob_namespaces(session: AsyncSession, digest: str) -> list[str]:

@@ -25,11 +25,11 @@ def parse(namespace: str, name_ref: str) -> AdapterRef:
 async def resolve(db: Database, ref: AdapterRef, profile: str | None) -> dict[str, Any]:
     """The resolve answer without URLs (the endpoint adds them)."""
     alias = None if ref.immutable or ref.ref == "latest" else ref.ref
-    async with db.unit(write=False) as uow:
-        row = await repository.resolve(uow.session, ref.adapter, number=ref.version,
+    async with db.read() as conn:
+        row = await repository.resolve(conn, ref.adapter, number=ref.version,
                                        digest=ref.digest, alias=alias, profile=profile)
         if row is None:
-            if not await repository.adapter_exists(uow.session, ref.adapter):
+            if not await repository.adapter_exists(conn, ref.adapter):
                 raise NotFound(f"unknown adapter {ref.adapter!r}")
             if alias is not None:
                 what = f"no alias {alias!r}"
@@ -40,15 +40,16 @@ async def resolve(db: Database, ref: AdapterRef, profile: str | None) -> dict[st
             raise NotFound(f"{ref.adapter}: {what} (see GET /v1/adapters/{ref.adapter}/versions)")
     verdict = None
     if profile is not None:
-        if row.profile_id is None:
+        if row["profile_id"] is None:
             raise NotFound(f"unknown serving profile {profile!r}")
-        if row.compatible is None or row.verdict_generation != row.profile_generation:
-            verdict = await _compute_verdict(db, row.id, profile)
+        if row["compatible"] is None or row["verdict_generation"] != row["profile_generation"]:
+            verdict = await _compute_verdict(db, row["id"], profile)
         else:
-            verdict = {"compatible": row.compatible, "reasons": row.reasons}
-    return {"adapter": ref.adapter, "version": row.number, "digest": row.digest,
-            "status": row.status, "yank_reason": row.yank_reason,
-            "base": f"{row.base_name}@{row.revision}", "files": row.files, "verdict": verdict}
+            verdict = {"compatible": row["compatible"], "reasons": row["reasons"]}
+    return {"adapter": ref.adapter, "version": row["number"], "digest": row["digest"],
+            "status": row["status"], "yank_reason": row["yank_reason"],
+            "base": f"{row['base_name']}@{row['revision']}", "files": row["files"],
+            "verdict": verdict}
 
 
 async def _compute_verdict(db: Database, version_id: int, profile_name: str) -> dict[str, Any]:
