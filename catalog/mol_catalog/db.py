@@ -9,7 +9,6 @@ serialized by ``BEGIN IMMEDIATE``.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
+import orjson
 from sqlalchemy import Table, event, insert, text
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
@@ -78,7 +78,8 @@ def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
     aurl = async_url(url)
     if is_sqlite(url):
         _prepare_sqlite_path(url)
-        engine = create_async_engine(aurl, connect_args={"timeout": 60})
+        engine = create_async_engine(aurl, connect_args={"timeout": 60},
+                                     json_deserializer=orjson.loads)
 
         @event.listens_for(engine.sync_engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -98,7 +99,9 @@ def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get("mol_write", False) else "BEGIN")
 
         return engine
+    # JSON columns are decoded with orjson (listings decode two per row).
     return create_async_engine(aurl, pool_size=pool_size, max_overflow=pool_size,
+                               json_deserializer=orjson.loads,
                                pool_pre_ping=False)
 
 
@@ -179,7 +182,7 @@ class Prepared:
 def json_value(value: Any) -> Any:
     """A JSON column read by ``Prepared``: text (or bytes) from the driver, decoded."""
     if isinstance(value, str | bytes):
-        return json.loads(value)
+        return orjson.loads(value)
     return value
 
 
@@ -206,8 +209,13 @@ class Database:
 
     @asynccontextmanager
     async def unit(self, write: bool = True) -> AsyncIterator[UnitOfWork]:
-        """A transaction that commits once when the block ends (rolls back on error)."""
-        bind = self._write_engine if write else self.engine
+        """A transaction that commits once when the block ends (rolls back on error).
+
+        ``write=False`` opens no transaction at all (no BEGIN/ROLLBACK round trips): each
+        statement sees the data committed when it starts, which is what Postgres' READ
+        COMMITTED gave a read-only transaction anyway.
+        """
+        bind = self._write_engine if write else self._read_engine
         async with AsyncSession(bind, expire_on_commit=False, autoflush=False) as session:
             uow = UnitOfWork(session, self.postgres)
             try:

@@ -93,6 +93,7 @@ class Presigner:
         self.credentials = credentials
         self.expires = expires
         self._key_cache: tuple[str, str, bytes] | None = None  # (secret, yyyymmdd, key)
+        self._query_cache: tuple[int, str, str | None, tuple[str, str, str, str]] | None = None
 
     def _signing_key(self, secret: str, day: str) -> bytes:
         cached = self._key_cache
@@ -104,28 +105,41 @@ class Presigner:
         self._key_cache = (secret, day, k)
         return k
 
-    def url(self, key: str, now: float | None = None) -> str:
-        """A presigned GET URL for ``key``, valid ``expires`` seconds from ``now`` (unix)."""
-        creds = self.credentials()
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-        day = stamp[:8]
+    def _query(self, creds: Credentials, second: int) -> tuple[str, str, str, str]:
+        """(stamp, scope, query, canonical query) for one second and one credential; the
+        files of one resolve share it."""
+        cached = self._query_cache
+        if (cached is not None and cached[0] == second and cached[1] == creds.access_key
+                and cached[2] == creds.token):
+            return cached[3]
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(second))
         t = self.target
-        scope = f"{day}/{t.region}/{t.service}/aws4_request"
+        scope = f"{stamp[:8]}/{t.region}/{t.service}/aws4_request"
         query = (f"X-Amz-Algorithm={ALGORITHM}"
                  f"&X-Amz-Credential={_enc(f'{creds.access_key}/{scope}')}"
                  f"&X-Amz-Date={stamp}&X-Amz-Expires={self.expires}")
         # The canonical query is sorted by key: Security-Token sorts before SignedHeaders.
         if creds.token is not None:
-            canonical_query = f"{query}&X-Amz-Security-Token={_enc(creds.token)}" \
-                              "&X-Amz-SignedHeaders=host"
-            query = f"{query}&X-Amz-SignedHeaders=host&X-Amz-Security-Token={_enc(creds.token)}"
+            token = _enc(creds.token)
+            canonical_query = f"{query}&X-Amz-Security-Token={token}&X-Amz-SignedHeaders=host"
+            query = f"{query}&X-Amz-SignedHeaders=host&X-Amz-Security-Token={token}"
         else:
             query = canonical_query = f"{query}&X-Amz-SignedHeaders=host"
+        out = (stamp, scope, query, canonical_query)
+        self._query_cache = (second, creds.access_key, creds.token, out)
+        return out
+
+    def url(self, key: str, now: float | None = None) -> str:
+        """A presigned GET URL for ``key``, valid ``expires`` seconds from ``now`` (unix)."""
+        creds = self.credentials()
+        stamp, scope, query, canonical_query = self._query(
+            creds, int(time.time() if now is None else now))
+        t = self.target
         path = _quote_key(key)
         canonical = (f"GET\n{t.path_prefix}{path}\n{canonical_query}\nhost:{t.host}\n\nhost\n"
                      f"{UNSIGNED_PAYLOAD}")
         to_sign = (f"{ALGORITHM}\n{stamp}\n{scope}\n"
                    f"{hashlib.sha256(canonical.encode()).hexdigest()}")
-        signature = hmac.new(self._signing_key(creds.secret_key, day), to_sign.encode(),
+        signature = hmac.new(self._signing_key(creds.secret_key, stamp[:8]), to_sign.encode(),
                              hashlib.sha256).hexdigest()
         return f"{t.base}{path}?{query}&X-Amz-Signature={signature}"

@@ -58,8 +58,8 @@ async def test_resolve_query_and_paths(admin: httpx.AsyncClient, model: Any) -> 
     r = await admin.post("/v1/adapters/acme/bot/versions", files=model.files(model.adapter()))
     assert r.status_code == 201, r.text
     digest = r.json()["digest"]
-    profile = {"base_model": f"{model.name}@{model.revision}", "engine": "vllm==0.32.0", "max_lora_rank": 64,
-               "max_loras": 4}
+    profile = {"base_model": f"{model.name}@{model.revision}", "engine": "vllm==0.32.0",
+               "max_lora_rank": 64, "max_loras": 4}
     assert (await admin.put("/v1/serving-profiles/gpu-a", json=profile)).status_code in (200, 201)
 
     by_digest = await admin.get(f"/v1/resolve/acme/bot@{digest}", params={"profile": "gpu-a"})
@@ -104,7 +104,8 @@ async def test_listing_variants(admin: httpx.AsyncClient, model: Any) -> None:
     assert await names(q="a_b") == ["acme/a_b-x"]  # '_' is literal, not a wildcard
     assert await names(q="-B-") == ["beta/a-b-z"]  # case-insensitive
     assert await names(tag="t1", base=model.name) == ["acme/a_b-x", "acme/apb-y", "beta/plain"]
-    assert await names(tag="t2", base=f"{model.name}@{model.revision}") == ["acme/apb-y", "beta/a-b-z"]
+    base_ref = f"{model.name}@{model.revision}"
+    assert await names(tag="t2", base=base_ref) == ["acme/apb-y", "beta/a-b-z"]
     assert await names(base=f"{model.name}@nope") == []
     assert await names(acme_reader) == ["acme/a_b-x", "acme/apb-y"]
     assert await names(acme_reader, tag="t2") == ["acme/apb-y"]

@@ -13,6 +13,7 @@ from sqlalchemy import (
     delete,
     func,
     insert,
+    literal_column,
     select,
     update,
 )
@@ -177,7 +178,12 @@ def _listing_statement(tag: bool, base: str, q: bool, after: bool, namespaces: i
         stmt = stmt.where(Adapter.full_name.ilike(bindparam("q", type_=String), escape="\\"))
     if after:
         stmt = stmt.where(key > bindparam("after", type_=BigInteger))
-    return Prepared(stmt.order_by(key).limit(bindparam("limit", type_=Integer)))
+    # A search without a tag orders by ``id + 0``: Postgres then always filters through the
+    # trigram index and sorts the matches. Ordered by the bare key, a generic plan of this
+    # prepared statement may walk the primary key instead, which reads the whole table for
+    # a rare term.
+    order = key + literal_column("0") if q and not tag else key
+    return Prepared(stmt.order_by(order).limit(bindparam("limit", type_=Integer)))
 
 
 _LISTINGS: dict[tuple[bool, str, bool, bool, int], Prepared] = {}

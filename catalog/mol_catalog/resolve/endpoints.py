@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from json import dumps
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
@@ -13,7 +12,7 @@ from starlette.responses import Response, StreamingResponse
 from mol_catalog.auth import Principal
 from mol_catalog.blobs import S3BlobStore
 from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
-from mol_catalog.errors import BadRequest, NotFound
+from mol_catalog.errors import BadRequest, NotFound, json_bytes
 from mol_catalog.resolve import repository, service
 
 router = APIRouter(tags=["resolve"])
@@ -45,7 +44,7 @@ async def answer(catalog: Catalog, ns: str, name_ref: str, profile: str | None,
     blobs = catalog.blobs
     base = "" if isinstance(blobs, S3BlobStore) else base_url()
     out["files"] = [{**f, "url": blobs.download_url(f["digest"], base)} for f in out["files"]]
-    return dumps(out, separators=(",", ":")).encode()
+    return json_bytes(out)
 
 
 @router.get("/v1/blobs/sha256/{hexdigest}")
