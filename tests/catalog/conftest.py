@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -24,75 +23,25 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from safetensors.numpy import save
 
 from mol_catalog.app import create_app
 from mol_catalog.db import migrate
 from mol_catalog.settings import CatalogSettings
+from mol_platform.testing.lora import SyntheticLlama
 from mol_platform.testing.net import free_port, wait_port
 from mol_platform.testing.postgres import PostgresCluster, fresh_database
 
-PREFIX = "base_model.model.model.layers"
 
-
-@dataclass
-class Model:
-    """A synthetic Llama-like base: GQA by default (4 heads, 2 KV heads, head_dim 16)."""
-
-    name: str = "tiny-llama"
-    revision: str = "r1"
-    hidden: int = 64
-    heads: int = 4
-    kv_heads: int = 2
-    inter: int = 128
-    vocab: int = 100
-    layers: int = 2
-
-    def shapes(self) -> dict[str, tuple[int, int]]:
-        hd = self.hidden // self.heads
-        return {
-            "self_attn.q_proj": (self.hidden, self.hidden),
-            "self_attn.k_proj": (self.kv_heads * hd, self.hidden),
-            "self_attn.v_proj": (self.kv_heads * hd, self.hidden),
-            "self_attn.o_proj": (self.hidden, self.hidden),
-            "mlp.gate_proj": (self.inter, self.hidden),
-            "mlp.up_proj": (self.inter, self.hidden),
-            "mlp.down_proj": (self.hidden, self.inter),
-        }
-
-    def base_body(self) -> dict[str, Any]:
-        tensors: dict[str, list[int]] = {
-            "model.embed_tokens.weight": [self.vocab, self.hidden],
-            "model.norm.weight": [self.hidden], "lm_head.weight": [self.vocab, self.hidden]}
-        for i in range(self.layers):
-            for kind, (out, inp) in self.shapes().items():
-                tensors[f"model.layers.{i}.{kind}.weight"] = [out, inp]
-        config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                  "hidden_size": self.hidden, "num_hidden_layers": self.layers,
-                  "num_attention_heads": self.heads, "num_key_value_heads": self.kv_heads}
-        return {"name": self.name, "revision": self.revision,
-                "architecture": "LlamaForCausalLM", "config": config, "tensors": tensors}
+@dataclass(frozen=True)
+class Model(SyntheticLlama):
+    """The synthetic GQA base (mol_platform.testing.lora) plus publish helpers."""
 
     def adapter(self, rank: int = 8, modules: tuple[str, ...] = ("q_proj", "v_proj"),
                 seed: int = 0, layers: int | None = None, config: dict[str, Any] | None = None,
                 extra: dict[str, np.ndarray] | None = None) -> tuple[bytes, bytes]:
         """(adapter_config.json, adapter_model.safetensors) for a LoRA on this base."""
-        rng = np.random.default_rng(seed)
-        tensors: dict[str, np.ndarray] = {}
-        shapes = {k.split(".")[-1]: (k, v) for k, v in self.shapes().items()}
-        for i in range(self.layers if layers is None else layers):
-            for m in modules:
-                kind, (out, inp) = shapes[m]
-                tensors[f"{PREFIX}.{i}.{kind}.lora_A.weight"] = rng.standard_normal(
-                    (rank, inp)).astype(np.float32)
-                tensors[f"{PREFIX}.{i}.{kind}.lora_B.weight"] = rng.standard_normal(
-                    (out, rank)).astype(np.float32)
-        tensors.update(extra or {})
-        cfg = {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank,
-               "target_modules": list(modules), "base_model_name_or_path": self.name,
-               "bias": "none", "use_dora": False, "modules_to_save": None}
-        cfg.update(config or {})
-        return json.dumps(cfg).encode(), save(tensors)
+        return self.lora_files(rank, modules, seed=seed, layers=layers, config=config,
+                               extra=extra)
 
     @staticmethod
     def files(pair: tuple[bytes, bytes]) -> dict[str, tuple[str, bytes, str]]:

@@ -21,47 +21,14 @@ from mol_platform.compat import (
     check_profile,
 )
 from mol_platform.safetensors_header import header_shapes, read_header
+from mol_platform.testing.lora import SyntheticLlama
 
 P = "base_model.model.model.layers"
 
 
-@dataclass
-class Model:
-    """A synthetic Llama-like shape set: GQA by default (4 heads, 2 KV heads, head_dim 16)."""
-
-    hidden: int = 64
-    heads: int = 4
-    kv_heads: int = 2
-    inter: int = 128
-    vocab: int = 100
-    layers: int = 2
-
-    def shapes(self) -> dict[str, tuple[int, int]]:
-        hd = self.hidden // self.heads
-        return {
-            "self_attn.q_proj": (self.hidden, self.hidden),
-            "self_attn.k_proj": (self.kv_heads * hd, self.hidden),
-            "self_attn.v_proj": (self.kv_heads * hd, self.hidden),
-            "self_attn.o_proj": (self.hidden, self.hidden),
-            "mlp.gate_proj": (self.inter, self.hidden),
-            "mlp.up_proj": (self.inter, self.hidden),
-            "mlp.down_proj": (self.hidden, self.inter),
-        }
-
-    def config(self) -> dict[str, Any]:
-        return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-                "hidden_size": self.hidden, "num_hidden_layers": self.layers,
-                "num_attention_heads": self.heads, "num_key_value_heads": self.kv_heads,
-                "tie_word_embeddings": False}
-
-    def tensors(self) -> dict[str, list[int]]:
-        out = {"model.embed_tokens.weight": [self.vocab, self.hidden],
-               "model.norm.weight": [self.hidden], "lm_head.weight": [self.vocab, self.hidden]}
-        for i in range(self.layers):
-            out[f"model.layers.{i}.input_layernorm.weight"] = [self.hidden]
-            for kind, dims in self.shapes().items():
-                out[f"model.layers.{i}.{kind}.weight"] = list(dims)
-        return out
+@dataclass(frozen=True)
+class Model(SyntheticLlama):
+    """The synthetic GQA base with its checker-side shapes."""
 
     def base(self) -> BaseShapes:
         return BaseShapes.from_config_and_tensors(self.config(), self.tensors())
