@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any, cast
 
 import orjson
-from sqlalchemy import Table, event, insert, text
+from sqlalchemy import Table, bindparam, event, exists, func, insert, select, text
 from sqlalchemy.engine import Dialect, make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, create_async_engine
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
-from mol_catalog.models import Event
+from mol_catalog.models import Event, utcnow
 
 # Arbitrary constant: the advisory lock that orders outbox inserts on Postgres.
 EVENTS_LOCK_KEY = 0x6D6F6C5F657674  # "mol_evt"
@@ -121,15 +121,28 @@ class UnitOfWork:
     async def commit(self) -> None:
         await self.session.flush()
         if self.events:
-            if self.postgres:
-                await self.session.execute(
-                    text("SELECT pg_advisory_xact_lock(:k)"), {"k": EVENTS_LOCK_KEY}
-                )
-            # Core insert on the table: no ORM bulk-insert bookkeeping per commit.
-            await self.session.execute(insert(cast(Table, Event.__table__)), self.events)
+            # Core insert on the table: no ORM bulk-insert bookkeeping per commit. On
+            # Postgres the statement takes the advisory lock itself (see _LOCKED_EVENTS).
+            now = utcnow()
+            rows = [{**e, "created_at": now} for e in self.events]
+            await self.session.execute(_LOCKED_EVENTS if self.postgres else _EVENTS_INSERT,
+                                       rows[0] if len(rows) == 1 else rows)
             self.events = []
         await self.session.commit()
 
+
+_EVENTS = cast(Table, Event.__table__)
+_EVENT_COLUMNS = ("type", "adapter", "version", "alias", "data", "created_at")
+_EVENTS_INSERT = insert(_EVENTS)
+# Postgres: INSERT ... SELECT :values WHERE EXISTS (SELECT pg_advisory_xact_lock(k)). The
+# uncorrelated EXISTS is a one-time filter, evaluated before the first row is formed and so
+# before nextval() allocates its id: the lock and the insert share one round trip and ids
+# still come in commit order.
+_LOCKED_EVENTS = insert(_EVENTS).from_select(
+    list(_EVENT_COLUMNS),
+    select(*(bindparam(c, type_=_EVENTS.c[c].type) for c in _EVENT_COLUMNS))
+    .where(exists(select(func.pg_advisory_xact_lock(EVENTS_LOCK_KEY)))),
+    include_defaults=False)
 
 _REQUIRED = object()
 

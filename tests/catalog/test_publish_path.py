@@ -136,3 +136,37 @@ async def test_second_version_moves_tags_and_alias(client: httpx.AsyncClient,
     assert [(h["version"], h["previous"]) for h in history["items"]] == [(2, 1), (1, None)]
     versions = (await client.get("/v1/adapters/acme/two/versions")).json()["items"]
     assert [(v["version"], v["parent"]) for v in versions] == [(2, 1), (1, None)]
+
+
+async def test_referenced_blob_is_not_uploaded_again(make_client: Any, model: Any,
+                                                     s3_server: Any, s3_bucket: str,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import boto3
+
+    calls: list[str] = []
+    real_client = boto3.session.Session.client
+
+    def client_with_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+        made = real_client(self, *args, **kwargs)
+        made.meta.events.register("before-call.s3",
+                                  lambda model, **_: calls.append(model.name))
+        return made
+
+    monkeypatch.setattr(boto3.session.Session, "client", client_with_hook)
+    client = await make_client(blob_url=f"s3://{s3_bucket}/cat",
+                               s3_endpoint_url=s3_server.endpoint_url)
+    assert (await client.post("/v1/base-models", json=model.base_body())).status_code == 201
+    first, second = model.adapter(seed=1), model.adapter(seed=2)
+    assert first[0] == second[0]  # same config...
+    assert first[1] != second[1]  # ...other weights
+    r = await client.post("/v1/adapters/acme/one/versions", files=model.files(first))
+    assert r.status_code == 201, r.text
+    assert calls.count("PutObject") == 2
+    calls.clear()
+    r = await client.post("/v1/adapters/acme/other/versions", files=model.files(second))
+    assert r.status_code == 201, r.text
+    assert calls == ["PutObject"]  # the weights only: the config is referenced by v1
+    res = (await client.get("/v1/resolve/acme/other@v1")).json()
+    cfg_url = next(f["url"] for f in res["files"] if f["path"] == "adapter_config.json")
+    async with httpx.AsyncClient() as http:
+        assert (await http.get(cfg_url)).content == second[0]

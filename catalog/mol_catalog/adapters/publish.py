@@ -15,7 +15,7 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError
 
-from mol_catalog.adapters import service
+from mol_catalog.adapters import publish_sql, service
 from mol_catalog.adapters.schemas import PublishRequest
 from mol_catalog.adapters.uploads import (
     CONFIG_FILE,
@@ -95,6 +95,8 @@ class _Base:
 # content under the same name@revision is refused), so it is safe to keep.
 _BASES: weakref.WeakKeyDictionary[Database, dict[str, _Base]] = weakref.WeakKeyDictionary()
 MAX_CACHED_BASES = 1024
+# namespace -> id, per database (filled by publish_sql.namespace_id).
+_NAMESPACES: weakref.WeakKeyDictionary[Database, dict[str, int]] = weakref.WeakKeyDictionary()
 
 
 async def _find_base(catalog: Catalog, ref: str) -> _Base:
@@ -115,6 +117,26 @@ def _read_header(weights: StoredFile) -> dict[str, TensorInfo]:
         return read_header(weights.source, file_size=weights.size)
     except HeaderError as exc:
         raise InvalidFile(f"{WEIGHTS_FILE}: {exc}") from None
+
+
+async def _store_blobs(catalog: Catalog, upload: Upload,
+                       base_model_id: int) -> list[publish_sql.Profile]:
+    """Write the files not already referenced by a stored version, concurrently; returns
+    the base's profiles, read by the same statement.
+
+    Skipping a referenced blob is gc-safe: versions are immutable and never deleted, so
+    their ``version_blobs`` rows stay, and gc deletes only blobs no version references.
+    A blob referenced by a committed version is therefore stored and stays stored. (A
+    shared ``adapter_config.json`` would otherwise cost a conditional PUT and its 412 on
+    every publish.)
+    """
+    files = list(upload.files.values())
+    async with catalog.db.read() as conn:
+        known, profiles = await publish_sql.precheck(
+            conn, sorted({f.digest for f in files}), base_model_id)
+    await asyncio.gather(*(catalog.blobs.put(f.digest, f.source, f.size)
+                           for f in files if f.digest not in known))
+    return profiles
 
 
 async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
@@ -143,8 +165,8 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
             + "; ".join(r.message for r in reasons),
             reasons=[{"code": r.code, "message": r.message} for r in reasons],
         )
-    await asyncio.gather(*(catalog.blobs.put(f.digest, f.source, f.size)
-                           for f in upload.files.values()))
+    profiles = await _store_blobs(catalog, upload, base.id)
+    namespaces = _NAMESPACES.setdefault(catalog.db, {})
     req = PublishRequest(namespace=namespace, name=name, upload=upload, info=info, config=config,
                          tensors=header_shapes(header), base_model_id=base.id,
                          base_ref=base.ref, created_by=created_by, **options)
@@ -152,7 +174,7 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
         req.verdict_reasons.clear()
         try:
             async with catalog.db.unit() as uow:
-                body, created = await service.publish(uow, req)
+                body, created = await service.publish(uow, req, profiles, namespaces)
         except IntegrityError:
             # A concurrent publish to the same adapter won the race (same content,
             # same number or a new namespace/adapter row): retry on the new state.

@@ -2,17 +2,30 @@
 
 Statements are built once at import with bind parameters, so each execution skips
 statement construction and cache-key generation and goes straight to the compiled
-form. Every function is one round trip (``executemany`` for rows of one table).
+form. Every function is one round trip (``executemany`` for rows of one table);
+``precheck`` runs before the transaction, on an autocommit connection.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, cast
 
-from sqlalchemy import Row, Table, bindparam, delete, insert, select, update
+from sqlalchemy import (
+    Row,
+    Table,
+    bindparam,
+    delete,
+    exists,
+    insert,
+    literal_column,
+    select,
+    update,
+)
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from mol_catalog.db import Prepared, json_value
 from mol_catalog.models import (
     Adapter,
     AdapterTag,
@@ -46,18 +59,29 @@ _TARGET = (select(Adapter.id, Adapter.version_count, Adapter.base_model_id, Adap
                   _EXISTING.label("existing"), _ALIAS_VERSION.label("alias_version"))
            .where(Adapter.full_name == bindparam("full_name"))
            .with_for_update(of=ADAPTERS))
+MAX_CACHED_NAMESPACES = 4096
 _NAMESPACE = select(Namespace.id).where(Namespace.name == bindparam("name"))
 _INSERT_NAMESPACE = insert(NAMESPACES).returning(NAMESPACES.c.id)
 _INSERT_ADAPTER = insert(ADAPTERS).returning(ADAPTERS.c.id)
 _UPDATE_ADAPTER = update(ADAPTERS).where(ADAPTERS.c.id == bindparam("b_id"))
 _INSERT_VERSION = insert(VERSIONS).returning(VERSIONS.c.id)
 _DELETE_TAGS = delete(ADAPTER_TAGS).where(ADAPTER_TAGS.c.adapter_id == bindparam("adapter_id"))
-_PROFILES = (select(ServingProfile.id, ServingProfile.name, ServingProfile.max_lora_rank,
-                    ServingProfile.supported_modules, ServingProfile.generation)
-             .where(ServingProfile.base_model_id == bindparam("base_model_id"))
-             .order_by(ServingProfile.name))
 _INSERTS = {t.name: insert(t) for t in (VERSION_BLOBS, ADAPTER_TAGS, VERDICTS, ALIASES,
                                         ALIAS_HISTORY)}
+PROFILES = cast(Table, ServingProfile.__table__)
+# Before the transaction, one statement: whether each of the upload's two blobs is
+# already referenced by a version (one index probe each: EXISTS, not DISTINCT, since a
+# shared config file may be referenced by millions of versions) and the profiles of the
+# base revision. The one-row derived table keeps a row when the base has no profile.
+_ONE = select(literal_column("1").label("one")).subquery("one")
+_PRECHECK = Prepared(
+    select(PROFILES.c.id, PROFILES.c.name, PROFILES.c.max_lora_rank,
+           PROFILES.c.supported_modules, PROFILES.c.generation,
+           exists().where(VERSION_BLOBS.c.digest == bindparam("a")).label("a"),
+           exists().where(VERSION_BLOBS.c.digest == bindparam("b")).label("b"))
+    .select_from(_ONE.outerjoin(PROFILES,
+                                PROFILES.c.base_model_id == bindparam("base_model_id")))
+    .order_by(PROFILES.c.name))
 _UPDATE_ALIAS = update(ALIASES).where(ALIASES.c.adapter_id == bindparam("b_adapter_id"),
                                       ALIASES.c.name == bindparam("b_name"))
 
@@ -70,11 +94,17 @@ async def target(conn: AsyncConnection, full_name: str, digest: str,
                                          "alias": alias})).first()
 
 
-async def namespace_id(conn: AsyncConnection, name: str) -> int:
+async def namespace_id(conn: AsyncConnection, name: str, cache: dict[str, int]) -> int:
     """The namespace's id, created when missing (a concurrent creator makes the caller
-    retry through the unique constraint)."""
+    retry through the unique constraint). Ids found committed go to ``cache``: namespaces
+    are never deleted; one this transaction inserts is not cached (it may roll back)."""
+    hit = cache.get(name)
+    if hit is not None:
+        return hit
     found = (await conn.execute(_NAMESPACE, {"name": name})).scalar()
     if found is not None:
+        if len(cache) < MAX_CACHED_NAMESPACES:
+            cache[name] = int(found)
         return int(found)
     return int((await conn.execute(_INSERT_NAMESPACE, {"name": name})).scalar_one())
 
@@ -92,7 +122,8 @@ async def insert_version(conn: AsyncConnection, values: dict[str, Any]) -> int:
 
 
 async def insert_rows(conn: AsyncConnection, table: Table, rows: list[dict[str, Any]]) -> None:
-    """One statement for all rows (executemany when there are several)."""
+    """One statement for all rows (executemany when there are several: cheaper here than a
+    multi-row VALUES list, whose bind processing costs more than the driver's pipeline)."""
     if len(rows) == 1:
         await conn.execute(_INSERTS[table.name], rows[0])
     elif rows:
@@ -109,10 +140,6 @@ async def set_tags(conn: AsyncConnection, adapter_id: int, tags: list[str], base
          "base_model_id": base_model_id} for t in tags])
 
 
-async def profiles_for_base(conn: AsyncConnection, base_model_id: int) -> Sequence[Row[Any]]:
-    return (await conn.execute(_PROFILES, {"base_model_id": base_model_id})).all()
-
-
 async def point_alias(conn: AsyncConnection, adapter_id: int, name: str, number: int,
                       exists: bool, now: Any) -> None:
     if exists:
@@ -121,3 +148,29 @@ async def point_alias(conn: AsyncConnection, adapter_id: int, name: str, number:
     else:
         await insert_rows(conn, ALIASES, [{"adapter_id": adapter_id, "name": name,
                                            "version": number, "updated_at": now}])
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A serving profile of the publish's base revision, as the precheck read it."""
+
+    id: int
+    name: str
+    max_lora_rank: int
+    supported_modules: list[str] | None
+    generation: int
+
+
+async def precheck(conn: AsyncConnection, digests: Sequence[str],
+                   base_model_id: int) -> tuple[set[str], list[Profile]]:
+    """(the digests a stored version already references, the base's profiles by name).
+
+    ``digests`` are the upload's (one or two: a publish has exactly two files)."""
+    if not 1 <= len(digests) <= 2:
+        raise ValueError(f"expected one or two digests, got {len(digests)}")
+    a, b = digests[0], digests[-1]
+    rows = await _PRECHECK.all(conn, a=a, b=b, base_model_id=base_model_id)
+    known = {d for d, hit in zip((a, b), rows[0][5:], strict=True) if hit}
+    profiles = [Profile(r[0], r[1], r[2], json_value(r[3]), r[4])
+                for r in rows if r[0] is not None]
+    return known, profiles

@@ -63,8 +63,13 @@ async def stored_verdicts(uow: UnitOfWork, version_id: int) -> dict[str, Any]:
     return {r[0]: {"compatible": r[1], "reasons": r[2]} for r in rows if r[3] == r[4]}
 
 
-async def publish(uow: UnitOfWork, req: PublishRequest) -> tuple[dict[str, Any], bool]:
+async def publish(uow: UnitOfWork, req: PublishRequest, profiles: list[sql.Profile],
+                  namespaces: dict[str, int]) -> tuple[dict[str, Any], bool]:
     """Insert the version (blobs are already stored). Same content again: the existing one.
+
+    ``profiles`` are the base revision's profiles, read before the transaction: a profile
+    changed since is judged again on resolve (its verdict's generation is stale), a new
+    one on its first resolve. ``namespaces`` caches namespace ids (never deleted).
 
     Core statements on the unit's connection, no ORM flushes: one SELECT finds the
     adapter (locked on Postgres), a version with the same content and the alias's
@@ -92,7 +97,7 @@ async def publish(uow: UnitOfWork, req: PublishRequest) -> tuple[dict[str, Any],
     if req.labels is not None:
         changes["labels"] = req.labels
     if found is None:
-        ns_id = await sql.namespace_id(conn, req.namespace)
+        ns_id = await sql.namespace_id(conn, req.namespace, namespaces)
         adapter_id = await sql.insert_adapter(conn, {
             "namespace_id": ns_id, "name": req.name, "full_name": req.full_name, "tags": [],
             "labels": {}, "created_at": now, **changes})
@@ -120,7 +125,7 @@ async def publish(uow: UnitOfWork, req: PublishRequest) -> tuple[dict[str, Any],
     await sql.insert_rows(conn, sql.VERSION_BLOBS, [
         {"digest": d, "version_id": version_id} for d in sorted({f.digest for f in
                                                                  req.upload.files.values()})])
-    verdicts = await _judge_new_version(conn, req, version_id, now)
+    verdicts = await _judge_new_version(conn, req, profiles, version_id, now)
     uow.emit("version.published", adapter=req.full_name, version=number,
              data={"digest": digest, "base": req.base_ref})
     if req.alias is not None:
@@ -136,7 +141,8 @@ async def publish(uow: UnitOfWork, req: PublishRequest) -> tuple[dict[str, Any],
             "status": "ready", "base": req.base_ref, "verdicts": verdicts}, True
 
 
-async def _judge_new_version(conn: AsyncConnection, req: PublishRequest, version_id: int,
+async def _judge_new_version(conn: AsyncConnection, req: PublishRequest,
+                             profiles: list[sql.Profile], version_id: int,
                              now: datetime) -> dict[str, Any]:
     """Verdicts for every profile of the version's base revision, stored in one statement.
 
@@ -145,7 +151,7 @@ async def _judge_new_version(conn: AsyncConnection, req: PublishRequest, version
     """
     verdicts: dict[str, Any] = {}
     rows = []
-    for p in await sql.profiles_for_base(conn, req.base_model_id):
+    for p in profiles:
         modules = tuple(p.supported_modules) if p.supported_modules is not None else None
         spec = ServingProfileSpec(name=p.name, max_lora_rank=p.max_lora_rank,
                                   supported_modules=modules)
