@@ -12,7 +12,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mol_catalog import gc
+from mol_catalog import blob_gc
 from mol_catalog.adapters.endpoints import router as adapters_router
 from mol_catalog.auth import Principal
 from mol_catalog.base_models.endpoints import router as base_models_router
@@ -65,7 +65,7 @@ async def run_gc(catalog: CatalogDep, who: PrincipalDep,
                  grace_seconds: float = Query(3600.0, ge=0)) -> Response:
     """Delete blobs no version references that are older than the grace period (admin)."""
     who.require_admin()
-    return json_response(await gc.collect(catalog.db, catalog.blobs, grace_seconds))
+    return json_response(await blob_gc.collect(catalog.db, catalog.blobs, grace_seconds))
 
 
 async def _validation_handler(request: Request, exc: Exception) -> Response:
@@ -122,4 +122,8 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
 
 def app_factory() -> FastAPI:
     """For ``uvicorn --factory`` (workers > 1): settings come from MOL_CATALOG_* env."""
-    return create_app(CatalogSettings())
+    from mol_catalog.runtime import tune_gc
+
+    app = create_app(CatalogSettings())
+    tune_gc()
+    return app

@@ -39,6 +39,9 @@ def serve(host: str = "127.0.0.1", port: int = 8080, db: str | None = None,
                     log_level="warning", lifespan="on")
     else:
         from mol_catalog.app import create_app
+        from mol_catalog.runtime import tune_gc
 
-        uvicorn.run(create_app(settings), host=host, port=port, http="httptools", loop="uvloop",
+        app = create_app(settings)
+        tune_gc()
+        uvicorn.run(app, host=host, port=port, http="httptools", loop="uvloop",
                     access_log=False, log_level="warning", lifespan="on")
