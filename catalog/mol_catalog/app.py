@@ -28,10 +28,10 @@ from mol_catalog.errors import (
     json_response,
 )
 from mol_catalog.events.endpoints import router as events_router
+from mol_catalog.fast import FastPath
 from mol_catalog.metrics import CatalogMetrics, MetricsMiddleware
 from mol_catalog.profiles.endpoints import router as profiles_router
 from mol_catalog.resolve.endpoints import router as resolve_router
-from mol_catalog.resolve.fast import ResolveFastPath
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens.endpoints import router as tokens_router
 
@@ -115,7 +115,7 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
     app.add_exception_handler(CatalogError, catalog_error_handler)
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_handler)
-    app.add_middleware(ResolveFastPath)  # inside the metrics middleware: resolves are counted
+    app.add_middleware(FastPath)  # inside the metrics middleware: its answers are counted
     app.add_middleware(MetricsMiddleware, metrics=metrics_obj)
     return app
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import field_validator
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 GIB = 1024**3
@@ -25,6 +25,9 @@ class CatalogSettings(BaseSettings):
     migrate: bool = True
     presign_seconds: int = 3600
     pool_size: int = 10
+    # Ids a substring search reads in key order (a tenth first) before the trigram index;
+    # 0: the index only.
+    search_window: int = Field(default=20_000, ge=0)
 
     @field_validator("auth", mode="before")
     @classmethod

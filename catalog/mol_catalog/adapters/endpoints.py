@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
+import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
@@ -12,7 +13,7 @@ from mol_catalog.adapters import service
 from mol_catalog.adapters.schemas import AliasPut, YankBody
 from mol_catalog.adapters.uploads import FIELDS, FILE_PARTS, receive_upload
 from mol_catalog.auth import Principal
-from mol_catalog.deps import Catalog, get_catalog, get_principal
+from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
 from mol_catalog.errors import BadRequest, CatalogError, json_response
 from mol_catalog.util import clamp_limit, decode_cursor, encode_cursor, valid_name
 
@@ -59,11 +60,24 @@ async def publish_version(ns: str, name: str, request: Request, catalog: Catalog
 
 
 @router.get("/v1/adapters")
-async def list_adapters(catalog: CatalogDep, who: PrincipalDep, base: str | None = None,
-                        tag: str | None = None, q: str | None = None,
-                        namespace: str | None = None, limit: int = 50,
+async def list_adapters(request: Request, base: str | None = None, tag: str | None = None,
+                        q: str | None = None, namespace: str | None = None, limit: int = 50,
                         cursor: str | None = None) -> Response:
-    """Keyset-paginated listing and search (pass next_cursor back as cursor)."""
+    """Keyset-paginated listing and search (pass next_cursor back as cursor).
+
+    GETs are normally answered by ``mol_catalog.fast.FastPath`` in front of the app, with
+    the same ``list_answer``; this route documents the endpoint and serves the rest.
+    """
+    body = await list_answer(request.app.state.catalog, request.headers.get("authorization"),
+                             base, tag, q, namespace, limit, cursor)
+    return Response(body, media_type="application/json")
+
+
+async def list_answer(catalog: Catalog, authorization: str | None, base: str | None,
+                      tag: str | None, q: str | None, namespace: str | None, limit: int,
+                      cursor: str | None) -> bytes:
+    """The listing response body; raises CatalogError (401/403/400) like any endpoint."""
+    who = await principal_for(catalog, authorization)
     limit = clamp_limit(limit)
     after = decode_cursor(cursor, 1)
     namespaces = who.readable_namespaces()
@@ -74,9 +88,12 @@ async def list_adapters(catalog: CatalogDep, who: PrincipalDep, base: str | None
     async with catalog.db.read() as conn:
         items, last = await service.list_adapters(
             conn, base=base, tag=tag, q=q, namespaces=namespaces,
-            after=int(after[0]) if after else None, limit=limit)
-    return json_response({"items": items,
-                          "next_cursor": encode_cursor(last) if last is not None else None})
+            after=int(after[0]) if after else None, limit=limit,
+            window=catalog.settings.search_window)
+    # Timestamps stay datetimes: orjson writes them as RFC 3339 in UTC ("Z").
+    return orjson.dumps({"items": items,
+                         "next_cursor": encode_cursor(last) if last is not None else None},
+                        option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC)
 
 
 @router.get("/v1/adapters/{ns}/{name}")

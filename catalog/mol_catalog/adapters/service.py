@@ -260,8 +260,12 @@ async def version_detail(uow: UnitOfWork, full_name: str, number: int) -> dict[s
 
 async def list_adapters(conn: AsyncConnection, *, base: str | None, tag: str | None,
                         q: str | None, namespaces: set[str] | None, after: int | None,
-                        limit: int) -> tuple[list[dict[str, Any]], int | None]:
-    """One page of the listing on a read connection (single statements, no transaction)."""
+                        limit: int, window: int = repo.SEARCH_WINDOW,
+                        ) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of the listing on a read connection (single statements, no transaction).
+
+    ``updated_at`` stays a datetime (UTC; naive from SQLite): the caller encodes it.
+    """
     base_name = base_id = None
     if base:
         base_name, _, revision = base.partition("@")
@@ -273,12 +277,13 @@ async def list_adapters(conn: AsyncConnection, *, base: str | None, tag: str | N
                 return [], None
     rows = await repo.list_adapters(conn, after=after, limit=limit + 1, tag=tag,
                                     base_name=base_name, base_model_id=base_id, q=q,
-                                    namespaces=namespaces)
+                                    namespaces=namespaces, window=window)
     items = []
     for r in rows[:limit]:
-        namespace, _, name = r["full_name"].partition("/")
-        items.append({"adapter": r["full_name"], "namespace": namespace, "name": name,
-                      "base": f"{r['base_name']}@{r['revision']}", "tags": list(r["tags"] or []),
-                      "labels": dict(r["labels"] or {}), "latest_version": r["latest_version"],
-                      "updated_at": iso(r["updated_at"])})
+        full = r["full_name"]
+        namespace, _, name = full.partition("/")
+        items.append({"adapter": full, "namespace": namespace, "name": name,
+                      "base": f"{r['base_name']}@{r['revision']}", "tags": r["tags"] or [],
+                      "labels": r["labels"] or {}, "latest_version": r["latest_version"],
+                      "updated_at": r["updated_at"]})
     return items, (rows[limit - 1]["id"] if len(rows) > limit else None)
