@@ -273,7 +273,7 @@ def seed(url: str, n: int) -> None:
             columns, per = COLUMNS[table]
             total = rows.layout.namespaces if per == 0 else n * per
             copy_text(conn, table, columns, chunked(getattr(rows, table)()), total)
-        progress("rebuilding keys and indexes, then ANALYZE")
+        progress("rebuilding keys and indexes, then VACUUM (ANALYZE)")
         restore_after_load(conn, saved, TABLES)
         for table in ID_TABLES:
             conn.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), "

@@ -122,7 +122,7 @@ def section(bench: Bench, rows: list[Row], argv: list[str], elapsed: float,
         f"sizes: {sizes or 'n/a'}.",
         "- Bulk path: schema created by each product (Alembic / `mlflow db upgrade`), FKs, keys"
         " and indexes of the loaded tables dropped, rows streamed with COPY, keys/indexes/FKs"
-        " rebuilt, then ANALYZE.",
+        " rebuilt, then VACUUM (ANALYZE).",
         f"- Servers: ours `mol catalog serve --workers {a.workers}` (auth on: every request "
         f"carries a bearer token; S3 blobs on a moto server); MLflow `mlflow server --workers "
         f"{a.mlflow_workers} --no-serve-artifacts`, job runner off, requests with "

@@ -4,7 +4,7 @@
     .venv/bin/python bench/catalog.py --quick         # smoke run, a few minutes
     .venv/bin/python bench/catalog.py --skip-mlflow   # ours only
 
-Seeds both registries in bulk (COPY, indexes after, ANALYZE), then measures through
+Seeds both registries in bulk (COPY, indexes after, VACUUM ANALYZE), then measures through
 HTTP with wrk: resolve `ns/name@alias` (latency at 4 connections, throughput at 16),
 listing by base+tag (first and deep keyset page), substring search, and publish
 throughput (S3 on loopback, compatibility check included). Writes the "catalog"
