@@ -43,6 +43,9 @@ def _hex(digest: str) -> str:
 
 
 class BlobStore(Protocol):
+    # Whether download URLs point back at the catalog (and so need its base URL).
+    serves_downloads: bool
+
     async def put(self, digest: str, source: Path | bytes, size: int) -> bool:
         """Store the file (a path or its bytes) under its digest unless present; True when
         it was written."""
@@ -65,6 +68,8 @@ class BlobStore(Protocol):
 
 class LocalBlobStore:
     """A directory: ``<root>/blobs/sha256/<hex>``; writes are atomic renames."""
+
+    serves_downloads = True
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -139,6 +144,8 @@ class LocalBlobStore:
 
 class S3BlobStore:
     """An S3 bucket (any S3 API): ``<prefix>blobs/sha256/<hex>``; presigned downloads."""
+
+    serves_downloads = False
 
     def __init__(self, bucket: str, prefix: str = "", endpoint_url: str | None = None,
                  presign_seconds: int = 3600, client: Any = None) -> None:

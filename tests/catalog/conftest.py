@@ -28,7 +28,7 @@ from mol_catalog.app import create_app
 from mol_catalog.db import migrate
 from mol_catalog.settings import CatalogSettings
 from mol_platform.testing.lora import SyntheticLlama
-from mol_platform.testing.net import free_port, wait_port
+from mol_platform.testing.net import free_port, stop_process, wait_port
 from mol_platform.testing.postgres import PostgresCluster, fresh_database
 
 
@@ -124,12 +124,7 @@ def _run_server(tmp: Path, auth: bool, admin_token: str | None) -> Iterator[Live
         wait_port(port, timeout=60)
         yield LiveCatalog(f"http://127.0.0.1:{port}", admin_token, db_url, tmp / "blobs")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 @pytest.fixture

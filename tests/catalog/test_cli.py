@@ -25,7 +25,7 @@ from mol_platform.catalog_client import CatalogClient, CatalogError
 from mol_platform.demo import build_demo
 from mol_platform.model_folder import read_base_model_folder
 from mol_platform.safetensors_header import read_header
-from mol_platform.testing.net import free_port, port_open
+from mol_platform.testing.net import free_port, port_open, stop_process
 
 ADMIN = "mol_" + "t" * 43
 
@@ -51,12 +51,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             pytest.fail(f"mol catalog serve did not start: {(tmp / 'server.log').read_text()}")
         yield f"http://127.0.0.1:{port}"
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_process(proc)
 
 
 def proc_wait(proc: subprocess.Popen[bytes], seconds: float) -> None:

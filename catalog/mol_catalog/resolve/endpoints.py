@@ -10,7 +10,6 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response, StreamingResponse
 
 from mol_catalog.auth import Principal
-from mol_catalog.blobs import S3BlobStore
 from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
 from mol_catalog.errors import BadRequest, NotFound, json_bytes
 from mol_catalog.resolve import repository, service
@@ -42,7 +41,7 @@ async def answer(catalog: Catalog, ns: str, name_ref: str, profile: str | None,
     who.require_read(ref.namespace)
     out = await service.resolve(catalog.db, ref, profile)
     blobs = catalog.blobs
-    base = "" if isinstance(blobs, S3BlobStore) else base_url()
+    base = base_url() if blobs.serves_downloads else ""
     out["files"] = [{**f, "url": blobs.download_url(f["digest"], base)} for f in out["files"]]
     return json_bytes(out)
 

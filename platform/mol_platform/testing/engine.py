@@ -12,7 +12,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 import httpx
 
 from mol_platform.engine.args import cpu_env, lora_flags, runtime_env
+from mol_platform.testing.net import free_port
 
 ENGINE_VENV_ENV = "MOL_ENGINE_VENV"
 LAUNCHER_MODULE = "mol_platform.engine.launcher"
@@ -86,13 +86,6 @@ def find_engine_venv() -> Path:
     if built is None or not (built / "bin" / "python").is_file():
         raise EngineError(f"scripts/engine-venv.sh printed no usable venv: {proc.stdout!r}")
     return built
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def engine_command(

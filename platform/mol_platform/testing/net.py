@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
+from typing import Any
 
 LOOPBACK = "127.0.0.1"
 
@@ -42,3 +44,14 @@ def wait_port(port: int, host: str = LOOPBACK, timeout: float = 30.0) -> None:
             return
         time.sleep(0.05)
     raise InfraError(f"nothing listens on {host}:{port} after {timeout:.0f}s")
+
+
+def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
+    """Terminate a child, wait up to ``grace`` seconds, then kill it; safe if it has exited."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

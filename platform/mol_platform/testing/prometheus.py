@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import yaml
 
-from mol_platform.testing.net import DEPS_HINT, LOOPBACK, InfraError, free_port
+from mol_platform.testing.net import DEPS_HINT, LOOPBACK, InfraError, free_port, stop_process
 
 Result = list[dict[str, Any]]
 
@@ -148,13 +148,8 @@ class PrometheusServer:
 
     def stop(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        if proc is not None:
+            stop_process(proc)
         if self._http is not None:
             self._http.close()
             self._http = None
