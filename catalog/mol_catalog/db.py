@@ -9,7 +9,8 @@ serialized by ``BEGIN IMMEDIATE``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,10 +41,10 @@ def async_url(url: str) -> str:
     if backend == "sqlite":
         return str(parsed.set(drivername="sqlite+aiosqlite"))
     if backend == "postgresql":
-        driver = parsed.get_driver_name()
+        driver = parsed.get_driver_name() if "+" in parsed.drivername else ""
         if driver in ("psycopg", "asyncpg"):
             return parsed.render_as_string(hide_password=False)
-        if driver in ("", "psycopg2", "postgresql"):
+        if driver in ("", "psycopg2"):  # a plain postgresql:// URL gets asyncpg
             return parsed.set(drivername="postgresql+asyncpg").render_as_string(
                 hide_password=False
             )
@@ -154,13 +155,43 @@ class _Compiled:
     positional: bool
 
 
+class Reader:
+    """A connection for single read statements: asyncpg's own on Postgres, else SQLAlchemy's.
+
+    On Postgres through asyncpg the read path skips SQLAlchemy's connection pool and
+    its greenlet bridge: a resolve is one cached prepared statement on a raw connection.
+    """
+
+    __slots__ = ("_raw", "_sa", "dialect")
+
+    def __init__(self, dialect: Dialect, raw: Any = None, sa: AsyncConnection | None = None,
+                 ) -> None:
+        self.dialect = dialect
+        self._raw = raw
+        self._sa = sa
+
+    async def fetch(self, sql: str, args: Sequence[Any] | dict[str, Any]) -> list[Any]:
+        """Rows (sequences) of one statement; ``args`` positional for ``$n`` SQL."""
+        if self._raw is not None:
+            return list(await self._raw.fetch(sql, *args))
+        assert self._sa is not None
+        result = await self._sa.exec_driver_sql(sql, args if isinstance(args, dict)
+                                                else tuple(args))
+        return list(result.fetchall())
+
+
+# What read statements run on: a Reader, or a unit of work's SQLAlchemy connection.
+ReadConn = AsyncConnection | Reader
+
+
 class Prepared:
     """A Core statement compiled once per dialect and run as driver SQL.
 
     Skips SQLAlchemy's per-execution cache-key walk and result processing: rows come
     back as the driver returns them (JSON columns as text on both backends, booleans as
     0/1 on SQLite), so callers decode with ``json_value``/``bool``. Parameters are passed
-    by name; ``compile`` fixes their order.
+    by name; ``compile`` fixes their order. Runs on a ``Reader`` or on a SQLAlchemy
+    connection (inside a unit of work).
     """
 
     def __init__(self, statement: ClauseElement) -> None:
@@ -180,14 +211,16 @@ class Prepared:
             found = self._compiled[key] = _Compiled(compiled.string, names, compiled.positional)
         return found
 
-    async def all(self, conn: AsyncConnection, **params: Any) -> list[tuple[Any, ...]]:
+    async def all(self, conn: ReadConn, **params: Any) -> list[Sequence[Any]]:
         c = self._for(conn.dialect)
         values = [(n, params[n] if d is _REQUIRED else params.get(n, d)) for n, d in c.names]
         args: Any = tuple(v for _, v in values) if c.positional else dict(values)
+        if isinstance(conn, Reader):
+            return await conn.fetch(c.sql, args)
         result = await conn.exec_driver_sql(c.sql, args)
-        return [tuple(r) for r in result.fetchall()]
+        return list(result.fetchall())
 
-    async def first(self, conn: AsyncConnection, **params: Any) -> tuple[Any, ...] | None:
+    async def first(self, conn: ReadConn, **params: Any) -> Sequence[Any] | None:
         rows = await self.all(conn, **params)
         return rows[0] if rows else None
 
@@ -219,6 +252,10 @@ class Database:
         self._read_engine = (self.engine.execution_options(mol_autocommit=True)
                              if not self.postgres else
                              self.engine.execution_options(isolation_level="AUTOCOMMIT"))
+        self._pool_size = pool_size
+        self._raw_args = _asyncpg_args(url) if self.postgres else None
+        self._raw_pools: dict[bool, Any] = {}
+        self._raw_lock = asyncio.Lock()
 
     @asynccontextmanager
     async def unit(self, write: bool = True) -> AsyncIterator[UnitOfWork]:
@@ -240,17 +277,64 @@ class Database:
                 raise
 
     @asynccontextmanager
-    async def read(self) -> AsyncIterator[AsyncConnection]:
-        """A connection for one consistent read statement (no transaction, no ORM)."""
+    async def read(self, generic_plans: bool = False) -> AsyncIterator[Reader]:
+        """A connection for consistent single read statements (no transaction, no ORM).
+
+        ``generic_plans``: on Postgres, a connection that always runs prepared statements
+        with their generic plan. For the search scans, whose custom plans are no better
+        but cost more to make than to run; never for listings by tag, whose plans depend
+        on the parameters.
+        """
+        if self._raw_args is not None:
+            pool = self._raw_pools.get(generic_plans) or await self._open_raw_pool(generic_plans)
+            async with pool.acquire() as raw:
+                yield Reader(self.engine.dialect, raw=raw)
+            return
         async with self._read_engine.connect() as conn:
-            yield conn
+            yield Reader(conn.dialect, sa=conn)
+
+    async def _open_raw_pool(self, generic_plans: bool) -> Any:
+        import asyncpg
+
+        async with self._raw_lock:
+            if generic_plans not in self._raw_pools:
+                self._raw_pools[generic_plans] = await asyncpg.create_pool(
+                    **(self._raw_args or {}), min_size=1, max_size=self._pool_size,
+                    reset=_keep_session,
+                    server_settings={"plan_cache_mode": "force_generic_plan"}
+                    if generic_plans else None)
+        return self._raw_pools[generic_plans]
 
     async def ping(self) -> None:
         async with self.engine.connect() as conn:
             await conn.execute(text("SELECT 1"))
 
     async def dispose(self) -> None:
+        pools, self._raw_pools = list(self._raw_pools.values()), {}
+        for pool in pools:
+            await pool.close()
         await self.engine.dispose()
+
+
+async def _keep_session(_conn: Any) -> None:
+    """Read connections change no session state, so releasing one costs no reset query
+    (asyncpg still rolls back a transaction left open)."""
+
+
+def _asyncpg_args(url: str) -> dict[str, Any] | None:
+    """asyncpg.connect() arguments for a Postgres URL using asyncpg, else None (psycopg
+    URLs keep SQLAlchemy's read path)."""
+    parsed = make_url(async_url(url))
+    if parsed.get_driver_name() != "asyncpg":
+        return None
+    args: dict[str, Any] = parsed.translate_connect_args(username="user")
+    query = dict(parsed.query)
+    ssl = query.pop("ssl", None) or query.pop("sslmode", None)
+    if ssl is not None:
+        args["ssl"] = ssl
+    if query:
+        raise DatabaseUrlError(f"unsupported options in database URL: {sorted(query)}")
+    return args
 
 
 def migrations_dir() -> Path:

@@ -38,12 +38,16 @@ def test_postgres_upgrade_downgrade_upgrade(postgres_cluster: PostgresCluster) -
     migrate(url)
     tables, indexes = _tables_and_indexes(url)
     assert tables == set(Base.metadata.tables)
-    assert {"ix_adapters_full_name_trgm", "ix_adapter_tags_tag_base_name_adapter_id",
-            "ix_adapters_base_name_id"} <= indexes
+    assert {"ix_adapters_full_name_trgm", "ix_adapters_search_scan",
+            "ix_adapter_tags_tag_base_name_adapter_id", "ix_adapters_base_name_id"} <= indexes
+    downgrade(url, "-1")  # 0003 -> 0002: the search-scan index goes, the trigram index stays
+    assert {"ix_adapters_search_scan", "ix_adapters_full_name_trgm"} & _tables_and_indexes(
+        url)[1] == {"ix_adapters_full_name_trgm"}
     downgrade(url, "-1")
     assert "ix_adapters_full_name_trgm" not in _tables_and_indexes(url)[1]
     migrate(url)
-    assert "ix_adapters_full_name_trgm" in _tables_and_indexes(url)[1]
+    assert {"ix_adapters_full_name_trgm", "ix_adapters_search_scan"} <= _tables_and_indexes(
+        url)[1]
     downgrade(url, "base")
     assert _tables_and_indexes(url)[0] == set()
     migrate(url)

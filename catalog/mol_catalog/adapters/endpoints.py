@@ -85,7 +85,7 @@ async def list_answer(catalog: Catalog, authorization: str | None, base: str | N
         valid_name(namespace, "namespace")
         who.require_read(namespace)
         namespaces = {namespace}
-    async with catalog.db.read() as conn:
+    async with catalog.db.read(generic_plans=bool(q) and tag is None) as conn:
         items, last = await service.list_adapters(
             conn, base=base, tag=tag, q=q, namespaces=namespaces,
             after=int(after[0]) if after else None, limit=limit,

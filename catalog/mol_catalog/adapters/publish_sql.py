@@ -25,7 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from mol_catalog.db import Prepared, json_value
+from mol_catalog.db import Prepared, ReadConn, json_value
 from mol_catalog.models import (
     Adapter,
     AdapterTag,
@@ -161,7 +161,7 @@ class Profile:
     generation: int
 
 
-async def precheck(conn: AsyncConnection, digests: Sequence[str],
+async def precheck(conn: ReadConn, digests: Sequence[str],
                    base_model_id: int) -> tuple[set[str], list[Profile]]:
     """(the digests a stored version already references, the base's profiles by name).
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Integer,
     String,
     bindparam,
@@ -17,9 +18,13 @@ from sqlalchemy import (
     select,
     update,
 )
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.compiler import compiles
+from sqlalchemy.orm import aliased
+from sqlalchemy.sql.compiler import SQLCompiler
+from sqlalchemy.sql.functions import FunctionElement
 
-from mol_catalog.db import Prepared, datetime_value, json_value
+from mol_catalog.db import Prepared, ReadConn, datetime_value, json_value
 from mol_catalog.models import (
     Adapter,
     AdapterTag,
@@ -144,8 +149,30 @@ async def base_ref(session: AsyncSession, base_model_id: int) -> str:
 LISTING_COLUMNS = ("id", "full_name", "tags", "labels", "latest_version", "updated_at",
                    "base_name", "revision")
 
-# How many ids a search reads in key order before it falls back to the trigram index.
+# How many ids a search scans in key order before it hands over to the trigram index.
 SEARCH_WINDOW = 20_000
+
+
+class _Contains(FunctionElement[bool]):
+    """``haystack`` contains ``needle`` (plain, case-sensitive): ``strpos`` on Postgres,
+    ``instr`` on SQLite. No index serves it, on purpose: a window scan must walk the key
+    order, and a LIKE here would tempt the planner into the trigram index instead."""
+
+    type = Boolean()
+    inherit_cache = True
+    name = "mol_contains"
+
+
+@compiles(_Contains)
+def _contains_strpos(element: _Contains, compiler: SQLCompiler, **kw: Any) -> str:
+    haystack, needle = (compiler.process(c, **kw) for c in element.clauses)
+    return f"strpos({haystack}, {needle}) > 0"
+
+
+@compiles(_Contains, "sqlite")
+def _contains_instr(element: _Contains, compiler: SQLCompiler, **kw: Any) -> str:
+    haystack, needle = (compiler.process(c, **kw) for c in element.clauses)
+    return f"instr({haystack}, {needle}) > 0"
 
 
 def _filters(tag: bool, base: str, namespaces: int, cols: Any = Adapter) -> list[Any]:
@@ -194,6 +221,12 @@ def _listing_statement(tag: bool, base: str, q: bool, after: bool, namespaces: i
         stmt = stmt.where(_search_term())
     if after:
         stmt = stmt.where(key > bindparam("after", type_=BigInteger))
+    if q and not tag and after:
+        # Past a search's windows (see ``_search``): skipped outright, by a one-time filter,
+        # when no adapter lies beyond the cursor, where the trigram index would otherwise
+        # gather every match of a common term only to drop them all.
+        stmt = stmt.where(bindparam("after", type_=BigInteger)
+                          < select(func.max(Adapter.id)).scalar_subquery())
     # A search without a tag orders by ``id + 0``: Postgres then always filters through the
     # trigram index and sorts the matches. Ordered by the bare key, a generic plan of this
     # prepared statement may walk the primary key instead, which reads the whole table for
@@ -202,47 +235,33 @@ def _listing_statement(tag: bool, base: str, q: bool, after: bool, namespaces: i
     return Prepared(stmt.order_by(order).limit(bindparam("limit", type_=Integer)))
 
 
-def _window(after: bool, *columns: Any) -> Any:
-    """The next ``window`` adapters after the cursor, in key order, whatever they are."""
-    stmt = (select(Adapter.id, *columns).order_by(Adapter.id)
-            .limit(bindparam("window", type_=Integer)))
-    if after:
-        stmt = stmt.where(Adapter.id > bindparam("after", type_=BigInteger))
-    return stmt
+def _window_statement(base: str, namespaces: int) -> Prepared:
+    """A search's scan of the id range ``(lo, hi]`` in key order: its first ``limit`` matches.
 
-
-def _window_statement(base: str, after: bool, namespaces: int) -> Prepared:
-    """Phase 1 of a search without a tag: the first matches among the next ``window`` ids.
-
-    The window covers a contiguous id range from the cursor, so its matches are exactly
-    the first rows of the page. Postgres walks the primary key and stops at ``limit``
-    matches, so a common term costs about ``limit / selectivity`` rows, and any term at
-    most ``window`` rows.
+    On Postgres the scan reads only the covering index ``ix_adapters_search_scan`` (id,
+    then name, base and namespace ids; migration 0003), stops at ``limit`` matches and
+    reads at most ``hi - lo`` entries; the matches' other columns are then joined by
+    primary key, for at most ``limit`` rows.
     """
-    # The window carries only what the filters read; the matches' other columns are
-    # joined by primary key, for at most ``limit`` rows.
-    w = _window(after, Adapter.full_name, Adapter.base_model_id, Adapter.base_name,
-                Adapter.namespace_id).subquery("w")
-    stmt = (select(w.c.id, w.c.full_name, Adapter.tags, Adapter.labels, Adapter.latest_version,
-                   Adapter.updated_at, BaseModel.name, BaseModel.revision)
-            .select_from(w)
-            .join(Adapter, Adapter.id == w.c.id)
-            .join(BaseModel, BaseModel.id == w.c.base_model_id)
-            .where(_search_term(w.c), *_filters(False, base, namespaces, w.c))
-            .order_by(w.c.id)
-            .limit(bindparam("limit", type_=Integer)))
-    return Prepared(stmt)
-
-
-def _edge_statement(after: bool) -> Prepared:
-    """Where a window ended and how many ids it held (when phase 1 did not fill a page)."""
-    w = _window(after).subquery("w")
-    return Prepared(select(func.max(w.c.id), func.count()).select_from(w))
+    w = (select(Adapter.id, Adapter.base_model_id)
+         .where(Adapter.id > bindparam("lo", type_=BigInteger),
+                Adapter.id <= bindparam("hi", type_=BigInteger),
+                _Contains(Adapter.full_name, bindparam("needle", type_=String)),
+                *_filters(False, base, namespaces))
+         .order_by(Adapter.id)
+         .limit(bindparam("limit", type_=Integer))).subquery("w")
+    row = aliased(Adapter, name="a")
+    return Prepared(
+        select(w.c.id, row.full_name, row.tags, row.labels, row.latest_version, row.updated_at,
+               BaseModel.name, BaseModel.revision)
+        .select_from(w)
+        .join(row, row.id == w.c.id)
+        .join(BaseModel, BaseModel.id == w.c.base_model_id)
+        .order_by(w.c.id))
 
 
 _LISTINGS: dict[tuple[bool, str, bool, bool, int], Prepared] = {}
-_WINDOWS: dict[tuple[str, bool, int], Prepared] = {}
-_EDGES = {after: _edge_statement(after) for after in (False, True)}
+_WINDOWS: dict[tuple[str, int], Prepared] = {}
 
 
 def _listing(shape: tuple[bool, str, bool, bool, int]) -> Prepared:
@@ -252,44 +271,40 @@ def _listing(shape: tuple[bool, str, bool, bool, int]) -> Prepared:
     return stmt
 
 
-async def _search(conn: AsyncConnection, params: dict[str, Any], base: str, namespaces: int,
-                  window: int) -> list[tuple[Any, ...]]:
-    """A search without a tag: windows of ids in key order, then the trigram index.
+async def _search(conn: ReadConn, params: dict[str, Any], base: str, namespaces: int,
+                  window: int) -> list[Sequence[Any]]:
+    """A search without a tag: id ranges scanned in key order, then the trigram index.
 
-    A common term fills the page from the next ids at once, where the trigram index
-    would intersect long posting lists and sort every match. A tenth of ``window`` is
-    read first; if it holds no match the term is taken as rare and the index searches
-    the ids after it (cheap for a rare term), otherwise the rest of ``window`` is read
-    before the index takes over. Each window starts where the last one ended, so the
-    rows are exactly the page, in id order.
+    A common term fills its page from the next few thousand ids, where the trigram index
+    would intersect long posting lists and sort every match. A tenth of ``window`` ids
+    is scanned first; if it holds no match the term is taken as rare and the index
+    searches the ids after it (cheap for a rare term); otherwise the rest of ``window`` is
+    scanned before the index takes over. Each range starts where the last one ended, so
+    the rows are exactly the page, in id order.
     """
     limit: int = params["limit"]
-    after: int | None = params["after"]
-    first = max(1, window // 10)
-    rows: list[tuple[Any, ...]] = []
-    for size in (first, window - first):
-        if size <= 0:
+    edge: int = params["after"] or 0
+    shape = (base, namespaces)
+    stmt = _WINDOWS.get(shape)
+    if stmt is None:
+        stmt = _WINDOWS[shape] = _window_statement(*shape)
+    probe = max(1, window // 10)
+    rows: list[Sequence[Any]] = []
+    for span in (probe, window - probe):
+        if span <= 0:
             break
-        shape = (base, after is not None, namespaces)
-        stmt = _WINDOWS.get(shape)
-        if stmt is None:
-            stmt = _WINDOWS[shape] = _window_statement(*shape)
-        rows += await stmt.all(conn, **{**params, "after": after, "limit": limit - len(rows),
-                                        "window": size})
-        if len(rows) >= limit:
-            return rows
-        edge = await _EDGES[after is not None].first(conn, window=size, after=after)
-        if edge is None or edge[1] < size:  # the table ended inside the window
-            return rows
-        after = edge[0]
-        if not rows:
+        rows += await stmt.all(conn, **{**params, "lo": edge, "hi": edge + span,
+                                        "limit": limit - len(rows)})
+        edge += span
+        if len(rows) >= limit or not rows:
             break
-    more = await _listing((False, base, True, True, namespaces)).all(
-        conn, **{**params, "after": after, "limit": limit - len(rows)})
-    return rows + more
+    if len(rows) < limit:
+        rows += await _listing((False, base, True, True, namespaces)).all(
+            conn, **{**params, "after": edge, "limit": limit - len(rows)})
+    return rows
 
 
-async def list_adapters(conn: AsyncConnection, *, after: int | None, limit: int,
+async def list_adapters(conn: ReadConn, *, after: int | None, limit: int,
                         tag: str | None, base_name: str | None, base_model_id: int | None,
                         q: str | None, namespaces: set[str] | None,
                         window: int = SEARCH_WINDOW) -> list[dict[str, Any]]:
@@ -305,9 +320,10 @@ async def list_adapters(conn: AsyncConnection, *, after: int | None, limit: int,
                               "after": after, "limit": limit}
     params.update({f"ns{i}": name for i, name in enumerate(ns)})
     if q:
+        params["needle"] = q.lower()
         escaped = q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         params["q"] = f"%{escaped}%"
-    rows: list[tuple[Any, ...]]
+    rows: list[Sequence[Any]]
     if q and tag is None and window > 0:
         rows = await _search(conn, params, base, len(ns), window)
     else:

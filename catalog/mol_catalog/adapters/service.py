@@ -11,7 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from mol_catalog.adapters import publish_sql as sql
 from mol_catalog.adapters import repository as repo
 from mol_catalog.adapters.schemas import PublishRequest
-from mol_catalog.db import UnitOfWork
+from mol_catalog.db import ReadConn, UnitOfWork
 from mol_catalog.errors import BadRequest, Conflict, NotFound
 from mol_catalog.models import Adapter, Alias, AliasHistory, Version, utcnow
 from mol_catalog.util import iso
@@ -258,7 +258,7 @@ async def version_detail(uow: UnitOfWork, full_name: str, number: int) -> dict[s
     return out
 
 
-async def list_adapters(conn: AsyncConnection, *, base: str | None, tag: str | None,
+async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,
                         q: str | None, namespaces: set[str] | None, after: int | None,
                         limit: int, window: int = repo.SEARCH_WINDOW,
                         ) -> tuple[list[dict[str, Any]], int | None]:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from sqlalchemy import String, bindparam, select
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from mol_catalog.db import Prepared
+from mol_catalog.db import Prepared, ReadConn
 from mol_catalog.models import BaseModel
 
 _ID_OF = Prepared(select(BaseModel.id).where(BaseModel.name == bindparam("name", type_=String),
@@ -20,7 +20,7 @@ async def get(session: AsyncSession, name: str, revision: str) -> BaseModel | No
     )).scalar_one_or_none()
 
 
-async def id_of(conn: AsyncConnection, name: str, revision: str) -> int | None:
+async def id_of(conn: ReadConn, name: str, revision: str) -> int | None:
     """The id of ``name@revision`` on a read connection (listing filters)."""
     row = await _ID_OF.first(conn, name=name, rev=revision)
     return int(row[0]) if row is not None else None

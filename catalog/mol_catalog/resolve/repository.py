@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import Integer, String, and_, bindparam, select
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from mol_catalog.db import Prepared, json_value
+from mol_catalog.db import Prepared, ReadConn, json_value
 from mol_catalog.models import (
     Adapter,
     Alias,
@@ -61,7 +61,7 @@ _STATEMENTS = {(kind, profile): _resolve_statement(kind, profile)
                for kind in ("alias", "number", "digest", "latest") for profile in (False, True)}
 
 
-async def resolve(conn: AsyncConnection, full_name: str, *, number: int | None = None,
+async def resolve(conn: ReadConn, full_name: str, *, number: int | None = None,
                   digest: str | None = None, alias: str | None = None,
                   profile: str | None = None) -> dict[str, Any] | None:
     """Exactly one of number/digest/alias, or none of them for ``latest``; a dict of
@@ -96,7 +96,7 @@ _EXISTS = Prepared(select(Adapter.id).where(Adapter.full_name == bindparam("full
                                                                           type_=String)))
 
 
-async def adapter_exists(conn: AsyncConnection, full_name: str) -> bool:
+async def adapter_exists(conn: ReadConn, full_name: str) -> bool:
     return await _EXISTS.first(conn, full_name=full_name) is not None
 
 

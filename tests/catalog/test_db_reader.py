@@ -1,0 +1,79 @@
+"""The read connection: raw asyncpg on Postgres, SQLAlchemy elsewhere, the same rows.
+
+Reads through asyncpg skip SQLAlchemy's pool; these tests pin what that path must keep:
+the URL's connection details, parameters bound by name, rows equal to SQLAlchemy's, the
+generic-plan connections kept apart from the default ones, and pools closed on dispose.
+"""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import String, bindparam, select
+
+from mol_catalog.db import Database, DatabaseUrlError, Prepared, _asyncpg_args, migrate
+from mol_catalog.models import Namespace
+from mol_platform.testing.postgres import PostgresCluster, fresh_database
+
+_BY_NAME = Prepared(select(Namespace.id, Namespace.name)
+                    .where(Namespace.name.in_([bindparam("a", type_=String),
+                                               bindparam("b", type_=String)]))
+                    .order_by(Namespace.name))
+
+
+def test_asyncpg_arguments_come_from_the_url() -> None:
+    args = _asyncpg_args("postgresql://u:p%40ss@db.example:6543/catalog?ssl=require")
+    assert args == {"user": "u", "password": "p@ss", "host": "db.example", "port": 6543,
+                    "database": "catalog", "ssl": "require"}
+    assert _asyncpg_args("postgresql+asyncpg://u@h/c")["user"] == "u"  # type: ignore[index]
+    # psycopg URLs and SQLite keep SQLAlchemy's read path.
+    assert _asyncpg_args("postgresql+psycopg://u@h/c") is None
+    assert _asyncpg_args("sqlite:///x.db") is None
+    with pytest.raises(DatabaseUrlError, match="application_name"):
+        _asyncpg_args("postgresql://u@h/c?application_name=x")
+
+
+async def _rows(db: Database, generic: bool = False) -> list[tuple[object, ...]]:
+    async with db.read(generic_plans=generic) as conn:
+        return [tuple(r) for r in await _BY_NAME.all(conn, a="beta", b="acme")]
+
+
+async def _plan_mode(db: Database, generic: bool) -> str:
+    async with db.read(generic_plans=generic) as conn:
+        rows = await conn.fetch("SHOW plan_cache_mode", ())
+    return str(rows[0][0])
+
+
+async def test_raw_and_sqlalchemy_reads_agree(postgres_cluster: PostgresCluster) -> None:
+    url = fresh_database(postgres_cluster, "reader", driver="asyncpg")
+    migrate(url)
+    raw, sa = Database(url, pool_size=2), Database(url.replace("+asyncpg", "+psycopg"), 2)
+    try:
+        async with raw.unit() as uow:
+            uow.session.add_all([Namespace(name="acme"), Namespace(name="beta"),
+                                 Namespace(name="gamma")])
+        expected = [(1, "acme"), (2, "beta")]
+        assert await _rows(raw) == expected
+        assert await _rows(raw, generic=True) == expected
+        assert await _rows(sa) == expected
+        assert await _plan_mode(raw, generic=True) == "force_generic_plan"
+        assert await _plan_mode(raw, generic=False) == "auto"
+        assert await _plan_mode(sa, generic=True) == "auto"  # SQLAlchemy path: no raw pools
+        pools = list(raw._raw_pools.values())
+        assert len(pools) == 2
+    finally:
+        await raw.dispose()
+        await sa.dispose()
+    assert all(p.is_closing() for p in pools)
+    assert raw._raw_pools == {}
+
+
+async def test_sqlite_reads(tmp_path: object) -> None:
+    url = f"sqlite:///{tmp_path}/c.db"
+    migrate(url)
+    db = Database(url)
+    try:
+        async with db.unit() as uow:
+            uow.session.add_all([Namespace(name="beta"), Namespace(name="acme")])
+        assert await _rows(db) == [(2, "acme"), (1, "beta")]
+    finally:
+        await db.dispose()
