@@ -28,7 +28,7 @@ from mol_catalog.errors import (
     json_response,
 )
 from mol_catalog.events.endpoints import router as events_router
-from mol_catalog.fast import FastPath
+from mol_catalog.fast import CatalogApp
 from mol_catalog.metrics import CatalogMetrics, MetricsMiddleware
 from mol_catalog.profiles.endpoints import router as profiles_router
 from mol_catalog.resolve.endpoints import router as resolve_router
@@ -107,7 +107,7 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
             await blobs.close()
             await db.dispose()
 
-    app = FastAPI(title="MoL catalog", version="1", lifespan=lifespan,
+    app = CatalogApp(title="MoL catalog", version="1", lifespan=lifespan,
                   description="Versions LoRA adapters and knows which base model each fits.")
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
                    events_router, tokens_router, ops):
@@ -115,7 +115,6 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
     app.add_exception_handler(CatalogError, catalog_error_handler)
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_handler)
-    app.add_middleware(FastPath)  # inside the metrics middleware: its answers are counted
     app.add_middleware(MetricsMiddleware, metrics=metrics_obj)
     return app
 

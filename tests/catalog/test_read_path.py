@@ -81,6 +81,25 @@ async def test_resolve_query_and_paths(admin: httpx.AsyncClient, model: Any) -> 
         in metrics
 
 
+async def test_unexpected_failure_is_a_json_500_and_counted(
+        admin: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    from mol_catalog.resolve import service
+
+    async def broken(*_args: Any, **_kwargs: Any) -> None:
+        raise RuntimeError("database went away")
+
+    monkeypatch.setattr(service, "resolve", broken)
+    r = await admin.get("/v1/resolve/acme/bot@stable")
+    assert r.status_code == 500
+    assert r.json() == {"error": "InternalError",
+                        "detail": "internal error (see the catalog's log)"}
+    assert "database went away" in caplog.text  # the traceback is logged, not sent
+    metrics = (await admin.get("/metrics")).text
+    assert 'mol_catalog_requests_total{code="500",route="/v1/resolve/{ns}/{name_ref}"} 1.0' \
+        in metrics
+
+
 async def test_listing_variants(admin: httpx.AsyncClient, model: Any) -> None:
     for ns, name, tags in (("acme", "a_b-x", "t1"), ("acme", "a%b-y", "t1,t2"),
                            ("beta", "a-b-z", "t2"), ("beta", "plain", "t1")):

@@ -65,7 +65,7 @@ async def list_adapters(request: Request, base: str | None = None, tag: str | No
                         cursor: str | None = None) -> Response:
     """Keyset-paginated listing and search (pass next_cursor back as cursor).
 
-    GETs are normally answered by ``mol_catalog.fast.FastPath`` in front of the app, with
+    GETs are normally answered by ``mol_catalog.fast.CatalogApp`` before FastAPI, with
     the same ``list_answer``; this route documents the endpoint and serves the rest.
     """
     body = await list_answer(request.app.state.catalog, request.headers.get("authorization"),

@@ -24,7 +24,7 @@ HEX_RE = re.compile(r"^[0-9a-f]{64}$")
 async def resolve(ns: str, name_ref: str, request: Request, profile: str | None = None) -> Response:
     """``name_ref`` is ``name@ref`` with ref = alias | latest | vN | sha256:<hex>.
 
-    GETs are normally answered by ``mol_catalog.fast.FastPath`` in front of the app,
+    GETs are normally answered by ``mol_catalog.fast.CatalogApp`` before FastAPI,
     with the same ``answer``; this route documents the endpoint and serves the rest.
     """
     catalog: Catalog = request.app.state.catalog
