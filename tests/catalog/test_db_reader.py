@@ -7,6 +7,8 @@ generic-plan connections kept apart from the default ones, and pools closed on d
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 from sqlalchemy import String, bindparam, select
 
@@ -14,10 +16,12 @@ from mol_catalog.db import Database, DatabaseUrlError, Prepared, _asyncpg_args, 
 from mol_catalog.models import Namespace
 from mol_platform.testing.postgres import PostgresCluster, fresh_database
 
-_BY_NAME = Prepared(select(Namespace.id, Namespace.name)
+_BY_NAME = Prepared(select(Namespace.id, Namespace.name, Namespace.created_at)
                     .where(Namespace.name.in_([bindparam("a", type_=String),
                                                bindparam("b", type_=String)]))
                     .order_by(Namespace.name))
+
+STAMP = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
 
 
 def test_asyncpg_arguments_come_from_the_url() -> None:
@@ -49,12 +53,14 @@ async def test_raw_and_sqlalchemy_reads_agree(postgres_cluster: PostgresCluster)
     raw, sa = Database(url, pool_size=2), Database(url.replace("+asyncpg", "+psycopg"), 2)
     try:
         async with raw.unit() as uow:
-            uow.session.add_all([Namespace(name="acme"), Namespace(name="beta"),
-                                 Namespace(name="gamma")])
-        expected = [(1, "acme"), (2, "beta")]
+            uow.session.add_all([Namespace(name="acme", created_at=STAMP),
+                                 Namespace(name="beta"), Namespace(name="gamma")])
+        expected = await _rows(sa)
+        assert [r[:2] for r in expected] == [(1, "acme"), (2, "beta")]
+        # timestamptz as text on the raw path: the same aware datetimes, microseconds kept
+        assert expected[0][2] == STAMP and expected[1][2].tzinfo is not None
         assert await _rows(raw) == expected
         assert await _rows(raw, generic=True) == expected
-        assert await _rows(sa) == expected
         assert await _plan_mode(raw, generic=True) == "force_generic_plan"
         assert await _plan_mode(raw, generic=False) == "auto"
         assert await _plan_mode(sa, generic=True) == "auto"  # SQLAlchemy path: no raw pools
@@ -74,6 +80,6 @@ async def test_sqlite_reads(tmp_path: object) -> None:
     try:
         async with db.unit() as uow:
             uow.session.add_all([Namespace(name="beta"), Namespace(name="acme")])
-        assert await _rows(db) == [(2, "acme"), (1, "beta")]
+        assert [r[:2] for r in await _rows(db)] == [(2, "acme"), (1, "beta")]
     finally:
         await db.dispose()

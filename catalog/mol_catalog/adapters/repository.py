@@ -24,7 +24,7 @@ from sqlalchemy.orm import aliased
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
-from mol_catalog.db import Prepared, ReadConn, datetime_value, json_value
+from mol_catalog.db import Prepared, ReadConn, datetime_value, json_text
 from mol_catalog.models import (
     Adapter,
     AdapterTag,
@@ -146,8 +146,6 @@ async def base_ref(session: AsyncSession, base_model_id: int) -> str:
     return f"{row[0]}@{row[1]}"
 
 
-LISTING_COLUMNS = ("id", "full_name", "tags", "labels", "latest_version", "updated_at",
-                   "base_name", "revision")
 
 # How many ids a search scans in key order before it hands over to the trigram index.
 SEARCH_WINDOW = 20_000
@@ -307,8 +305,8 @@ async def _search(conn: ReadConn, params: dict[str, Any], base: str, namespaces:
 async def list_adapters(conn: ReadConn, *, after: int | None, limit: int,
                         tag: str | None, base_name: str | None, base_model_id: int | None,
                         q: str | None, namespaces: set[str] | None,
-                        window: int = SEARCH_WINDOW) -> list[dict[str, Any]]:
-    """One keyset page as dicts of LISTING_COLUMNS (tags/labels decoded).
+                        window: int = SEARCH_WINDOW) -> list[tuple[int, dict[str, Any]]]:
+    """One keyset page: (adapter id, listing item) pairs, the items ready to encode.
 
     A search without a tag runs in two phases (``_search``), exact either way.
     """
@@ -329,14 +327,18 @@ async def list_adapters(conn: ReadConn, *, after: int | None, limit: int,
     else:
         rows = await _listing((tag is not None, base, bool(q), after is not None, len(ns))).all(
             conn, **params)
-    out = []
-    for row in rows:
-        item = dict(zip(LISTING_COLUMNS, row, strict=True))
-        item["tags"] = json_value(item["tags"])
-        item["labels"] = json_value(item["labels"])
-        item["updated_at"] = datetime_value(item["updated_at"])
-        out.append(item)
-    return out
+    return [(row[0], _listing_item(*row[1:])) for row in rows]
+
+
+def _listing_item(full_name: str, tags: Any, labels: Any, latest_version: int | None,
+                  updated_at: Any, base_name: str, revision: str) -> dict[str, Any]:
+    """A listing item as the API returns it. The stored JSON of tags and labels goes out
+    as it is (``orjson.Fragment``), never decoded and encoded again."""
+    namespace, _, name = full_name.partition("/")
+    return {"adapter": full_name, "namespace": namespace, "name": name,
+            "base": f"{base_name}@{revision}", "tags": json_text(tags, "[]"),
+            "labels": json_text(labels, "{}"), "latest_version": latest_version,
+            "updated_at": datetime_value(updated_at)}
 
 
 async def touch_adapter(session: AsyncSession, adapter_id: int, **values: Any) -> None:

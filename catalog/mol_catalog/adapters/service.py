@@ -264,7 +264,8 @@ async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,
                         ) -> tuple[list[dict[str, Any]], int | None]:
     """One page of the listing on a read connection (single statements, no transaction).
 
-    ``updated_at`` stays a datetime (UTC; naive from SQLite): the caller encodes it.
+    Items are for orjson: ``updated_at`` stays a datetime (UTC; naive from SQLite), tags
+    and labels are the stored JSON text as ``orjson.Fragment``.
     """
     base_name = base_id = None
     if base:
@@ -278,12 +279,5 @@ async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,
     rows = await repo.list_adapters(conn, after=after, limit=limit + 1, tag=tag,
                                     base_name=base_name, base_model_id=base_id, q=q,
                                     namespaces=namespaces, window=window)
-    items = []
-    for r in rows[:limit]:
-        full = r["full_name"]
-        namespace, _, name = full.partition("/")
-        items.append({"adapter": full, "namespace": namespace, "name": name,
-                      "base": f"{r['base_name']}@{r['revision']}", "tags": r["tags"] or [],
-                      "labels": r["labels"] or {}, "latest_version": r["latest_version"],
-                      "updated_at": r["updated_at"]})
-    return items, (rows[limit - 1]["id"] if len(rows) > limit else None)
+    items = [item for _, item in rows[:limit]]
+    return items, (rows[limit - 1][0] if len(rows) > limit else None)
