@@ -14,6 +14,7 @@ from starlette.responses import Response
 
 from mol_catalog import blob_gc
 from mol_catalog.adapters.endpoints import router as adapters_router
+from mol_catalog.adapters.sample import NameSample
 from mol_catalog.auth import Principal
 from mol_catalog.base_models.endpoints import router as base_models_router
 from mol_catalog.blobs import open_blob_store
@@ -100,10 +101,13 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
         db = Database(settings.db_url, settings.pool_size)
         blobs = open_blob_store(settings.blob_url, settings.s3_endpoint_url,
                                 settings.presign_seconds)
-        app.state.catalog = Catalog(settings=settings, db=db, blobs=blobs, metrics=metrics_obj)
+        names = NameSample(settings.search_sample)
+        app.state.catalog = Catalog(settings=settings, db=db, blobs=blobs, metrics=metrics_obj,
+                                    names=names)
         try:
             yield
         finally:
+            await names.close()
             await blobs.close()
             await db.dispose()
 

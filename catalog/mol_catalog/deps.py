@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
+from mol_catalog.adapters.sample import NameSample
 from mol_catalog.auth import (
     ANONYMOUS_ADMIN,
     Principal,
@@ -30,6 +31,7 @@ class Catalog:
     blobs: BlobStore
     tokens: TokenCache = field(default_factory=TokenCache)
     metrics: CatalogMetrics = field(default_factory=CatalogMetrics)
+    names: NameSample = field(default_factory=NameSample)  # picks a search's first step
 
     def base_url(self, request: Request) -> str:
         if self.settings.public_url:

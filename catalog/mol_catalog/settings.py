@@ -25,9 +25,12 @@ class CatalogSettings(BaseSettings):
     migrate: bool = True
     presign_seconds: int = 3600
     pool_size: int = 10
-    # Ids a substring search reads in key order (a tenth first) before the trigram index;
-    # 0: the index only.
+    # Ids a search for a common term scans in key order before the trigram index takes
+    # over; 0: the index only.
     search_window: int = Field(default=20_000, ge=0)
+    # Random names per process that tell rare search terms (straight to the trigram
+    # index) from common ones; 0: every term is scanned for first.
+    search_sample: int = Field(default=4000, ge=0)
 
     @field_validator("auth", mode="before")
     @classmethod

@@ -1,8 +1,9 @@
-"""Substring search in two phases (a window of ids in key order, then the trigram index).
+"""Substring search: a scan of ids in key order, then the trigram index.
 
-Whatever the window, pages concatenate to exactly the rows a plain filtered scan gives,
-in id order: checked for a common and a rare term, with and without a namespace filter,
-with windows small enough that both phases run, on both backends.
+Whatever the window and whatever the name sample guesses (rare terms skip the scan),
+pages concatenate to exactly the rows a plain filtered scan gives, in id order: checked
+for a common and a rare term, with and without a namespace filter, with windows small
+enough that both steps run and samples that guess right and wrong, on both backends.
 """
 
 from __future__ import annotations
@@ -43,10 +44,13 @@ async def seeded(make_client: Any, model: Any) -> list[str]:
     return everything
 
 
-@pytest.mark.parametrize("window", [1, 3, 10, 0, 20_000])
+# sample 0: every term scanned for first; 1: one name, most terms taken as rare (wrongly
+# for "common"); 4000: the whole table, every guess right.
+@pytest.mark.parametrize(("window", "sample"), [(1, 4000), (3, 0), (3, 1), (10, 4000),
+                                                (0, 4000), (20_000, 1), (20_000, 4000)])
 async def test_pages_equal_a_filtered_scan(make_client: Any, seeded: list[str],
-                                           window: int) -> None:
-    client: httpx.AsyncClient = await make_client(search_window=window)
+                                           window: int, sample: int) -> None:
+    client: httpx.AsyncClient = await make_client(search_window=window, search_sample=sample)
     for term in ("COMMON", "RAREW", "n0", "absent"):
         for namespace in (None, "acme"):
             expected = [name for name in seeded if term.lower() in name.lower()

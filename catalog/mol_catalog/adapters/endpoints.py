@@ -85,11 +85,16 @@ async def list_answer(catalog: Catalog, authorization: str | None, base: str | N
         valid_name(namespace, "namespace")
         who.require_read(namespace)
         namespaces = {namespace}
-    async with catalog.db.read(generic_plans=bool(q) and tag is None) as conn:
+    search = bool(q) and tag is None
+    rare = False
+    if search:
+        await catalog.names.ensure(catalog.db)
+        rare = catalog.names.rare(str(q).lower(), catalog.settings.search_window, limit + 1)
+    async with catalog.db.read(generic_plans=search) as conn:
         items, last = await service.list_adapters(
             conn, base=base, tag=tag, q=q, namespaces=namespaces,
             after=int(after[0]) if after else None, limit=limit,
-            window=catalog.settings.search_window)
+            window=catalog.settings.search_window, rare=rare)
     # Timestamps stay datetimes: orjson writes them as RFC 3339 in UTC ("Z").
     return orjson.dumps({"items": items,
                          "next_cursor": encode_cursor(last) if last is not None else None},

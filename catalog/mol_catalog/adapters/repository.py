@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import (
+    ARRAY,
     BigInteger,
     Boolean,
     Integer,
     String,
+    any_,
     bindparam,
     delete,
     func,
@@ -270,45 +273,61 @@ def _listing(shape: tuple[bool, str, bool, bool, int]) -> Prepared:
 
 
 async def _search(conn: ReadConn, params: dict[str, Any], base: str, namespaces: int,
-                  window: int) -> list[Sequence[Any]]:
-    """A search without a tag: id ranges scanned in key order, then the trigram index.
+                  window: int, rare: bool) -> list[Sequence[Any]]:
+    """A search without a tag: ``window`` ids scanned in key order, then the trigram index.
 
     A common term fills its page from the next few thousand ids, where the trigram index
-    would intersect long posting lists and sort every match. A tenth of ``window`` ids
-    is scanned first; if it holds no match the term is taken as rare and the index
-    searches the ids after it (cheap for a rare term); otherwise the rest of ``window`` is
-    scanned before the index takes over. Each range starts where the last one ended, so
-    the rows are exactly the page, in id order.
+    would intersect long posting lists and sort every match; a rare term (``rare``: see
+    ``adapters.sample``) goes to the index at once, which finds its few matches cheaply.
+    The index takes over where the scanned range ended, so the rows are exactly the page,
+    in id order, whichever way the term was taken.
     """
     limit: int = params["limit"]
     edge: int = params["after"] or 0
-    shape = (base, namespaces)
-    stmt = _WINDOWS.get(shape)
-    if stmt is None:
-        stmt = _WINDOWS[shape] = _window_statement(*shape)
-    probe = max(1, window // 10)
     rows: list[Sequence[Any]] = []
-    for span in (probe, window - probe):
-        if span <= 0:
-            break
-        rows += await stmt.all(conn, **{**params, "lo": edge, "hi": edge + span,
-                                        "limit": limit - len(rows)})
-        edge += span
-        if len(rows) >= limit or not rows:
-            break
+    if not rare and window > 0:
+        shape = (base, namespaces)
+        stmt = _WINDOWS.get(shape)
+        if stmt is None:
+            stmt = _WINDOWS[shape] = _window_statement(*shape)
+        rows = await stmt.all(conn, **{**params, "lo": edge, "hi": edge + window})
+        edge += window
     if len(rows) < limit:
         rows += await _listing((False, base, True, True, namespaces)).all(
             conn, **{**params, "after": edge, "limit": limit - len(rows)})
     return rows
 
 
+_MAX_ID = Prepared(select(func.max(Adapter.id)))
+_NAMES_BY_ID = Prepared(select(Adapter.full_name).where(
+    Adapter.id == any_(bindparam("ids", type_=ARRAY(BigInteger)))))
+_RANDOM_NAMES = Prepared(select(Adapter.full_name).order_by(func.random())
+                         .limit(bindparam("count", type_=Integer)))
+
+
+async def sample_names(conn: ReadConn, count: int) -> tuple[list[str], int]:
+    """(about ``count`` names of adapters picked at random, the highest adapter id).
+
+    Postgres: random ids, one index probe each, one array parameter; SQLite (small
+    tables, read in the driver's thread): ``ORDER BY random()``."""
+    top = int((await _MAX_ID.all(conn))[0][0] or 0)
+    if top == 0:
+        return [], 0
+    if conn.dialect.name != "postgresql":
+        return [r[0] for r in await _RANDOM_NAMES.all(conn, count=count)], top
+    ids = random.sample(range(1, top + 1), min(count, top))
+    return [r[0] for r in await _NAMES_BY_ID.all(conn, ids=ids)], top
+
+
 async def list_adapters(conn: ReadConn, *, after: int | None, limit: int,
                         tag: str | None, base_name: str | None, base_model_id: int | None,
                         q: str | None, namespaces: set[str] | None,
-                        window: int = SEARCH_WINDOW) -> list[tuple[int, dict[str, Any]]]:
+                        window: int = SEARCH_WINDOW, rare: bool = False,
+                        ) -> list[tuple[int, dict[str, Any]]]:
     """One keyset page: (adapter id, listing item) pairs, the items ready to encode.
 
-    A search without a tag runs in two phases (``_search``), exact either way.
+    A search without a tag scans ids or asks the trigram index first (``_search``): exact
+    either way.
     """
     base = "id" if base_model_id is not None else "name" if base_name is not None else ""
     ns = sorted(namespaces) if namespaces is not None else []
@@ -322,8 +341,8 @@ async def list_adapters(conn: ReadConn, *, after: int | None, limit: int,
         escaped = q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
         params["q"] = f"%{escaped}%"
     rows: list[Sequence[Any]]
-    if q and tag is None and window > 0:
-        rows = await _search(conn, params, base, len(ns), window)
+    if q and tag is None:
+        rows = await _search(conn, params, base, len(ns), window, rare)
     else:
         rows = await _listing((tag is not None, base, bool(q), after is not None, len(ns))).all(
             conn, **params)

@@ -260,7 +260,7 @@ async def version_detail(uow: UnitOfWork, full_name: str, number: int) -> dict[s
 
 async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,
                         q: str | None, namespaces: set[str] | None, after: int | None,
-                        limit: int, window: int = repo.SEARCH_WINDOW,
+                        limit: int, window: int = repo.SEARCH_WINDOW, rare: bool = False,
                         ) -> tuple[list[dict[str, Any]], int | None]:
     """One page of the listing on a read connection (single statements, no transaction).
 
@@ -278,6 +278,6 @@ async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,
                 return [], None
     rows = await repo.list_adapters(conn, after=after, limit=limit + 1, tag=tag,
                                     base_name=base_name, base_model_id=base_id, q=q,
-                                    namespaces=namespaces, window=window)
+                                    namespaces=namespaces, window=window, rare=rare)
     items = [item for _, item in rows[:limit]]
     return items, (rows[limit - 1][0] if len(rows) > limit else None)

@@ -1,0 +1,158 @@
+"""The name sample that routes searches, and the two routes it picks.
+
+A rare term goes straight to the trigram index (one statement, no scan); a common one
+is scanned for in key order and needs no index when the scan fills the page. The sample
+loads on first use, refreshes in the background once stale, and survives a failed
+refresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy.dialects import sqlite
+
+from mol_catalog.adapters import repository as repo
+from mol_catalog.adapters.sample import NameSample
+from mol_catalog.db import Database, Reader, migrate
+from mol_catalog.models import Adapter, BaseModel, Namespace
+
+
+class _Recorder:
+    """A raw connection that records statements and answers from a script."""
+
+    def __init__(self, answers: list[list[Sequence[Any]]]) -> None:
+        self.sql: list[str] = []
+        self.answers = answers
+
+    async def fetch(self, sql: str, *_args: Any) -> list[Sequence[Any]]:
+        self.sql.append(sql)
+        return self.answers.pop(0)
+
+
+def _row(i: int) -> tuple[Any, ...]:
+    return (i, f"ns/n{i}", "[]", "{}", 1, "2026-01-01T00:00:00", "base", "r1")
+
+
+async def _search(rare: bool, answers: list[list[Sequence[Any]]]) -> tuple[list[int], list[str]]:
+    raw = _Recorder(answers)
+    rows = await repo.list_adapters(Reader(sqlite.dialect(), raw=raw), after=None, limit=3,
+                                    tag=None, base_name=None, base_model_id=None, q="n",
+                                    namespaces=None, window=100, rare=rare)
+    return [i for i, _ in rows], raw.sql
+
+
+async def test_rare_terms_skip_the_scan_and_common_ones_the_index() -> None:
+    ids, sql = await _search(True, [[_row(7)]])
+    assert ids == [7]
+    assert len(sql) == 1
+    assert "LIKE" in sql[0]
+    assert "instr" not in sql[0]
+    ids, sql = await _search(False, [[_row(1), _row(2), _row(3)]])
+    assert ids == [1, 2, 3]
+    assert len(sql) == 1
+    assert "instr" in sql[0]
+    # A scan that does not fill the page hands over to the index, after the scanned range.
+    ids, sql = await _search(False, [[_row(1)], [_row(150), _row(160)]])
+    assert ids == [1, 150, 160]
+    assert len(sql) == 2
+    assert "LIKE" in sql[1]
+
+
+async def _db_with(tmp_path: Path, names: list[str]) -> Database:
+    url = f"sqlite:///{tmp_path}/c.db"
+    migrate(url)
+    db = Database(url)
+    await _add(db, names)
+    return db
+
+
+async def _add(db: Database, names: list[str]) -> None:
+    async with db.unit() as uow:
+        base = BaseModel(name="b", revision=f"r{len(names)}", architecture="x", config={},
+                         tensors={}, shapes={}, content_digest="sha256:" + "0" * 64)
+        ns = Namespace(name=f"ns{len(names)}")
+        uow.session.add_all([base, ns])
+        await uow.session.flush()
+        uow.session.add_all([Adapter(namespace_id=ns.id, name=n, full_name=f"{ns.name}/{n}",
+                                     base_model_id=base.id, base_name="b") for n in names])
+
+
+async def test_sample_loads_refreshes_and_survives_failures(tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            ) -> None:
+    db = await _db_with(tmp_path, ["alpha", "beta"])
+    sample = NameSample(size=100, max_age=0.05)
+
+    def rare(term: str) -> bool:  # window 1: a term in the sample is scanned for first
+        return sample.rare(term, window=1, limit=51)
+
+    try:
+        assert not rare("zzz")  # before the first load nothing is taken as rare
+        await sample.ensure(db)
+        assert rare("zzz")
+        assert not rare("alph")
+        assert not rare("ns2/be")
+        await _add(db, ["gamma"])
+        assert rare("gamma")
+        await asyncio.sleep(0.1)
+        await sample.ensure(db)  # stale: refreshed in the background
+        for _ in range(100):
+            if not rare("gamma"):
+                break
+            await asyncio.sleep(0.02)
+        assert not rare("gamma")
+
+        async def broken(*_args: Any) -> list[str]:
+            raise RuntimeError("db down")
+
+        monkeypatch.setattr(repo, "sample_names", broken)
+        await asyncio.sleep(0.1)
+        await sample.ensure(db)
+        await asyncio.sleep(0.05)
+        assert not rare("gamma")
+        assert rare("zzz")
+    finally:
+        await sample.close()
+        await db.dispose()
+
+
+async def test_no_sample_scans_every_term(tmp_path: Path) -> None:
+    db = await _db_with(tmp_path, ["alpha"])
+    sample = NameSample(size=0)
+    try:
+        await sample.ensure(db)
+        assert not sample.rare("zzz", 20_000, 51)
+    finally:
+        await sample.close()
+        await db.dispose()
+
+
+async def test_the_cheaper_way_wins(monkeypatch: pytest.MonkeyPatch) -> None:
+    """4,000 sampled names of a million: the sample's hits estimate the matches; the
+    index goes first when fetching every match costs less than scanning for a page."""
+    names = ["x-acme"] * 20 + ["x-bolt"] * 2 + ["x-core"] * 5 + ["x-other"] * 3973
+
+    async def fake(_conn: Any, count: int) -> tuple[list[str], int]:
+        assert count == 4000
+        return names, 1_000_000
+
+    monkeypatch.setattr(repo, "sample_names", fake)
+    class NoDatabase:
+        @asynccontextmanager
+        async def read(self) -> AsyncIterator[None]:
+            yield None
+
+    sample = NameSample()
+    await sample.ensure(NoDatabase())  # type: ignore[arg-type]
+    assert sample.rare("zzz", 20_000, 51)  # no hit: few matches, the index finds them
+    assert not sample.rare("acme", 20_000, 51)  # ~5,000 matches: a page in ~10,000 ids
+    assert sample.rare("bolt", 20_000, 51)  # ~500 matches: cheaper than 20,000 ids
+    assert not sample.rare("core", 20_000, 51)  # ~1,250 matches: dearer than the scan
+    assert sample.rare("core", 20_000, 51) != sample.rare("core", 30_000, 51)
+    assert not sample.rare("x-", 20_000, 51)
