@@ -12,7 +12,14 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import String, bindparam, select
 
-from mol_catalog.db import Database, DatabaseUrlError, Prepared, _asyncpg_args, migrate
+from mol_catalog.db import (
+    Database,
+    DatabaseUrlError,
+    Prepared,
+    _asyncpg_args,
+    async_url,
+    migrate,
+)
 from mol_catalog.models import Namespace
 from mol_platform.testing.postgres import PostgresCluster, fresh_database
 
@@ -22,6 +29,22 @@ _BY_NAME = Prepared(select(Namespace.id, Namespace.name, Namespace.created_at)
                     .order_by(Namespace.name))
 
 STAMP = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(("url", "expected"), [
+    ("postgresql://u@h/c", "postgresql+asyncpg://u@h/c"),  # plain: asyncpg, as documented
+    ("postgresql+psycopg2://u@h/c", "postgresql+asyncpg://u@h/c"),
+    ("postgresql+psycopg://u@h/c", "postgresql+psycopg://u@h/c"),
+    ("postgresql+asyncpg://u:pw@h:5433/c", "postgresql+asyncpg://u:pw@h:5433/c"),
+    ("sqlite:///x.db", "sqlite+aiosqlite:///x.db"),
+])
+def test_async_driver_of_a_url(url: str, expected: str) -> None:
+    assert async_url(url) == expected
+
+
+def test_unknown_databases_are_refused() -> None:
+    with pytest.raises(DatabaseUrlError, match="unsupported database URL"):
+        async_url("mysql://u@h/c")
 
 
 def test_asyncpg_arguments_come_from_the_url() -> None:
