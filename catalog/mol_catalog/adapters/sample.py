@@ -49,7 +49,13 @@ class NameSample:
         text = self._text
         if not text or self._sampled <= 0:
             return False
-        hits = text.count(needle)
+        # Counting stops where the scan wins whatever the count: at ``cap`` hits the
+        # estimated matches already cost the index a whole window.
+        cap = int(window * self._sampled / (RECHECK_COST * self._table_size)) + 1
+        hits, at = 0, text.find(needle)
+        while at >= 0 and hits < cap:
+            hits += 1
+            at = text.find(needle, at + len(needle))
         if hits == 0:
             return True
         matches = hits / self._sampled * self._table_size
