@@ -173,7 +173,8 @@ class Reader:
     async def fetch(self, sql: str, args: Sequence[Any] | dict[str, Any]) -> list[Any]:
         """Rows (sequences) of one statement; ``args`` positional for ``$n`` SQL."""
         if self._raw is not None:
-            return list(await self._raw.fetch(sql, *args))
+            rows: list[Any] = await self._raw.fetch(sql, *args)  # asyncpg: a list already
+            return rows
         assert self._sa is not None
         result = await self._sa.exec_driver_sql(sql, args if isinstance(args, dict)
                                                 else tuple(args))

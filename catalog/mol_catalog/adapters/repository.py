@@ -149,7 +149,6 @@ async def base_ref(session: AsyncSession, base_model_id: int) -> str:
     return f"{row[0]}@{row[1]}"
 
 
-
 # How many ids a search scans in key order before it hands over to the trigram index.
 SEARCH_WINDOW = 20_000
 
@@ -176,29 +175,28 @@ def _contains_instr(element: _Contains, compiler: SQLCompiler, **kw: Any) -> str
     return f"instr({haystack}, {needle}) > 0"
 
 
-def _filters(tag: bool, base: str, namespaces: int, cols: Any = Adapter) -> list[Any]:
-    """The WHERE terms of a listing shape other than the search term and the cursor;
-    ``cols`` holds the adapter columns (the table, or a subquery's ``c``)."""
+def _filters(tag: bool, base: str, namespaces: int) -> list[Any]:
+    """The WHERE terms of a listing shape other than the search term and the cursor."""
     terms: list[Any] = []
     if tag:
         terms.append(AdapterTag.tag == bindparam("tag", type_=String))
-    src: Any = AdapterTag if tag else cols
+    src: Any = AdapterTag if tag else Adapter
     if base == "id":
         terms.append(src.base_model_id == bindparam("base_id", type_=BigInteger))
     elif base == "name":
         terms.append(src.base_name == bindparam("base_name", type_=String))
     if namespaces:
         names = [bindparam(f"ns{i}", type_=String) for i in range(namespaces)]
-        terms.append(cols.namespace_id.in_(
+        terms.append(Adapter.namespace_id.in_(
             select(Namespace.id).where(Namespace.name.in_(names)).scalar_subquery()))
     return terms
 
 
-def _search_term(cols: Any = Adapter) -> Any:
+def _search_term() -> Any:
     """Names are lowercase ASCII, so a LIKE on the lowercased pattern is the
     case-insensitive match, at a fraction of ILIKE's per-row cost (both use the trigram
     index)."""
-    return cols.full_name.like(bindparam("q", type_=String), escape="\\")
+    return Adapter.full_name.like(bindparam("q", type_=String), escape="\\")
 
 
 def _listing_statement(tag: bool, base: str, q: bool, after: bool, namespaces: int) -> Prepared:

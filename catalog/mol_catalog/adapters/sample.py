@@ -36,7 +36,7 @@ class NameSample:
         self._sampled = 0  # names in the sample
         self._table_size = 0  # adapters when it was taken (the highest id)
         self._loaded_at = 0.0
-        self._refresh: asyncio.Task[None] | None = None
+        self._loading: asyncio.Task[None] | None = None
 
     def rare(self, needle: str, window: int, limit: int) -> bool:
         """Whether the trigram index should search for ``needle`` before any scan.
@@ -63,21 +63,27 @@ class NameSample:
         return matches * RECHECK_COST < scan
 
     async def ensure(self, db: Database) -> None:
-        """Load the sample on first use; refresh a stale one in the background."""
+        """Load the sample on first use (concurrent first searches share one load, and
+        its error); refresh a stale one in the background."""
         if self.size <= 0:
             return
         if self._text is None:
-            await self._load(db)
-        elif time.monotonic() - self._loaded_at > self.max_age and self._refresh is None:
-            self._refresh = asyncio.create_task(self._background(db))
+            await asyncio.shield(self._loading or self._start(db))
+        elif time.monotonic() - self._loaded_at > self.max_age and self._loading is None:
+            self._start(db)
 
-    async def _background(self, db: Database) -> None:
-        try:
-            await self._load(db)
-        except Exception:  # keep the old sample; the next search retries
-            log.warning("refreshing the search name sample failed", exc_info=True)
-        finally:
-            self._refresh = None
+    def _start(self, db: Database) -> asyncio.Task[None]:
+        task = self._loading = asyncio.create_task(self._load(db))
+        task.add_done_callback(self._finished)
+        return task
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._loading = None
+        if task.cancelled():
+            return
+        error = task.exception()  # a first load's error reaches its waiting searches
+        if error is not None and self._text is not None:  # keep the old sample; retry later
+            log.warning("refreshing the search name sample failed", exc_info=error)
 
     async def _load(self, db: Database) -> None:
         async with db.read() as conn:
@@ -87,7 +93,7 @@ class NameSample:
         self._loaded_at = time.monotonic()
 
     async def close(self) -> None:
-        task, self._refresh = self._refresh, None
+        task, self._loading = self._loading, None
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -43,7 +43,19 @@ def _make_replicas(
 
 
 class _ClusterBase:
-    replicas: list[SimServer]
+    """``replicas`` SimServers sharing ``config``, or one per entry of ``configs``; ports
+    from ``base_port`` up (0: free ones)."""
+
+    def __init__(
+        self,
+        replicas: int | None = None,
+        config: SimConfig | None = None,
+        *,
+        configs: Sequence[SimConfig] | None = None,
+        host: str = LOOPBACK,
+        base_port: int = 0,
+    ) -> None:
+        self.replicas = _make_replicas(replicas, config, configs, host, base_port)
 
     @property
     def urls(self) -> list[str]:
@@ -107,17 +119,6 @@ async def _stop_all(servers: list[SimServer]) -> None:
 class AsyncSimulatorCluster(_ClusterBase):
     """``async with AsyncSimulatorCluster(replicas=2, config=SimConfig(...)) as c:``."""
 
-    def __init__(
-        self,
-        replicas: int | None = None,
-        config: SimConfig | None = None,
-        *,
-        configs: Sequence[SimConfig] | None = None,
-        host: str = LOOPBACK,
-        base_port: int = 0,
-    ) -> None:
-        self.replicas = _make_replicas(replicas, config, configs, host, base_port)
-
     async def __aenter__(self) -> Self:
         await _start_all(self.replicas)
         return self
@@ -159,7 +160,7 @@ class SimulatorCluster(_ClusterBase):
         host: str = LOOPBACK,
         base_port: int = 0,
     ) -> None:
-        self.replicas = _make_replicas(replicas, config, configs, host, base_port)
+        super().__init__(replicas, config, configs=configs, host=host, base_port=base_port)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
 
