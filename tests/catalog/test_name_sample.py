@@ -156,3 +156,28 @@ async def test_the_cheaper_way_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not sample.rare("core", 20_000, 51)  # ~1,250 matches: dearer than the scan
     assert sample.rare("core", 20_000, 51) != sample.rare("core", 30_000, 51)
     assert not sample.rare("x-", 20_000, 51)
+
+
+async def test_concurrent_first_searches_share_one_load(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = 0
+    gate = asyncio.Event()
+
+    async def slow(_conn: Any, _count: int) -> tuple[list[str], int]:
+        nonlocal calls
+        calls += 1
+        await gate.wait()
+        return ["x-acme"], 1
+
+    class NoDatabase:
+        @asynccontextmanager
+        async def read(self) -> AsyncIterator[None]:
+            yield None
+
+    monkeypatch.setattr(repo, "sample_names", slow)
+    sample = NameSample()
+    waiting = [asyncio.create_task(sample.ensure(NoDatabase())) for _ in range(5)]  # type: ignore[arg-type]
+    await asyncio.sleep(0.01)
+    gate.set()
+    await asyncio.gather(*waiting)
+    assert calls == 1
+    assert sample.rare("zzz", 20_000, 51)
