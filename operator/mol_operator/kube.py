@@ -70,15 +70,16 @@ class KubeApi:
         host = os.environ.get("KUBERNETES_SERVICE_HOST")
         if host and (SA_DIR / "token").exists() and kubeconfig is None:
             port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-            verify = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
-            return cls(httpx.AsyncClient(base_url=f"https://{host}:{port}", verify=verify,
+            ca = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
+            return cls(httpx.AsyncClient(base_url=f"https://{host}:{port}", verify=ca,
                                          auth=_FileToken(SA_DIR / "token"), timeout=timeout,
                                          limits=limits))
         from kubernetes import config as kconfig
         from kubernetes.client import Configuration
 
         cfg = Configuration()
-        kconfig.load_kube_config(config_file=kubeconfig, client_configuration=cfg)
+        kconfig.load_kube_config(  # type: ignore[no-untyped-call]
+            config_file=kubeconfig, client_configuration=cfg)
         headers = {}
         token = (cfg.api_key or {}).get("authorization")
         if token:
@@ -116,7 +117,8 @@ class KubeApi:
 
     async def list(self, api_version: str, plural: str, namespace: str | None,
                    labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-        params = {"labelSelector": ",".join(f"{k}={v}" for k, v in labels.items())} if labels else {}
+        selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items())
+        params = {"labelSelector": selector} if selector else {}
         response = await self._call("GET", path_for(api_version, plural, namespace), params=params)
         if response.status_code == 404:
             return []

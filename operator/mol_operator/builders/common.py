@@ -135,7 +135,7 @@ def meta_dict(facts: Facts, name: str, component: str) -> dict[str, Any]:
 
 def serialize(obj: Any) -> Any:
     """A typed model (kubernetes or kserve) -> the API's JSON dict."""
-    return _api.sanitize_for_serialization(obj)
+    return _api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
 
 
 def b64(text: str) -> str:
