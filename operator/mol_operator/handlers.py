@@ -51,7 +51,7 @@ def make_runtime(settings: OperatorSettings) -> Runtime:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure(settings)
     if getattr(memo, "runtime", None) is None:
-        ours = OperatorSettings()
+        ours: OperatorSettings = getattr(memo, "settings", None) or OperatorSettings()
         memo.runtime = make_runtime(ours)
         memo.owns_runtime = True
         if ours.metrics_port:

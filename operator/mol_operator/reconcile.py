@@ -284,7 +284,8 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
     else:
         ready_cond = condition("Ready", False, "NotReady",
                                f"{ready}/{replicas} engines, {router_ready} routers ready")
-    rolled = the_plan.writes > 0 or _int(est.get("updatedReplicas")) < replicas
+    updated = replicas if kserve else _int(est.get("updatedReplicas"))
+    rolled = the_plan.writes > 0 or updated < obj.spec.effective_replicas
     rolled_back = [e["name"] for e in experts
                    if (e.get("canary") or {}).get("phase") == "RolledBack"]
     canary_msgs = [f"{e['name']}: {e['canary'].get('message', '')}".strip(": ")
@@ -296,9 +297,8 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
                   f"{cat.profile}"),
         condition("Compatible", not bad, "Incompatible" if bad else "Compatible",
                   "; ".join(bad) if bad else f"every adapter fits {cat.base}"),
-        condition("Progressing", rolled, "Applied" if the_plan.writes else (
-            "RollingOut" if rolled else "Stable"),
-                  f"{the_plan.writes} changes applied" if the_plan.writes else ""),
+        condition("Progressing", rolled, "RollingOut" if rolled else "Stable",
+                  f"{updated}/{obj.spec.effective_replicas} engines updated"),
         condition("CanaryHealthy", not rolled_back,
                   "RolledBack" if rolled_back else ("Healthy" if cat.canaries else "NoCanary"),
                   "; ".join(canary_msgs)),
