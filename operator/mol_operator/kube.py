@@ -145,6 +145,13 @@ class KubeApi:
                                     write=True, params={"propagationPolicy": "Background"})
         return response.status_code != 404
 
+    async def patch_status(self, api_version: str, plural: str, namespace: str | None,
+                           name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch the status subresource (the warm-up results of a deployment)."""
+        await self._call("PATCH", path_for(api_version, plural, namespace, name) + "/status",
+                         write=True, content=json.dumps({"status": dict(status)}),
+                         headers={"Content-Type": "application/merge-patch+json"})
+
     async def served(self, api_version: str, plural: str) -> bool:
         """Whether the API server serves ``plural`` in ``api_version`` (cached a minute)."""
         now = time.monotonic()

@@ -1,45 +1,44 @@
-"""The operator's Prometheus metrics and its ``/metrics`` + ``/healthz`` endpoint."""
+"""The operator's Prometheus metrics (names from DESIGN.md), one registry per operator.
+
+A registry per :class:`OperatorMetrics` keeps several operators in one process (tests,
+benchmarks) apart; ``--metrics-port`` serves :attr:`OperatorMetrics.registry`.
+"""
 
 from __future__ import annotations
 
-from aiohttp import web
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+import contextlib
 
-REGISTRY = CollectorRegistry()
-RECONCILES = Counter("mol_operator_reconcile_total",
-                     "Reconciles of MoLDeployments by result (ok, retry, invalid).",
-                     ["result"], registry=REGISTRY)
-RECONCILE_SECONDS = Histogram("mol_operator_reconcile_duration_seconds",
-                              "Wall time of one reconcile.", registry=REGISTRY,
-                              buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
-WRITES = Counter("mol_operator_writes_total", "Kubernetes writes of children by verb.",
-                 ["verb"], registry=REGISTRY)
-CANARY_TRANSITIONS = Counter("mol_operator_canary_transitions_total",
-                             "Canary decisions by result (step, promoted, rolled_back).",
-                             ["result"], registry=REGISTRY)
-CANARY_WEIGHT = Gauge("mol_canary_weight", "Percent of an expert's traffic on its canary.",
-                      ["deployment", "expert"], registry=REGISTRY)
-WARMUPS = Counter("mol_operator_warmups_total", "Adapter warm-up requests by result.",
-                  ["result"], registry=REGISTRY)
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+CANARY_RESULTS = ("started", "advanced", "paused", "promoted", "rolled_back")
+"""Values of ``mol_operator_canary_transitions_total{result}``."""
 
 
-async def _metrics(_: web.Request) -> web.Response:
-    return web.Response(body=generate_latest(REGISTRY),
-                        headers={"Content-Type": CONTENT_TYPE_LATEST})
+class OperatorMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.reconcile = Counter(
+            "mol_operator_reconcile", "Reconciles of MoLDeployments by result.",
+            ["result"], registry=r)  # fmt: skip
+        self.reconcile_duration = Histogram(
+            "mol_operator_reconcile_duration_seconds", "Time of one reconcile.", registry=r
+        )
+        self.canary_transitions = Counter(
+            "mol_operator_canary_transitions",
+            "Canary decisions by result (started, advanced, paused, promoted, rolled_back).",
+            ["result"], registry=r)  # fmt: skip
+        self.canary_weight = Gauge(
+            "mol_canary_weight", "Percent of an expert's traffic sent to its canary version.",
+            ["deployment", "expert"], registry=r)  # fmt: skip
 
+    def canary(self, deployment: str, expert: str, weight: float, result: str | None) -> None:
+        """Record one canary step: the weight now and, when one was made, the decision."""
+        self.canary_weight.labels(deployment, expert).set(weight)
+        if result is not None:
+            self.canary_transitions.labels(result).inc()
 
-async def _health(_: web.Request) -> web.Response:
-    return web.json_response({"status": "ok"})
-
-
-async def start_server(host: str, port: int) -> web.AppRunner:
-    """Serve ``/metrics`` and ``/healthz`` (``/readyz`` too) until the runner is cleaned up."""
-    app = web.Application()
-    app.router.add_get("/metrics", _metrics)
-    app.router.add_get("/healthz", _health)
-    app.router.add_get("/readyz", _health)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
+    def forget_canary(self, deployment: str, expert: str) -> None:
+        """Drop the weight series of a canary that no longer exists."""
+        with contextlib.suppress(KeyError):
+            self.canary_weight.remove(deployment, expert)

@@ -1,0 +1,241 @@
+"""Canary rollouts measured by a real Prometheus scraping router metrics the test writes.
+
+A tiny exporter on loopback stands in for the router: a background thread "serves"
+requests at a fixed rate, splitting them between the stable and the canary version
+by the canary weight the controller last decided, with error share and latency per
+version set by the test. The controller loop is the operator's: measure, step, keep
+the state only through the status JSON, wait ``requeue_after``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+from mol_operator.canary import (
+    CanaryMeasurement,
+    CanaryStatus,
+    canary_step,
+    measure_canary,
+    requeue_after,
+    status_from_dict,
+    status_to_dict,
+    transition_result,
+)
+from mol_operator.metrics import OperatorMetrics
+from mol_platform.spec import CanarySpec
+from mol_platform.testing.prometheus import PrometheusServer
+
+pytestmark = pytest.mark.prometheus
+
+EXPERT, STABLE, CANARY = "coding", 3, 4
+PER_TICK = 20  # requests per 50 ms tick: 400 req/s
+WINDOW = "3s"
+ROLLOUT_TIMEOUT_S = 40.0
+
+
+@dataclass
+class VersionBehaviour:
+    latency_s: float = 0.1
+    errors_per_tick_share: float = 0.0
+
+
+@dataclass
+class FakeRouter:
+    """Writes ``mol_router_*`` series the way the router does, at a steady rate."""
+
+    requests: Counter
+    duration: Histogram
+    deployment: str
+    weight: float = 0.0
+    stable: VersionBehaviour = field(default_factory=VersionBehaviour)
+    canary: VersionBehaviour = field(default_factory=VersionBehaviour)
+
+    def serve(self, version: int, behaviour: VersionBehaviour, count: int) -> None:
+        errors = round(count * behaviour.errors_per_tick_share)
+        labels = {"deployment": self.deployment, "expert": EXPERT, "adapter": "acme/coding",
+                  "version": f"v{version}"}  # fmt: skip
+        if count - errors:
+            self.requests.labels(**labels, code="200").inc(count - errors)
+        if errors:
+            self.requests.labels(**labels, code="503").inc(errors)
+        timing = self.duration.labels(self.deployment, EXPERT, f"v{version}")
+        for _ in range(count):
+            timing.observe(behaviour.latency_s)
+
+    def tick(self) -> None:
+        to_canary = round(PER_TICK * self.weight / 100)
+        self.serve(STABLE, self.stable, PER_TICK - to_canary)
+        if to_canary:
+            self.serve(CANARY, self.canary, to_canary)
+
+
+@dataclass
+class Exporter:
+    requests: Counter
+    duration: Histogram
+    prometheus: PrometheusServer
+
+
+@pytest.fixture(scope="module")
+def exporter() -> Iterator[Exporter]:
+    """One exporter and one Prometheus for the module: a new scrape target takes
+    Prometheus about 5 s to pick up, so tests share them and differ by deployment."""
+    registry = CollectorRegistry()
+    requests = Counter("mol_router_requests", "requests",
+                       ["deployment", "expert", "adapter", "version", "code"], registry=registry)
+    duration = Histogram("mol_router_request_duration_seconds", "latency",
+                         ["deployment", "expert", "version"], registry=registry)  # fmt: skip
+    server, thread = start_http_server(0, addr="127.0.0.1", registry=registry)
+    try:
+        prometheus = PrometheusServer().start([f"127.0.0.1:{server.server_port}"], "router")
+        try:
+            yield Exporter(requests, duration, prometheus)
+        finally:
+            prometheus.stop()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(5)
+
+
+@pytest.fixture
+def router(exporter: Exporter, request: pytest.FixtureRequest) -> Iterator[FakeRouter]:
+    deployment = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:63]
+    fake = FakeRouter(exporter.requests, exporter.duration, deployment)
+    stop = threading.Event()
+
+    def traffic() -> None:
+        while not stop.wait(0.05):
+            fake.tick()
+
+    worker = threading.Thread(target=traffic, name="fake-router-traffic", daemon=True)
+    worker.start()
+    try:
+        exporter.prometheus.wait_for(
+            f'sum(rate(mol_router_requests_total{{deployment="{deployment}",version="v3"}}[3s]))'
+            " > 0"
+        )
+        yield fake
+    finally:
+        stop.set()
+        worker.join(5)
+
+
+@dataclass
+class Rollout:
+    statuses: list[CanaryStatus] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    measurements: list[CanaryMeasurement] = field(default_factory=list)
+
+
+async def run_controller(
+    spec: CanarySpec, prometheus_url: str, fake: FakeRouter, metrics: OperatorMetrics
+) -> Rollout:  # fmt: skip
+    """The operator's loop for one expert, keeping its state only in status JSON."""
+    out = Rollout()
+    saved: dict[str, object] | None = None
+    deadline = time.monotonic() + ROLLOUT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        measurement = await measure_canary(
+            prometheus_url, deployment=fake.deployment, expert=EXPERT,
+            stable_version=STABLE, canary_version=CANARY, window=WINDOW,
+        )  # fmt: skip
+        out.measurements.append(measurement)
+        before = status_from_dict(saved)
+        status, event = canary_step(spec, before, CANARY, measurement, datetime.now(UTC))
+        saved = json.loads(json.dumps(status_to_dict(status)))
+        metrics.canary(fake.deployment, EXPERT, status.weight, transition_result(before, status))
+        fake.weight = status.weight
+        out.statuses.append(status)
+        if event is not None:
+            out.events.append(event)
+        delay = requeue_after(spec, status)
+        if delay is None:
+            return out
+        await asyncio.sleep(max(delay, 0.2))
+    raise AssertionError(f"no decision in {ROLLOUT_TIMEOUT_S:.0f}s: {out}")
+
+
+def spec(**analysis: float) -> CanarySpec:
+    return CanarySpec.model_validate({
+        "adapter": "acme/coding@candidate", "steps": [25, 50, 100], "interval": "2s",
+        "analysis": {"maxErrorRate": 0.02, "maxLatencyRatio": 1.25, **analysis},
+    })  # fmt: skip
+
+
+async def test_no_canary_traffic_measures_nothing(
+    exporter: Exporter, router: FakeRouter
+) -> None:
+    m = await measure_canary(
+        exporter.prometheus.url, deployment=router.deployment, expert=EXPERT,
+        stable_version=STABLE, canary_version=CANARY, window=WINDOW,
+    )  # fmt: skip
+    assert m == CanaryMeasurement(error_rate=None, latency_ratio=None, requests=0.0)
+    due = CanaryStatus(CANARY, 25.0, "Progressing", 0, "2026-01-01T00:00:00.000Z")
+    held, _ = canary_step(spec(), due, CANARY, m, datetime.now(UTC))
+    assert (held.phase, held.weight) == ("Paused", 25.0)
+
+
+async def test_healthy_canary_is_promoted(
+    exporter: Exporter, router: FakeRouter
+) -> None:
+    router.canary = VersionBehaviour(latency_s=0.11)
+    metrics = OperatorMetrics()
+    rollout = await run_controller(spec(), exporter.prometheus.url, router, metrics)
+    final = rollout.statuses[-1]
+    assert (final.phase, final.weight, final.version) == ("Promoted", 100.0, CANARY)
+    weights = list(dict.fromkeys(s.weight for s in rollout.statuses))
+    assert weights == [25.0, 50.0, 100.0]
+    assert "RolledBack" not in {s.phase for s in rollout.statuses}
+    measured = [m for m in rollout.measurements if m.requests > 0]
+    assert measured, "the canary's traffic never reached Prometheus"
+    assert all(m.error_rate == 0.0 for m in measured)
+    ratios = [m.latency_ratio for m in measured if m.latency_ratio is not None]
+    assert ratios
+    assert all(r == pytest.approx(1.1, abs=0.02) for r in ratios)
+    assert any("started: 25%" in e for e in rollout.events)
+    assert any("advanced to 50%" in e for e in rollout.events)
+    assert "promoted" in rollout.events[-1]
+    sample = metrics.registry.get_sample_value
+    assert sample("mol_canary_weight", {"deployment": router.deployment, "expert": EXPERT}) == 100.0
+    assert sample("mol_operator_canary_transitions_total", {"result": "promoted"}) == 1.0
+    assert sample("mol_operator_canary_transitions_total", {"result": "advanced"}) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("canary", "expected"),
+    [
+        pytest.param(VersionBehaviour(errors_per_tick_share=0.4), r"error rate (\S+) > "
+                     r"maxErrorRate 0\.02", id="errors"),
+        pytest.param(VersionBehaviour(latency_s=0.3), r"latency ratio (\S+) > "
+                     r"maxLatencyRatio 1\.25", id="latency"),
+    ],
+)  # fmt: skip
+async def test_unhealthy_canary_is_rolled_back(
+    exporter: Exporter, router: FakeRouter, canary: VersionBehaviour, expected: str
+) -> None:
+    router.canary = canary
+    metrics = OperatorMetrics()
+    rollout = await run_controller(spec(), exporter.prometheus.url, router, metrics)
+    final = rollout.statuses[-1]
+    assert (final.phase, final.weight) == ("RolledBack", 0.0)
+    assert router.weight == 0.0
+    assert max(s.weight for s in rollout.statuses) == 25.0  # never went past the first step
+    match = re.search(expected, final.message)
+    assert match is not None, final.message
+    measured = float(match[1])
+    assert measured == pytest.approx(0.4 if "error" in expected else 3.0, rel=0.05)
+    assert rollout.events[-1].endswith(final.message)
+    sample = metrics.registry.get_sample_value
+    assert sample("mol_operator_canary_transitions_total", {"result": "rolled_back"}) == 1.0
+    assert sample("mol_canary_weight", {"deployment": router.deployment, "expert": EXPERT}) == 0.0
