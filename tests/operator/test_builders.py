@@ -146,7 +146,7 @@ def test_base_weights(uri: str, model: str, init: bool) -> None:
 
 @pytest.mark.parametrize("uri", ["pvc:///no-claim", "s3:///no-bucket", "gs://bucket/x"])
 def test_bad_weight_uris_say_what_to_write(uri: str) -> None:
-    with pytest.raises(BuildError, match="baseModel.uri"):
+    with pytest.raises(BuildError, match=r"baseModel\.uri"):
         build_all(_facts(_obj(baseModel={"name": "tiny-llama", "uri": uri})))
 
 

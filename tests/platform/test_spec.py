@@ -148,5 +148,5 @@ def test_gpus_per_replica_must_cover_tensor_parallel(gpus: int, tp: int, ok: boo
     if ok:
         MoLDeploymentSpec.model_validate(spec_with(**changes))
         return
-    with pytest.raises(ValidationError, match="gpusPerReplica .* must be >= engine.tensorPar"):
+    with pytest.raises(ValidationError, match=r"gpusPerReplica .* must be >= engine\.tensorPar"):
         MoLDeploymentSpec.model_validate(spec_with(**changes))
