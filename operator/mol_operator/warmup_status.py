@@ -18,15 +18,18 @@ from mol_operator.warmup import immutable_name
 MOLD_API, MOLD_PLURAL = "mol.dev/v1alpha1", "moldeployments"
 
 
-def expert_names(status: Mapping[str, Any]) -> dict[str, str]:
-    """Immutable adapter name -> expert, for the stable and canary versions in status."""
+def expert_names(owner: Mapping[str, Any]) -> dict[str, str]:
+    """Immutable adapter name -> expert, for the stable and canary versions in status
+    (canary refs come from the spec)."""
+    canary_refs = {e.get("name"): (e.get("canary") or {}).get("adapter")
+                   for e in (owner.get("spec") or {}).get("experts") or []}
     out: dict[str, str] = {}
-    for e in status.get("experts") or []:
+    for e in (owner.get("status") or {}).get("experts") or []:
         if e.get("version"):
             out[immutable_name(e["adapter"], int(e["version"]))] = e["name"]
-        canary = e.get("canary") or {}
-        if canary.get("version") and canary.get("adapter"):
-            out[immutable_name(canary["adapter"], int(canary["version"]))] = e["name"]
+        version, ref = (e.get("canary") or {}).get("version"), canary_refs.get(e["name"])
+        if version and ref:
+            out[immutable_name(ref, int(version))] = e["name"]
     return out
 
 
@@ -59,7 +62,7 @@ async def record_warmup(runtime: Runtime, pod: Mapping[str, Any]) -> None:
     if owner is None:
         return
     status = owner.get("status") or {}
-    names = expert_names(status)
+    names = expert_names(owner)
     if not names:
         return  # not reconciled yet: the next pod event (or resync) warms it
     results = await runtime.warmer.warm([pod], sorted(names))
