@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 PACKAGES := -p mol_platform -p mol_catalog -p mol_operator -p mol_router
 PYTEST_ARGS ?= -v --durations=15
 
-.PHONY: demo test deps system venv engine lint typecheck imports pytest bench clean
+.PHONY: demo test deps system venv engine lint typecheck imports pytest bench bench-operator clean
 
 demo: venv
 	$(BIN)/mol up --demo
@@ -45,6 +45,9 @@ pytest: venv
 
 bench: venv
 	$(BIN)/python bench/catalog.py
+
+bench-operator: venv
+	$(BIN)/python bench/operator_scale.py
 
 clean:
 	rm -rf $(VENV) .mol .pytest_cache .mypy_cache .ruff_cache

@@ -8,6 +8,7 @@ that says what to do.
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -79,18 +80,26 @@ def _reasons(verdict: Mapping[str, Any]) -> list[str]:
             for r in verdict.get("reasons") or []]
 
 
+def _failure(client: AsyncCatalogClient, exc: CatalogError, delay: float, reason: str,
+             message: str, missing: tuple[str, str] | None = None) -> Retry:
+    """The Retry for a failed catalog call: unreachable, not found (``missing``: reason and
+    message, retried after at least a minute), or anything else (``reason``/``message``)."""
+    if exc.status == 0:
+        return _unreachable(client, exc, delay)
+    if exc.status == 404 and missing is not None:
+        return Retry(missing[0], missing[1], max(delay, 60.0))
+    return Retry(reason, f"{message}: {exc}", delay)
+
+
 async def _resolve(client: AsyncCatalogClient, where: str, ref: str, profile: str,
                    delay: float) -> Resolved:
     try:
         answer = await client.resolve(ref, profile)
     except CatalogError as exc:
-        if exc.status == 0:
-            raise _unreachable(client, exc, delay) from None
-        if exc.status == 404:
-            raise Retry("AdapterNotFound",
-                        f"{where}: {ref} is not in the catalog ({exc.detail}); publish it "
-                        f"(mol catalog publish) or fix {where}", max(delay, 60.0)) from None
-        raise Retry("CatalogError", f"{where}: resolving {ref} failed: {exc}", delay) from None
+        raise _failure(client, exc, delay, "CatalogError", f"{where}: resolving {ref} failed",
+                       ("AdapterNotFound", f"{where}: {ref} is not in the catalog "
+                        f"({exc.detail}); publish it (mol catalog publish) or fix {where}")
+                       ) from None
     verdict = answer.get("verdict") or {}
     return Resolved(ref=ref, version=int(answer["version"]), digest=str(answer["digest"]),
                     compatible=bool(verdict.get("compatible", True)), reasons=_reasons(verdict))
@@ -108,24 +117,20 @@ async def declare_and_resolve(client: AsyncCatalogClient, obj: MoLDeployment, pr
                                  max_loras=spec.engine.max_loras,
                                  engine=engine_label(spec.engine.image))
     except CatalogError as exc:
-        if exc.status == 0:
-            raise _unreachable(client, exc, delay) from None
-        if exc.status == 404:
-            raise Retry("BaseModelNotFound",
-                        f"base model {base.name}"
-                        f"{'@' + base.revision if base.revision else ''} is not registered in "
-                        f"the catalog: mol catalog base register DIR --name {base.name}, or fix "
-                        "spec.baseModel", max(delay, 60.0)) from None
-        raise Retry("CatalogError", f"declaring serving profile {profile} failed: {exc}",
-                    delay) from None
-    experts: dict[str, Resolved] = {}
-    canaries: dict[str, Resolved] = {}
-    for i, e in enumerate(spec.experts):
-        experts[e.name] = await _resolve(client, f"spec.experts[{i}].adapter", e.adapter,
-                                         profile, delay)
-        if e.canary is not None:
-            canaries[e.name] = await _resolve(client, f"spec.experts[{i}].canary.adapter",
-                                              e.canary.adapter, profile, delay)
+        pinned = f"@{base.revision}" if base.revision else ""
+        raise _failure(client, exc, delay, "CatalogError",
+                       f"declaring serving profile {profile} failed",
+                       ("BaseModelNotFound", f"base model {base.name}{pinned} is not registered"
+                        f" in the catalog: mol catalog base register DIR --name {base.name}, "
+                        "or fix spec.baseModel")) from None
+    refs = [(e.name, f"spec.experts[{i}].adapter", e.adapter) for i, e in enumerate(spec.experts)]
+    canary_refs = [(e.name, f"spec.experts[{i}].canary.adapter", e.canary.adapter)
+                   for i, e in enumerate(spec.experts) if e.canary is not None]
+    answers = await asyncio.gather(*(_resolve(client, where, ref, profile, delay)
+                                     for _, where, ref in [*refs, *canary_refs]))
+    experts = {name: r for (name, _, _), r in zip(refs, answers[:len(refs)], strict=True)}
+    canaries = {name: r for (name, _, _), r in zip(canary_refs, answers[len(refs):],
+                                                   strict=True)}
     return CatalogFacts(profile=profile, base=f"{base.name}@{revision}", experts=experts,
                         canaries=canaries)
 
@@ -136,11 +141,9 @@ async def mint_token(client: AsyncCatalogClient, name: str, scopes: Sequence[str
     try:
         answer = await client.create_token(name, list(scopes))
     except CatalogError as exc:
-        if exc.status == 0:
-            raise _unreachable(client, exc, delay) from None
-        raise Retry("CatalogTokenFailed",
-                    f"minting the catalog read token failed: {exc}; the operator's token needs"
-                    " the admin scope", delay) from None
+        raise _failure(client, exc, delay, "CatalogTokenFailed",
+                       "minting the catalog read token failed (the operator's token needs the "
+                       "admin scope)") from None
     return int(answer["id"]), str(answer["token"])
 
 
@@ -151,7 +154,5 @@ async def revoke_token(client: AsyncCatalogClient, token_id: int, *, delay: floa
     except CatalogError as exc:
         if exc.status == 404:
             return
-        if exc.status == 0:
-            raise _unreachable(client, exc, delay) from None
-        raise Retry("CatalogTokenFailed", f"revoking catalog token {token_id} failed: {exc}",
-                    delay) from None
+        raise _failure(client, exc, delay, "CatalogTokenFailed",
+                       f"revoking catalog token {token_id} failed") from None

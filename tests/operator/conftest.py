@@ -10,6 +10,7 @@ and demo adapters, the operator settings pointing at it, and the emulator's writ
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -86,15 +87,22 @@ def seed(catalog: LiveCatalog) -> None:
         publish("wide", 7, "stable", rank=32)
 
 
-@pytest.fixture(scope="session")
-def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCatalog]:
-    live = LiveCatalog(tmp_path_factory.mktemp("catalog"))
+@contextlib.contextmanager
+def seeded_catalog(data: Path) -> Iterator[LiveCatalog]:
+    """A running, seeded catalog in ``data``, stopped on exit."""
+    live = LiveCatalog(data)
     live.start()
     try:
         seed(live)
         yield live
     finally:
         live.stop()
+
+
+@pytest.fixture(scope="session")
+def catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCatalog]:
+    with seeded_catalog(tmp_path_factory.mktemp("catalog")) as live:
+        yield live
 
 
 def settings_for(kube: KubeServer, catalog: LiveCatalog, **overrides: Any) -> Any:
@@ -200,14 +208,9 @@ def make_manifest() -> Callable[..., dict[str, Any]]:
 @pytest.fixture
 def own_catalog(tmp_path: Path) -> Iterator[LiveCatalog]:
     """A seeded catalog of this test's own (running), to stop and start at will."""
-    live = LiveCatalog(tmp_path / "own-catalog")
-    live.data.mkdir()
-    live.start()
-    try:
-        seed(live)
+    (tmp_path / "own-catalog").mkdir()
+    with seeded_catalog(tmp_path / "own-catalog") as live:
         yield live
-    finally:
-        live.stop()
 
 
 @pytest.fixture
