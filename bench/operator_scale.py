@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import signal
 import sys
 import tempfile
 import time
@@ -270,6 +271,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.count < 1:
         parser.error("--count must be at least 1")
+    # SIGTERM unwinds like Ctrl-C, so the catalog and operator processes are stopped.
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
     result = run(args.count, args.resync, args.timeout)
     body = render(result)
     print(body)
