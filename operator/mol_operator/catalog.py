@@ -71,7 +71,7 @@ def token_scopes(obj: MoLDeployment) -> tuple[str, ...]:
 
 def _unreachable(client: AsyncCatalogClient, exc: CatalogError, delay: float) -> Retry:
     return Retry("CatalogUnreachable",
-                 f"cannot reach the catalog at {client.url}: {exc.detail}; retrying in "
+                 f"{exc.detail}; retrying in "
                  f"{delay:g}s (check the catalog Service and --catalog-url)", delay)
 
 

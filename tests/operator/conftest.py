@@ -29,6 +29,8 @@ from mol_platform.testing.lora import SyntheticLlama
 from mol_platform.testing.net import free_port, stop_process, wait_port
 
 ADMIN_TOKEN = "mol_" + "o" * 43
+# Running canaries are looked at every second in tests (read when the handlers import).
+os.environ.setdefault("MOL_OPERATOR_CANARY_TICK_SECONDS", "1")
 ADAPTERS = ("chat", "agent", "coding", "ui", "router")
 # Built-in kinds the operator writes that the emulator does not register by default.
 RBAC = (ResourceSpec("rbac.authorization.k8s.io", "v1", "roles", "Role", subresources=()),
