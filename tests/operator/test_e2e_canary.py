@@ -5,7 +5,6 @@ by moving the alias in the catalog; a failing one is rolled back with the number
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
