@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -97,19 +98,25 @@ def reconciled(obj: dict[str, Any]) -> bool:
         for c in status.get("conditions") or [])
 
 
-def operator_requests(kube: KubeServer) -> tuple[int, int]:
-    """(all, writes) requests the operator (its client and kopf) sent so far."""
-    def count() -> tuple[int, int]:
+def operator_requests(kube: KubeServer, since: int = 0) -> tuple[int, int, Counter[str]]:
+    """(all, writes, writes by what) of the operator's requests (its client and kopf)
+    from index ``since`` of the emulator's request log."""
+    def count() -> tuple[int, int, Counter[str]]:
         total = writes = 0
-        for request in kube.emulator._requests:
+        what: Counter[str] = Counter()
+        for request in kube.emulator._requests[since:]:
             agent = request.headers.get("User-Agent", "")
             if not agent.startswith(OPERATOR_AGENTS):
                 continue
             total += 1
             method = str(request.method).upper().rsplit(".", 1)[-1]
             # kopf posts Events and its own bookkeeping too: count them, they are writes
-            writes += method in WRITE_METHODS
-        return total, writes
+            if method in WRITE_METHODS:
+                writes += 1
+                plural = request.resource.plural if request.resource is not None else "?"
+                sub = f"/{request.subresource}" if request.subresource else ""
+                what[f"{method} {plural}{sub} ({agent.split('/')[0]})"] += 1
+        return total, writes, what
 
     return kube.call(count)
 
@@ -197,22 +204,24 @@ def run(count: int, resync: float, timeout: float) -> dict[str, Any]:
             log(f"all {count} reconciled in {all_done:.1f}s")
             time.sleep(2)  # let kopf finish its own bookkeeping writes
             text = scrape(metrics_url + "/metrics")
-            calls, _ = operator_requests(kube)
+            calls, _, _ = operator_requests(kube)
             oks = counter(text, "mol_operator_reconcile_total", 'result="ok"')
             retries = counter(text, "mol_operator_reconcile_total", 'result="retry"')
             p50 = histogram_quantile(text, "mol_operator_reconcile_duration_seconds", 0.5)
             p99 = histogram_quantile(text, "mol_operator_reconcile_duration_seconds", 0.99)
             log(f"steady state: waiting {resync * 1.6:.0f}s for one resync of every deployment")
-            _, writes_before = operator_requests(kube)
+            mark = kube.call(lambda: len(kube.emulator._requests))
             time.sleep(resync * 1.6)
             after = scrape(metrics_url + "/metrics")
             resyncs = counter(after, "mol_operator_reconcile_total", 'result="ok"') - oks
-            _, writes_after = operator_requests(kube)
+            _, resync_writes, what = operator_requests(kube, mark)
+            if what:
+                log(f"writes during the resync: {dict(what.most_common(6))}")
             rss = peak_rss_mib(operator.popen.pid)
             return {"count": count, "created_s": created, "all_s": all_done, "p50": p50,
                     "p99": p99, "rss": rss, "calls_per": calls / max(oks, 1), "oks": oks,
                     "retries": retries, "resyncs": resyncs,
-                    "resync_writes": writes_after - writes_before, "resync_s": resync}
+                    "resync_writes": resync_writes, "resync_s": resync}
         except BaseException:
             if operator is not None:
                 log("operator log tail:\n" + operator.tail())

@@ -11,7 +11,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes.client import ApiClient, V1ObjectMeta, V1OwnerReference
+from kubernetes.client import (
+    ApiClient,
+    V1EnvVar,
+    V1EnvVarSource,
+    V1ObjectMeta,
+    V1OwnerReference,
+    V1SecretKeySelector,
+)
 
 from mol_platform.spec import API_VERSION, KIND, MoLDeployment
 
@@ -140,3 +147,9 @@ def serialize(obj: Any) -> Any:
 
 def b64(text: str) -> str:
     return base64.b64encode(text.encode()).decode()
+
+
+def token_env(facts: Facts) -> V1EnvVar:
+    """``MOL_CATALOG_TOKEN`` from the deployment's catalog Secret (engines and router)."""
+    return V1EnvVar(name="MOL_CATALOG_TOKEN", value_from=V1EnvVarSource(
+        secret_key_ref=V1SecretKeySelector(name=facts.names.catalog_secret, key=TOKEN_KEY)))

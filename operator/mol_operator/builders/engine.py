@@ -21,7 +21,6 @@ from kubernetes.client import (
     V1EmptyDirVolumeSource,
     V1EnvFromSource,
     V1EnvVar,
-    V1EnvVarSource,
     V1HTTPGetAction,
     V1LabelSelector,
     V1ObjectMeta,
@@ -34,7 +33,6 @@ from kubernetes.client import (
     V1ResourceRequirements,
     V1RollingUpdateDeployment,
     V1SecretEnvSource,
-    V1SecretKeySelector,
     V1Service,
     V1ServicePort,
     V1ServiceSpec,
@@ -45,12 +43,12 @@ from kubernetes.client import (
 
 from mol_operator.builders.common import (
     ENGINE_PORT,
-    TOKEN_KEY,
     Facts,
     labels,
     meta,
     selector,
     serialize,
+    token_env,
 )
 from mol_platform.engine.args import PluginSettings, engine_args
 from mol_platform.router_config import profile_name
@@ -128,11 +126,6 @@ def base_weights(facts: Facts) -> Weights:
     )
 
 
-def _token_env(facts: Facts) -> V1EnvVar:
-    return V1EnvVar(name="MOL_CATALOG_TOKEN", value_from=V1EnvVarSource(
-        secret_key_ref=V1SecretKeySelector(name=facts.names.catalog_secret, key=TOKEN_KEY)))
-
-
 def plugin_env(facts: Facts) -> list[V1EnvVar]:
     """The resolver plugin's ``MOL_*`` env (DESIGN.md), the token from the Secret."""
     settings = PluginSettings(
@@ -142,7 +135,7 @@ def plugin_env(facts: Facts) -> list[V1EnvVar]:
         cache_bytes=facts.defaults.adapter_cache_bytes,
     )
     env = [V1EnvVar(name=k, value=v) for k, v in sorted(settings.env().items())]
-    return [*env, _token_env(facts)]
+    return [*env, token_env(facts)]
 
 
 def _probe(path: str, period: int, failures: int) -> V1Probe:

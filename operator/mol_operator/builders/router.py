@@ -18,8 +18,6 @@ from kubernetes.client import (
     V1ContainerPort,
     V1Deployment,
     V1DeploymentSpec,
-    V1EnvVar,
-    V1EnvVarSource,
     V1HTTPGetAction,
     V1LabelSelector,
     V1ObjectMeta,
@@ -31,7 +29,6 @@ from kubernetes.client import (
     V1Role,
     V1RoleBinding,
     V1RoleRef,
-    V1SecretKeySelector,
     V1SecretVolumeSource,
     V1Service,
     V1ServiceAccount,
@@ -43,12 +40,12 @@ from kubernetes.client import (
 
 from mol_operator.builders.common import (
     ROUTER_PORT,
-    TOKEN_KEY,
     Facts,
     labels,
     meta,
     selector,
     serialize,
+    token_env,
 )
 from mol_platform.router_config import (
     EndpointSliceSelector,
@@ -126,8 +123,7 @@ def router_objects(facts: Facts) -> list[dict[str, Any]]:
         args=["router", "serve", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}",
               "--port", str(ROUTER_PORT)],
         ports=[V1ContainerPort(name="http", container_port=ROUTER_PORT)],
-        env=[V1EnvVar(name="MOL_CATALOG_TOKEN", value_from=V1EnvVarSource(
-            secret_key_ref=V1SecretKeySelector(name=names.catalog_secret, key=TOKEN_KEY)))],
+        env=[token_env(facts)],
         resources=V1ResourceRequirements(requests={"cpu": d.router_cpu, "memory": d.router_memory},
                                          limits={"memory": d.router_memory}),
         readiness_probe=V1Probe(http_get=V1HTTPGetAction(path="/health", port="http"),
