@@ -31,6 +31,8 @@ class Plan:
     tool_call_id: str = ""
     tool_arguments: str = ""
     stop_reason: str | None = None
+    end_token: bool = False
+    """The reply ends with a generated end-of-sequence token (a constrained choice)."""
 
     @property
     def is_tool_call(self) -> bool:
@@ -39,7 +41,9 @@ class Plan:
     @property
     def token_count(self) -> int:
         """Tokens generated: a tool call adds its name token and an end token."""
-        return len(self.pieces) + 2 if self.is_tool_call else len(self.pieces)
+        if self.is_tool_call:
+            return len(self.pieces) + 2
+        return len(self.pieces) + int(self.end_token)
 
     @property
     def text(self) -> str:
@@ -81,6 +85,8 @@ def make_plan(
         choices = _choices(body)
         if choices:
             pieces = [pick_choice(model, prompt, choices)]
+            if limit is None or limit > 1:  # the grammar then forces end-of-sequence
+                return Plan(pieces=pieces, finish_reason="stop", end_token=True)
         else:
             count = config.output_tokens
             if limit is not None and (checked.ignore_eos or limit < count):

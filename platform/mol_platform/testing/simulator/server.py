@@ -379,6 +379,8 @@ class _Job:
             headers={"Content-Type": "text/event-stream", REPLICA_HEADER: self.server.name}
         )
         await response.prepare(self.request)
+        options = self.body.get("stream_options")
+        include_usage = isinstance(options, dict) and bool(options.get("include_usage"))
         await clock.start()
         for index, delta, finish in self._deltas():
             if cut_after is not None and index >= cut_after:
@@ -394,9 +396,10 @@ class _Job:
                     self.id, self.created, self.model, delta.get("text", ""), finish,
                     self.plan.stop_reason if finish else None,
                 )  # fmt: skip
+            if finish is not None and not include_usage:
+                chunk["system_fingerprint"] = shapes.FINGERPRINT  # on the final chunk
             await response.write(shapes.sse(chunk))
-        options = self.body.get("stream_options")
-        if isinstance(options, dict) and options.get("include_usage"):
+        if include_usage:
             obj = "chat.completion.chunk" if self.chat else "text_completion"
             usage = shapes.usage_chunk(self.id, self.created, self.model, obj,
                                        self.prompt_tokens, self.plan.token_count)  # fmt: skip
