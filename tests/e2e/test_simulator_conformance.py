@@ -28,6 +28,7 @@ pytestmark = pytest.mark.e2e
 MAX_LORAS, MAX_CPU_LORAS = 2, 4
 MAX_MODEL_LEN = 1024  # the engine fixture's --max-model-len
 EXTRA_ADAPTERS = {"diff-agent": "agent", "diff-ui": "ui"}  # name -> demo adapter
+PROMPT_TOKENS, OUTPUT = 121, 16  # of each concurrent request
 
 DELIBERATE = {
     # metric families: model FLOP/byte estimates need a model; the simulator has none.
@@ -239,7 +240,7 @@ def scrape(url: str) -> dict[str, Any]:
 def run_over_adapters(url: str, adapters: dict[str, str]) -> list[dict[str, Any]]:
     """Load two more adapters, send one request per adapter (4 over 2 slots) at once,
     scrape /metrics all along, unload; the scrapes."""
-    prompt = "hello world " * 20  # 101 tokens: one 128-token block, a second one later
+    prompt = "hello world " * 24  # 121 tokens: one 128-token block, a second after 8 more
     observed: list[dict[str, Any]] = []
     stop = threading.Event()
 
@@ -249,7 +250,7 @@ def run_over_adapters(url: str, adapters: dict[str, str]) -> list[dict[str, Any]
             time.sleep(0.03)
 
     def one(model: str) -> None:
-        body = {"model": model, "prompt": prompt, "max_tokens": 40, "ignore_eos": True}
+        body = {"model": model, "prompt": prompt, "max_tokens": OUTPUT, "ignore_eos": True}
         r = httpx.post(url + C, json=body, timeout=120)
         assert r.status_code == 200, r.text
 
@@ -288,7 +289,7 @@ def scheduler_facts(observed: list[dict[str, Any]], blocks: int, block_size: int
         assert s["waiting"] == s["deferred"] + s["capacity"], s
         used = s["usage"] * (blocks - 1)
         assert abs(used - round(used)) < 1e-6, s  # whole blocks of the usable ones
-        per_request = -(-(101 + 40) // block_size)
+        per_request = -(-(PROMPT_TOKENS + OUTPUT) // block_size)
         assert round(used) <= s["running"] * per_request, s
         if s["running"] == 2 and s["deferred"] == 2:
             facts.add("two run while two wait for a LoRA slot")
@@ -338,12 +339,13 @@ def families(text: str) -> dict[str, tuple[str, frozenset[str], tuple[str, ...]]
 
 
 def test_metric_families_labels_and_buckets_match(engine, sim, cache_info):
-    httpx.post(sim + C, json=comp(), timeout=60)  # the simulator's lora info needs a request
+    for url in (engine.base_url, sim):  # lora_requests_info appears with the first request
+        assert httpx.post(url + C, json=comp(), timeout=60).status_code == 200
     real_text = httpx.get(engine.base_url + "/metrics", timeout=30)
     sim_text = httpx.get(sim + "/metrics", timeout=30)
     assert real_text.headers["content-type"] == sim_text.headers["content-type"]
     real, fake = families(real_text.text), families(sim_text.text)
-    kept = {name: spec for name, spec in real.items() if name not in DELIBERATE}
+    kept = {n: spec for n, spec in real.items() if n.removesuffix("_created") not in DELIBERATE}
     assert {n: kept[n] for n in sorted(kept)} == {n: fake[n] for n in sorted(fake) if n in kept}
     assert set(fake) - set(kept) == set(), "families the real engine does not have"
     sim_cache = family_samples(sim_text.text, "vllm:cache_config_info")[0][0]
