@@ -276,10 +276,7 @@ class SimMetrics:
         self.waiting_capacity.set(len(engine.waiting) - deferred)
         self.waiting_deferred.set(deferred)
         self.kv_cache_usage.set(engine.kv_cache_usage())
-        for tier, total in (
-            ("gpu", sum(engine.slot_loads.values())),
-            ("cpu", sum(engine.cpu_loads.values())),
-        ):
+        for tier, total in engine.total_loads.items():
             if total > self._loads_seen[tier]:
                 self.adapter_loads.labels(*self._values, tier).inc(total - self._loads_seen[tier])
                 self._loads_seen[tier] = total

@@ -124,6 +124,8 @@ class SlotEngine:
         self.finished_by_reason: Counter[str] = Counter()
         self.slot_loads: Counter[str] = Counter()
         self.cpu_loads: Counter[str] = Counter()
+        self.total_loads = {"gpu": 0, "cpu": 0}
+        """All slot (gpu) and host-memory (cpu) loads, for ``mol_sim_adapter_loads_total``."""
         self.listeners: list[Callable[[], None]] = []
         self._ids = itertools.count(1)
         self._lora_ids = itertools.count(1)
@@ -324,6 +326,7 @@ class SlotEngine:
         ready = now + self.config.lora_load_s
         self.gpu_slots[adapter] = ready
         self.slot_loads[adapter] += 1
+        self.total_loads["gpu"] += 1
         return ready
 
     def _touch_cpu(self, adapter: str) -> None:
@@ -336,6 +339,7 @@ class SlotEngine:
                 del self.cpu_cache[victim]
         self.cpu_cache[adapter] = None
         self.cpu_loads[adapter] += 1
+        self.total_loads["cpu"] += 1
 
     # Observation.
 
