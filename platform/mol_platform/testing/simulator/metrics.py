@@ -263,9 +263,20 @@ class SimMetrics:
         for tier in self._loads_seen:
             self.adapter_loads.labels(*values, tier)
         self._last_lora_stamp = 0.0
-        self._lora_written = False
-        engine.listeners.append(self.update)
+        self._lora_names: str | None = None
+        engine.listeners.append(self._changed)
         self.update()
+
+    def _changed(self) -> None:
+        """After each scheduler change: a new ``lora_requests_info`` label set, if any.
+
+        The gauges are only read when scraped, so :meth:`update` sets them then; the
+        adapter list is written on every change so that its label sets pile up as
+        vLLM's do.
+        """
+        engine = self.engine
+        if engine.requests_by_model and ",".join(engine.lora_requests) != self._lora_names:
+            self._write_lora_info()
 
     def update(self) -> None:
         """Record the engine's scheduler state, as vLLM does after every step."""
@@ -280,9 +291,13 @@ class SimMetrics:
             if total > self._loads_seen[tier]:
                 self.adapter_loads.labels(*self._values, tier).inc(total - self._loads_seen[tier])
                 self._loads_seen[tier] = total
-        if not engine.requests_by_model:
-            return  # vLLM writes no lora_requests_info before the first request
+        if engine.requests_by_model:  # vLLM writes none before the first request
+            self._write_lora_info()
+
+    def _write_lora_info(self) -> None:
+        engine = self.engine
         names = ",".join(engine.lora_requests)
+        self._lora_names = names
         # Strictly increasing, so the newest label set is unambiguous.
         stamp = max(time.time(), self._last_lora_stamp + 1e-6)
         self._last_lora_stamp = stamp
