@@ -419,9 +419,10 @@ class _Job:
         if plan.is_tool_call:
             head = {"index": 0, "id": plan.tool_call_id, "type": "function",
                     "function": {"name": plan.tool_name}}  # fmt: skip
-            deltas: list[dict[str, Any]] = [{"tool_calls": [head]}]
+            # vLLM sets content (None) explicitly on tool-call deltas, so it is sent.
+            deltas: list[dict[str, Any]] = [{"content": None, "tool_calls": [head]}]
             deltas += [
-                {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
+                {"content": None, "tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
                 for piece in plan.pieces
             ]
             deltas.append({})
