@@ -223,8 +223,8 @@ def test_same_requests_get_the_same_answers(engine, sim, demo_assets):
     assert not diffs, "\n".join(diffs)
 
 
-def scrape(url: str) -> dict[str, Any]:
-    text = httpx.get(url + "/metrics", timeout=30).text
+def scrape(client: httpx.Client) -> dict[str, Any]:
+    text = client.get("/metrics").text
     values = {
         (name, labels.get("reason", "")): value
         for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
@@ -251,9 +251,10 @@ def run_over_adapters(url: str, adapters: dict[str, str]) -> list[dict[str, Any]
     stop = threading.Event()
 
     def scraper() -> None:
-        while not stop.is_set():
-            observed.append(scrape(url))
-            time.sleep(0.03)
+        with httpx.Client(base_url=url, timeout=30) as metrics:
+            while not stop.is_set():
+                observed.append(scrape(metrics))
+                time.sleep(0.02)
 
     def one(model: str) -> None:
         body = {"model": model, "prompt": prompt, "max_tokens": OUTPUT, "ignore_eos": True}
@@ -276,7 +277,7 @@ def run_over_adapters(url: str, adapters: dict[str, str]) -> list[dict[str, Any]
             time.sleep(0.3)
             stop.set()
             watcher.join()
-            observed.append(scrape(url))
+            observed.append(scrape(client))
         finally:
             for name in adapters:
                 client.post(UNLOAD, json={"lora_name": name})
