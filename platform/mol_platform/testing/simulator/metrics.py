@@ -62,12 +62,17 @@ class SimMetrics:
     def __init__(self, engine: SlotEngine) -> None:
         self.engine = engine
         cfg = engine.config
-        self.registry = reg = CollectorRegistry()
+        self.registry = sched = CollectorRegistry()
+        """The scheduler families a router or autoscaler reads: always exposed."""
+        self.detail_registry = reg = CollectorRegistry()
+        """Every other family: exposed unless ``SimConfig.detailed_metrics`` is off."""
         labels = ["model_name", "engine"]
         self._values = values = (cfg.model, "0")
 
-        def gauge(name: str, doc: str, extra: Sequence[str] = ()) -> Gauge:
-            return Gauge(name, doc, [*labels, *extra], registry=reg)
+        def gauge(
+            name: str, doc: str, extra: Sequence[str] = (), registry: CollectorRegistry = sched
+        ) -> Gauge:
+            return Gauge(name, doc, [*labels, *extra], registry=registry)
 
         def counter(name: str, doc: str) -> Counter:
             return Counter(name, doc, labels, registry=reg).labels(*values)
@@ -97,6 +102,7 @@ class SimMetrics:
             "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means "
             "sleep level 2.",
             ["sleep_state"],
+            registry=reg,
         )
         for state in SLEEP_STATES:
             sleep.labels(*values, state).set(1 if state == "awake" else 0)
@@ -243,21 +249,21 @@ class SimMetrics:
             "vllm:lora_requests_info",
             "Running stats on lora requests.",
             ["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
-            registry=reg,
+            registry=sched,
         )
         cache_info = cache_config_labels(engine)
         Gauge(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
             list(cache_info),
-            registry=reg,
+            registry=sched,
         ).labels(**cache_info).set(1)
         self.adapter_loads = Counter(
             "mol_sim_adapter_loads",
             "Simulator only: adapters brought into GPU slots (tier=gpu) or read into host "
             "memory (tier=cpu) that were not resident there.",
             [*labels, "tier"],
-            registry=reg,
+            registry=sched,
         )
         self._loads_seen = {"gpu": 0, "cpu": 0}
         for tier in self._loads_seen:
@@ -309,7 +315,10 @@ class SimMetrics:
 
     def exposition(self) -> bytes:
         self.update()
-        return generate_latest(self.registry)
+        text = generate_latest(self.registry)
+        if self.engine.config.detailed_metrics:
+            text += generate_latest(self.detail_registry)
+        return text
 
 
 def cache_config_labels(engine: SlotEngine) -> dict[str, str]:
