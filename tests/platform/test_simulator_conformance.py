@@ -238,3 +238,16 @@ async def test_scheduler_metrics_only_keeps_what_a_router_reads(http):
         "vllm:num_requests_waiting_by_reason", "vllm:kv_cache_usage_perc",
         "vllm:lora_requests_info", "vllm:cache_config_info", "mol_sim_adapter_loads",
     }  # fmt: skip
+
+
+async def test_chat_template_refusal_is_a_400(tmp_path, http):
+    write_model_folder(tmp_path)
+    refusing = {"chat_template": "{{ raise_exception('roles must alternate') }}"}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(refusing))
+    async with AsyncSimulatorCluster(config=SimConfig(model_path=str(tmp_path))) as sims:
+        status, answer = await call(http, "POST", sims.urls[0] + "/v1/chat/completions",
+                                    {"messages": MESSAGES})  # fmt: skip
+    assert status == 400
+    assert isinstance(answer, dict)
+    assert answer["error"]["type"] == "BadRequestError"
+    assert "roles must alternate" in answer["error"]["message"]
