@@ -18,6 +18,7 @@ from mol_operator.canary import (
     status_to_dict,
     transition_result,
 )
+from mol_operator.metrics import OperatorMetrics
 from mol_platform.spec import CanarySpec
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -208,3 +209,16 @@ def test_transition_result(
     before: CanaryStatus | None, after: CanaryStatus, result: str | None
 ) -> None:
     assert transition_result(before, after) == result
+
+
+def test_metrics_record_weight_and_transitions() -> None:
+    metrics = OperatorMetrics()
+    metrics.canary("demo", "coding", 25.0, "advanced")
+    metrics.canary("demo", "coding", 0.0, "rolled_back")
+    sample = metrics.registry.get_sample_value
+    assert sample("mol_canary_weight", {"deployment": "demo", "expert": "coding"}) == 0.0
+    assert sample("mol_operator_canary_transitions_total", {"result": "advanced"}) == 1.0
+    assert sample("mol_operator_canary_transitions_total", {"result": "rolled_back"}) == 1.0
+    metrics.forget_canary("demo", "coding")
+    metrics.forget_canary("demo", "coding")  # twice is fine
+    assert sample("mol_canary_weight", {"deployment": "demo", "expert": "coding"}) is None
