@@ -1,28 +1,37 @@
-"""kopf handlers: MoLDeployments are reconciled on create, update, resume and a resync
-timer; deletion revokes the catalog token before kopf releases the finalizer.
+"""kopf handlers: MoLDeployments are reconciled on create, update, resume, a resync timer
+and a canary timer; deletion revokes the catalog token before kopf releases the
+finalizer; engine Pods that turn Ready get their experts' adapters warmed.
 
 Importing this module registers the handlers on kopf's default registry. The shared
-:class:`~mol_operator.reconcile.Runtime` lives in kopf's memo (``memo.runtime``):
-``mol operator run`` builds it from settings at startup; tests may pass one in.
+:class:`~mol_operator.reconcile.Runtime` lives in kopf's memo (``memo.runtime``), built
+at startup from ``memo.settings`` (tests) or ``OperatorSettings()`` (``mol operator run``).
+Timer intervals are read from the environment when this module is imported.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
-from mol_operator import metrics
+from mol_operator.builders.common import MANAGER
+from mol_operator.canary import TERMINAL
 from mol_operator.catalog import Retry, revoke_token
+from mol_operator.endpoint import start_server
+from mol_operator.metrics import OperatorMetrics
 from mol_operator.reconcile import Invalid, Runtime, failure_status, reconcile
 from mol_operator.settings import OperatorSettings
 from mol_operator.status import status_patch
+from mol_operator.warmup import Warmer, pod_is_ready
+from mol_operator.warmup_status import record_warmup
 
 MOLD = ("mol.dev", "v1alpha1", "moldeployments")
 FINALIZER = "mol.dev/finalizer"
-_RESYNC = OperatorSettings().resync_seconds
+ENGINE_PODS = {"app.kubernetes.io/component": "engine", "app.kubernetes.io/managed-by": MANAGER}
+_IMPORT_SETTINGS = OperatorSettings()
+_RESYNC = _IMPORT_SETTINGS.resync_seconds
+_CANARY_TICK = _IMPORT_SETTINGS.canary_tick_seconds
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
@@ -44,6 +53,8 @@ def make_runtime(settings: OperatorSettings) -> Runtime:
                                    timeout=settings.catalog_timeout),
         defaults=settings.defaults(),
         retry_seconds=settings.retry_seconds,
+        metrics=OperatorMetrics(),
+        warmer=Warmer(timeout=settings.warmup_timeout),
     )
 
 
@@ -52,10 +63,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     configure(settings)
     if getattr(memo, "runtime", None) is None:
         ours: OperatorSettings = getattr(memo, "settings", None) or OperatorSettings()
-        memo.runtime = make_runtime(ours)
-        memo.owns_runtime = True
-        if ours.metrics_port:
-            memo.metrics_server = await metrics.start_server(ours.metrics_host, ours.metrics_port)
+        runtime = make_runtime(ours)
+        memo.runtime = runtime
+        if ours.metrics_port and runtime.metrics is not None:
+            memo.metrics_server = await start_server(runtime.metrics.registry,
+                                                     ours.metrics_host, ours.metrics_port)
 
 
 @kopf.on.cleanup()
@@ -63,8 +75,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     server = getattr(memo, "metrics_server", None)
     if server is not None:
         await server.cleanup()
-    if getattr(memo, "owns_runtime", False):
-        runtime: Runtime = memo.runtime
+    runtime: Runtime | None = getattr(memo, "runtime", None)
+    if runtime is not None:
         await runtime.kube.aclose()
         await runtime.catalog.aclose()
 
@@ -74,7 +86,7 @@ def _emit(body: kopf.Body, events: list[tuple[str, str, str]]) -> None:
         kopf.event(body, type=type_, reason=reason, message=message[:1000])
 
 
-def _write_status(body: kopf.Body, patch: kopf.Patch, new: Mapping[str, Any]) -> None:
+def _write_status(body: kopf.Body, patch: kopf.Patch, new: dict[str, Any]) -> None:
     for key, value in status_patch(body.get("status") or {}, new).items():
         patch.status[key] = value
 
@@ -83,23 +95,27 @@ async def run_reconcile(body: kopf.Body, patch: kopf.Patch, runtime: Runtime) ->
     """One reconcile with its status, Events and metrics; errors become kopf's."""
     old = dict(body.get("status") or {})
     generation = body.get("metadata", {}).get("generation")
-    with metrics.RECONCILE_SECONDS.time():
-        try:
-            outcome = await reconcile(runtime, body)
-        except (Retry, Invalid) as exc:
-            new = failure_status(old, generation, exc)
-            if new != old:
-                _emit(body, [("Warning", exc.reason, exc.message)])
-            _write_status(body, patch, new)
-            if isinstance(exc, Invalid):
-                metrics.RECONCILES.labels("invalid").inc()
-                raise kopf.PermanentError(exc.message) from None
-            metrics.RECONCILES.labels("retry").inc()
-            raise kopf.TemporaryError(exc.message, delay=exc.delay or runtime.retry_seconds
-                                      ) from None
-    metrics.RECONCILES.labels("ok").inc()
-    for action in outcome.plan.actions:
-        metrics.WRITES.labels(action.verb).inc()
+    m = runtime.metrics
+    try:
+        outcome = await reconcile(runtime, body)
+    except (Retry, Invalid) as exc:
+        new = failure_status(old, generation, exc)
+        if new != old:
+            _emit(body, [("Warning", exc.reason, exc.message)])
+        _write_status(body, patch, new)
+        if isinstance(exc, Invalid):
+            if m is not None:
+                m.reconcile.labels("invalid").inc()
+            raise kopf.PermanentError(exc.message) from None
+        if m is not None:
+            m.reconcile.labels("retry").inc()
+        raise kopf.TemporaryError(exc.message, delay=exc.delay or runtime.retry_seconds
+                                  ) from None
+    if m is not None:
+        m.reconcile.labels("ok").inc()
+        m.reconcile_duration.observe(outcome.seconds)
+        for action in outcome.plan.actions:
+            m.writes.labels(action.verb).inc()
     _emit(body, outcome.events)
     _write_status(body, patch, outcome.status)
 
@@ -120,6 +136,22 @@ async def resync(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) 
     await run_reconcile(body, patch, memo.runtime)
 
 
+def canary_running(body: kopf.Body, **_: Any) -> bool:
+    """A canary in the spec whose rollout (as status says) is not finished."""
+    if body.get("metadata", {}).get("deletionTimestamp"):
+        return False
+    states = {e.get("name"): e.get("canary") or {}
+              for e in (body.get("status") or {}).get("experts") or []}
+    return any(e.get("canary") and states.get(e.get("name"), {}).get("phase") not in TERMINAL
+               for e in (body.get("spec") or {}).get("experts") or [])
+
+
+@kopf.timer(*MOLD, interval=_CANARY_TICK, initial_delay=_CANARY_TICK, when=canary_running)
+async def canary_tick(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    """Advance (or roll back) running canaries between spec changes."""
+    await run_reconcile(body, patch, memo.runtime)
+
+
 @kopf.on.delete(*MOLD)
 async def delete_deployment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """Revoke the deployment's catalog token; children go with their owner (GC)."""
@@ -133,3 +165,17 @@ async def delete_deployment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         raise kopf.TemporaryError(exc.message, delay=exc.delay) from None
     kopf.event(body, type="Normal", reason="CatalogTokenRevoked",
                message=f"revoked catalog read token {token['id']}")
+
+
+@kopf.on.event("", "v1", "pods", labels=ENGINE_PODS)
+async def engine_pod(type: str, body: kopf.Body, memo: kopf.Memo,  # noqa: A002 (kopf's name)
+                     **_: Any) -> None:
+    """Warm each expert's adapter on an engine pod once it is Ready (never before)."""
+    runtime: Runtime = memo.runtime
+    uid = str(body.get("metadata", {}).get("uid", ""))
+    if type == "DELETED":
+        runtime.warmer.forget(uid)
+        return
+    if not pod_is_ready(body):
+        return
+    await record_warmup(runtime, body)

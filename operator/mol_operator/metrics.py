@@ -31,6 +31,12 @@ class OperatorMetrics:
         self.canary_weight = Gauge(
             "mol_canary_weight", "Percent of an expert's traffic sent to its canary version.",
             ["deployment", "expert"], registry=r)  # fmt: skip
+        self.warmups = Counter(
+            "mol_operator_warmups", "Adapter warm-up requests by result (ok, failed).",
+            ["result"], registry=r)  # fmt: skip
+        self.writes = Counter(
+            "mol_operator_writes", "Writes of child objects by verb (create, update, delete).",
+            ["verb"], registry=r)  # fmt: skip
 
     def canary(self, deployment: str, expert: str, weight: float, result: str | None) -> None:
         """Record one canary step: the weight now and, when one was made, the decision."""

@@ -11,6 +11,7 @@ import base64
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import ValidationError
@@ -39,10 +40,12 @@ from mol_operator.catalog import (
     token_scopes,
 )
 from mol_operator.kube import KubeApi, KubeError
+from mol_operator.metrics import OperatorMetrics
 from mol_operator.planner import OPTIONAL_APIS, Key, Plan, plan
+from mol_operator.rollout import step_canaries
 from mol_operator.status import condition, merge_conditions
+from mol_operator.warmup import Warmer
 from mol_platform.catalog_client import AsyncCatalogClient
-from mol_platform.refs import AdapterRef
 from mol_platform.router_config import profile_name
 from mol_platform.spec import MoLDeployment
 
@@ -66,6 +69,8 @@ class Runtime:
     catalog: AsyncCatalogClient
     defaults: Defaults = field(default_factory=Defaults)
     retry_seconds: float = 30.0
+    metrics: OperatorMetrics | None = None
+    warmer: Warmer = field(default_factory=Warmer)
 
 
 @dataclass(frozen=True)
@@ -121,36 +126,6 @@ def _token_from(secret: Mapping[str, Any] | None,
         return None
 
 
-def _canary_state(old_status: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    return {e["name"]: e["canary"] for e in old_status.get("experts") or []
-            if isinstance(e, Mapping) and e.get("canary")}
-
-
-def _weights_and_promotions(obj: MoLDeployment, cat: CatalogFacts,
-                            canaries: Mapping[str, Mapping[str, Any]]
-                            ) -> tuple[dict[str, float], dict[str, str]]:
-    """Canary weights (kept in status) and pinned promotions for the RouterConfig.
-
-    A state recorded for another canary version than the one resolved now starts over.
-    """
-    weights: dict[str, float] = {}
-    promoted: dict[str, str] = {}
-    for e in obj.spec.experts:
-        state = canaries.get(e.name)
-        resolved = cat.canaries.get(e.name)
-        if e.canary is None or state is None or resolved is None:
-            continue
-        if state.get("version") != resolved.version:
-            continue
-        if state.get("phase") == "Promoted":
-            ref = AdapterRef.parse(e.adapter)
-            if ref.immutable:  # an alias moved in the catalog instead
-                promoted[e.name] = f"{ref.adapter}@v{resolved.version}"
-        else:
-            weights[e.name] = float(state.get("weight") or 0.0)
-    return weights, promoted
-
-
 async def _execute(rt: Runtime, the_plan: Plan, namespace: str) -> list[Key]:
     plurals = {(m.api_version, m.kind): m.plural for m in MANAGED}
     missing: list[Key] = []
@@ -193,9 +168,14 @@ async def reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
                                  delay=rt.retry_seconds)
         events.append(("Normal", "CatalogToken",
                        f"minted catalog read token {token[0]} ({', '.join(scopes)})"))
-    weights, promoted = _weights_and_promotions(obj, cat, _canary_state(old_status))
+    rollout = await step_canaries(obj, cat, old_status, catalog=rt.catalog,
+                                  prometheus_url=rt.defaults.prometheus_url,
+                                  metrics=rt.metrics, now=datetime.now(UTC),
+                                  delay=rt.retry_seconds)
+    events += rollout.events
     facts = Facts(obj=obj, uid=uid, token=token[1], token_id=token[0], token_scopes=scopes,
-                  canary_weights=weights, stable_overrides=promoted, defaults=rt.defaults)
+                  canary_weights=rollout.weights, stable_overrides=rollout.stable_overrides,
+                  defaults=rt.defaults)
     try:
         desired = build_all(facts)
     except BuildError as exc:
@@ -216,7 +196,7 @@ async def reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
     missing = [(k, who) for k, who in the_plan.missing] + [
         (k, OPTIONAL_APIS[k.api_version]) for k in late_missing]
     status = compute_status(obj, generation, old_status, cat, observed, the_plan, missing,
-                            token, scopes, rt.defaults)
+                            token, scopes, rt.defaults, rollout.states)
     events += _condition_events(old_status.get("conditions") or [], status["conditions"])
     return Outcome(status=status, events=events, plan=the_plan,
                    seconds=time.perf_counter() - started)
@@ -230,7 +210,8 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
                    cat: CatalogFacts, observed: Mapping[Key, Mapping[str, Any] | None],
                    the_plan: Plan, missing: list[tuple[Key, str]],
                    token: tuple[int, str], scopes: tuple[str, ...],
-                   defaults: Defaults) -> dict[str, Any]:
+                   defaults: Defaults, canaries: Mapping[str, Mapping[str, Any]]
+                   ) -> dict[str, Any]:
     facts = Facts(obj=obj, uid="", defaults=defaults)
     names = facts.names
     kserve = obj.spec.serving.mode == "kserve"
@@ -246,7 +227,6 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
         ready = replicas if any(c.get("type") == "Ready" and c.get("status") == "True"
                                 for c in est.get("conditions") or []) else 0
     router_ready = _int((router.get("status") or {}).get("readyReplicas"))
-    old_canaries = _canary_state(old)
     experts: list[dict[str, Any]] = []
     bad: list[str] = []
     for e in obj.spec.experts:
@@ -260,10 +240,7 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
                        f"{'; '.join(r.reasons) or 'incompatible'}")
         c = cat.canaries.get(e.name)
         if c is not None:
-            state = dict(old_canaries.get(e.name) or {})
-            if state.get("version") != c.version:
-                state = {"version": c.version, "weight": 0.0, "phase": "Progressing", "step": 0}
-            item["canary"] = state
+            item["canary"] = dict(canaries.get(e.name) or {})
             if not c.compatible:
                 bad.append(f"canary of {e.name} ({e.canary.adapter if e.canary else ''} = "
                            f"v{c.version}): {'; '.join(c.reasons) or 'incompatible'}")

@@ -42,7 +42,10 @@ class OperatorSettings(BaseSettings):
                                   description="Re-check each deployment this often.")
     retry_seconds: float = Field(default=30.0, gt=0,
                                  description="Delay before retrying a temporary failure.")
-    warmup_timeout: float = Field(default=120.0, gt=0)
+    warmup_timeout: float = Field(default=120.0, gt=0,
+                                  description="Timeout of one adapter warm-up request.")
+    canary_tick_seconds: float = Field(
+        default=10.0, gt=0, description="How often running canaries are analysed and stepped.")
     catalog_timeout: float = Field(default=10.0, gt=0)
 
     def admin_token(self) -> str | None:

@@ -102,7 +102,7 @@ def settings_for(kube: KubeServer, catalog: LiveCatalog, **overrides: Any) -> An
 
     values: dict[str, Any] = {
         "kube_url": kube.url, "catalog_url": catalog.url, "catalog_token": ADMIN_TOKEN,
-        "metrics_port": 0, "retry_seconds": 1.0, "prometheus_url": "http://prometheus:9090",
+        "metrics_port": 0, "retry_seconds": 1.0, "prometheus_url": "http://127.0.0.1:9",
     }
     values.update(overrides)
     return OperatorSettings(**values)

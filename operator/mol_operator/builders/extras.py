@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import kserve
 from kserve.models import V1alpha2LLMInferenceService
 from kubernetes.client import V1Secret
 
@@ -89,5 +90,6 @@ def llm_inference_service(facts: Facts) -> dict[str, Any]:
         api_version=KSERVE_API_VERSION, kind="LLMInferenceService",
         metadata=meta(facts, facts.names.kserve, "engine"), spec=body,
     )
-    out: dict[str, Any] = serialize(obj)
+    # KServe's generated models serialize with KServe's own ApiClient.
+    out: dict[str, Any] = kserve.ApiClient().sanitize_for_serialization(obj)
     return out
