@@ -7,20 +7,19 @@ the operator sends each expert's immutable name (``ns/name@vN``) one
 ``/v1/completions`` request with ``max_tokens=1``. Requests run concurrently, a few
 at a time per pod; a failing adapter is reported and never holds up the others.
 
-:func:`ready_pod_urls` (pure) picks the pods; :class:`Warmer` remembers what each pod
-(by uid) already holds so the Pod handler can call it on every event and only new
-pods, restarted pods (new uid) and new versions are warmed.
+:func:`ready_pod_urls` (pure) picks the pods, :func:`model_names` what to warm;
+:class:`Warmer` remembers what each pod (by uid) already holds so the Pod handler can
+call it on every event and only new pods, restarted pods (new uid) and new versions
+are warmed.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import httpx
-import kopf
 
 from mol_platform.refs import AdapterRef
 from mol_platform.spec import MoLDeploymentSpec
@@ -30,15 +29,7 @@ DEFAULT_ENGINE_PORT: Final = 8000
 PER_POD_CONCURRENCY: Final = 4
 WARMUP_PROMPT: Final = "Hello"
 
-ENGINE_POD_LABELS: Final = {
-    "app.kubernetes.io/component": "engine",
-    "app.kubernetes.io/managed-by": "mol-operator",
-}
-"""Labels of the engine pods the operator renders (raw mode)."""
-
 WarmupResult = dict[tuple[str, str], str | None]
-NamesFor = Callable[[Mapping[str, Any]], Awaitable[Sequence[str]]]
-OnResult = Callable[[Mapping[str, Any], WarmupResult], Awaitable[None]]
 
 
 def immutable_name(ref: str, version: int) -> str:
@@ -46,24 +37,24 @@ def immutable_name(ref: str, version: int) -> str:
     return f"{AdapterRef.parse(ref).adapter}@v{version}"
 
 
-def model_names(spec: MoLDeploymentSpec, status: Mapping[str, Any]) -> list[str]:
-    """The immutable names to warm: each expert's resolved version and its canary's
-    while the canary takes traffic; incompatible or unresolved ones are left out."""
+def model_names(spec: MoLDeploymentSpec, status: Mapping[str, Any]) -> dict[str, str]:
+    """``{immutable name: expert}`` to warm: each expert's resolved version and, while it
+    takes traffic, its canary's; incompatible or not yet resolved ones are left out."""
     by_name = {e.get("name"): e for e in status.get("experts") or () if isinstance(e, Mapping)}
-    names: list[str] = []
+    names: dict[str, str] = {}
     for expert in spec.experts:
         seen = by_name.get(expert.name) or {}
         version = seen.get("version")
         if isinstance(version, int) and seen.get("compatible") is not False:
-            names.append(immutable_name(expert.adapter, version))
+            names.setdefault(immutable_name(expert.adapter, version), expert.name)
         canary = seen.get("canary") or {}
         if (
             expert.canary is not None
             and isinstance(canary.get("version"), int)
             and canary.get("phase") != "RolledBack"
         ):
-            names.append(immutable_name(expert.canary.adapter, canary["version"]))
-    return list(dict.fromkeys(names))
+            names.setdefault(immutable_name(expert.canary.adapter, canary["version"]), expert.name)
+    return names
 
 
 def pod_is_ready(pod: Mapping[str, Any]) -> bool:
@@ -148,16 +139,6 @@ async def warm_adapters(
     return dict(zip(pairs, results, strict=True))
 
 
-def errors_by_model(result: WarmupResult) -> dict[str, list[str]]:
-    """``{name: ["<pod url>: <error>", ...]}`` for the names that failed somewhere; a
-    name absent here warmed on every pod tried (the status's ``warmupErrors``)."""
-    failed: dict[str, list[str]] = {}
-    for (url, name), error in sorted(result.items()):
-        if error is not None:
-            failed.setdefault(name, []).append(f"{url}: {error}")
-    return failed
-
-
 class Warmer:
     """Warms what a pod has not been warmed with yet; one per operator.
 
@@ -194,34 +175,3 @@ class Warmer:
     def forget(self, uid: str) -> None:
         """Drop a deleted pod."""
         self._done.pop(uid, None)
-
-
-def register_pod_warmup(
-    registry: kopf.OperatorRegistry,
-    warmer: Warmer,
-    names_for: NamesFor,
-    *,
-    labels: Mapping[str, str] = ENGINE_POD_LABELS,
-    on_result: OnResult | None = None,
-) -> None:
-    """Warm engine pods from kopf's Pod events: every event of a ready pod warms what it
-    lacks (nothing once done), a deleted pod is forgotten. ``names_for(pod)`` gives the
-    immutable names for the pod's MoLDeployment (e.g. :func:`model_names`);
-    ``on_result(pod, result)`` may record the outcome in status."""
-    log = logging.getLogger("mol_operator.warmup")
-
-    @kopf.on.event("", "v1", "pods", labels=dict(labels), registry=registry)
-    async def warm_engine_pod(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:
-        uid = (body.get("metadata") or {}).get("uid")
-        if event.get("type") == "DELETED":
-            if uid:
-                warmer.forget(str(uid))
-            return
-        if not pod_is_ready(body):
-            return
-        names = await names_for(body)
-        result = await warmer.warm([body], names)
-        for name, errors in errors_by_model(result).items():
-            log.warning("warm-up of %s failed: %s", name, "; ".join(errors))
-        if result and on_result is not None:
-            await on_result(body, result)

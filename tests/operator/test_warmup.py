@@ -1,35 +1,31 @@
 """Adapter warm-up against simulated engines behind Pod objects in the Kubernetes emulator.
 
-The emulator runs no pods, so the test creates Pod objects (Ready or not, ``podIP`` on
-loopback, the engine port pointing at one simulator replica) and checks the warm-up
+The emulator runs no pods, so the tests create Pod objects (Ready or not, ``podIP`` on
+loopback, the engine port pointing at one simulator replica) and check the warm-up
 requests each replica receives: only once Ready, again after a restart (a new Pod
 object), and on a new pod after a scale-up, with one unknown adapter failing alone.
+The last test runs the operator itself (kopf, the real catalog) and reads the outcome
+back from the MoLDeployment's status.
 """
 
 from __future__ import annotations
 
 import socket
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from typing import Any
 
-import kopf
 import pytest
 
+from mol_operator.handlers import ENGINE_PODS
 from mol_operator.warmup import (
-    ENGINE_POD_LABELS,
     Warmer,
-    WarmupResult,
-    errors_by_model,
     immutable_name,
     model_names,
     ready_pod_urls,
-    register_pod_warmup,
     warm_adapters,
 )
-from mol_platform.spec import MoLDeployment, MoLDeploymentSpec
-from mol_platform.testing.kube import KubeServer
+from mol_platform.spec import MoLDeployment
 from mol_platform.testing.kube_client import KubeClient
 from mol_platform.testing.simulator.cluster import AsyncSimulatorCluster, SimulatorCluster
 from mol_platform.testing.simulator.config import SimConfig
@@ -66,11 +62,11 @@ STATUS = {
 
 def pod(
     name: str, port: int, *, ready: bool = True, ip: str = "127.0.0.1",
-    phase: str = "Running", uid: str | None = None,
+    phase: str = "Running", uid: str | None = None, instance: str = "shop",
 ) -> dict[str, Any]:  # fmt: skip
     meta: dict[str, Any] = {
         "name": name, "namespace": "default",
-        "labels": {**ENGINE_POD_LABELS, "app.kubernetes.io/instance": "shop"},
+        "labels": {**ENGINE_PODS, "app.kubernetes.io/instance": instance},
     }  # fmt: skip
     if uid is not None:
         meta["uid"] = uid
@@ -114,13 +110,14 @@ def test_ready_pod_urls(pods: list[dict[str, Any]], urls: list[str]) -> None:
 
 def test_model_names_from_spec_and_status() -> None:
     spec = MoLDeployment.model_validate(MOLD).spec
-    assert model_names(spec, STATUS) == [
-        "acme/coding@v3", "acme/coding@v4", "acme/chat@v1", "acme/gone@v9",
-    ]  # fmt: skip
+    assert model_names(spec, STATUS) == {
+        "acme/coding@v3": "coding", "acme/coding@v4": "coding", "acme/chat@v1": "chat",
+        "acme/gone@v9": "legacy",
+    }  # fmt: skip
     rolled_back = {"experts": [{**STATUS["experts"][0], "canary": {
         "version": 4, "weight": 0.0, "phase": "RolledBack"}}]}  # fmt: skip
-    assert model_names(spec, rolled_back) == ["acme/coding@v3"]
-    assert model_names(spec, {}) == []  # nothing resolved yet: nothing to warm
+    assert model_names(spec, rolled_back) == {"acme/coding@v3": "coding"}
+    assert model_names(spec, {}) == {}  # nothing resolved yet: nothing to warm
 
 
 def test_immutable_name() -> None:
@@ -128,32 +125,7 @@ def test_immutable_name() -> None:
     assert immutable_name("acme/coding@v2", 5) == "acme/coding@v5"
 
 
-def test_errors_by_model() -> None:
-    result: WarmupResult = {
-        ("http://b", "x@v1"): "HTTP 404: no", ("http://a", "x@v1"): "timed out after 1s",
-        ("http://a", "y@v1"): None,
-    }  # fmt: skip
-    assert errors_by_model(result) == {"x@v1": ["http://a: timed out after 1s",
-                                                "http://b: HTTP 404: no"]}  # fmt: skip
-
-
 # -- against simulated engines ------------------------------------------------------------
-
-
-def warmups(sims: SimulatorCluster, replica: int) -> list[dict[str, object]]:
-    return [r.body for r in sims.state(replica).received if r.path == "/v1/completions"]
-
-
-def models(sims: SimulatorCluster, replica: int) -> list[object]:
-    return sorted(body["model"] for body in warmups(sims, replica))  # type: ignore[type-var]
-
-
-def wait_until(check: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 @pytest.fixture
@@ -186,84 +158,117 @@ async def test_one_failing_adapter_or_pod_blocks_nothing(black_hole: int) -> Non
             assert all(b["max_tokens"] == 1 for b in bodies)
 
 
-def test_pods_are_warmed_when_ready_after_restart_and_on_scale_up(
-    kube: KubeServer, kube_client: KubeClient, kopf_runner: Callable[..., Any]
-) -> None:
-    registry = kopf.OperatorRegistry()
-    warmer = Warmer(timeout=5.0)
-    outcomes: dict[str, WarmupResult] = {}
-    seen: list[tuple[str, str, bool]] = []
-    lock = threading.Lock()
+async def test_warmer_warms_each_pod_once_and_retries_failures() -> None:
+    async with AsyncSimulatorCluster(replicas=2, config=SIM) as sims:
+        warmer = Warmer(timeout=5.0)
+        a, b = pod("a", sims[0].port, uid="uid-a"), pod("b", sims[1].port, uid="uid-b")
+        not_ready = pod("c", sims[1].port, uid="uid-c", ready=False)
+        result = await warmer.warm([a, not_ready], [*KNOWN, UNKNOWN])
+        assert set(result) == {(sims.urls[0], name) for name in [*KNOWN, UNKNOWN]}
+        assert sims.state(1).received == ()  # the pod that is not Ready got nothing
 
-    async def names_for(body: Mapping[str, Any]) -> list[str]:
-        instance = body["metadata"]["labels"]["app.kubernetes.io/instance"]
-        async with kube.async_client() as client:
-            mold = await client.get("MoLDeployment", instance, body["metadata"]["namespace"])
-        return model_names(MoLDeploymentSpec.model_validate(mold["spec"]), mold["status"])
+        # Same pod again: only the failed adapter is tried again; a new pod gets all.
+        again = await warmer.warm([a, b], [*KNOWN, UNKNOWN])
+        assert set(again) == {(sims.urls[0], UNKNOWN)} | {
+            (sims.urls[1], name) for name in [*KNOWN, UNKNOWN]
+        }  # fmt: skip
+        assert await warmer.warm([a], KNOWN) == {}
 
-    async def on_result(body: Mapping[str, Any], result: WarmupResult) -> None:
-        with lock:
-            outcomes[body["metadata"]["uid"]] = result
+        # A restarted pod is a new object (new uid) on the same address: warmed again.
+        warmer.forget("uid-a")
+        restarted = pod("a", sims[0].port, uid="uid-a2")
+        assert set(await warmer.warm([restarted], KNOWN)) == {
+            (sims.urls[0], name) for name in KNOWN
+        }  # fmt: skip
+        models = sorted(str(r.body["model"]) for r in sims.state(0).received)
+        assert models == sorted([*KNOWN, *KNOWN, UNKNOWN, UNKNOWN])
 
-    register_pod_warmup(registry, warmer, names_for, on_result=on_result)
 
-    @kopf.on.event("", "v1", "pods", registry=registry)
-    def record(event: Mapping[str, Any], body: Mapping[str, Any], **_: Any) -> None:
-        """Runs after the warm-up handler for the same event: marks it as handled."""
-        ready = any(c.get("status") == "True" for c in body["status"].get("conditions") or [])
-        with lock:
-            seen.append((body["metadata"]["name"], body["metadata"]["uid"], ready))
+# -- the operator itself ------------------------------------------------------------------
 
-    kube_client.create(MOLD)
-    kube_client.patch_status("MoLDeployment", "shop", STATUS)
-    expected = sorted(KNOWN)
 
-    with SimulatorCluster(replicas=3, config=SIM) as sims:
-        kopf_runner(registry=registry)
+def replica_models(sims: SimulatorCluster, replica: int) -> list[str]:
+    return sorted(
+        str(r.body["model"]) for r in sims.state(replica).received if r.path == "/v1/completions"
+    )
+
+
+def wait_until(check: Callable[[], bool], what: str, timeout: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def test_operator_warms_engine_pods_when_ready_after_restart_and_on_scale_up(
+    kube_client: KubeClient, run_operator: Callable[..., Any],
+    make_manifest: Callable[..., dict[str, Any]],
+) -> None:  # fmt: skip
+    run_operator()
+    manifest = make_manifest("shop")
+    kube_client.create(manifest)
+    obj = kube_client.wait_for(
+        "MoLDeployment", "shop",
+        lambda o: o.get("status", {}).get("observedGeneration") == 1, timeout=30,
+    )  # fmt: skip
+    names = model_names(MoLDeployment.model_validate(manifest).spec, obj["status"])
+    experts = {e["name"]: e for e in obj["status"]["experts"]}
+    canary = experts["coding"]["canary"]["version"]
+    assert f"demo/coding@v{canary}" in names  # the canary's version is warmed too
+    refused = immutable_name("demo/router@stable", experts["router"]["version"])
+    served = sorted(n for n in names if n != refused)
+    # The engines know every adapter but the router expert's: theirs answer 404 for it.
+    config = SimConfig(lora_modules={n: f"/cache/{n}" for n in served})
+
+    def expert_status() -> dict[str, dict[str, Any]]:
+        status = kube_client.get("MoLDeployment", "shop")["status"]
+        return {e["name"]: e for e in status["experts"]}
+
+    with SimulatorCluster(replicas=3, config=config) as sims:
         ports = [replica.port for replica in sims]
-
-        # A pod that is still loading the base model gets nothing.
-        uid = kube_client.create(pod("shop-engine-a", ports[0], ready=False))["metadata"]["uid"]
+        kube_client.create(pod("shop-engine-a", ports[0], ready=False))
         kube_client.patch_status("Pod", "shop-engine-a", pod_status(ready=False))
-        wait_until(lambda: ("shop-engine-a", uid, False) in seen, "the not-ready event")
-        assert warmups(sims, 0) == []
+        kube_client.create(pod("shop-engine-b", ports[1]))
+        kube_client.patch_status("Pod", "shop-engine-b", pod_status(ready=True))
+        wait_until(lambda: len(replica_models(sims, 1)) == len(names), "warm-up of pod b")
+        assert replica_models(sims, 1) == sorted(names)
+        assert replica_models(sims, 0) == []  # still loading the base: nothing sent
+        for request in sims.state(1).received:
+            assert request.body["max_tokens"] == 1
 
-        # Ready: each adapter once, the unknown one fails alone.
+        # Status: the refused adapter is reported, the others serve.
+        wait_until(lambda: expert_status()["router"].get("serving") is False, "router status")
+        status = expert_status()
+        assert status["chat"]["serving"] is True
+        assert status["coding"]["serving"] is True
+        (error,) = status["router"]["warmupErrors"]
+        assert error.startswith(f"shop-engine-b: {refused}: HTTP 404")
+        wait_until(
+            lambda: any(e.get("reason") == "WarmupFailed" and refused in e.get("message", "")
+                        for e in kube_client.list("Event")),
+            "the WarmupFailed Event",
+        )  # fmt: skip
+
         kube_client.patch_status("Pod", "shop-engine-a", pod_status(ready=True))
-        wait_until(lambda: uid in outcomes, "warm-up of pod a")
-        assert sorted(m for m in models(sims, 0) if m != UNKNOWN) == expected
-        assert all(body["max_tokens"] == 1 for body in warmups(sims, 0))
-        failed = errors_by_model(outcomes[uid])
-        assert list(failed) == [UNKNOWN]
-        assert "HTTP 404" in failed[UNKNOWN][0]
-        assert [n for (_, n), e in outcomes[uid].items() if e is None] == list(KNOWN)
+        wait_until(lambda: len(replica_models(sims, 0)) == len(names), "warm-up of pod a")
+        assert replica_models(sims, 0) == sorted(names)
 
-        # Another event for the same ready pod warms nothing already warm.
-        kube_client.patch("Pod", "shop-engine-a", {"metadata": {"labels": {"touch": "1"}}})
-        wait_until(lambda: sum(1 for s in seen if s[1] == uid and s[2]) >= 2, "the touch")
-        assert sorted(m for m in models(sims, 0) if m != UNKNOWN) == expected
-
-        # Restart: the engine comes back empty as a new Pod object; warmed again once Ready.
+        # A restarted engine: a new Pod object in front of an engine that lost its cache.
         sims.stop_replica(0)
         kube_client.delete("Pod", "shop-engine-a")
         kube_client.wait_gone("Pod", "shop-engine-a")
         sims.start_replica(0)
-        new_uid = kube_client.create(pod("shop-engine-a", ports[0], ready=False))["metadata"][
-            "uid"
-        ]
-        assert new_uid != uid
-        kube_client.patch_status("Pod", "shop-engine-a", pod_status(ready=False))
-        wait_until(lambda: ("shop-engine-a", new_uid, False) in seen, "the restarted pod")
-        assert sorted(m for m in models(sims, 0) if m != UNKNOWN) == expected
+        kube_client.create(pod("shop-engine-a", ports[0]))
         kube_client.patch_status("Pod", "shop-engine-a", pod_status(ready=True))
-        wait_until(lambda: new_uid in outcomes, "warm-up of the restarted pod")
-        assert sorted(m for m in models(sims, 0) if m != UNKNOWN) == sorted(expected * 2)
+        wait_until(lambda: len(replica_models(sims, 0)) == 2 * len(names), "the restarted pod")
+        assert replica_models(sims, 0) == sorted([*names, *names])
 
         # Scale-up: only the new pod is warmed.
-        before = models(sims, 0)
-        b_uid = kube_client.create(pod("shop-engine-b", ports[1]))["metadata"]["uid"]
-        kube_client.patch_status("Pod", "shop-engine-b", pod_status(ready=True))
-        wait_until(lambda: b_uid in outcomes, "warm-up of pod b")
-        assert sorted(m for m in models(sims, 1) if m != UNKNOWN) == expected
-        assert models(sims, 0) == before
-        assert warmups(sims, 2) == []  # no pod points at the third replica
+        before = [replica_models(sims, i) for i in (0, 1)]
+        kube_client.create(pod("shop-engine-c", ports[2]))
+        kube_client.patch_status("Pod", "shop-engine-c", pod_status(ready=True))
+        wait_until(lambda: len(replica_models(sims, 2)) == len(names), "warm-up of pod c")
+        assert replica_models(sims, 2) == sorted(names)
+        assert [replica_models(sims, i) for i in (0, 1)] == before
+        assert served  # not vacuous: some adapters did warm
