@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
@@ -31,7 +32,13 @@ from mol_operator.canary import (
     status_to_dict,
     transition_result,
 )
-from mol_platform.spec import CanarySpec
+from mol_operator.catalog import declare_and_resolve
+from mol_operator.metrics import OperatorMetrics
+from mol_operator.rollout import step_canaries
+from mol_platform.catalog_client import AsyncCatalogClient
+from mol_platform.router_config import profile_name
+from mol_platform.spec import CanarySpec, MoLDeployment
+from mol_platform.testing.lora import SyntheticLlama
 from mol_platform.testing.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
@@ -56,6 +63,8 @@ class FakeRouter:
     duration: Histogram
     deployment: str
     weight: float = 0.0
+    stable_version: int = STABLE
+    canary_version: int = CANARY
     stable: VersionBehaviour = field(default_factory=VersionBehaviour)
     canary: VersionBehaviour = field(default_factory=VersionBehaviour)
 
@@ -73,9 +82,15 @@ class FakeRouter:
 
     def tick(self) -> None:
         to_canary = round(PER_TICK * self.weight / 100)
-        self.serve(STABLE, self.stable, PER_TICK - to_canary)
+        self.serve(self.stable_version, self.stable, PER_TICK - to_canary)
         if to_canary:
-            self.serve(CANARY, self.canary, to_canary)
+            self.serve(self.canary_version, self.canary, to_canary)
+
+    def wait_for_stable_traffic(self, prometheus: PrometheusServer) -> None:
+        prometheus.wait_for(
+            f'sum(rate(mol_router_requests_total{{deployment="{self.deployment}",'
+            f'version="v{self.stable_version}"}}[3s])) > 0'
+        )
 
 
 @dataclass
@@ -120,10 +135,7 @@ def router(exporter: Exporter, request: pytest.FixtureRequest) -> Iterator[FakeR
     worker = threading.Thread(target=traffic, name="fake-router-traffic", daemon=True)
     worker.start()
     try:
-        exporter.prometheus.wait_for(
-            f'sum(rate(mol_router_requests_total{{deployment="{deployment}",version="v3"}}[3s]))'
-            " > 0"
-        )
+        fake.wait_for_stable_traffic(exporter.prometheus)
         yield fake
     finally:
         stop.set()
@@ -234,3 +246,130 @@ async def test_unhealthy_canary_is_rolled_back(
     assert measured == pytest.approx(0.4 if "error" in expected else 3.0, rel=0.05)
     assert rollout.events[-1].endswith(final.message)
     assert [r for r in rollout.results if r is not None][-1] == "rolled_back"
+
+
+# -- the operator's rollout step: catalog aliases and pinned promotions --------------------
+
+
+def publish_versions(catalog: Any, adapter: str) -> None:
+    """``adapter`` v1 (@stable) and v2 (@candidate) for the seeded synthetic base."""
+    model = SyntheticLlama()
+    with catalog.client() as client:
+        for seed, alias in ((11, "stable"), (12, "candidate")):
+            cfg, weights = model.lora_files(8, seed=seed)
+            client.request(
+                "POST", f"/v1/adapters/{adapter}/versions",
+                data={"base": f"{model.name}@{model.revision}", "alias": alias},
+                files={"adapter_config.json": ("adapter_config.json", cfg),
+                       "adapter_model.safetensors": ("adapter_model.safetensors", weights)},
+            )  # fmt: skip
+
+
+def prepare(exporter: Exporter, router: FakeRouter, catalog: Any) -> str:
+    """A fresh adapter with v1 @stable and v2 @candidate, and router traffic on v1."""
+    adapter = f"demo/{router.deployment[:40]}"
+    publish_versions(catalog, adapter)
+    router.stable_version, router.canary_version = 1, 2
+    router.wait_for_stable_traffic(exporter.prometheus)
+    return adapter
+
+
+def deployment(name: str, stable_ref: str, canary_ref: str) -> MoLDeployment:
+    return MoLDeployment.model_validate({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "baseModel": {"name": "tiny-llama", "uri": "file:///models/tiny-llama"},
+            "engine": {"maxLoraRank": 16},
+            "experts": [{"name": EXPERT, "adapter": stable_ref, "canary": {
+                "adapter": canary_ref, "steps": [50, 100], "interval": "2s"}}],
+        },
+    })  # fmt: skip
+
+
+async def roll_out(
+    obj: MoLDeployment, catalog: Any, prometheus_url: str, fake: FakeRouter,
+    metrics: OperatorMetrics,
+) -> list[Any]:  # fmt: skip
+    """The reconcile's canary part, once a second, with status carried between rounds."""
+    status: dict[str, Any] = {}
+    rounds: list[Any] = []
+    deadline = time.monotonic() + ROLLOUT_TIMEOUT_S
+    async with AsyncCatalogClient(catalog.url, catalog.admin_token) as client:
+        while time.monotonic() < deadline:
+            cat = await declare_and_resolve(client, obj, profile_name(obj.metadata.name),
+                                            delay=1.0)  # fmt: skip
+            out = await step_canaries(obj, cat, status, catalog=client,
+                                      prometheus_url=prometheus_url, metrics=metrics,
+                                      now=datetime.now(UTC), delay=1.0)  # fmt: skip
+            status = {"experts": [{"name": n, "canary": c} for n, c in out.states.items()]}
+            fake.weight = out.weights[EXPERT]
+            if not out.stable_overrides and out.states[EXPERT]["phase"] == "Promoted":
+                fake.stable_version = cat.experts[EXPERT].version  # the alias moved
+            rounds.append((cat, out))
+            if out.states[EXPERT]["phase"] in ("Promoted", "RolledBack") and len(rounds) > 1 and (
+                rounds[-2][1].states[EXPERT]["phase"] == out.states[EXPERT]["phase"]
+            ):
+                return rounds  # one more round after the decision: nothing moves again
+            await asyncio.sleep(1.0)
+    raise AssertionError(f"no decision in {ROLLOUT_TIMEOUT_S:.0f}s")
+
+
+@pytest.mark.parametrize(
+    ("stable_ref", "pinned", "stable_after"),
+    [
+        pytest.param("stable", False, 2, id="alias-moved-in-catalog"),
+        pytest.param("v1", True, 1, id="pinned-promotion-in-router-config"),
+    ],
+)
+async def test_promotion(
+    exporter: Exporter, router: FakeRouter, catalog: Any, stable_ref: str, pinned: bool,
+    stable_after: int,
+) -> None:  # fmt: skip
+    """An alias is moved in the catalog (once, with history); a pinned stable ref keeps
+    the catalog as it is and the promotion goes to the router config."""
+    adapter = prepare(exporter, router, catalog)
+    metrics = OperatorMetrics()
+    obj = deployment(router.deployment, f"{adapter}@{stable_ref}", f"{adapter}@candidate")
+    rounds = await roll_out(obj, catalog, exporter.prometheus.url, router, metrics)
+    last_cat, last = rounds[-1]
+    assert last.states[EXPERT]["phase"] == "Promoted"
+    assert last.stable_overrides == ({EXPERT: f"{adapter}@v2"} if pinned else {})
+    assert last_cat.experts[EXPERT].version == (1 if pinned else 2)
+    with catalog.client() as client:
+        history = client.alias_history(adapter, "stable")
+        assert client.resolve(f"{adapter}@stable")["version"] == stable_after
+    assert len(history) == stable_after  # published once; moved at most once
+    assert (history[0]["version"], history[0].get("previous")) == (
+        (2, 1) if not pinned else (1, None)
+    )  # fmt: skip
+    weights = list(dict.fromkeys(out.weights[EXPERT] for _, out in rounds))
+    assert weights[0] == 50.0
+    assert weights[-1] == 0.0  # promoted: the router's stable entry serves the new version
+    kinds = [(kind, reason) for _, out in rounds for kind, reason, _ in out.events]
+    assert kinds.count(("Normal", "CanaryPromoted")) == 1
+    assert sample(metrics, "mol_operator_canary_transitions_total", result="promoted") == 1.0
+
+
+async def test_rollback_through_the_rollout_step(
+    exporter: Exporter, router: FakeRouter, catalog: Any
+) -> None:
+    router.canary = VersionBehaviour(errors_per_tick_share=0.5)
+    adapter = prepare(exporter, router, catalog)
+    metrics = OperatorMetrics()
+    obj = deployment(router.deployment, f"{adapter}@stable", f"{adapter}@candidate")
+    rounds = await roll_out(obj, catalog, exporter.prometheus.url, router, metrics)
+    _, last = rounds[-1]
+    state = last.states[EXPERT]
+    assert (state["phase"], state["weight"], last.weights[EXPERT]) == ("RolledBack", 0.0, 0.0)
+    assert "error rate 0.5" in state["message"]
+    warnings = [m for _, out in rounds for kind, reason, m in out.events
+                if (kind, reason) == ("Warning", "CanaryRolledBack")]  # fmt: skip
+    assert len(warnings) == 1
+    assert state["message"] in warnings[0]
+    with catalog.client() as client:
+        assert client.resolve(f"{adapter}@stable")["version"] == 1
+    assert sample(metrics, "mol_canary_weight", deployment=router.deployment, expert=EXPERT) == 0
+
+
+def sample(metrics: OperatorMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
