@@ -4,7 +4,8 @@ A tiny exporter on loopback stands in for the router: a background thread "serve
 requests at a fixed rate, splitting them between the stable and the canary version
 by the canary weight the controller last decided, with error share and latency per
 version set by the test. The controller loop is the operator's: measure, step, keep
-the state only through the status JSON, wait ``requeue_after``.
+the state only through the status JSON, look again after a short tick (the operator's
+canary timer).
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from mol_operator.canary import (
+    TERMINAL,
     CanaryMeasurement,
     CanaryStatus,
     canary_step,
     measure_canary,
-    requeue_after,
     status_from_dict,
     status_to_dict,
     transition_result,
@@ -47,6 +48,7 @@ EXPERT, STABLE, CANARY = "coding", 3, 4
 PER_TICK = 20  # requests per 50 ms tick: 400 req/s
 WINDOW = "3s"
 ROLLOUT_TIMEOUT_S = 40.0
+TICK_S = 0.5
 
 
 @dataclass
@@ -171,10 +173,9 @@ async def run_controller(
         out.statuses.append(status)
         if event is not None:
             out.events.append(event)
-        delay = requeue_after(spec, status)
-        if delay is None:
+        if status.phase in TERMINAL:
             return out
-        await asyncio.sleep(max(delay, 0.2))
+        await asyncio.sleep(TICK_S)
     raise AssertionError(f"no decision in {ROLLOUT_TIMEOUT_S:.0f}s: {out}")
 
 
