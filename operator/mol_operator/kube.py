@@ -153,10 +153,13 @@ class KubeApi:
                          headers={"Content-Type": "application/merge-patch+json"})
 
     async def served(self, api_version: str, plural: str) -> bool:
-        """Whether the API server serves ``plural`` in ``api_version`` (cached a minute)."""
+        """Whether the API server serves ``plural`` in ``api_version``.
+
+        A served API is remembered for a minute; a missing one is asked again each time,
+        so installing KEDA or KServe is noticed at the next reconcile."""
         now = time.monotonic()
         cached = self._served.get(api_version)
-        if cached is None or now - cached[0] > DISCOVERY_TTL:
+        if cached is None or now - cached[0] > DISCOVERY_TTL or plural not in cached[1]:
             path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
             response = await self._call("GET", path)
             names: set[str] = set()

@@ -195,3 +195,22 @@ def deployment_manifest(name: str = "macaron", **spec: Any) -> dict[str, Any]:
 @pytest.fixture
 def make_manifest() -> Callable[..., dict[str, Any]]:
     return deployment_manifest
+
+
+@pytest.fixture
+def own_catalog(tmp_path: Path) -> Iterator[LiveCatalog]:
+    """A seeded catalog of this test's own (running), to stop and start at will."""
+    live = LiveCatalog(tmp_path / "own-catalog")
+    live.data.mkdir()
+    live.start()
+    try:
+        seed(live)
+        yield live
+    finally:
+        live.stop()
+
+
+@pytest.fixture
+def llmisvc() -> ResourceSpec:
+    """KServe's LLMInferenceService resource, for ``kube.register``."""
+    return LLMISVC
