@@ -58,6 +58,20 @@ def make_runtime(settings: OperatorSettings) -> Runtime:
     )
 
 
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """kopf's own connection: ``--kube-url`` when given, else in-cluster or kubeconfig
+    through the ``kubernetes`` package (kopf's default, which a login handler replaces)."""
+    url = OperatorSettings().kube_url
+    if url:
+        return kopf.ConnectionInfo(server=url, insecure=url.startswith("http:"))
+    try:
+        info: kopf.ConnectionInfo | None = kopf.login_via_client(**kwargs)
+    except Exception:  # no cluster config: another login handler may still provide one
+        return None
+    return info
+
+
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     configure(settings)

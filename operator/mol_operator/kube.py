@@ -19,9 +19,11 @@ from typing import Any
 import httpx
 
 from mol_operator.builders.common import MANAGER
+from mol_platform import __version__
 
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DISCOVERY_TTL = 60.0
+USER_AGENT = {"User-Agent": f"{MANAGER}/{__version__}"}
 
 
 class KubeError(Exception):
@@ -66,12 +68,14 @@ class KubeApi:
         """Explicit URL, else in-cluster, else kubeconfig (``$KUBECONFIG``, ~/.kube/config)."""
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
         if url:
-            return cls(httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits))
+            return cls(httpx.AsyncClient(headers=USER_AGENT, base_url=url, timeout=timeout,
+                                         limits=limits))
         host = os.environ.get("KUBERNETES_SERVICE_HOST")
         if host and (SA_DIR / "token").exists() and kubeconfig is None:
             port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
             ca = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
-            return cls(httpx.AsyncClient(base_url=f"https://{host}:{port}", verify=ca,
+            return cls(httpx.AsyncClient(headers=USER_AGENT, base_url=f"https://{host}:{port}",
+                                         verify=ca,
                                          auth=_FileToken(SA_DIR / "token"), timeout=timeout,
                                          limits=limits))
         from kubernetes import config as kconfig
@@ -89,7 +93,8 @@ class KubeApi:
             verify = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
             if cfg.cert_file:
                 verify.load_cert_chain(cfg.cert_file, cfg.key_file)
-        return cls(httpx.AsyncClient(base_url=cfg.host, headers=headers, verify=verify,
+        return cls(httpx.AsyncClient(base_url=cfg.host, headers={**USER_AGENT, **headers},
+                                     verify=verify,
                                      timeout=timeout, limits=limits))
 
     async def aclose(self) -> None:
