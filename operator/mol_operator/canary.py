@@ -22,18 +22,14 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any, Final, Literal
+from typing import Any, Final
 
 import httpx
 
 from mol_platform.spec import CanarySpec
 
-Phase = Literal["Progressing", "Paused", "Promoted", "RolledBack"]
 PHASES: Final = ("Progressing", "Paused", "Promoted", "RolledBack")
 TERMINAL: Final = frozenset({"Promoted", "RolledBack"})
-ANALYSIS_PERIOD_S: Final = 30.0
-"""Longest wait between two looks at a running canary: a bad canary is rolled back
-within this, not only at the end of a (possibly long) step interval."""
 QUERY_TIMEOUT_S: Final = 10.0
 
 
@@ -197,29 +193,6 @@ def canary_step(
 
 def _at_step(status: CanaryStatus, steps: list[int]) -> str:
     return f"step {status.step + 1}/{len(steps)}: {status.weight:g}% of traffic"
-
-
-def requeue_after(
-    canary_spec: CanarySpec, status: CanaryStatus | None, *, now: datetime | None = None
-) -> float | None:
-    """Seconds until the canary should be looked at again; None when it is finished.
-
-    At most :data:`ANALYSIS_PERIOD_S` (or the interval, when shorter), so a failing
-    canary is caught mid-step; 0 when a step is due now."""
-    if status is None:
-        return 0.0
-    if status.phase in TERMINAL:
-        return None
-    interval = float(canary_spec.interval_seconds)
-    cap = min(ANALYSIS_PERIOD_S, interval)
-    if status.last_step_at is None:
-        return 0.0
-    moment = now or datetime.now(UTC)
-    remaining = interval - (moment - parse_time(status.last_step_at)).total_seconds()
-    if remaining <= 0:
-        # Due but held (no data): look again after a short pause, not in a busy loop.
-        return cap if status.phase == "Paused" else 0.0
-    return min(remaining, cap)
 
 
 def transition_result(before: CanaryStatus | None, after: CanaryStatus) -> str | None:

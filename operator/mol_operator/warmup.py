@@ -7,9 +7,10 @@ the operator sends each expert's immutable name (``ns/name@vN``) one
 ``/v1/completions`` request with ``max_tokens=1``. Requests run concurrently, a few
 at a time per pod; a failing adapter is reported and never holds up the others.
 
-:func:`ready_pod_urls` (pure) picks the pods; :class:`Warmer` remembers what each pod
-(by uid) already holds so the Pod handler can call it on every event and only new
-pods, restarted pods (new uid) and new versions are warmed.
+:func:`ready_pod_urls` (pure) picks the pods, :func:`model_names` what to warm;
+:class:`Warmer` remembers what each pod (by uid) already holds so the Pod handler can
+call it on every event and only new pods, restarted pods (new uid) and new versions
+are warmed.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any, Final
 import httpx
 
 from mol_platform.refs import AdapterRef
+from mol_platform.spec import MoLDeploymentSpec
 
 ENGINE_PORT_NAME: Final = "http"
 DEFAULT_ENGINE_PORT: Final = 8000
@@ -33,6 +35,26 @@ WarmupResult = dict[tuple[str, str], str | None]
 def immutable_name(ref: str, version: int) -> str:
     """``acme/coding@stable`` resolved to version 3 -> ``acme/coding@v3``."""
     return f"{AdapterRef.parse(ref).adapter}@v{version}"
+
+
+def model_names(spec: MoLDeploymentSpec, status: Mapping[str, Any]) -> dict[str, str]:
+    """``{immutable name: expert}`` to warm: each expert's resolved version and, while it
+    takes traffic, its canary's; incompatible or not yet resolved ones are left out."""
+    by_name = {e.get("name"): e for e in status.get("experts") or () if isinstance(e, Mapping)}
+    names: dict[str, str] = {}
+    for expert in spec.experts:
+        seen = by_name.get(expert.name) or {}
+        version = seen.get("version")
+        if isinstance(version, int) and seen.get("compatible") is not False:
+            names.setdefault(immutable_name(expert.adapter, version), expert.name)
+        canary = seen.get("canary") or {}
+        if (
+            expert.canary is not None
+            and isinstance(canary.get("version"), int)
+            and canary.get("phase") != "RolledBack"
+        ):
+            names.setdefault(immutable_name(expert.canary.adapter, canary["version"]), expert.name)
+    return names
 
 
 def pod_is_ready(pod: Mapping[str, Any]) -> bool:

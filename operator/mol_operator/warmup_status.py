@@ -11,26 +11,13 @@ from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
+from pydantic import ValidationError
 
 from mol_operator.reconcile import Runtime
-from mol_operator.warmup import immutable_name
+from mol_operator.warmup import model_names
+from mol_platform.spec import MoLDeploymentSpec
 
 MOLD_API, MOLD_PLURAL = "mol.dev/v1alpha1", "moldeployments"
-
-
-def expert_names(owner: Mapping[str, Any]) -> dict[str, str]:
-    """Immutable adapter name -> expert, for the stable and canary versions in status
-    (canary refs come from the spec)."""
-    canary_refs = {e.get("name"): (e.get("canary") or {}).get("adapter")
-                   for e in (owner.get("spec") or {}).get("experts") or []}
-    out: dict[str, str] = {}
-    for e in (owner.get("status") or {}).get("experts") or []:
-        if e.get("version"):
-            out[immutable_name(e["adapter"], int(e["version"]))] = e["name"]
-        version, ref = (e.get("canary") or {}).get("version"), canary_refs.get(e["name"])
-        if version and ref:
-            out[immutable_name(ref, int(version))] = e["name"]
-    return out
 
 
 def apply_results(experts: list[dict[str, Any]], pod: str, names: Mapping[str, str],
@@ -62,7 +49,11 @@ async def record_warmup(runtime: Runtime, pod: Mapping[str, Any]) -> None:
     if owner is None:
         return
     status = owner.get("status") or {}
-    names = expert_names(owner)
+    try:
+        spec = MoLDeploymentSpec.model_validate(owner.get("spec") or {})
+    except ValidationError:
+        return  # the reconcile reports the bad spec
+    names = model_names(spec, status)
     if not names:
         return  # not reconciled yet: the next pod event (or resync) warms it
     results = await runtime.warmer.warm([pod], sorted(names))

@@ -13,7 +13,6 @@ from mol_operator.canary import (
     CanaryStatus,
     canary_step,
     format_time,
-    requeue_after,
     status_from_dict,
     status_to_dict,
     transition_result,
@@ -168,28 +167,6 @@ def test_status_dict_is_camel_case_json() -> None:
         "lastStepAt": "2026-01-02T03:04:17.500Z", "message": "",
     }  # fmt: skip
     assert status_from_dict(json.loads(json.dumps(data))) == status
-
-
-@pytest.mark.parametrize(
-    ("status", "now", "expected"),
-    [
-        (None, 0, 0.0),
-        (running(1), 10, 30.0),  # looked at every 30 s within a long step
-        (running(1), 290, 10.0),
-        (running(1), 300, 0.0),
-        (running(1, phase="Paused"), 400, 30.0),  # held: not a busy loop
-        (replace(running(3), phase="Promoted"), 10, None),
-        (replace(running(1), phase="RolledBack"), 10, None),
-    ],
-)
-def test_requeue_after(status: CanaryStatus | None, now: float, expected: float | None) -> None:
-    assert requeue_after(SPEC, status, now=at(now)) == expected
-
-
-def test_requeue_after_short_interval() -> None:
-    spec = SPEC.model_copy(update={"interval": "10s"})
-    assert requeue_after(spec, running(0), now=at(2)) == pytest.approx(8.0)
-    assert requeue_after(spec, running(0, phase="Paused"), now=at(20)) == 10.0
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,8 @@ A tiny exporter on loopback stands in for the router: a background thread "serve
 requests at a fixed rate, splitting them between the stable and the canary version
 by the canary weight the controller last decided, with error share and latency per
 version set by the test. The controller loop is the operator's: measure, step, keep
-the state only through the status JSON, wait ``requeue_after``.
+the state only through the status JSON, look again after a short tick (the operator's
+canary timer).
 """
 
 from __future__ import annotations
@@ -17,22 +18,28 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
 from mol_operator.canary import (
+    TERMINAL,
     CanaryMeasurement,
     CanaryStatus,
     canary_step,
     measure_canary,
-    requeue_after,
     status_from_dict,
     status_to_dict,
     transition_result,
 )
+from mol_operator.catalog import declare_and_resolve
 from mol_operator.metrics import OperatorMetrics
-from mol_platform.spec import CanarySpec
+from mol_operator.rollout import step_canaries
+from mol_platform.catalog_client import AsyncCatalogClient
+from mol_platform.router_config import profile_name
+from mol_platform.spec import CanarySpec, MoLDeployment
+from mol_platform.testing.lora import SyntheticLlama
 from mol_platform.testing.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
@@ -41,6 +48,7 @@ EXPERT, STABLE, CANARY = "coding", 3, 4
 PER_TICK = 20  # requests per 50 ms tick: 400 req/s
 WINDOW = "3s"
 ROLLOUT_TIMEOUT_S = 40.0
+TICK_S = 0.5
 
 
 @dataclass
@@ -57,6 +65,8 @@ class FakeRouter:
     duration: Histogram
     deployment: str
     weight: float = 0.0
+    stable_version: int = STABLE
+    canary_version: int = CANARY
     stable: VersionBehaviour = field(default_factory=VersionBehaviour)
     canary: VersionBehaviour = field(default_factory=VersionBehaviour)
 
@@ -74,9 +84,15 @@ class FakeRouter:
 
     def tick(self) -> None:
         to_canary = round(PER_TICK * self.weight / 100)
-        self.serve(STABLE, self.stable, PER_TICK - to_canary)
+        self.serve(self.stable_version, self.stable, PER_TICK - to_canary)
         if to_canary:
-            self.serve(CANARY, self.canary, to_canary)
+            self.serve(self.canary_version, self.canary, to_canary)
+
+    def wait_for_stable_traffic(self, prometheus: PrometheusServer) -> None:
+        prometheus.wait_for(
+            f'sum(rate(mol_router_requests_total{{deployment="{self.deployment}",'
+            f'version="v{self.stable_version}"}}[3s])) > 0'
+        )
 
 
 @dataclass
@@ -121,10 +137,7 @@ def router(exporter: Exporter, request: pytest.FixtureRequest) -> Iterator[FakeR
     worker = threading.Thread(target=traffic, name="fake-router-traffic", daemon=True)
     worker.start()
     try:
-        exporter.prometheus.wait_for(
-            f'sum(rate(mol_router_requests_total{{deployment="{deployment}",version="v3"}}[3s]))'
-            " > 0"
-        )
+        fake.wait_for_stable_traffic(exporter.prometheus)
         yield fake
     finally:
         stop.set()
@@ -136,10 +149,11 @@ class Rollout:
     statuses: list[CanaryStatus] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
     measurements: list[CanaryMeasurement] = field(default_factory=list)
+    results: list[str | None] = field(default_factory=list)
 
 
 async def run_controller(
-    spec: CanarySpec, prometheus_url: str, fake: FakeRouter, metrics: OperatorMetrics
+    spec: CanarySpec, prometheus_url: str, fake: FakeRouter
 ) -> Rollout:  # fmt: skip
     """The operator's loop for one expert, keeping its state only in status JSON."""
     out = Rollout()
@@ -154,15 +168,14 @@ async def run_controller(
         before = status_from_dict(saved)
         status, event = canary_step(spec, before, CANARY, measurement, datetime.now(UTC))
         saved = json.loads(json.dumps(status_to_dict(status)))
-        metrics.canary(fake.deployment, EXPERT, status.weight, transition_result(before, status))
+        out.results.append(transition_result(before, status))
         fake.weight = status.weight
         out.statuses.append(status)
         if event is not None:
             out.events.append(event)
-        delay = requeue_after(spec, status)
-        if delay is None:
+        if status.phase in TERMINAL:
             return out
-        await asyncio.sleep(max(delay, 0.2))
+        await asyncio.sleep(TICK_S)
     raise AssertionError(f"no decision in {ROLLOUT_TIMEOUT_S:.0f}s: {out}")
 
 
@@ -190,8 +203,7 @@ async def test_healthy_canary_is_promoted(
     exporter: Exporter, router: FakeRouter
 ) -> None:
     router.canary = VersionBehaviour(latency_s=0.11)
-    metrics = OperatorMetrics()
-    rollout = await run_controller(spec(), exporter.prometheus.url, router, metrics)
+    rollout = await run_controller(spec(), exporter.prometheus.url, router)
     final = rollout.statuses[-1]
     assert (final.phase, final.weight, final.version) == ("Promoted", 100.0, CANARY)
     weights = list(dict.fromkeys(s.weight for s in rollout.statuses))
@@ -206,10 +218,9 @@ async def test_healthy_canary_is_promoted(
     assert any("started: 25%" in e for e in rollout.events)
     assert any("advanced to 50%" in e for e in rollout.events)
     assert "promoted" in rollout.events[-1]
-    sample = metrics.registry.get_sample_value
-    assert sample("mol_canary_weight", {"deployment": router.deployment, "expert": EXPERT}) == 100.0
-    assert sample("mol_operator_canary_transitions_total", {"result": "promoted"}) == 1.0
-    assert sample("mol_operator_canary_transitions_total", {"result": "advanced"}) == 1.0
+    assert [r for r in rollout.results if r not in (None, "paused")] == [
+        "started", "advanced", "promoted",
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize(
@@ -225,8 +236,7 @@ async def test_unhealthy_canary_is_rolled_back(
     exporter: Exporter, router: FakeRouter, canary: VersionBehaviour, expected: str
 ) -> None:
     router.canary = canary
-    metrics = OperatorMetrics()
-    rollout = await run_controller(spec(), exporter.prometheus.url, router, metrics)
+    rollout = await run_controller(spec(), exporter.prometheus.url, router)
     final = rollout.statuses[-1]
     assert (final.phase, final.weight) == ("RolledBack", 0.0)
     assert router.weight == 0.0
@@ -236,6 +246,131 @@ async def test_unhealthy_canary_is_rolled_back(
     measured = float(match[1])
     assert measured == pytest.approx(0.4 if "error" in expected else 3.0, rel=0.05)
     assert rollout.events[-1].endswith(final.message)
-    sample = metrics.registry.get_sample_value
-    assert sample("mol_operator_canary_transitions_total", {"result": "rolled_back"}) == 1.0
-    assert sample("mol_canary_weight", {"deployment": router.deployment, "expert": EXPERT}) == 0.0
+    assert [r for r in rollout.results if r is not None][-1] == "rolled_back"
+
+
+# -- the operator's rollout step: catalog aliases and pinned promotions --------------------
+
+
+def publish_versions(catalog: Any, adapter: str) -> None:
+    """``adapter`` v1 (@stable) and v2 (@candidate) for the seeded synthetic base."""
+    model = SyntheticLlama()
+    with catalog.client() as client:
+        for seed, alias in ((11, "stable"), (12, "candidate")):
+            cfg, weights = model.lora_files(8, seed=seed)
+            client.request(
+                "POST", f"/v1/adapters/{adapter}/versions",
+                data={"base": f"{model.name}@{model.revision}", "alias": alias},
+                files={"adapter_config.json": ("adapter_config.json", cfg),
+                       "adapter_model.safetensors": ("adapter_model.safetensors", weights)},
+            )  # fmt: skip
+
+
+def prepare(exporter: Exporter, router: FakeRouter, catalog: Any) -> str:
+    """A fresh adapter with v1 @stable and v2 @candidate, and router traffic on v1."""
+    adapter = f"demo/{router.deployment[:40]}"
+    publish_versions(catalog, adapter)
+    router.stable_version, router.canary_version = 1, 2
+    router.wait_for_stable_traffic(exporter.prometheus)
+    return adapter
+
+
+def deployment(name: str, stable_ref: str, canary_ref: str) -> MoLDeployment:
+    return MoLDeployment.model_validate({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {
+            "baseModel": {"name": "tiny-llama", "uri": "file:///models/tiny-llama"},
+            "engine": {"maxLoraRank": 16},
+            "experts": [{"name": EXPERT, "adapter": stable_ref, "canary": {
+                "adapter": canary_ref, "steps": [50, 100], "interval": "2s"}}],
+        },
+    })  # fmt: skip
+
+
+async def roll_out(
+    obj: MoLDeployment, catalog: Any, prometheus_url: str, fake: FakeRouter,
+    metrics: OperatorMetrics,
+) -> list[Any]:  # fmt: skip
+    """The reconcile's canary part, once a second, with status carried between rounds."""
+    status: dict[str, Any] = {}
+    rounds: list[Any] = []
+    deadline = time.monotonic() + ROLLOUT_TIMEOUT_S
+    async with AsyncCatalogClient(catalog.url, catalog.admin_token) as client:
+        while time.monotonic() < deadline:
+            cat = await declare_and_resolve(client, obj, profile_name(obj.metadata.name),
+                                            delay=1.0)  # fmt: skip
+            out = await step_canaries(obj, cat, status, catalog=client,
+                                      prometheus_url=prometheus_url, metrics=metrics,
+                                      now=datetime.now(UTC), delay=1.0)  # fmt: skip
+            status = {"experts": [{"name": n, "canary": c} for n, c in out.states.items()]}
+            fake.weight = out.weights[EXPERT]
+            if not out.stable_overrides and out.states[EXPERT]["phase"] == "Promoted":
+                fake.stable_version = cat.experts[EXPERT].version  # the alias moved
+            rounds.append((cat, out))
+            if out.states[EXPERT]["phase"] in ("Promoted", "RolledBack") and len(rounds) > 1 and (
+                rounds[-2][1].states[EXPERT]["phase"] == out.states[EXPERT]["phase"]
+            ):
+                return rounds  # one more round after the decision: nothing moves again
+            await asyncio.sleep(1.0)
+    raise AssertionError(f"no decision in {ROLLOUT_TIMEOUT_S:.0f}s")
+
+
+@pytest.mark.parametrize(
+    ("stable_ref", "pinned", "stable_after"),
+    [
+        pytest.param("stable", False, 2, id="alias-moved-in-catalog"),
+        pytest.param("v1", True, 1, id="pinned-promotion-in-router-config"),
+    ],
+)
+async def test_promotion(
+    exporter: Exporter, router: FakeRouter, catalog: Any, stable_ref: str, pinned: bool,
+    stable_after: int,
+) -> None:  # fmt: skip
+    """An alias is moved in the catalog (once, with history); a pinned stable ref keeps
+    the catalog as it is and the promotion goes to the router config."""
+    adapter = prepare(exporter, router, catalog)
+    metrics = OperatorMetrics()
+    obj = deployment(router.deployment, f"{adapter}@{stable_ref}", f"{adapter}@candidate")
+    rounds = await roll_out(obj, catalog, exporter.prometheus.url, router, metrics)
+    last_cat, last = rounds[-1]
+    assert last.states[EXPERT]["phase"] == "Promoted"
+    assert last.stable_overrides == ({EXPERT: f"{adapter}@v2"} if pinned else {})
+    assert last_cat.experts[EXPERT].version == (1 if pinned else 2)
+    with catalog.client() as client:
+        history = client.alias_history(adapter, "stable")
+        assert client.resolve(f"{adapter}@stable")["version"] == stable_after
+    assert len(history) == stable_after  # published once; moved at most once
+    assert (history[0]["version"], history[0].get("previous")) == (
+        (2, 1) if not pinned else (1, None)
+    )  # fmt: skip
+    weights = list(dict.fromkeys(out.weights[EXPERT] for _, out in rounds))
+    assert weights[0] == 50.0
+    assert weights[-1] == 0.0  # promoted: the router's stable entry serves the new version
+    kinds = [(kind, reason) for _, out in rounds for kind, reason, _ in out.events]
+    assert kinds.count(("Normal", "CanaryPromoted")) == 1
+    assert sample(metrics, "mol_operator_canary_transitions_total", result="promoted") == 1.0
+
+
+async def test_rollback_through_the_rollout_step(
+    exporter: Exporter, router: FakeRouter, catalog: Any
+) -> None:
+    router.canary = VersionBehaviour(errors_per_tick_share=0.5)
+    adapter = prepare(exporter, router, catalog)
+    metrics = OperatorMetrics()
+    obj = deployment(router.deployment, f"{adapter}@stable", f"{adapter}@candidate")
+    rounds = await roll_out(obj, catalog, exporter.prometheus.url, router, metrics)
+    _, last = rounds[-1]
+    state = last.states[EXPERT]
+    assert (state["phase"], state["weight"], last.weights[EXPERT]) == ("RolledBack", 0.0, 0.0)
+    assert "error rate 0.5" in state["message"]
+    warnings = [m for _, out in rounds for kind, reason, m in out.events
+                if (kind, reason) == ("Warning", "CanaryRolledBack")]  # fmt: skip
+    assert len(warnings) == 1
+    assert state["message"] in warnings[0]
+    with catalog.client() as client:
+        assert client.resolve(f"{adapter}@stable")["version"] == 1
+    assert sample(metrics, "mol_canary_weight", deployment=router.deployment, expert=EXPERT) == 0
+
+
+def sample(metrics: OperatorMetrics, name: str, **labels: str) -> float | None:
+    return metrics.registry.get_sample_value(name, labels)
