@@ -158,6 +158,10 @@ async def reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
     cat = await declare_and_resolve(rt.catalog, obj, profile, delay=rt.retry_seconds)
     scopes = token_scopes(obj)
     probe = Facts(obj=obj, uid=uid, defaults=rt.defaults)
+    try:  # refuse an unrenderable spec before a token is minted for it
+        build_all(probe)
+    except BuildError as exc:
+        raise Invalid("InvalidSpec", str(exc)) from None
     observed, available = await observe(rt, probe)
     secret = observed.get(Key("v1", "Secret", probe.names.catalog_secret))
     events: list[Event] = []
