@@ -25,7 +25,7 @@ from mol_platform.spec import AdapterRefStr, MoLDeployment
 API_KEYS_SECRET_KEY = "keys.yaml"
 DEFAULT_API_KEYS_FILE = f"/etc/mol/api-keys/{API_KEYS_SECRET_KEY}"
 DEFAULT_BODY_LIMIT = 4 * 1024 * 1024  # 4 MiB: long chat histories fit, floods do not
-DEFAULT_POLICY = "mol"
+DEFAULT_POLICY = "mol-affinity"  # mol_router.policy.DEFAULT_POLICY
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
