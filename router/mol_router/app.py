@@ -90,7 +90,8 @@ async def readyz(request: web.Request) -> web.Response:
 
 def create_app(runtime: Runtime) -> web.Application:
     app = web.Application(middlewares=[openai_errors], client_max_size=1 << 30,
-                          handler_args={"keepalive_timeout": runtime.limits.header_read})
+                          handler_args={"keepalive_timeout": runtime.limits.header_read,
+                                        "lingering_time": 2.0})
     app[RUNTIME] = runtime
     proxy = GenerationProxy(runtime)
     app.router.add_post("/v1/chat/completions", proxy.chat)

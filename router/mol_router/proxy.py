@@ -200,19 +200,17 @@ class GenerationProxy:
     # --- handoff ----------------------------------------------------------------------
 
     def _offer(self, body: dict[str, Any], served: Served, hops: int,
-               client_tools: list[Any] | None) -> bool:
-        """Offer the handoff tool for this hop; False when it is not offered."""
+               client_tools: list[Any] | None) -> frozenset[str]:
+        """Offer the handoff tool for this hop; the experts it may name (none: not
+        offered)."""
         routing = self.rt.routing
-        cfg = routing.config
         current = served.choice.expert
-        if current == ADAPTER_LABEL:
-            return False
-        targets = [n for n in routing.classifier_choices if n != current]
-        if hops >= cfg.handoff_max_hops:
-            targets = []
+        targets: list[str] = []
+        if current != ADAPTER_LABEL and hops < routing.config.handoff_max_hops:
+            targets = [n for n in routing.classifier_choices if n != current]
         handoff.offer(body, targets, {n: e.description for n, e in routing.experts.items()},
                       client_tools)
-        return bool(targets)
+        return frozenset(targets)
 
     async def _hand_over(self, body: dict[str, Any], served: Served, call: handoff.Call,
                          user: str | None) -> None:
@@ -226,9 +224,6 @@ class GenerationProxy:
         self.rt.metrics.handoff(source, call.expert)
         self.rt.metrics.decision("handoff", call.expert)
 
-    def _valid(self, call: handoff.Call | None, served: Served) -> bool:
-        return (call is not None and call.expert in self.rt.routing.experts
-                and call.expert != served.choice.expert)
 
     def _count(self, tenant: Tenant, served: Served, prompt: int, completion: int) -> None:
         served.prompt += prompt
@@ -254,7 +249,8 @@ class GenerationProxy:
         client_tools = body.get("tools")
         hops = 0
         while True:
-            offered = handoff_on and self._offer(body, served, hops, client_tools)
+            offered = (self._offer(body, served, hops, client_tools) if handoff_on
+                       else frozenset())
             body["model"] = served.resolved.name
             payload = orjson.dumps(body)
             adapter = served.resolved.name
@@ -289,8 +285,7 @@ class GenerationProxy:
                 self._count(tenant, served, _int(usage.get("prompt_tokens")),
                             _int(usage.get("completion_tokens")))
             call = handoff.from_message(obj) if offered and isinstance(obj, dict) else None
-            if self._valid(call, served):
-                assert call is not None
+            if call is not None and call.expert in offered:
                 hops += 1
                 await self._hand_over(body, served, call, user)
                 continue
@@ -322,7 +317,8 @@ class GenerationProxy:
         first_sent = False
         hops = 0
         while True:
-            offered = handoff_on and self._offer(body, served, hops, client_tools)
+            offered = (self._offer(body, served, hops, client_tools) if handoff_on
+                       else frozenset())
             body["model"] = served.resolved.name
             payload = orjson.dumps(body)
             adapter = served.resolved.name
@@ -355,8 +351,8 @@ class GenerationProxy:
                 out = web.StreamResponse(status=200, headers={
                     **_SSE_HEADERS, **self._headers(served, headers["X-Request-Id"])})
                 await out.prepare(request)
-            hop = StreamHop(keep_usage=keep_usage and not handoff_on, handoff_on=offered,
-                            continuation=hops > 0, rewrite_id=first_id)
+            hop = StreamHop(keep_usage=keep_usage and not handoff_on, handoff_on=bool(offered),
+                            continuation=hops > 0, rewrite_id=first_id, targets=offered)
             complete = False
             try:
                 async for chunk in resp.content.iter_any():
@@ -383,8 +379,7 @@ class GenerationProxy:
                 self.up.done(resp, endpoint, adapter, ok=complete, complete=complete)
             first_id = first_id or hop.first_id()
             self._count(tenant, served, hop.prompt, hop.completion)
-            if offered and self._valid(hop.call, served):
-                assert hop.call is not None
+            if hop.call is not None:
                 source = served.choice.expert
                 hops += 1
                 await self._hand_over(body, served, hop.call, user)
