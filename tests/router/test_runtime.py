@@ -74,37 +74,44 @@ async def test_models_lists_experts_auto_and_namespaces(router_config: Any,
 
 async def test_hot_reload_and_invalid_file_keeps_last_good(
         router_config: Any, start_router: Any, ready: Any, caplog: Any) -> None:
-    async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
-        async with start_router(router_config(sims.urls)) as router, \
-                aiohttp.ClientSession() as http:
-            await ready(router)
-            path: Path = router.settings.config
-            url = router.url + "/v1/chat/completions"
+    async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims, \
+            start_router(router_config(sims.urls)) as router, aiohttp.ClientSession() as http:
+        await ready(router)
+        path: Path = router.settings.config
+        url = router.url + "/v1/chat/completions"
 
-            async def served() -> str:
-                async with http.post(url, json=MSG) as resp:
-                    assert resp.status == 200
-                    return str(resp.headers["x-mol-expert"])
+        async def served() -> str:
+            async with http.post(url, json=MSG) as resp:
+                assert resp.status == 200
+                return str(resp.headers["x-mol-expert"])
 
-            assert await served() == "chat"
-            good = path.read_text()
-            path.write_text(good.replace("default: chat", "default: coding"))
-            await _until(lambda: router.runtime.config.default == "coding")
-            assert await served() == "coding"
-            # Invalid: refused with a log line; the last good config keeps serving.
-            path.write_text(good.replace("default: chat", "default: nobody"))
-            await _until(lambda: "refused, keeping the last good config" in caplog.text)
-            assert "default 'nobody' is not an expert" in caplog.text
-            assert await served() == "coding"
-            path.write_text("experts: [unclosed")
-            await _until(lambda: caplog.text.count("refused, keeping") == 2)
-            path.write_text(good.replace("policy: mol-affinity", "policy: no-such-policy"))
-            await _until(lambda: caplog.text.count("refused, keeping") == 3)
-            assert "unknown routing policy 'no-such-policy'" in caplog.text
-            assert await served() == "coding"
-            metrics = await (await http.get(router.url + "/metrics")).text()
+        assert await served() == "chat"
+        good = _read(path)
+        _write(path, good.replace("default: chat", "default: coding"))
+        await _until(lambda: router.runtime.config.default == "coding")
+        assert await served() == "coding"
+        # Invalid: refused with a log line; the last good config keeps serving.
+        _write(path, good.replace("default: chat", "default: nobody"))
+        await _until(lambda: "refused, keeping the last good config" in caplog.text)
+        assert "default 'nobody' is not an expert" in caplog.text
+        assert await served() == "coding"
+        _write(path, "experts: [unclosed")
+        await _until(lambda: caplog.text.count("refused, keeping") == 2)
+        _write(path, good.replace("policy: mol-affinity", "policy: no-such-policy"))
+        await _until(lambda: caplog.text.count("refused, keeping") == 3)
+        assert "unknown routing policy 'no-such-policy'" in caplog.text
+        assert await served() == "coding"
+        metrics = await (await http.get(router.url + "/metrics")).text()
     assert 'mol_router_config_reloads_total{result="invalid"} 3.0' in metrics
     assert 'mol_router_config_reloads_total{result="ok"} 1.0' in metrics
+
+
+def _read(path: Path) -> str:
+    return path.read_text()
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text)
 
 
 async def _until(predicate: Any, within: float = 5.0) -> None:
