@@ -21,7 +21,8 @@ async def test_no_ready_engine_queues_then_503_or_served(
         router_config: Any, start_router: Any, ready: Any) -> None:
     async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
         await sims.stop_replica(0)
-        cfg = router_config(sims.urls, timeouts={"queue": 0.3}, queue_limit=2)
+        cfg = router_config(sims.urls, timeouts={"queue": 0.3}, queue_limit=2,
+                            readmit_after_seconds=0.2)
         async with start_router(cfg) as router, aiohttp.ClientSession() as http:
             url = router.url + "/v1/chat/completions"
             async with http.get(router.url + "/readyz") as resp:
