@@ -240,6 +240,21 @@ class GenerationProxy:
             h["x-mol-handoffs"] = ">".join(served.path)
         return h
 
+    async def _send_hop(self, path: str, body: dict[str, Any], served: Served, hops: int,
+                        handoff_on: bool, client_tools: list[Any] | None, user: str | None,
+                        headers: dict[str, str]
+                        ) -> tuple[aiohttp.ClientResponse, str, frozenset[str]]:
+        """Send the body to the current expert; also the handoff targets offered."""
+        offered = (self._offer(body, served, hops, client_tools) if handoff_on
+                   else frozenset[str]())
+        adapter = served.resolved.name
+        body["model"] = adapter
+        payload = orjson.dumps(body)
+        resp, endpoint = await self.up.send(
+            path, payload, headers, RouteRequest(adapter, user, len(payload) // 4),
+            self.rt.limits.upstream)
+        return resp, endpoint, offered
+
     # --- whole responses -----------------------------------------------------------------
 
     async def _whole(self, path: str, body: dict[str, Any], chat: bool, served: Served,
@@ -249,14 +264,9 @@ class GenerationProxy:
         client_tools = body.get("tools")
         hops = 0
         while True:
-            offered = (self._offer(body, served, hops, client_tools) if handoff_on
-                       else frozenset())
-            body["model"] = served.resolved.name
-            payload = orjson.dumps(body)
             adapter = served.resolved.name
-            resp, endpoint = await self.up.send(
-                path, payload, headers, RouteRequest(adapter, user, len(payload) // 4),
-                self.rt.limits.upstream)
+            resp, endpoint, offered = await self._send_hop(
+                path, body, served, hops, handoff_on, client_tools, user, headers)
             complete = False
             try:
                 data = await resp.read()
@@ -317,15 +327,10 @@ class GenerationProxy:
         first_sent = False
         hops = 0
         while True:
-            offered = (self._offer(body, served, hops, client_tools) if handoff_on
-                       else frozenset())
-            body["model"] = served.resolved.name
-            payload = orjson.dumps(body)
             adapter = served.resolved.name
             try:
-                resp, endpoint = await self.up.send(
-                    path, payload, headers, RouteRequest(adapter, user, len(payload) // 4),
-                    rt.limits.upstream)
+                resp, endpoint, offered = await self._send_hop(
+                    path, body, served, hops, handoff_on, client_tools, user, headers)
             except RouterError as exc:
                 if out is None:
                     raise
@@ -396,9 +401,7 @@ class GenerationProxy:
                               "total_tokens": served.prompt + served.completion}}) + b"\n\n"
             if hop.done:
                 tail += DONE_EVENT
-            if tail:
-                await out.write(tail)
-            await out.write_eof()
+            await out.write_eof(tail)  # one write for the tail and the chunked trailer
             return out, 200
 
     async def _stream_error(self, out: web.StreamResponse, status: int, message: str,

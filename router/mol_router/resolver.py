@@ -72,6 +72,7 @@ class AdapterResolver:
         self._inflight: dict[str, asyncio.Future[Resolved | Unresolved]] = {}
         self._after: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._warming: set[asyncio.Task[None]] = set()
         self.feed_ok = False  # True while the event feed is being followed
 
     # --- request path ----------------------------------------------------------------
@@ -129,6 +130,7 @@ class AdapterResolver:
         self._tasks.append(asyncio.create_task(self._periodic(), name="mol-resolver-refresh"))
 
     async def stop(self) -> None:
+        self._tasks.extend(self._warming)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -140,7 +142,9 @@ class AdapterResolver:
         """Resolve these in the background (the experts of a new config)."""
         for ref in refs:
             if ref not in self._cache and ref not in self._inflight:
-                self._tasks.append(asyncio.create_task(self._warm_one(ref)))
+                task = asyncio.create_task(self._warm_one(ref))
+                self._warming.add(task)
+                task.add_done_callback(self._warming.discard)
 
     async def _warm_one(self, ref: str) -> None:
         with contextlib.suppress(Unresolved, CatalogError):
