@@ -24,6 +24,7 @@ log = logging.getLogger("mol.router.resolver")
 
 _MAX_ENTRIES = 100_000
 _RETRY_SECONDS = 1.0
+_LISTING_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,7 @@ class AdapterResolver:
         self._after: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._warming: set[asyncio.Task[None]] = set()
+        self._listings: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self.feed_ok = False  # True while the event feed is being followed
 
     # --- request path ----------------------------------------------------------------
@@ -122,6 +124,23 @@ class AdapterResolver:
             self._cache.clear()
         self._cache[ref] = result
         return result
+
+    async def listing(self, namespace: str, limit: int = 100) -> list[dict[str, Any]]:
+        """Adapters of a namespace for ``/v1/models`` (first ``limit``), cached 30 s; the
+        last answer (or nothing) while the catalog is unreachable."""
+        loop = asyncio.get_running_loop()
+        hit = self._listings.get(namespace)
+        if hit is not None and loop.time() - hit[0] < _LISTING_SECONDS:
+            return hit[1]
+        try:
+            response = await self.client.request(
+                "GET", "/v1/adapters", params={"namespace": namespace, "limit": limit})
+            items = [i for i in response.json().get("items") or () if isinstance(i, dict)]
+        except (CatalogError, ValueError) as exc:
+            log.info("cannot list namespace %s: %s", namespace, exc)
+            return hit[1] if hit is not None else []
+        self._listings[namespace] = (loop.time(), items)
+        return items
 
     # --- keeping it fresh --------------------------------------------------------------
 

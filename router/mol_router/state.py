@@ -15,6 +15,7 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -69,6 +70,12 @@ class StaticResolver:
 
     def warm(self, refs: object) -> None:
         return None
+
+    def cached(self, ref: str) -> Resolved | None:
+        return None
+
+    async def listing(self, namespace: str, limit: int = 100) -> list[dict[str, Any]]:
+        return []
 
     async def start(self) -> None:
         return None

@@ -127,6 +127,17 @@ async def test_incompatible_adapter_is_refused_with_reasons(
         assert not sims.state(0).received
 
 
+async def test_models_lists_the_namespace_adapters(
+        catalog: str, router_config: Any, start_router: Any) -> None:
+    cfg = _config(router_config, ["http://127.0.0.1:9"], catalog)
+    async with start_router(cfg) as router, httpx.AsyncClient(timeout=10) as http:
+        data = (await http.get(router.url + "/v1/models")).json()["data"]
+    cards = {m["id"]: m for m in data}
+    assert {"chat", "coding", "auto", "demo/chat@latest", "demo/big@latest"} <= set(cards)
+    assert cards["demo/chat@latest"]["root"] == "demo/chat@v2"
+    assert cards["chat"]["root"] in ("demo/chat@v1", "demo/chat@stable")
+
+
 async def test_serves_from_cache_while_the_catalog_is_down(
         live_catalog: LiveCatalog, catalog: str, router_config: Any, start_router: Any,
         ready: Any) -> None:

@@ -58,6 +58,12 @@ async def test_keys_namespaces_and_request_rate(router_config: Any, start_router
                 assert resp.status == 429
                 assert int(resp.headers["Retry-After"]) >= 1
                 assert (await resp.json())["error"]["code"] == "rate_limit_exceeded"
+            async with http.get(router.url + "/v1/models") as resp:
+                assert resp.status == 401
+            async with http.get(router.url + "/v1/models", headers=_auth(ACME)) as resp:
+                ids = [m["id"] for m in (await resp.json())["data"]]
+            assert "acme/<name>@<ref>" in ids
+            assert "beta/<name>@<ref>" not in ids
             # Another tenant is not affected; a key given as its digest works.
             async with http.post(url, json={"messages": MSG, "model": "beta/x@v1"},
                                  headers=_auth(OPS)) as resp:
