@@ -139,12 +139,19 @@ class GenerationProxy:
             self.rt.metrics.rejected("too_large")
             raise RouterError(413, f"request body of {request.content_length} bytes is over "
                               f"the limit of {limit} bytes", "body_too_large")
-        chunks: list[bytes] = []
-        size = 0
+        content = request.content
+        if request.content_length is not None:
+            # Usually the whole body came with the headers: no timer needed then.
+            data = content.read_nowait()
+            if content.at_eof() or len(data) >= request.content_length:
+                return _parse_body(data, chat)
+            chunks, size = [data], len(data)
+        else:
+            chunks, size = [], 0
         try:
             async with asyncio.timeout(limits.body_read):
                 while True:
-                    chunk = await request.content.readany()
+                    chunk = await content.readany()
                     if not chunk:
                         break
                     size += len(chunk)
@@ -159,15 +166,7 @@ class GenerationProxy:
                               "body_timeout") from None
         except aiohttp.ClientPayloadError as exc:
             raise RouterError(400, f"malformed request body: {exc}", "invalid_body") from None
-        try:
-            body = orjson.loads(b"".join(chunks) if len(chunks) != 1 else chunks[0])
-        except orjson.JSONDecodeError as exc:
-            raise RouterError(400, f"request body is not valid JSON (UTF-8): {exc}",
-                              "invalid_json") from None
-        if not isinstance(body, dict):
-            raise RouterError(400, "request body must be a JSON object", "invalid_json")
-        _check_fields(body, chat)
-        return body
+        return _parse_body(b"".join(chunks) if len(chunks) != 1 else chunks[0], chat)
 
     async def _choose(self, routing: Routing, body: dict[str, Any], chat: bool,
                       user: str | None, headers: dict[str, str]) -> Choice:
@@ -357,7 +356,8 @@ class GenerationProxy:
                     **_SSE_HEADERS, **self._headers(served, headers["X-Request-Id"])})
                 await out.prepare(request)
             hop = StreamHop(keep_usage=keep_usage and not handoff_on, handoff_on=bool(offered),
-                            continuation=hops > 0, rewrite_id=first_id, targets=offered)
+                            continuation=hops > 0, rewrite_id=first_id, targets=offered,
+                            want_id=handoff_on)
             complete = False
             try:
                 async for chunk in resp.content.iter_any():
@@ -423,6 +423,18 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "stream_options": (dict,), "tools": (list,), "max_tokens": (int,),
     "temperature": (int, float), "top_p": (int, float), "n": (int,),
 }
+
+
+def _parse_body(data: bytes, chat: bool) -> dict[str, Any]:
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise RouterError(400, f"request body is not valid JSON (UTF-8): {exc}",
+                          "invalid_json") from None
+    if not isinstance(body, dict):
+        raise RouterError(400, "request body must be a JSON object", "invalid_json")
+    _check_fields(body, chat)
+    return body
 
 
 def _check_fields(body: dict[str, Any], chat: bool) -> None:

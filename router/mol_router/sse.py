@@ -31,13 +31,13 @@ class StreamHop:
 
     def __init__(self, *, keep_usage: bool, handoff_on: bool, continuation: bool,
                  rewrite_id: bytes | None = None,
-                 targets: frozenset[str] = frozenset()) -> None:
+                 targets: frozenset[str] = frozenset(), want_id: bool = True) -> None:
         self._buf = b""
         self.targets = targets  # experts a handoff may name; any other call is shown
         self.keep_usage = keep_usage
         self.handoff = handoff_on
         self._skip_role = continuation
-        self._first = True
+        self._first = want_id  # read the first event's id (a handoff may follow)
         self.rewrite_id = rewrite_id
         self._id: bytes | None = None
         self._calls: dict[int, list[str]] = {}  # index -> [name, arguments]
