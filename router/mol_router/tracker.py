@@ -195,6 +195,23 @@ class EngineTracker:
                 self._on_adapter_load(endpoint)
         self._refresh(endpoint, engine)
 
+    def record_health(self, endpoint: str, ok: bool) -> None:
+        """The result of one health check: a pass makes the engine ready (re-admitting
+        it if ejected); a failure counts toward ejection, or restarts the wait of an
+        ejected one."""
+        engine = self._engines.get(endpoint)
+        if engine is None:
+            return
+        if ok:
+            if engine.ejected_until is not None:
+                log.info("engine %s re-admitted: health check passed", endpoint)
+            engine.probed, engine.failures, engine.ejected_until = True, 0, None
+            self._refresh(endpoint, engine)
+        elif engine.ejected_until is not None:
+            engine.ejected_until = time.monotonic() + self.readmit_after
+        else:
+            self.record_failure(endpoint)
+
     async def _get(self, url: str) -> tuple[int, str]:
         async with self._session.get(url, timeout=self._timeout) as resp:
             return resp.status, await resp.text() if resp.status == 200 else ""
@@ -216,18 +233,9 @@ class EngineTracker:
             ok, status, text = False, 0, ""
         if engine is not self._engines.get(endpoint):
             return  # removed or replaced while probing
-        if ok:
-            if engine.ejected_until is not None:
-                log.info("engine %s re-admitted: health check passed", endpoint)
-            engine.probed, engine.failures, engine.ejected_until = True, 0, None
-            if status == 200:
-                self.observe(endpoint, parse_engine_metrics(text))
-            else:
-                self._refresh(endpoint, engine)
-        elif engine.ejected_until is not None:
-            engine.ejected_until = now + self.readmit_after
-        else:
-            self.record_failure(endpoint)
+        self.record_health(endpoint, ok)
+        if ok and status == 200:
+            self.observe(endpoint, parse_engine_metrics(text))
 
     async def probe_all(self) -> None:
         await asyncio.gather(*(self.probe(u) for u in list(self._engines)))
