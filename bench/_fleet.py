@@ -59,6 +59,9 @@ class RunResult:
     """What the routers' trackers counted from the metrics (the first router's view)."""
     replicas_per_adapter: float = 0.0
     """Mean number of replicas that ever loaded each adapter that was requested."""
+    loads_by_adapter: dict[str, int] = field(default_factory=dict)
+    errors: int = 0
+    """Requests that got no reply (HTTP runs only)."""
 
     @property
     def loads_per_1000(self) -> float:
@@ -150,6 +153,7 @@ async def _drive(
     for e in engines.values():
         for name, count in e.slot_loads.items():
             result.adapter_loads += count
+            result.loads_by_adapter[name] = result.loads_by_adapter.get(name, 0) + count
             holders[name] = holders.get(name, 0) + 1
     result.estimated_loads = estimated[0]
     result.replicas_per_adapter = sum(holders.values()) / max(len(holders), 1)

@@ -53,6 +53,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--trace", type=Path, help="replay this JSONL trace instead")
     p.add_argument("--speed", type=float, default=1.0, help="replay the trace X times faster")
+    p.add_argument(
+        "--http",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the HTTP leg: vllm-router vs ours on replicas over HTTP",
+    )
+    p.add_argument(
+        "--http-duration",
+        type=float,
+        default=20.0,
+        help="seconds of the workload the HTTP leg replays (its first part)",
+    )
+    p.add_argument(
+        "--http-speed",
+        type=float,
+        default=0.25,
+        help="the HTTP leg runs this much slower than nominal (so 2 cores can "
+        "stream every token); its times are scaled back for the report",
+    )
+    p.add_argument(
+        "--vllm-router-policies",
+        default="cache_aware,consistent_hash",
+        help="vllm-router policies to try (consistent_hash is keyed on the adapter)",
+    )
     p.add_argument("--write", action="store_true", help="write docs/benchmarks.md's section")
     args = p.parse_args(argv)
     for name in ("replicas", "max_loras", "max_num_seqs", "adapters", "routers", "max_tokens"):
@@ -60,6 +84,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if not 0 < args.load <= 2 or args.duration <= 0 or args.speed <= 0:
         p.error("--load must be in (0, 2], --duration and --speed > 0")
+    if args.http_duration <= 0 or not 0 < args.http_speed <= 10:
+        p.error("--http-duration must be > 0 and --http-speed in (0, 10]")
     return args
 
 
@@ -83,12 +109,50 @@ def workload(args: argparse.Namespace, shape: FleetShape) -> tuple[list[Arrival]
     )
 
 
-def row(r: RunResult) -> str:
+def row(r: RunResult, estimate: bool = True) -> str:
+    """A table row; the third column is the router's load estimate (in-process runs) or
+    the failed requests (HTTP runs)."""
+    third = f"{1000 * r.estimated_loads / r.requests:.0f}" if estimate else f"{r.errors}"
     return (
-        f"| {r.label} | {r.loads_per_1000:.0f} | {1000 * r.estimated_loads / r.requests:.0f} "
+        f"| {r.label} | {r.loads_per_1000:.0f} | {third} "
         f"| {r.replicas_per_adapter:.2f} | {percentile(r.ttft, 50) * 1000:.0f} "
         f"| {percentile(r.ttft, 99) * 1000:.0f} | {r.throughput:.1f} |"
     )
+
+
+def http_leg(args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival]) -> list[str]:
+    """vllm-router (each policy tried) and ours, over HTTP on the same replicas."""
+    from _http_leg import run_ours, run_vllm_router
+
+    speed = args.http_speed
+    part = [a for a in arrivals if a.t < args.http_duration]
+    slow = [Arrival(a.t / speed, a.adapter, a.user, a.prompt_tokens, a.max_tokens) for a in part]
+    tokens = max(a.max_tokens for a in part)
+    scaled = shape.scaled(speed)
+    log = ROOT / ".bench/vllm-router.log"
+    results = [run_ours(OURS, 1, slow, scaled, tokens, speed),
+               run_ours(OURS, args.routers, slow, scaled, tokens, speed)]  # fmt: skip
+    for r in results:
+        print(row(r, estimate=False), flush=True)
+    for policy in args.vllm_router_policies.split(","):
+        r = run_vllm_router(policy.strip(), slow, scaled, tokens, speed, log)
+        print(row(r, estimate=False), flush=True)
+        results.append(r)
+    best = min(results[2:], key=lambda r: percentile(r.ttft, 99))
+    lines = [
+        "| router | adapter loads / 1,000 req | failed requests | replicas per adapter "
+        "| TTFT p50 ms | TTFT p99 ms | throughput req/s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *(row(r, estimate=False) for r in results),
+        "",
+        f"HTTP leg: the first {args.http_duration:g} s of the same workload ({len(part):,} "
+        f"requests), run {1 / speed:g}x slower than nominal over HTTP and scaled back. "
+        f"vllm-router's best policy here (lowest TTFT p99): `{best.label.split()[-1]}`; "
+        f"ours vs it: TTFT p99 {percentile(results[0].ttft, 99) * 1000:.0f} vs "
+        f"{percentile(best.ttft, 99) * 1000:.0f} ms, loads {results[0].loads_per_1000:.0f} vs "
+        f"{best.loads_per_1000:.0f} per 1,000.",
+    ]
+    return lines
 
 
 def goals(results: dict[str, RunResult], routers: int) -> list[str]:
@@ -143,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     table = "\n".join([*header, *(row(r) for r in results.values())])
     verdict = goals(results, args.routers)
     print("\n".join(verdict))
+    http = http_leg(args, shape, arrivals) if args.http else []
     if args.write:
         command = "python bench/routing.py " + " ".join(argv if argv is not None else sys.argv[1:])
         body = "\n".join([
@@ -159,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
             table,
             "",
             *verdict,
+            *(["", *http] if http else []),
         ])  # fmt: skip
         write_section(ROOT / "docs/benchmarks.md", "routing", body)
     return 0
