@@ -125,7 +125,11 @@ class Runtime:
                                      eject_after_failures=cfg.eject_after_failures,
                                      readmit_after=cfg.readmit_after_seconds,
                                      on_adapter_load=self._adapter_loaded)
-        await self.apply(cfg, first=True)
+        try:
+            await self.apply(cfg, first=True)
+        except BaseException:
+            await self.stop()
+            raise
         await self.tracker.start()
         self.metrics.ready_child.set_function(lambda: len(self.tracker.ready_endpoints())
                                               if self.tracker is not None else 0)
