@@ -387,7 +387,11 @@ class GenerationProxy:
             if hop.call is not None:
                 source = served.choice.expert
                 hops += 1
-                await self._hand_over(body, served, hop.call, user)
+                try:
+                    await self._hand_over(body, served, hop.call, user)
+                except RouterError as exc:  # e.g. the target's adapter is incompatible
+                    await self._stream_error(out, exc.status, exc.message, exc.code)
+                    return out, exc.status
                 await out.write(f": mol-handoff {source}>{hop.call.expert} "
                                 f"{served.resolved.name}\n\n".encode())
                 continue
