@@ -9,6 +9,7 @@ with the target expert (up to ``maxHops``); the client sees one response.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from mol_router.state import Runtime
 from mol_router.tenants import OPEN, Tenant
 from mol_router.upstream import Upstreams
 
+log = logging.getLogger("mol.router")
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 _RID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
@@ -87,6 +89,8 @@ class GenerationProxy:
                 raise RouterError(403, f"this API key may not use adapters of namespace "
                                   f"{choice.ref.split('/', 1)[0]!r}", "namespace_forbidden",
                                   param="model")
+            if choice.canary:
+                choice = await self._canary_or_stable(choice, user)
             served = Served(choice, await self._resolve(choice), [choice.expert])
             body.pop("router", None)
             if body.get("stream") is True:
@@ -178,6 +182,20 @@ class GenerationProxy:
         self.rt.metrics.decision(choice.mode, choice.expert)
         return choice
 
+    async def _canary_or_stable(self, choice: Choice, user: str | None) -> Choice:
+        """A canary that cannot be served (unknown, catalog down, incompatible) falls
+        back to the stable version rather than failing its users."""
+        try:
+            resolved = await self.rt.resolver.resolve(choice.ref)
+        except Unresolved:
+            resolved = None
+        if resolved is not None and resolved.compatible:
+            return choice
+        log.warning("canary %s of expert %s cannot be served; using the stable version",
+                    choice.ref, choice.expert)
+        return Choice(choice.expert, self.rt.routing.experts[choice.expert].adapter,
+                      choice.mode)
+
     async def _resolve(self, choice: Choice) -> Resolved:
         try:
             resolved = await self.rt.resolver.resolve(choice.ref)
@@ -216,6 +234,8 @@ class GenerationProxy:
         routing = self.rt.routing
         source = served.choice.expert
         served.choice = routing.expert_choice(call.expert, "handoff", user)
+        if served.choice.canary:
+            served.choice = await self._canary_or_stable(served.choice, user)
         served.resolved = await self._resolve(served.choice)
         served.path.append(call.expert)
         body["model"] = served.resolved.name
