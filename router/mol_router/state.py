@@ -118,7 +118,8 @@ class Runtime:
                                          limit_per_host=self.settings.max_connections_per_engine,
                                          ttl_dns_cache=60, enable_cleanup_closed=True)
         self.session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",),
+            connector=connector, auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
             timeout=aiohttp.ClientTimeout(total=None))
         cfg = self.config
         self.tracker = EngineTracker(self.session, scrape_interval=cfg.scrape_interval_seconds,
