@@ -61,15 +61,15 @@ class GenerationProxy:
         self.rt = runtime
         self.up = Upstreams(runtime)
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
+    async def chat(self, request: web.BaseRequest) -> web.StreamResponse:
         return await self.handle(request, "/v1/chat/completions", chat=True)
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
+    async def completions(self, request: web.BaseRequest) -> web.StreamResponse:
         return await self.handle(request, "/v1/completions", chat=False)
 
     # --- the request ---------------------------------------------------------------
 
-    async def handle(self, request: web.Request, path: str, *, chat: bool
+    async def handle(self, request: web.BaseRequest, path: str, *, chat: bool
                      ) -> web.StreamResponse:
         started = time.perf_counter()
         rid = _request_id(request.headers.get("x-request-id"))
@@ -117,7 +117,7 @@ class GenerationProxy:
             else:
                 rt.metrics.request_done("none", "", "", code, elapsed)
 
-    def _tenant(self, request: web.Request) -> Tenant:
+    def _tenant(self, request: web.BaseRequest) -> Tenant:
         keys = self.rt.keys
         tenant = OPEN
         if keys.enabled:
@@ -135,7 +135,7 @@ class GenerationProxy:
                               f"{wait:.1f} s", "rate_limit_exceeded", retry_after=wait)
         return tenant
 
-    async def _body(self, request: web.Request, chat: bool) -> dict[str, Any]:
+    async def _body(self, request: web.BaseRequest, chat: bool) -> dict[str, Any]:
         limits = self.rt.limits
         limit = limits.body_limit
         if request.content_length is not None and request.content_length > limit:
@@ -327,7 +327,7 @@ class GenerationProxy:
 
     # --- streams ----------------------------------------------------------------------
 
-    async def _stream(self, request: web.Request, path: str, body: dict[str, Any],
+    async def _stream(self, request: web.BaseRequest, path: str, body: dict[str, Any],
                       chat: bool, served: Served, tenant: Tenant, user: str | None,
                       headers: dict[str, str], started: float
                       ) -> tuple[web.StreamResponse, int]:
