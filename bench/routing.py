@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -129,7 +130,7 @@ def http_leg(args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival
     slow = [Arrival(a.t / speed, a.adapter, a.user, a.prompt_tokens, a.max_tokens) for a in part]
     tokens = max(a.max_tokens for a in part)
     scaled = shape.scaled(speed)
-    log = ROOT / ".bench/vllm-router.log"
+    log = Path(tempfile.mkdtemp(prefix="mol-routing-")) / "vllm-router.log"
     results = [run_ours(OURS, 1, slow, scaled, tokens, speed),
                run_ours(OURS, args.routers, slow, scaled, tokens, speed)]  # fmt: skip
     for r in results:
