@@ -65,11 +65,15 @@ async def _stream(
 async def _replay(
     arrivals: Sequence[Arrival], send: Callable[[aiohttp.ClientSession, Arrival],
                                                 Awaitable[float | None]],
+    request_timeout: float,
 ) -> tuple[list[float], int, float]:  # fmt: skip
+    """Open loop: each request at its time; one that takes over ``request_timeout``
+    seconds counts as failed (an overloaded router's backlog would take minutes)."""
     conn = aiohttp.TCPConnector(limit=0)
     ttft: list[float] = []
     errors = [0]
-    async with aiohttp.ClientSession(connector=conn) as session:
+    timeout = aiohttp.ClientTimeout(total=request_timeout)
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
         start = time.monotonic()
 
         async def one(a: Arrival) -> None:
@@ -107,7 +111,7 @@ def _finish(
 
 def run_vllm_router(
     policy: str, arrivals: Sequence[Arrival], shape: FleetShape, max_tokens: int,
-    speed: float, log: Path,
+    speed: float, timeout: float, log: Path,
 ) -> RunResult:  # fmt: skip
     import _vllm_router
 
@@ -120,7 +124,7 @@ def run_vllm_router(
             async def send(s: aiohttp.ClientSession, a: Arrival) -> float | None:
                 return await _stream(s, url, a, {"X-Session-ID": a.adapter or "base"})
 
-            ttft, errors, makespan = asyncio.run(_replay(arrivals, send))
+            ttft, errors, makespan = asyncio.run(_replay(arrivals, send, timeout))
         finally:
             proc.stop()
         return _finish(f"vllm-router {policy}", cluster, arrivals, ttft, errors, makespan, speed)
@@ -128,7 +132,7 @@ def run_vllm_router(
 
 def run_ours(
     policy: str, routers: int, arrivals: Sequence[Arrival], shape: FleetShape,
-    max_tokens: int, speed: float,
+    max_tokens: int, speed: float, timeout: float,
 ) -> RunResult:  # fmt: skip
     with SimulatorCluster(shape.replicas, sim_config(shape, max_tokens)) as cluster:
         urls = cluster.urls
@@ -160,7 +164,7 @@ def run_ours(
                         tracker.end(endpoint, a.adapter)
 
                 try:
-                    return await _replay(arrivals, send)
+                    return await _replay(arrivals, send, timeout)
                 finally:
                     for t in trackers:
                         await t.stop()

@@ -85,7 +85,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if not 0 < args.load <= 2 or args.duration <= 0 or args.speed <= 0:
         p.error("--load must be in (0, 2], --duration and --speed > 0")
-    if args.http_duration <= 0 or not 0 < args.http_speed <= 10:
+    if args.http_duration <= 0 or args.http_timeout <= 0 or not 0 < args.http_speed <= 10:
         p.error("--http-duration must be > 0 and --http-speed in (0, 10]")
     return args
 
@@ -131,12 +131,13 @@ def http_leg(args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival
     tokens = max(a.max_tokens for a in part)
     scaled = shape.scaled(speed)
     log = Path(tempfile.mkdtemp(prefix="mol-routing-")) / "vllm-router.log"
-    results = [run_ours(OURS, 1, slow, scaled, tokens, speed),
-               run_ours(OURS, args.routers, slow, scaled, tokens, speed)]  # fmt: skip
+    timeout = args.http_timeout / speed
+    results = [run_ours(OURS, 1, slow, scaled, tokens, speed, timeout),
+               run_ours(OURS, args.routers, slow, scaled, tokens, speed, timeout)]  # fmt: skip
     for r in results:
         print(row(r, estimate=False), flush=True)
     for policy in args.vllm_router_policies.split(","):
-        r = run_vllm_router(policy.strip(), slow, scaled, tokens, speed, log)
+        r = run_vllm_router(policy.strip(), slow, scaled, tokens, speed, timeout, log)
         print(row(r, estimate=False), flush=True)
         results.append(r)
     best = min(results[2:], key=lambda r: percentile(r.ttft, 99))
