@@ -74,9 +74,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "stream every token); its times are scaled back for the report",
     )
     p.add_argument(
+        "--http-timeout",
+        type=float,
+        default=20.0,
+        help="nominal seconds after which an HTTP-leg request counts as failed",
+    )
+    p.add_argument(
         "--vllm-router-policies",
-        default="cache_aware,consistent_hash",
-        help="vllm-router policies to try (consistent_hash is keyed on the adapter)",
+        default="round_robin,power_of_two,cache_aware,consistent_hash",
+        help="vllm-router policies to try; the report names the best (consistent_hash "
+        "is keyed on the adapter through X-Session-ID)",
     )
     p.add_argument("--write", action="store_true", help="write docs/benchmarks.md's section")
     args = p.parse_args(argv)
@@ -86,7 +93,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if not 0 < args.load <= 2 or args.duration <= 0 or args.speed <= 0:
         p.error("--load must be in (0, 2], --duration and --speed > 0")
     if args.http_duration <= 0 or args.http_timeout <= 0 or not 0 < args.http_speed <= 10:
-        p.error("--http-duration must be > 0 and --http-speed in (0, 10]")
+        p.error("--http-duration and --http-timeout must be > 0, --http-speed in (0, 10]")
     return args
 
 
