@@ -235,6 +235,11 @@ def main(argv: list[str] | None = None) -> int:
             *verdict,
             *(["", *http] if http else []),
         ])  # fmt: skip
+        from _plot import routing_figure
+
+        routing_figure(list(results.values()), ROOT / "docs/img/routing.png",
+                       f"{shape.replicas} simulated replicas, {described}")  # fmt: skip
+        body += "\n\n![Adapter loads and TTFT tail per policy](img/routing.png)"
         write_section(ROOT / "docs/benchmarks.md", "routing", body)
     return 0
 
