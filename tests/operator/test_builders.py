@@ -170,6 +170,16 @@ def test_router_objects_and_config() -> None:
     assert base64.b64decode(secret["data"]["token"]) == b"mol_secret"
 
 
+def test_api_keys_secret_is_mounted_where_the_config_points() -> None:
+    obj = _obj(router={"mode": "explicit", "default": "chat", "apiKeys": {"secretRef": "keys"}})
+    objects = _by_kind(build_all(_facts(obj)))
+    config = yaml.safe_load(objects[("ConfigMap", "macaron-router")]["data"]["router.yaml"])
+    pod = objects[("Deployment", "macaron-router")]["spec"]["template"]["spec"]
+    mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "api-keys")
+    assert config["apiKeysFile"].startswith(mount["mountPath"] + "/")
+    assert {"name": "api-keys", "secret": {"secretName": "keys"}} in pod["volumes"]
+
+
 def test_pinned_promotion_is_rendered_as_the_stable_adapter() -> None:
     facts = _facts(_obj(), stable_overrides={"coding": "demo/coding@v2"})
     config = router_config(facts)

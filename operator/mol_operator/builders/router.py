@@ -8,6 +8,7 @@ router in a cluster reads the same file ``mol up`` writes.
 
 from __future__ import annotations
 
+import posixpath
 from typing import Any
 
 import yaml
@@ -48,6 +49,7 @@ from mol_operator.builders.common import (
     token_env,
 )
 from mol_platform.router_config import (
+    DEFAULT_API_KEYS_FILE,
     EndpointSliceSelector,
     RouterConfig,
     router_config_from_spec,
@@ -55,7 +57,8 @@ from mol_platform.router_config import (
 
 CONFIG_DIR = "/etc/mol/router"
 CONFIG_FILE = "router.yaml"
-API_KEYS_DIR = "/etc/mol/api-keys"
+# The API keys Secret is mounted where the RouterConfig's apiKeysFile points.
+API_KEYS_DIR = posixpath.dirname(DEFAULT_API_KEYS_FILE)
 
 
 def router_config(facts: Facts) -> RouterConfig:
@@ -126,9 +129,9 @@ def router_objects(facts: Facts) -> list[dict[str, Any]]:
         env=[token_env(facts)],
         resources=V1ResourceRequirements(requests={"cpu": d.router_cpu, "memory": d.router_memory},
                                          limits={"memory": d.router_memory}),
-        readiness_probe=V1Probe(http_get=V1HTTPGetAction(path="/health", port="http"),
+        readiness_probe=V1Probe(http_get=V1HTTPGetAction(path="/readyz", port="http"),
                                 period_seconds=5),
-        liveness_probe=V1Probe(http_get=V1HTTPGetAction(path="/health", port="http"),
+        liveness_probe=V1Probe(http_get=V1HTTPGetAction(path="/healthz", port="http"),
                                period_seconds=10, failure_threshold=6),
         volume_mounts=mounts,
     )
