@@ -53,6 +53,7 @@ def make_runtime(settings: OperatorSettings) -> Runtime:
                                    timeout=settings.catalog_timeout),
         defaults=settings.defaults(),
         retry_seconds=settings.retry_seconds,
+        max_concurrent=settings.max_concurrent_reconciles,
         metrics=OperatorMetrics(),
         warmer=Warmer(timeout=settings.warmup_timeout),
     )

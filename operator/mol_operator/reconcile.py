@@ -7,6 +7,7 @@ the plan. Kopf-free, so tests and the benchmark drive it directly.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import time
 from collections.abc import Mapping
@@ -71,6 +72,15 @@ class Runtime:
     retry_seconds: float = 30.0
     metrics: OperatorMetrics | None = None
     warmer: Warmer = field(default_factory=Warmer)
+    max_concurrent: int = 32
+    _gate: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
+
+    @property
+    def gate(self) -> asyncio.Semaphore:
+        """Bounds reconciles in flight (made on first use, inside the operator's loop)."""
+        if self._gate is None:
+            self._gate = asyncio.Semaphore(self.max_concurrent)
+        return self._gate
 
 
 @dataclass(frozen=True)
@@ -147,6 +157,12 @@ async def _execute(rt: Runtime, the_plan: Plan, namespace: str) -> list[Key]:
 
 
 async def reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
+    """One reconcile, waiting for a free slot first (``Outcome.seconds`` is the work only)."""
+    async with rt.gate:
+        return await _reconcile(rt, body)
+
+
+async def _reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
     started = time.perf_counter()
     obj = parse(body)
     meta = body.get("metadata", {})

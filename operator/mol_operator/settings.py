@@ -47,6 +47,10 @@ class OperatorSettings(BaseSettings):
     canary_tick_seconds: float = Field(
         default=10.0, gt=0, description="How often running canaries are analysed and stepped.")
     catalog_timeout: float = Field(default=10.0, gt=0)
+    max_concurrent_reconciles: int = Field(
+        default=32, ge=1, le=1024,
+        description="Reconciles in flight at once; the rest wait their turn (a thousand "
+                    "deployments at startup must not swamp the catalog and the API server).")
 
     def admin_token(self) -> str | None:
         if self.catalog_token_file is not None:
