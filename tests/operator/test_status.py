@@ -9,8 +9,9 @@ import pytest
 from mol_operator.catalog import Retry, engine_label, token_scopes
 from mol_operator.reconcile import Invalid, failure_status, parse
 from mol_operator.status import condition, merge_conditions, status_patch
-from mol_operator.warmup_status import apply_results, expert_names
-from mol_platform.spec import MoLDeployment
+from mol_operator.warmup import model_names
+from mol_operator.warmup_status import apply_results
+from mol_platform.spec import MoLDeployment, MoLDeploymentSpec
 
 
 def test_transition_time_moves_only_on_flips() -> None:
@@ -86,14 +87,15 @@ def test_parse_refuses_names_too_long_for_children() -> None:
 
 
 def test_warmup_results_per_pod() -> None:
-    owner = {"spec": {"experts": [{"name": "a", "canary": {"adapter": "n/a@next"}},
-                                  {"name": "b"}]},
-             "status": {"experts": [{"name": "a", "adapter": "n/a@stable", "version": 1,
-                                     "canary": {"version": 2}},
-                                    {"name": "b", "adapter": "n/b@stable", "version": 4}]}}
-    names = expert_names(owner)
+    spec = MoLDeploymentSpec.model_validate({
+        "baseModel": {"name": "b", "uri": "/m"},
+        "experts": [{"name": "a", "adapter": "n/a@stable", "canary": {"adapter": "n/a@next"}},
+                    {"name": "b", "adapter": "n/b@stable"}]})
+    experts: list[dict[str, Any]] = [
+        {"name": "a", "adapter": "n/a@stable", "version": 1, "canary": {"version": 2}},
+        {"name": "b", "adapter": "n/b@stable", "version": 4}]
+    names = model_names(spec, {"experts": experts})
     assert names == {"n/a@v1": "a", "n/a@v2": "a", "n/b@v4": "b"}
-    experts = owner["status"]["experts"]
     failed = apply_results(experts, "pod-1", names,
                            {"n/a@v1": None, "n/a@v2": None, "n/b@v4": "HTTP 404: gone"})
     assert [e["serving"] for e in failed] == [True, False]
