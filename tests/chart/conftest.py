@@ -30,7 +30,7 @@ FULL: dict[str, Any] = {
         "nodeSelector": {"pool": "cpu"}, "tolerations": [{"key": "cpu", "operator": "Exists"}],
         "podAnnotations": {"team": "ml"},
     },
-    "operator": {"watchNamespaces": ["team-a", "team-b"], "logLevel": "debug"},
+    "operator": {"watchNamespaces": ["team-a", "team-b"], "metricsPort": 9100},
     "router": {
         "image": {"repository": "registry.example.com/mol", "tag": "0.1.0"}, "replicas": 3,
         "ingress": {"enabled": True, "className": "nginx", "hosts": [
