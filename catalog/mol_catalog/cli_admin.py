@@ -171,10 +171,31 @@ def gc(
         typer.echo(f"  {digest}")
 
 
+def migrate(
+    db: Annotated[str | None, typer.Option(
+        help="Database URL (default: MOL_CATALOG_DB_URL).")] = None,
+    revision: Annotated[str, typer.Option(help="Alembic revision to upgrade to.")] = "head",
+) -> None:
+    """Upgrade the catalog's database schema (Alembic), then exit.
+
+    What the Helm chart's pre-install/pre-upgrade Job runs; `serve` migrates at start
+    unless MOL_CATALOG_MIGRATE=false.
+
+    Example: MOL_CATALOG_DB_URL=postgresql://mol@db/mol mol catalog migrate
+    """
+    from mol_catalog.db import migrate as run_migrations
+    from mol_catalog.settings import CatalogSettings
+
+    url = db or CatalogSettings().db_url
+    run_migrations(url, revision)
+    typer.echo(f"database at revision {revision}")
+
+
 def register_admin(app: typer.Typer) -> None:
     """Mount the administration verbs on the ``mol catalog`` group."""
     app.add_typer(base_app, name="base")
     app.add_typer(profile_app, name="profile")
     app.add_typer(token_app, name="token")
     app.command("gc")(gc)
+    app.command("migrate")(migrate)
 
