@@ -45,7 +45,7 @@ class Source:
     async def fetch(self, f: BlobFile, dest: Path) -> str:
         self.fetches += 1
         data = self.blobs[f.url] + (b"x" if self.corrupt else b"")
-        dest.write_bytes(data)
+        await asyncio.to_thread(dest.write_bytes, data)
         return hashlib.sha256(data).hexdigest()
 
 
@@ -78,7 +78,7 @@ async def test_corrupt_download_leaves_nothing(tmp_path: Path) -> None:
 
 async def test_file_list_must_match_the_digest(tmp_path: Path) -> None:
     cache = AdapterCache(tmp_path, 10_000)
-    digest, files, blobs = adapter(3)
+    _, files, blobs = adapter(3)
     other, _, _ = adapter(4)
     with pytest.raises(CacheError, match="does not add up"):
         await cache.ensure(other, files, Source(blobs).fetch, {})
@@ -121,19 +121,20 @@ sys.stdin.read()
 """
 
 
-async def test_entries_pinned_by_another_process_are_not_evicted(tmp_path: Path) -> None:
+def test_entries_pinned_by_another_process_are_not_evicted(tmp_path: Path) -> None:
     cache = AdapterCache(tmp_path, 1500)  # room for one adapter
     first, files, blobs = adapter(5)
-    await cache.ensure(first, files, Source(blobs).fetch, {})
+    asyncio.run(cache.ensure(first, files, Source(blobs).fetch, {}))
     cache.close()
     engine = subprocess.Popen([sys.executable, "-c", HOLD_PIN, str(tmp_path), first],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    assert engine.stdin is not None and engine.stdout is not None
+    assert engine.stdin is not None
+    assert engine.stdout is not None
     try:
         assert engine.stdout.readline().strip() == "pinned"
         second, files2, blobs2 = adapter(6)
         other = AdapterCache(tmp_path, 1500)
-        await other.ensure(second, files2, Source(blobs2).fetch, {})
+        asyncio.run(other.ensure(second, files2, Source(blobs2).fetch, {}))
         assert other.path(first).exists()  # in use by the other engine
         assert other.total_bytes() > 1500
     finally:

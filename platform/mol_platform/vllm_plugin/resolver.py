@@ -133,8 +133,8 @@ class MolResolver:
                 return await client.download(f.url, dest)
 
             path = await self.cache.ensure(digest, files, fetch, meta)
-        except CacheError as exc:
-            raise Refused(str(exc)) from None
+        except (CacheError, CatalogError) as exc:
+            raise Refused(f"cannot fetch {digest}: {exc}") from None
         self.cache.remember_ref(ref.adapter, version, digest)
         if self.profile is not None:
             await self.cache.mark_compatible(digest, self.profile)
