@@ -68,3 +68,65 @@ def test_default_must_be_an_expert() -> None:
             default="x",
             endpoints=["http://e"],
         )
+
+
+def test_router_knobs_default_and_round_trip(tmp_path: Path) -> None:
+    from mol_platform.router_config import DEFAULT_BODY_LIMIT, load_router_config
+
+    obj = MoLDeployment.from_yaml(EXAMPLE.read_text())
+    cfg = router_config_from_spec(obj, endpoints=["http://e:8000"], policy="round_robin",
+                                  catalog_token_file="/etc/mol/catalog/token")
+    assert cfg.body_limit_bytes == DEFAULT_BODY_LIMIT
+    assert cfg.timeouts.classifier == 2.0
+    assert cfg.policy == "round_robin"
+    assert cfg.api_keys_file is None  # the example sets no router.apiKeys
+    path = tmp_path / "router.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(by_alias=True, mode="json")))
+    assert "bodyLimitBytes" in path.read_text()
+    assert "headerRead" in path.read_text()
+    assert load_router_config(path) == cfg
+
+
+def test_api_keys_secret_gives_the_default_keys_file() -> None:
+    from mol_platform.router_config import DEFAULT_API_KEYS_FILE
+
+    obj = MoLDeployment.from_yaml(EXAMPLE.read_text())
+    data = obj.model_dump(by_alias=True)
+    data["spec"]["router"]["apiKeys"] = {"secretRef": "macaron-keys"}
+    cfg = router_config_from_spec(MoLDeployment.model_validate(data),
+                                  endpoints=["http://e:8000"])
+    assert cfg.api_keys_file == DEFAULT_API_KEYS_FILE
+
+
+def test_api_keys_file_format(tmp_path: Path) -> None:
+    from mol_platform.router_config import ApiKeysFile
+
+    path = tmp_path / "keys.yaml"
+    path.write_text(
+        "keys:\n"
+        "  - tenant: acme\n    key: sk-acme-0123456789abcdef\n    namespaces: [acme]\n"
+        "    requestsPerMinute: 60\n    tokensPerMinute: 10000\n"
+        "  - tenant: ops\n    keySha256: " + "a" * 64 + "\n"
+    )
+    keys = ApiKeysFile.load(path)
+    assert [k.tenant for k in keys.keys] == ["acme", "ops"]
+    assert keys.keys[0].namespaces == ["acme"]
+    assert keys.keys[1].namespaces == ["*"]
+    assert keys.keys[0].tokens_per_minute == 10000
+    with pytest.raises(ValidationError, match="exactly one of key and keySha256"):
+        ApiKeysFile.model_validate({"keys": [{"tenant": "x"}]})
+    with pytest.raises(ValidationError, match="64 lowercase hex"):
+        ApiKeysFile.model_validate({"keys": [{"tenant": "x", "keySha256": "zz"}]})
+    with pytest.raises(ValidationError, match="appears twice"):
+        ApiKeysFile.model_validate({"keys": [{"tenant": "a", "key": "k" * 20},
+                                             {"tenant": "b", "key": "k" * 20}]})
+
+
+@pytest.mark.parametrize(("field", "value"), [("bodyLimitBytes", 10), ("queueLimit", -1),
+                                               ("timeouts", {"classifier": 0}),
+                                               ("maxAttempts", 0), ("unknown", 1)])
+def test_out_of_range_knobs_are_refused(field: str, value: object) -> None:
+    base = {"deployment": "d", "profile": "p", "experts": [{"name": "chat", "adapter": "a/b@v1"}],
+            "default": "chat", "endpoints": ["http://e"]}
+    with pytest.raises(ValidationError):
+        RouterConfig.model_validate({**base, field: value})

@@ -1,0 +1,94 @@
+"""``model: "auto"``: ask the classifier expert which expert should answer.
+
+The classifier is an expert like the others (a LoRA on the same base) asked with its
+output constrained to the expert names (vLLM ``structured_outputs: {"choice": ...}``),
+so its answer is always a valid name. Anything else (timeout, error, no ready
+engine, a name that is not an expert) falls back to ``router.default``: a slow or
+broken classifier costs at most its timeout, never a failed request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+import orjson
+
+from mol_router.policy import RouteRequest
+from mol_router.selection import Routing
+from mol_router.state import Runtime
+from mol_router.upstream import Upstreams
+
+log = logging.getLogger("mol.router.classifier")
+_MAX_CHARS = 4000
+
+
+def _text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts
+        return " ".join(p.get("text", "") for p in content
+                        if isinstance(p, dict) and isinstance(p.get("text"), str))
+    return ""
+
+
+def request_text(body: dict[str, Any], chat: bool) -> str:
+    """What the classifier reads: the last user message (or the prompt)."""
+    if chat:
+        for msg in reversed(body.get("messages") or ()):
+            if isinstance(msg, dict) and msg.get("role") == "user":
+                return _text(msg.get("content"))[-_MAX_CHARS:]
+        return ""
+    prompt = body.get("prompt")
+    return (prompt if isinstance(prompt, str) else "")[-_MAX_CHARS:]
+
+
+def instructions(routing: Routing) -> str:
+    lines = ["Choose the expert best suited to answer the user's message. Experts:"]
+    for name in routing.classifier_choices:
+        desc = routing.experts[name].description
+        lines.append(f"- {name}: {desc}" if desc else f"- {name}")
+    lines.append("Answer with the expert's name only.")
+    return "\n".join(lines)
+
+
+async def classify(rt: Runtime, upstreams: Upstreams, body: dict[str, Any], chat: bool,
+                   headers: dict[str, str]) -> str | None:
+    """The expert the classifier names, or None (the caller falls back)."""
+    routing = rt.routing
+    name = routing.config.classifier
+    if name is None:
+        return None
+    try:
+        async with asyncio.timeout(rt.config.timeouts.classifier):
+            resolved = await rt.resolver.resolve(routing.experts[name].adapter)
+            payload = orjson.dumps({
+                "model": resolved.name,
+                "messages": [{"role": "system", "content": instructions(routing)},
+                             {"role": "user", "content": request_text(body, chat)}],
+                "structured_outputs": {"choice": list(routing.classifier_choices)},
+                "max_tokens": 16, "temperature": 0, "stream": False})
+            resp, endpoint = await upstreams.send(
+                "/v1/chat/completions", payload, headers, RouteRequest(resolved.name),
+                rt.limits.classifier)
+            ok = False
+            try:
+                data = await resp.read()
+                ok = resp.status == 200
+            finally:
+                upstreams.done(resp, endpoint, resolved.name, ok=ok, complete=True)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.info("classifier unavailable (%s); using the default expert", exc or type(exc))
+        return None
+    if not ok:
+        log.info("classifier answered %d; using the default expert", resp.status)
+        return None
+    try:
+        answer = orjson.loads(data)["choices"][0]["message"]["content"]
+    except (orjson.JSONDecodeError, KeyError, IndexError, TypeError):
+        return None
+    choice = answer.strip() if isinstance(answer, str) else ""
+    return choice if choice in routing.experts else None

@@ -1,0 +1,73 @@
+"""Baseline: the Gateway API Inference Extension's ``lora-affinity-scorer``.
+
+Re-implemented from its published rule so it can be compared on the same traffic.
+Per endpoint: 1.0 when the adapter is active there, 0.8 when the endpoint can take
+one more adapter (active + waiting adapters < max), 0.6 when the adapter is waiting
+there, 0 when the endpoint is full. It is combined, as in the project's default
+scheduling profile (without the prefix-cache scorer, which has nothing to score
+here), with the ``queue-scorer`` (min-max normalised waiting queue) and the
+``kv-cache-utilization-scorer`` (1 - usage), summed by weight, best score wins and
+ties are broken at random.
+
+vLLM publishes the same adapter names in ``running_lora_adapters`` and
+``waiting_lora_adapters``, so, fed the metric as it is, the rule counts each running
+adapter twice when checking for a free slot; this re-implementation does the same.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from mol_router.policy.base import Knobs, eligible, kv_cache_scores, max_score, queue_scores
+from mol_router.policy.stats import EngineStats, RouteRequest
+
+
+def lora_affinity_score(stats: EngineStats, adapter: str | None) -> float:
+    """The scorer's table for one endpoint (base-model requests score like a free slot
+    only when one is free, as the adapter name is simply never listed)."""
+    active = stats.running_adapters
+    waiting = stats.running_adapters  # vLLM lists the same names in both labels
+    if adapter is not None and adapter in active:
+        return 1.0
+    if len(active) + len(waiting) < stats.max_lora:
+        return 0.8
+    if adapter is not None and adapter in waiting:
+        return 0.6
+    return 0.0
+
+
+class GieLoraAffinity:
+    """``gie-lora-affinity``: queue + KV-cache + lora-affinity scorers, max-score pick."""
+
+    name = "gie-lora-affinity"
+    KNOBS = ("queue_weight", "kv_cache_weight", "lora_weight", "seed")
+
+    def __init__(self, knobs: Mapping[str, Any] | None = None) -> None:
+        k = Knobs(self.name, knobs or {}, self.KNOBS)
+        self.weights = (
+            k.get("queue_weight", float, 2.0, 0.0, 100.0),
+            k.get("kv_cache_weight", float, 2.0, 0.0, 100.0),
+            k.get("lora_weight", float, 1.0, 0.0, 100.0),
+        )
+        self._rng = random.Random(k.get("seed", int, 0, 0, 2**63))
+
+    def pick(
+        self,
+        endpoints: Sequence[str],
+        stats: Mapping[str, EngineStats],
+        request: RouteRequest,
+        exclude: frozenset[str] = frozenset(),
+    ) -> str | None:
+        adapter = request.adapter
+        qw, kw, lw = self.weights
+        return max_score(
+            eligible(endpoints, stats, exclude),
+            [
+                (qw, queue_scores),
+                (kw, kv_cache_scores),
+                (lw, lambda cs: [lora_affinity_score(s, adapter) for _, s in cs]),
+            ],
+            self._rng,
+        )

@@ -1,0 +1,449 @@
+"""``/v1/chat/completions`` and ``/v1/completions``: the request path.
+
+Read the body (bounded in size and time), authenticate, pick the expert, resolve it
+to an immutable adapter name, forward, and stream the answer back event by event.
+With handoff on, a ``handoff`` tool call from the expert continues the same request
+with the target expert (up to ``maxHops``); the client sees one response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import orjson
+from aiohttp import web
+
+from mol_router import handoff
+from mol_router.classifier import classify
+from mol_router.errors import RouterError, error_body, error_response
+from mol_router.policy import RouteRequest
+from mol_router.resolver import Resolved, Unresolved
+from mol_router.selection import ADAPTER_LABEL, Choice, Routing
+from mol_router.sse import DONE_EVENT, StreamHop
+from mol_router.state import Runtime
+from mol_router.tenants import OPEN, Tenant
+from mol_router.upstream import Upstreams
+
+_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+_RID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
+
+
+def _request_id(value: str | None) -> str:
+    if value and len(value) <= 128 and all(c in _RID_OK for c in value):
+        return value
+    return os.urandom(16).hex()
+
+
+@dataclass(slots=True)
+class Served:
+    """What served the request so far (for headers and metrics)."""
+
+    choice: Choice
+    resolved: Resolved
+    path: list[str] = field(default_factory=list)
+    prompt: int = 0
+    completion: int = 0
+
+    @property
+    def version(self) -> str:
+        return str(self.resolved.version)
+
+
+class GenerationProxy:
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.up = Upstreams(runtime)
+
+    async def chat(self, request: web.Request) -> web.StreamResponse:
+        return await self.handle(request, "/v1/chat/completions", chat=True)
+
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        return await self.handle(request, "/v1/completions", chat=False)
+
+    # --- the request ---------------------------------------------------------------
+
+    async def handle(self, request: web.Request, path: str, *, chat: bool
+                     ) -> web.StreamResponse:
+        started = time.perf_counter()
+        rid = _request_id(request.headers.get("x-request-id"))
+        rt = self.rt
+        served: Served | None = None
+        code = 200
+        try:
+            tenant = self._tenant(request)
+            body = await self._body(request, chat)
+            user = body.get("user") if isinstance(body.get("user"), str) else None
+            user = user or request.headers.get("x-mol-user")
+            routing = rt.routing
+            headers = {"Content-Type": "application/json", "X-Request-Id": rid}
+            choice = await self._choose(routing, body, chat, user, headers)
+            if choice.mode == "adapter" and not tenant.may_use(choice.ref.split("/", 1)[0]):
+                rt.metrics.rejected("forbidden")
+                raise RouterError(403, f"this API key may not use adapters of namespace "
+                                  f"{choice.ref.split('/', 1)[0]!r}", "namespace_forbidden",
+                                  param="model")
+            served = Served(choice, await self._resolve(choice), [choice.expert])
+            body.pop("router", None)
+            if body.get("stream") is True:
+                resp, code = await self._stream(request, path, body, chat, served, tenant,
+                                                user, headers, started)
+                return resp
+            result = await self._whole(path, body, chat, served, tenant, user, headers)
+            code = result.status
+            return result
+        except RouterError as exc:
+            code = exc.status
+            response = error_response(exc, {"x-request-id": rid})
+            if exc.status in (408, 413):
+                response.force_close()
+            return response
+        except asyncio.CancelledError:
+            code = 499  # the client went away
+            raise
+        finally:
+            elapsed = time.perf_counter() - started
+            if served is not None:
+                adapter = served.resolved.adapter
+                rt.metrics.request_done(served.choice.expert, adapter, served.version, code,
+                                        elapsed)
+            else:
+                rt.metrics.request_done("none", "", "", code, elapsed)
+
+    def _tenant(self, request: web.Request) -> Tenant:
+        keys = self.rt.keys
+        tenant = OPEN
+        if keys.enabled:
+            auth = request.headers.get("Authorization")
+            found = keys.lookup(auth)
+            if found is None:
+                self.rt.metrics.rejected("unauthorized")
+                raise RouterError(401, "missing API key: send Authorization: Bearer <key>"
+                                  if not auth else "invalid API key", "invalid_api_key")
+            tenant = found
+        wait = tenant.admit()
+        if wait > 0:
+            self.rt.metrics.rejected("rate_limited")
+            raise RouterError(429, f"rate limit of tenant {tenant.name!r} reached; retry in "
+                              f"{wait:.1f} s", "rate_limit_exceeded", retry_after=wait)
+        return tenant
+
+    async def _body(self, request: web.Request, chat: bool) -> dict[str, Any]:
+        limits = self.rt.limits
+        limit = limits.body_limit
+        if request.content_length is not None and request.content_length > limit:
+            self.rt.metrics.rejected("too_large")
+            raise RouterError(413, f"request body of {request.content_length} bytes is over "
+                              f"the limit of {limit} bytes", "body_too_large")
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async with asyncio.timeout(limits.body_read):
+                while True:
+                    chunk = await request.content.readany()
+                    if not chunk:
+                        break
+                    size += len(chunk)
+                    if size > limit:
+                        self.rt.metrics.rejected("too_large")
+                        raise RouterError(413, f"request body is over the limit of {limit} "
+                                          "bytes", "body_too_large")
+                    chunks.append(chunk)
+        except TimeoutError:
+            self.rt.metrics.rejected("slow_body")
+            raise RouterError(408, f"request body not received within {limits.body_read:g} s",
+                              "body_timeout") from None
+        except aiohttp.ClientPayloadError as exc:
+            raise RouterError(400, f"malformed request body: {exc}", "invalid_body") from None
+        try:
+            body = orjson.loads(b"".join(chunks) if len(chunks) != 1 else chunks[0])
+        except orjson.JSONDecodeError as exc:
+            raise RouterError(400, f"request body is not valid JSON (UTF-8): {exc}",
+                              "invalid_json") from None
+        if not isinstance(body, dict):
+            raise RouterError(400, "request body must be a JSON object", "invalid_json")
+        _check_fields(body, chat)
+        return body
+
+    async def _choose(self, routing: Routing, body: dict[str, Any], chat: bool,
+                      user: str | None, headers: dict[str, str]) -> Choice:
+        choice = routing.select(body.get("router"), body.get("model"), user)
+        if choice is None:
+            picked = await classify(self.rt, self.up, body, chat, headers)
+            mode = "classifier" if picked is not None else "fallback"
+            choice = routing.expert_choice(picked or routing.config.default, mode, user)
+        self.rt.metrics.decision(choice.mode, choice.expert)
+        return choice
+
+    async def _resolve(self, choice: Choice) -> Resolved:
+        try:
+            resolved = await self.rt.resolver.resolve(choice.ref)
+        except Unresolved as exc:
+            if choice.expert == ADAPTER_LABEL and exc.status == 404:
+                raise RouterError(404, f"adapter {choice.ref}: {exc.detail}",
+                                  "model_not_found", param="model") from None
+            raise RouterError(503, f"cannot resolve {choice.ref} for expert "
+                              f"{choice.expert!r}: {exc.detail}", "catalog_unavailable",
+                              retry_after=5.0) from None
+        if not resolved.compatible:
+            self.rt.metrics.rejected("incompatible")
+            reasons = "; ".join(str(r.get("message", r)) for r in resolved.reasons)
+            raise RouterError(422, f"{resolved.name} is not compatible with serving profile "
+                              f"{self.rt.config.profile!r}: {reasons}", "adapter_incompatible",
+                              extra={"reasons": list(resolved.reasons)})
+        return resolved
+
+    # --- handoff ----------------------------------------------------------------------
+
+    def _offer(self, body: dict[str, Any], served: Served, hops: int,
+               client_tools: list[Any] | None) -> bool:
+        """Offer the handoff tool for this hop; False when it is not offered."""
+        routing = self.rt.routing
+        cfg = routing.config
+        current = served.choice.expert
+        if current == ADAPTER_LABEL:
+            return False
+        targets = [n for n in routing.classifier_choices if n != current]
+        if hops >= cfg.handoff_max_hops:
+            targets = []
+        handoff.offer(body, targets, {n: e.description for n, e in routing.experts.items()},
+                      client_tools)
+        return bool(targets)
+
+    async def _hand_over(self, body: dict[str, Any], served: Served, call: handoff.Call,
+                         user: str | None) -> None:
+        routing = self.rt.routing
+        source = served.choice.expert
+        served.choice = routing.expert_choice(call.expert, "handoff", user)
+        served.resolved = await self._resolve(served.choice)
+        served.path.append(call.expert)
+        body["model"] = served.resolved.name
+        body["messages"] = handoff.continue_messages(body["messages"], source, call.summary)
+        self.rt.metrics.handoff(source, call.expert)
+        self.rt.metrics.decision("handoff", call.expert)
+
+    def _valid(self, call: handoff.Call | None, served: Served) -> bool:
+        return (call is not None and call.expert in self.rt.routing.experts
+                and call.expert != served.choice.expert)
+
+    def _count(self, tenant: Tenant, served: Served, prompt: int, completion: int) -> None:
+        served.prompt += prompt
+        served.completion += completion
+        self.rt.metrics.count_tokens(tenant.name, served.choice.expert, prompt, completion)
+        tenant.spend_tokens(prompt + completion)
+
+    def _headers(self, served: Served, rid: str) -> dict[str, str]:
+        h = {"x-request-id": rid, "x-mol-expert": served.choice.expert,
+             "x-mol-adapter-version": served.resolved.name}
+        if served.choice.canary:
+            h["x-mol-canary"] = "true"
+        if len(served.path) > 1:
+            h["x-mol-handoffs"] = ">".join(served.path)
+        return h
+
+    # --- whole responses -----------------------------------------------------------------
+
+    async def _whole(self, path: str, body: dict[str, Any], chat: bool, served: Served,
+                     tenant: Tenant, user: str | None, headers: dict[str, str]
+                     ) -> web.Response:
+        handoff_on = chat and self.rt.config.handoff_enabled and handoff.may_offer(body)
+        client_tools = body.get("tools")
+        hops = 0
+        while True:
+            offered = handoff_on and self._offer(body, served, hops, client_tools)
+            body["model"] = served.resolved.name
+            payload = orjson.dumps(body)
+            adapter = served.resolved.name
+            resp, endpoint = await self.up.send(
+                path, payload, headers, RouteRequest(adapter, user, len(payload) // 4),
+                self.rt.limits.upstream)
+            complete = False
+            try:
+                data = await resp.read()
+                complete = True
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                self.rt.metrics.upstream_error("stream")
+                raise RouterError(502, f"the engine failed while answering: "
+                                  f"{exc.__class__.__name__}", "upstream_error") from None
+            finally:
+                self.up.done(resp, endpoint, adapter, ok=complete and resp.status < 500,
+                             complete=complete)
+            status = resp.status
+            if status >= 500:
+                raise RouterError(502, f"the engine answered {status}: "
+                                  f"{data[:300].decode('utf-8', 'replace')}", "upstream_error")
+            if status != 200:  # the engine's own 4xx (vLLM bodies are OpenAI-style)
+                return web.Response(status=status, body=data,
+                                    headers={**self._headers(served, headers["X-Request-Id"]),
+                                             "Content-Type": "application/json"})
+            try:
+                obj = orjson.loads(data)
+            except orjson.JSONDecodeError:
+                obj = None
+            usage = obj.get("usage") if isinstance(obj, dict) else None
+            if isinstance(usage, dict):
+                self._count(tenant, served, _int(usage.get("prompt_tokens")),
+                            _int(usage.get("completion_tokens")))
+            call = handoff.from_message(obj) if offered and isinstance(obj, dict) else None
+            if self._valid(call, served):
+                assert call is not None
+                hops += 1
+                await self._hand_over(body, served, call, user)
+                continue
+            if hops and isinstance(obj, dict):
+                obj["usage"] = {"prompt_tokens": served.prompt,
+                                "completion_tokens": served.completion,
+                                "total_tokens": served.prompt + served.completion}
+                data = orjson.dumps(obj)
+            return web.Response(status=200, body=data,
+                                headers={**self._headers(served, headers["X-Request-Id"]),
+                                         "Content-Type": "application/json"})
+
+    # --- streams ----------------------------------------------------------------------
+
+    async def _stream(self, request: web.Request, path: str, body: dict[str, Any],
+                      chat: bool, served: Served, tenant: Tenant, user: str | None,
+                      headers: dict[str, str], started: float
+                      ) -> tuple[web.StreamResponse, int]:
+        """The response and the status to count (502 when the engine failed mid-stream)."""
+        rt = self.rt
+        options = body.get("stream_options")
+        keep_usage = isinstance(options, dict) and options.get("include_usage") is True
+        if not keep_usage:
+            body["stream_options"] = {**(options or {}), "include_usage": True}
+        handoff_on = chat and rt.config.handoff_enabled and handoff.may_offer(body)
+        client_tools = body.get("tools")
+        out: web.StreamResponse | None = None
+        first_id: bytes | None = None
+        first_sent = False
+        hops = 0
+        while True:
+            offered = handoff_on and self._offer(body, served, hops, client_tools)
+            body["model"] = served.resolved.name
+            payload = orjson.dumps(body)
+            adapter = served.resolved.name
+            try:
+                resp, endpoint = await self.up.send(
+                    path, payload, headers, RouteRequest(adapter, user, len(payload) // 4),
+                    rt.limits.upstream)
+            except RouterError as exc:
+                if out is None:
+                    raise
+                await self._stream_error(out, exc.status, exc.message, exc.code)
+                return out, exc.status
+            if resp.status != 200:
+                try:
+                    data = await resp.read()
+                finally:
+                    self.up.done(resp, endpoint, adapter, ok=resp.status < 500, complete=True)
+                status = 502 if resp.status >= 500 else resp.status
+                if out is None:
+                    message = data if status == resp.status else error_body(
+                        502, f"the engine answered {resp.status}", "upstream_error")
+                    return web.Response(
+                        status=status, body=message,
+                        headers={**self._headers(served, headers["X-Request-Id"]),
+                                 "Content-Type": "application/json"}), status
+                await self._stream_error(out, status, f"the engine answered {resp.status}",
+                                         "upstream_error")
+                return out, status
+            if out is None:
+                out = web.StreamResponse(status=200, headers={
+                    **_SSE_HEADERS, **self._headers(served, headers["X-Request-Id"])})
+                await out.prepare(request)
+            hop = StreamHop(keep_usage=keep_usage and not handoff_on, handoff_on=offered,
+                            continuation=hops > 0, rewrite_id=first_id)
+            complete = False
+            try:
+                async for chunk in resp.content.iter_any():
+                    data = hop.feed(chunk)
+                    if data:
+                        if not first_sent:
+                            first_sent = True
+                            rt.metrics.first_token(served.choice.expert, served.version,
+                                                   time.perf_counter() - started)
+                        await out.write(data)
+                rest = hop.finish()
+                if rest:
+                    await out.write(rest)
+                complete = True
+            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError,
+                    TimeoutError) as exc:
+                if isinstance(exc, ConnectionResetError):
+                    raise  # the client went away: handled by the caller
+                rt.metrics.upstream_error("stream")
+                await self._stream_error(out, 502, "the engine failed mid-stream: "
+                                         f"{exc.__class__.__name__}", "upstream_error")
+                return out, 502
+            finally:
+                self.up.done(resp, endpoint, adapter, ok=complete, complete=complete)
+            first_id = first_id or hop.first_id()
+            self._count(tenant, served, hop.prompt, hop.completion)
+            if offered and self._valid(hop.call, served):
+                assert hop.call is not None
+                source = served.choice.expert
+                hops += 1
+                await self._hand_over(body, served, hop.call, user)
+                await out.write(f": mol-handoff {source}>{hop.call.expert} "
+                                f"{served.resolved.name}\n\n".encode())
+                continue
+            tail = b""
+            if handoff_on and keep_usage:
+                tail += b"data: " + orjson.dumps({
+                    "id": (first_id or b"").decode(), "object": "chat.completion.chunk",
+                    "model": served.resolved.name, "choices": [],
+                    "usage": {"prompt_tokens": served.prompt,
+                              "completion_tokens": served.completion,
+                              "total_tokens": served.prompt + served.completion}}) + b"\n\n"
+            if hop.done:
+                tail += DONE_EVENT
+            if tail:
+                await out.write(tail)
+            await out.write_eof()
+            return out, 200
+
+    async def _stream_error(self, out: web.StreamResponse, status: int, message: str,
+                            code: str) -> None:
+        """Headers are gone: the error travels as an SSE event, as vLLM sends them."""
+        try:
+            await out.write(b"data: " + error_body(status, message, code) + b"\n\n" + DONE_EVENT)
+            await out.write_eof()
+        except ConnectionResetError:
+            pass
+
+
+def _int(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "model": (str,), "router": (str,), "user": (str,), "stream": (bool,),
+    "stream_options": (dict,), "tools": (list,), "max_tokens": (int,),
+    "temperature": (int, float), "top_p": (int, float), "n": (int,),
+}
+
+
+def _check_fields(body: dict[str, Any], chat: bool) -> None:
+    """The fields the router itself reads; the engine validates the rest (its 400s
+    pass through)."""
+    for name, types in _TYPES.items():
+        value = body.get(name)
+        if value is not None and (not isinstance(value, types) or (
+                isinstance(value, bool) and bool not in types)):
+            expected = " or ".join(t.__name__.replace("dict", "object").replace(
+                "list", "array").replace("str", "string") for t in types)
+            raise RouterError(400, f"'{name}' must be {expected}", "invalid_type", param=name)
+    if chat:
+        messages = body.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise RouterError(400, "'messages' must be a non-empty array", "invalid_type",
+                              param="messages")
+    else:
+        prompt = body.get("prompt")
+        if not isinstance(prompt, (str, list)):
+            raise RouterError(400, "'prompt' must be a string or an array", "invalid_type",
+                              param="prompt")

@@ -1,0 +1,206 @@
+"""Adapter references -> immutable names, through the catalog, cached.
+
+The catalog is the source of truth for what ``acme/coding@stable`` means. The router
+asks it once per reference, keeps the answer, and follows the catalog's event feed
+(long-polled) to refresh exactly the references an event touches, so a moved alias
+takes effect within about a second without a per-request catalog call. When the
+catalog cannot be reached, cached answers keep serving; only references never seen
+before fail (503). Refreshing happens beside the request path: a request never
+waits for a refresh, only for a first resolution.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from mol_platform.catalog_client import AsyncCatalogClient, CatalogError
+
+log = logging.getLogger("mol.router.resolver")
+
+_MAX_ENTRIES = 100_000
+_RETRY_SECONDS = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    """What a reference means now: the immutable name engines get, and the verdict."""
+
+    adapter: str  # ns/name
+    version: int
+    digest: str
+    compatible: bool
+    reasons: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def name(self) -> str:
+        return f"{self.adapter}@v{self.version}"
+
+
+class Unresolved(Exception):
+    """A reference the catalog could not resolve: ``status`` 404 (unknown) or 0
+    (catalog unreachable and nothing cached)."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+
+
+def _parse(body: dict[str, Any]) -> Resolved:
+    verdict = body.get("verdict") or {}
+    return Resolved(adapter=str(body["adapter"]), version=int(body["version"]),
+                    digest=str(body.get("digest", "")),
+                    compatible=bool(verdict.get("compatible", True)),
+                    reasons=tuple(verdict.get("reasons") or ()))
+
+
+class AdapterResolver:
+    """Cache of ``ref -> Resolved | Unresolved(404)`` kept fresh from the event feed."""
+
+    def __init__(self, client: AsyncCatalogClient, profile: str | None, *,
+                 poll_wait: float = 10.0, full_refresh_seconds: float = 300.0) -> None:
+        self.client = client
+        self.profile = profile
+        self.poll_wait = poll_wait
+        self.full_refresh_seconds = full_refresh_seconds
+        self._cache: dict[str, Resolved | Unresolved] = {}
+        self._inflight: dict[str, asyncio.Future[Resolved | Unresolved]] = {}
+        self._after: int | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.feed_ok = False  # True while the event feed is being followed
+
+    # --- request path ----------------------------------------------------------------
+
+    def cached(self, ref: str) -> Resolved | Unresolved | None:
+        return self._cache.get(ref)
+
+    async def resolve(self, ref: str) -> Resolved:
+        """The cached answer, or one catalog call shared by concurrent askers."""
+        hit = self._cache.get(ref)
+        if hit is None:
+            hit = await self._fetch_shared(ref)
+        if isinstance(hit, Unresolved):
+            raise hit
+        return hit
+
+    async def _fetch_shared(self, ref: str) -> Resolved | Unresolved:
+        fut = self._inflight.get(ref)
+        if fut is None:
+            fut = asyncio.get_running_loop().create_future()
+            self._inflight[ref] = fut
+            try:
+                result = await self._fetch(ref)
+                fut.set_result(result)
+            except BaseException as exc:  # cancellation included: wake the others
+                fut.set_exception(exc)
+                fut.exception()  # mark retrieved when nobody else waits
+                raise
+            finally:
+                self._inflight.pop(ref, None)
+            return result
+        return await asyncio.shield(fut)
+
+    async def _fetch(self, ref: str) -> Resolved | Unresolved:
+        """Ask the catalog; 404 answers are cached too (an event clears them)."""
+        try:
+            result: Resolved | Unresolved = _parse(await self.client.resolve(ref, self.profile))
+        except CatalogError as exc:
+            if exc.status == 404:
+                result = Unresolved(404, exc.detail)
+            else:
+                old = self._cache.get(ref)
+                if old is not None:
+                    return old  # unreachable or failing: keep serving what we know
+                return Unresolved(0, f"the catalog could not resolve {ref}: {exc.detail}")
+        if len(self._cache) >= _MAX_ENTRIES:
+            self._cache.clear()
+        self._cache[ref] = result
+        return result
+
+    # --- keeping it fresh --------------------------------------------------------------
+
+    async def start(self) -> None:
+        self._tasks.append(asyncio.create_task(self._follow(), name="mol-resolver-feed"))
+        self._tasks.append(asyncio.create_task(self._periodic(), name="mol-resolver-refresh"))
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+
+    def warm(self, refs: Iterable[str]) -> None:
+        """Resolve these in the background (the experts of a new config)."""
+        for ref in refs:
+            if ref not in self._cache and ref not in self._inflight:
+                self._tasks.append(asyncio.create_task(self._warm_one(ref)))
+
+    async def _warm_one(self, ref: str) -> None:
+        with contextlib.suppress(Unresolved, CatalogError):
+            await self._fetch_shared(ref)
+
+    async def refresh(self, refs: Iterable[str]) -> None:
+        await asyncio.gather(*(self._fetch(r) for r in list(refs)), return_exceptions=True)
+
+    async def _tail(self) -> int:
+        """The newest event id: past events say nothing about an empty cache.
+        ``after=N`` answers ``last == N`` exactly when no event is newer than N."""
+        lo, hi = 0, 1
+        while (await self.client.events(after=hi, limit=1))["last"] != hi:
+            lo, hi = hi, hi * 2
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if (await self.client.events(after=mid, limit=1))["last"] == mid:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    async def _follow(self) -> None:
+        while True:
+            try:
+                if self._after is None:
+                    self._after = await self._tail()
+                    # Anything cached before we knew the tail may predate an event.
+                    await self.refresh(list(self._cache))
+                response = await self.client.request(
+                    "GET", "/v1/events",
+                    params={"after": self._after, "limit": 500, "wait": self.poll_wait},
+                    timeout=self.poll_wait + 10.0)
+                page = response.json()
+                self.feed_ok = True
+                await self._apply(page.get("items") or [])
+                self._after = int(page.get("last", self._after))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the catalog is down or answering nonsense
+                if self.feed_ok:
+                    log.warning("catalog event feed unavailable (%s); serving from cache", exc)
+                self.feed_ok = False
+                await asyncio.sleep(_RETRY_SECONDS)
+
+    async def _apply(self, events: list[dict[str, Any]]) -> None:
+        stale: set[str] = set()
+        for event in events:
+            adapter = event.get("adapter")
+            if event.get("type") == "profile.set" or adapter is None:
+                stale.update(self._cache)  # verdicts may have changed for everything
+                continue
+            prefix = f"{adapter}@"
+            stale.update(r for r in self._cache if r.startswith(prefix))
+        if stale:
+            log.info("catalog changes: refreshing %d reference(s)", len(stale))
+            await self.refresh(stale)
+
+    async def _periodic(self) -> None:
+        """A slow full refresh: a safety net should an event ever be missed."""
+        while True:
+            await asyncio.sleep(self.full_refresh_seconds)
+            await self.refresh(list(self._cache))

@@ -1,0 +1,39 @@
+"""Process settings of ``mol router serve`` (env ``MOL_ROUTER_*``), one object.
+
+What a deployment decides (experts, limits, timeouts) lives in the RouterConfig file;
+these are the process's own: where to listen, which file to read and how to reach
+the Kubernetes API when engines come from EndpointSlices.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_SA = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+
+
+class RouterSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="MOL_ROUTER_", extra="ignore")
+
+    config: Path = Path("router.yaml")
+    host: str = "0.0.0.0"
+    port: int = Field(default=8000, ge=0, le=65535)
+    reload_interval: float = Field(default=1.0, gt=0, le=300)  # seconds between file checks
+    log_level: str = "INFO"
+    # Kubernetes API for EndpointSlices: in a pod, the service account's; else set these.
+    kube_api_url: str | None = None
+    kube_token_file: Path = _SA / "token"
+    kube_ca_file: Path = _SA / "ca.crt"
+    max_connections_per_engine: int = Field(default=0, ge=0)  # 0: unlimited pool
+
+    def kube_url(self) -> str | None:
+        """Explicit URL, else the in-cluster one from the service environment."""
+        if self.kube_api_url:
+            return self.kube_api_url.rstrip("/")
+        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get(
+            "KUBERNETES_SERVICE_PORT", "443")
+        return f"https://{host}:{port}" if host else None

@@ -1,0 +1,237 @@
+"""Everything a running router holds, and how a new config replaces it.
+
+A config is checked whole before anything changes (policy, key file, catalog token,
+references): an invalid file is refused with a log line and the last good config
+keeps serving. The pieces request handlers read (``routing``, ``keys``, ``policy``,
+``limits``) are immutable and swapped by assignment, so a request in flight keeps a
+consistent view.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+
+from mol_platform.catalog_client import AsyncCatalogClient
+from mol_platform.refs import AdapterRef
+from mol_platform.router_config import ApiKeysFile, RouterConfig, load_router_config
+from mol_router.endpoints import EndpointSource, make_endpoint_source
+from mol_router.metrics import RouterMetrics
+from mol_router.policy import Policy, make_policy
+from mol_router.resolver import AdapterResolver, Resolved, Unresolved
+from mol_router.selection import Routing
+from mol_router.settings import RouterSettings
+from mol_router.tenants import KeyTable
+from mol_router.tracker import EngineTracker
+
+log = logging.getLogger("mol.router")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-config numbers the request path reads, with aiohttp timeouts prebuilt."""
+
+    body_limit: int
+    header_read: float
+    body_read: float
+    queue: float
+    queue_limit: int
+    max_attempts: int
+    upstream: aiohttp.ClientTimeout
+    classifier: aiohttp.ClientTimeout
+
+    @classmethod
+    def of(cls, cfg: RouterConfig) -> Limits:
+        t = cfg.timeouts
+        return cls(cfg.body_limit_bytes, t.header_read, t.body_read, t.queue, cfg.queue_limit,
+                   cfg.max_attempts,
+                   aiohttp.ClientTimeout(total=t.upstream, sock_connect=t.connect),
+                   aiohttp.ClientTimeout(total=t.classifier, sock_connect=t.connect))
+
+
+class StaticResolver:
+    """Without a catalog: references must already be immutable (``@vN``)."""
+
+    feed_ok = True
+
+    async def resolve(self, ref: str) -> Resolved:
+        parsed = AdapterRef.parse(ref)
+        if parsed.version is None:
+            raise Unresolved(404, f"{ref}: without catalogUrl only @vN references can be "
+                             "served")
+        return Resolved(parsed.adapter, parsed.version, "", True)
+
+    def warm(self, refs: object) -> None:
+        return None
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+
+def _read_secret(path: str | None) -> str | None:
+    return Path(path).read_text(encoding="utf-8").strip() or None if path else None
+
+
+def _fingerprint(*parts: object) -> str:
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+class Runtime:
+    def __init__(self, settings: RouterSettings, config: RouterConfig) -> None:
+        self.settings = settings
+        self.metrics = RouterMetrics(config.deployment)
+        self.config = config
+        self.routing = Routing.build(config)
+        self.keys = KeyTable(None)
+        self.policy: Policy = make_policy(config.policy, config.policy_knobs)
+        self.limits = Limits.of(config)
+        self.resolver: AdapterResolver | StaticResolver = StaticResolver()
+        self._catalog: AsyncCatalogClient | None = None
+        self._catalog_key = ""
+        self.session: aiohttp.ClientSession | None = None
+        self.tracker: EngineTracker | None = None
+        self.endpoints: EndpointSource | None = None
+        self._endpoints_key = ""
+        self._file_state: tuple[float, int, str] | None = None
+        self._reload_task: asyncio.Task[None] | None = None
+
+    # --- lifecycle -------------------------------------------------------------------
+
+    async def start(self) -> None:
+        connector = aiohttp.TCPConnector(limit=self.settings.max_connections_per_engine * 64,
+                                         limit_per_host=self.settings.max_connections_per_engine,
+                                         ttl_dns_cache=60, enable_cleanup_closed=True)
+        self.session = aiohttp.ClientSession(
+            connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",),
+            timeout=aiohttp.ClientTimeout(total=None))
+        cfg = self.config
+        self.tracker = EngineTracker(self.session, scrape_interval=cfg.scrape_interval_seconds,
+                                     eject_after_failures=cfg.eject_after_failures,
+                                     readmit_after=cfg.readmit_after_seconds,
+                                     on_adapter_load=self._adapter_loaded)
+        await self.apply(cfg, first=True)
+        await self.tracker.start()
+        self.metrics.ready_child.set_function(lambda: len(self.tracker.ready_endpoints())
+                                              if self.tracker is not None else 0)
+        with contextlib.suppress(OSError):
+            self._file_state = self._stat()
+        self._reload_task = asyncio.create_task(self._watch_file(), name="mol-config-reload")
+
+    async def stop(self) -> None:
+        if self._reload_task is not None:
+            self._reload_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reload_task
+        if self.endpoints is not None:
+            await self.endpoints.stop()
+        if self.tracker is not None:
+            await self.tracker.stop()
+        await self.resolver.stop()
+        if self._catalog is not None:
+            await self._catalog.aclose()
+        if self.session is not None:
+            await self.session.close()
+
+    def _adapter_loaded(self, _endpoint: str) -> None:
+        self.metrics.loads_child.inc()
+
+    # --- applying a config -------------------------------------------------------------
+
+    async def apply(self, cfg: RouterConfig, *, first: bool = False) -> None:
+        """Check ``cfg`` whole, then switch to it. Raises ValueError/OSError, changing
+        nothing, when it cannot be served."""
+        policy = make_policy(cfg.policy, cfg.policy_knobs)
+        keys = ApiKeysFile.load(cfg.api_keys_file) if cfg.api_keys_file else None
+        token = _read_secret(cfg.catalog_token_file)
+        if cfg.catalog_url is None:
+            for ref in Routing.build(cfg).refs():
+                if AdapterRef.parse(ref).version is None:
+                    raise ValueError(f"{ref}: without catalogUrl every expert must name an "
+                                     "immutable version (ns/name@vN)")
+        routing = Routing.build(cfg)
+        if cfg.endpoint_slice is not None and self.settings.kube_url() is None:
+            raise ValueError("endpointSlice needs the Kubernetes API: run in a pod or set "
+                             "MOL_ROUTER_KUBE_API_URL")
+        # Commit point: nothing below can refuse the config.
+        catalog_key = _fingerprint(cfg.catalog_url, token, cfg.profile)
+        if first or catalog_key != self._catalog_key:
+            old_resolver, old_client = self.resolver, self._catalog
+            if cfg.catalog_url is not None:
+                self._catalog = AsyncCatalogClient(cfg.catalog_url, token or None, timeout=10.0)
+                self.resolver = AdapterResolver(self._catalog, cfg.profile)
+            else:
+                self._catalog, self.resolver = None, StaticResolver()
+            await self.resolver.start()
+            self._catalog_key = catalog_key
+            if not first:
+                await old_resolver.stop()
+                if old_client is not None:
+                    await old_client.aclose()
+        self.resolver.warm(routing.refs())
+        self.routing, self.policy, self.limits = routing, policy, Limits.of(cfg)
+        self.keys = KeyTable(keys, self.keys)
+        self.config = cfg
+        for e in cfg.experts:
+            self.metrics.canary_weight.labels(cfg.deployment, e.name).set(
+                e.canary.weight if e.canary is not None else 0.0)
+        endpoints_key = _fingerprint(cfg.endpoints, cfg.endpoint_slice)
+        if first or endpoints_key != self._endpoints_key:
+            assert self.tracker is not None
+            assert self.session is not None
+            if self.endpoints is not None:
+                await self.endpoints.stop()
+            self.endpoints = make_endpoint_source(cfg, self.settings, self.tracker.set_endpoints)
+            await self.endpoints.start()
+            self._endpoints_key = endpoints_key
+
+    # --- hot reload --------------------------------------------------------------------
+
+    def _stat(self) -> tuple[float, int, str]:
+        """What identifies the file's content: ConfigMap volumes swap a symlink, so the
+        resolved target and the bytes' digest are compared, not only the mtime."""
+        path = self.settings.config
+        st = path.stat()
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()
+        extra = ""
+        for secret in (self.config.api_keys_file, self.config.catalog_token_file):
+            if secret:
+                with contextlib.suppress(OSError):
+                    extra += hashlib.sha256(Path(secret).read_bytes()).hexdigest()
+        return st.st_mtime, st.st_size, digest + extra
+
+    async def reload_now(self) -> bool:
+        """Read the file again; True when a new config was applied."""
+        try:
+            state = self._stat()
+        except OSError as exc:
+            log.error("config %s unreadable (%s); keeping the last good config",
+                      self.settings.config, exc)
+            return False
+        if state == self._file_state:
+            return False
+        self._file_state = state
+        try:
+            cfg = load_router_config(self.settings.config)
+            await self.apply(cfg)
+        except Exception as exc:  # any refusal keeps the running config
+            self.metrics.config_reloads.labels("invalid").inc()
+            log.error("config %s refused, keeping the last good config: %s",
+                      self.settings.config, exc)
+            return False
+        self.metrics.config_reloads.labels("ok").inc()
+        log.info("config %s reloaded", self.settings.config)
+        return True
+
+    async def _watch_file(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.reload_interval)
+            await self.reload_now()

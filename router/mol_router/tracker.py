@@ -1,0 +1,253 @@
+"""What the router knows about each engine replica, for replica picking.
+
+The tracker is the stateful half of replica picking (policies are pure): it scrapes
+every engine's ``/metrics`` and ``/health`` on an interval, counts the requests this
+router has in flight on each, remembers which adapters it sent where (so an adapter
+sent a moment ago counts as resident before the next scrape shows it), ejects a
+replica after consecutive failures and re-admits it once a health check passes again
+after a delay, and estimates adapter loads for ``mol_router_adapter_loads_total``.
+
+An adapter load is estimated from ``vllm:lora_requests_info``: vLLM lists only the
+adapters with running requests, and keeps an idle adapter in its GPU slot until a
+newer one needs the slot (least recently used first). The tracker mirrors that: it
+keeps, per engine, the last ``max_lora`` distinct adapters it has seen running, and
+counts a load when an adapter appears in the running list that is not among them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from mol_router.engine_metrics import EngineMetrics, parse_engine_metrics
+from mol_router.policy.stats import EngineStats
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SLOTS = 4
+"""Adapter slots assumed for an engine that has not reported ``max_lora`` yet."""
+
+
+def _remember(lru: OrderedDict[str, None], name: str, capacity: int, keep: Iterable[str]) -> bool:
+    """Touch ``name`` in ``lru`` (most recent last), evicting the oldest entries not in
+    ``keep`` beyond ``capacity``; True when ``name`` was not there before."""
+    new = name not in lru
+    lru[name] = None
+    lru.move_to_end(name)
+    if len(lru) > capacity:
+        pinned = set(keep)
+        for old in [n for n in lru if n not in pinned][: len(lru) - capacity]:
+            del lru[old]
+    return new
+
+
+@dataclass
+class _Engine:
+    metrics: EngineMetrics = field(default_factory=EngineMetrics)
+    inflight: int = 0
+    sent: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    probed: bool = False
+    """At least one health check passed: until then the engine is not ready."""
+    failures: int = 0
+    ejected_until: float | None = None
+
+    @property
+    def slots(self) -> int:
+        return self.metrics.max_lora or DEFAULT_SLOTS
+
+    @property
+    def ready(self) -> bool:
+        return self.probed and self.ejected_until is None
+
+    def stats(self) -> EngineStats:
+        m = self.metrics
+        return EngineStats(
+            running=m.running,
+            waiting=m.waiting,
+            kv_cache_usage=m.kv_cache_usage,
+            max_lora=m.max_lora,
+            running_adapters=frozenset(m.running_adapters),
+            recent_adapters=frozenset(self.sent),
+            inflight=self.inflight,
+            healthy=self.ready,
+        )
+
+
+class EngineTracker:
+    """Per-engine state for replica picking; see the module docstring.
+
+    ``snapshot()`` is cheap (rebuilt only for the engine that changed) and never
+    mutated after it is returned, so a policy may hold it for the whole pick.
+    """
+
+    def __init__(
+        self,
+        session: aiohttp.ClientSession,
+        *,
+        scrape_interval: float = 1.0,
+        eject_after_failures: int = 3,
+        readmit_after: float = 10.0,
+        on_adapter_load: Callable[[str], None] | None = None,
+    ) -> None:
+        if scrape_interval <= 0:
+            raise ValueError("scrape_interval must be > 0 seconds")
+        if eject_after_failures < 1:
+            raise ValueError("eject_after_failures must be >= 1")
+        if readmit_after < 0:
+            raise ValueError("readmit_after must be >= 0 seconds")
+        self._session = session
+        self.scrape_interval = scrape_interval
+        self.eject_after_failures = eject_after_failures
+        self.readmit_after = readmit_after
+        self._on_adapter_load = on_adapter_load or (lambda _endpoint: None)
+        self._engines: dict[str, _Engine] = {}
+        self._snapshot: dict[str, EngineStats] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._wake = asyncio.Event()
+        self._timeout = aiohttp.ClientTimeout(total=max(min(scrape_interval, 5.0), 0.5))
+
+    # Endpoint set.
+
+    def set_endpoints(self, urls: Iterable[str]) -> None:
+        """Track exactly these base URLs (``http://host:port``); state of the ones kept
+        is kept; new ones are not ready until their first health check passes."""
+        wanted = list(dict.fromkeys(u.rstrip("/") for u in urls))
+        engines = {u: self._engines.get(u) or _Engine() for u in wanted}
+        added = any(u not in self._engines for u in wanted)
+        self._engines = engines
+        self._snapshot = {u: e.stats() for u, e in engines.items()}
+        if added:
+            self._wake.set()
+
+    @property
+    def endpoints(self) -> list[str]:
+        return list(self._engines)
+
+    def snapshot(self) -> Mapping[str, EngineStats]:
+        return self._snapshot
+
+    def ready_endpoints(self) -> list[str]:
+        return [u for u, e in self._engines.items() if e.ready]
+
+    def _refresh(self, endpoint: str, engine: _Engine) -> None:
+        snap = dict(self._snapshot)
+        snap[endpoint] = engine.stats()
+        self._snapshot = snap
+
+    # Bookkeeping from the proxy.
+
+    def begin(self, endpoint: str, adapter: str | None) -> None:
+        """A request was sent to ``endpoint`` (call ``end`` when it completes)."""
+        engine = self._engines.get(endpoint)
+        if engine is None:
+            return
+        engine.inflight += 1
+        if adapter is not None:
+            _remember(engine.sent, adapter, engine.slots, ())
+        self._refresh(endpoint, engine)
+
+    def end(self, endpoint: str, adapter: str | None) -> None:
+        engine = self._engines.get(endpoint)
+        if engine is None or engine.inflight <= 0:
+            return
+        engine.inflight -= 1
+        self._refresh(endpoint, engine)
+
+    def record_failure(self, endpoint: str) -> None:
+        """A connect error, timeout or 5xx from ``endpoint``; ejects it after
+        ``eject_after_failures`` in a row."""
+        engine = self._engines.get(endpoint)
+        if engine is None:
+            return
+        engine.failures += 1
+        if engine.ejected_until is None and engine.failures >= self.eject_after_failures:
+            engine.ejected_until = time.monotonic() + self.readmit_after
+            log.warning(
+                "engine %s ejected after %d consecutive failures; re-checked in %.0f s",
+                endpoint, engine.failures, self.readmit_after,
+            )  # fmt: skip
+            self._refresh(endpoint, engine)
+
+    def record_success(self, endpoint: str) -> None:
+        engine = self._engines.get(endpoint)
+        if engine is not None:
+            engine.failures = 0
+
+    # Scraping.
+
+    def observe(self, endpoint: str, metrics: EngineMetrics) -> None:
+        """Take in one scrape of ``endpoint``; counts adapter loads it reveals."""
+        engine = self._engines.get(endpoint)
+        if engine is None:
+            return
+        engine.metrics = metrics
+        running = metrics.running_adapters
+        for adapter in running:
+            if _remember(engine.seen, adapter, engine.slots, running):
+                self._on_adapter_load(endpoint)
+        self._refresh(endpoint, engine)
+
+    async def _get(self, url: str) -> tuple[int, str]:
+        async with self._session.get(url, timeout=self._timeout) as resp:
+            return resp.status, await resp.text() if resp.status == 200 else ""
+
+    async def probe(self, endpoint: str) -> None:
+        """One health check and scrape of ``endpoint``."""
+        engine = self._engines.get(endpoint)
+        if engine is None:
+            return
+        now = time.monotonic()
+        if engine.ejected_until is not None and now < engine.ejected_until:
+            return
+        try:
+            (health, _), (status, text) = await asyncio.gather(
+                self._get(f"{endpoint}/health"), self._get(f"{endpoint}/metrics")
+            )
+            ok = health == 200
+        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+            ok, status, text = False, 0, ""
+        if engine is not self._engines.get(endpoint):
+            return  # removed or replaced while probing
+        if ok:
+            if engine.ejected_until is not None:
+                log.info("engine %s re-admitted: health check passed", endpoint)
+            engine.probed, engine.failures, engine.ejected_until = True, 0, None
+            if status == 200:
+                self.observe(endpoint, parse_engine_metrics(text))
+            else:
+                self._refresh(endpoint, engine)
+        elif engine.ejected_until is not None:
+            engine.ejected_until = now + self.readmit_after
+        else:
+            self.record_failure(endpoint)
+
+    async def probe_all(self) -> None:
+        await asyncio.gather(*(self.probe(u) for u in list(self._engines)))
+
+    async def _run(self) -> None:
+        while True:
+            self._wake.clear()
+            await self.probe_all()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.scrape_interval)
+
+    async def start(self) -> None:
+        """Probe every engine once, then keep probing in the background."""
+        if self._task is None:
+            await self.probe_all()
+            self._task = asyncio.create_task(self._run(), name="engine-tracker")
+
+    async def stop(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

@@ -1,0 +1,130 @@
+"""Sending one request to an engine: replica choice, queueing, retries.
+
+A request is retried on another replica after a connect error or a 5xx answer, as
+long as nothing has reached the client yet; a timeout is not retried (the engine may
+still be working). With no ready engine (scaled to zero, all ejected) requests wait
+in a bounded queue until one is ready or the queue timeout passes (503 +
+``Retry-After``); ``mol_router_pending_requests`` shows the queue so an autoscaler
+can wake engines up from zero.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+
+import aiohttp
+from aiohttp import ClientResponse
+
+from mol_router.errors import RouterError
+from mol_router.policy import RouteRequest
+from mol_router.state import Runtime
+
+log = logging.getLogger("mol.router.upstream")
+_QUEUE_POLL = 0.05
+
+
+class Upstreams:
+    def __init__(self, runtime: Runtime) -> None:
+        self.rt = runtime
+        self.pending = 0
+
+    async def _ready(self) -> list[str]:
+        """Ready endpoints, waiting for one in the bounded queue when there are none."""
+        tracker = self.rt.tracker
+        assert tracker is not None
+        ready = tracker.ready_endpoints()
+        if ready:
+            return ready
+        limits = self.rt.limits
+        retry = max(1.0, limits.queue)
+        if self.pending >= limits.queue_limit or limits.queue <= 0:
+            self.rt.metrics.rejected("no_engine")
+            raise RouterError(503, "no engine is ready to serve this request; try again later",
+                              "no_ready_engine", retry_after=retry)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limits.queue
+        self.pending += 1
+        gauge = self.rt.metrics.pending_child
+        gauge.inc()
+        try:
+            while True:
+                await asyncio.sleep(_QUEUE_POLL)
+                ready = tracker.ready_endpoints()
+                if ready:
+                    return ready
+                if loop.time() >= deadline:
+                    self.rt.metrics.rejected("no_engine")
+                    raise RouterError(
+                        503, f"no engine became ready within {limits.queue:g} s; the "
+                        "deployment may be scaling up from zero, try again later",
+                        "no_ready_engine", retry_after=retry)
+        finally:
+            self.pending -= 1
+            gauge.dec()
+
+    async def send(self, path: str, payload: bytes, headers: Mapping[str, str],
+                   route: RouteRequest, limit: aiohttp.ClientTimeout
+                   ) -> tuple[ClientResponse, str]:
+        """An open response (status < 500, or the last 5xx) and the endpoint it came
+        from. The caller reads it and calls :meth:`done`."""
+        rt = self.rt
+        tracker = rt.tracker
+        session = rt.session
+        assert tracker is not None
+        assert session is not None
+        tried: set[str] = set()
+        error: RouterError | None = None
+        attempts = rt.limits.max_attempts
+        for attempt in range(attempts):
+            ready = await self._ready() if not tried else tracker.ready_endpoints()
+            endpoint = rt.policy.pick(ready, tracker.snapshot(), route, frozenset(tried))
+            if endpoint is None:
+                break
+            tried.add(endpoint)
+            tracker.begin(endpoint, route.adapter)
+            try:
+                resp = await session.post(endpoint + path, data=payload, headers=headers,
+                                          timeout=limit)
+            except TimeoutError:
+                tracker.end(endpoint, route.adapter)
+                tracker.record_failure(endpoint)
+                rt.metrics.upstream_error("timeout")
+                raise RouterError(504, f"the engine did not answer within "
+                                  f"{limit.total:g} s", "upstream_timeout") from None
+            except aiohttp.ClientError as exc:
+                tracker.end(endpoint, route.adapter)
+                tracker.record_failure(endpoint)
+                rt.metrics.upstream_error("connect")
+                log.info("engine %s failed before answering (%s); attempt %d of %d",
+                         endpoint, exc.__class__.__name__, attempt + 1, attempts)
+                error = RouterError(502, f"could not reach an engine: {exc.__class__.__name__}",
+                                    "upstream_unreachable")
+                continue
+            if resp.status >= 500 and attempt + 1 < attempts:
+                resp.release()
+                tracker.end(endpoint, route.adapter)
+                tracker.record_failure(endpoint)
+                rt.metrics.upstream_error("status")
+                error = RouterError(502, f"the engine answered {resp.status}",
+                                    "upstream_error")
+                continue
+            return resp, endpoint
+        raise error or RouterError(503, "no engine is ready to serve this request",
+                                   "no_ready_engine", retry_after=1.0)
+
+    def done(self, resp: ClientResponse, endpoint: str, adapter: str | None, *,
+             ok: bool, complete: bool) -> None:
+        """Release (or, when cut short, close) the response and book the outcome."""
+        if complete:
+            resp.release()
+        else:
+            resp.close()  # drops the connection: the engine aborts the request
+        tracker = self.rt.tracker
+        assert tracker is not None
+        tracker.end(endpoint, adapter)
+        if ok:
+            tracker.record_success(endpoint)
+        else:
+            tracker.record_failure(endpoint)

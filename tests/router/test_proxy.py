@@ -1,0 +1,137 @@
+"""The proxy against simulated engines: whole and streamed answers, headers, model
+names, retries, mid-stream failures, client disconnects."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import aiohttp
+
+from mol_platform.testing.simulator import AsyncSimulatorCluster, SimConfig, parse_sse, reply_text
+
+SIM = SimConfig(model="tiny", dynamic_loras=True, max_loras=4, output_tokens=6)
+
+
+def chat(text: str = "hello there", **extra: Any) -> dict[str, Any]:
+    return {"messages": [{"role": "user", "content": text}], **extra}
+
+
+async def test_whole_and_streamed_chat_name_the_adapter(router_config: Any, start_router: Any,
+                                                         ready: Any) -> None:
+    async with AsyncSimulatorCluster(replicas=2, config=SIM) as sims:
+        cfg = router_config(sims.urls)
+        async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+            await ready(router, 2)
+            async with http.post(router.url + "/v1/chat/completions",
+                                 json=chat(model="coding"),
+                                 headers={"x-request-id": "req-1"}) as resp:
+                assert resp.status == 200, await resp.text()
+                body = await resp.json()
+                assert resp.headers["x-mol-expert"] == "coding"
+                assert resp.headers["x-mol-adapter-version"] == "demo/coding@v1"
+                assert resp.headers["x-request-id"] == "req-1"
+            assert body["model"] == "demo/coding@v1"
+            async with http.post(router.url + "/v1/chat/completions",
+                                 json=chat(stream=True)) as resp:
+                assert resp.status == 200
+                assert resp.headers["content-type"].startswith("text/event-stream")
+                assert resp.headers["x-mol-expert"] == "chat"
+                events = parse_sse(await resp.text())
+            assert events[-1] == "[DONE]"
+            chunks = [e for e in events if e != "[DONE]"]
+            assert all(c["model"] == "demo/chat@v1" for c in chunks)
+            # The router asked for usage on the client's behalf and kept it to itself.
+            assert all(c["choices"] for c in chunks)
+            text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+            assert text.strip()
+        received = [r for s in sims.states() for r in s.received]
+        assert {r.body["model"] for r in received} == {"demo/coding@v1", "demo/chat@v1"}
+        assert all("router" not in r.body for r in received)
+        assert any(r.headers.get("x-request-id") == "req-1" for r in received)
+
+
+async def test_completions_and_usage_when_asked(router_config: Any, start_router: Any,
+                                                 ready: Any) -> None:
+    async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        async with start_router(router_config(sims.urls)) as router, \
+                aiohttp.ClientSession() as http:
+            await ready(router)
+            body = {"model": "chat", "prompt": "say hi", "max_tokens": 3, "stream": True,
+                    "stream_options": {"include_usage": True}}
+            async with http.post(router.url + "/v1/completions", json=body) as resp:
+                events = parse_sse(await resp.text())
+            usage = [e for e in events if e != "[DONE]" and not e["choices"]]
+            assert len(usage) == 1
+            assert usage[0]["usage"]["completion_tokens"] == 3
+            text = "".join(e["choices"][0]["text"] for e in events
+                           if e != "[DONE]" and e["choices"])
+            assert text == reply_text("demo/chat@v1", "say hi", 3)
+            metrics = await (await http.get(router.url + "/metrics")).text()
+        assert ('mol_router_tokens_total{deployment="demo",expert="chat",kind="completion",'
+                'tenant="anonymous"} 3.0') in metrics
+        assert 'mol_router_route_decisions_total{expert="chat",mode="model"} 1.0' in metrics
+
+
+async def test_connect_error_and_5xx_retry_on_another_replica(router_config: Any,
+                                                             start_router: Any,
+                                                             ready: Any) -> None:
+    async with AsyncSimulatorCluster(replicas=2, config=SIM) as sims:
+        cfg = router_config(sims.urls, policy="round-robin", eject_after_failures=50)
+        async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+            await ready(router, 2)
+            sims.script_failure("demo/chat@v1", replica=0, status=500)
+            for _ in range(4):
+                async with http.post(router.url + "/v1/chat/completions",
+                                     json=chat(model="chat")) as resp:
+                    assert resp.status == 200, await resp.text()
+            await sims.stop_replica(0)
+            for stream in (False, True):
+                async with http.post(router.url + "/v1/chat/completions",
+                                     json=chat(model="chat", stream=stream)) as resp:
+                    assert resp.status == 200, await resp.text()
+            metrics = await (await http.get(router.url + "/metrics")).text()
+        assert 'reason="status"' in metrics
+        assert 'reason="connect"' in metrics
+
+
+async def test_mid_stream_failure_ends_the_stream_with_an_error_event(
+        router_config: Any, start_router: Any, ready: Any) -> None:
+    async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        async with start_router(router_config(sims.urls)) as router, \
+                aiohttp.ClientSession() as http:
+            await ready(router)
+            sims.script_failure("demo/chat@v1", disconnect=True, after_tokens=2)
+            async with http.post(router.url + "/v1/chat/completions",
+                                 json=chat(stream=True)) as resp:
+                assert resp.status == 200
+                events = parse_sse(await resp.text())
+            assert events[-1] == "[DONE]"
+            assert events[-2]["error"]["code"] == "upstream_error"
+            assert any(e != "[DONE]" and "choices" in e for e in events)  # tokens got through
+            metrics = await (await http.get(router.url + "/metrics")).text()
+        assert 'mol_router_upstream_errors_total{deployment="demo",reason="stream"} 1.0' in metrics
+        assert 'code="502"' in metrics
+
+
+async def test_client_disconnect_cancels_the_upstream_request(
+        router_config: Any, start_router: Any, ready: Any) -> None:
+    slow = SimConfig(model="tiny", dynamic_loras=True, output_tokens=400, itl_s=0.02)
+    async with AsyncSimulatorCluster(replicas=1, config=slow) as sims, \
+            start_router(router_config(sims.urls)) as router:
+        await ready(router)
+        async with aiohttp.ClientSession() as http:
+            resp = await http.post(router.url + "/v1/chat/completions", json=chat(stream=True))
+            await resp.content.readany()  # streaming has begun
+            assert sims.state(0).running == 1
+            resp.close()  # hang up mid-stream
+        for _ in range(100):
+            if sims.state(0).finished_by_reason.get("abort") == 1:
+                break
+            await asyncio.sleep(0.05)
+        state = sims.state(0)
+        assert state.finished_by_reason.get("abort") == 1
+        assert state.running == 0
+        tracker = router.runtime.tracker
+        assert tracker is not None
+        assert all(s.inflight == 0 for s in tracker.snapshot().values())
