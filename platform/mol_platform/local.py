@@ -130,6 +130,15 @@ class Supervisor:
         svc.proc = start_group(svc.argv, env=env, log_path=svc.log_path)
         wait_healthy(svc, timeout, progress)
 
+    def restart(self, name: str, *, timeout: float = 600.0) -> Service:
+        """Stop one service's whole process group and start it again (same argv and env)."""
+        svc = next(s for s in self.services if s.name == name)
+        if svc.proc is not None:
+            stop_process_group(svc.proc, grace=15.0)
+        svc.proc = start_group(svc.argv, env={**os.environ, **svc.env}, log_path=svc.log_path)
+        wait_healthy(svc, timeout)
+        return svc
+
     def stop(self) -> None:
         for svc in reversed(self.services):
             if svc.proc is not None:
@@ -167,9 +176,7 @@ def run_supervised(body: Callable[[Supervisor], str]) -> int:
     with stop_on_signals():
         try:
             try:
-                banner = body(sup)
-                typer.echo(banner)
-                typer.echo("\nCtrl-C stops everything.", err=True)
+                typer.echo(body(sup) + "\n\nCtrl-C stops everything.")
                 gone = sup.watch()
                 say(f"{gone} exited; stopping the rest.")
                 return 1
