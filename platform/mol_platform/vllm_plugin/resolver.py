@@ -17,6 +17,7 @@ compatible with this profile when it was cached.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ class Resolved:
     lora_id: int
     path: Path
     digest: str
+    resolve_ms: float = 0.0  # the catalog's resolve call
+    fetch_ms: float = 0.0  # download and verify (~0 when cached)
 
 
 class Refused(Exception):
@@ -81,7 +84,8 @@ class MolResolver:
         except Exception as exc:
             log.exception("MoL resolver: failed to resolve %r: %s", lora_name, exc)
             return None
-        log.info("MoL resolver: %s -> %s (%s)", lora_name, found.digest, found.path)
+        log.info("MoL resolver: %s -> %s (%s; resolve %.1f ms, fetch %.1f ms)", lora_name,
+                 found.digest, found.path, found.resolve_ms, found.fetch_ms)
         return found
 
     async def _resolve(self, lora_name: str) -> Resolved:
@@ -93,13 +97,18 @@ class MolResolver:
             raise Refused(
                 f"@{ref.ref} is a mutable reference; engines accept only ns/name@vN or "
                 "ns/name@sha256:<hex> (the router resolves aliases to versions)")
+        started = time.perf_counter()
         try:
             answer = await self._catalog().resolve(lora_name, self.profile)
         except CatalogError as exc:
             if exc.status != 0:
                 raise Refused(f"the catalog answered: {exc}") from None
             return await self._offline(ref, exc)
-        return await self._fetch(lora_name, ref, answer)
+        resolved = time.perf_counter()
+        found = await self._fetch(lora_name, ref, answer)
+        return Resolved(found.name, found.lora_id, found.path, found.digest,
+                        resolve_ms=(resolved - started) * 1000,
+                        fetch_ms=(time.perf_counter() - resolved) * 1000)
 
     def _check_verdict(self, verdict: Any) -> None:
         if self.profile is None:
