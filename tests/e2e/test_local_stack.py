@@ -9,6 +9,8 @@ under another name with vLLM's own ``/v1/load_lora_adapter``.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -192,6 +194,9 @@ def test_more_adapters_than_cpu_slots_all_answer_their_reference(
 def test_restarted_engine_gets_adapters_back_on_first_use(
         stack: Stack, client: httpx.Client) -> None:
     before = text(complete(client, stack.router, "chat"))
+    engine = next(s for s in stack.sup.services if s.name == "engine")
+    assert engine.proc is not None
+    os.killpg(engine.proc.pid, signal.SIGKILL)  # a crash: vLLM gets no chance to clean up
     stack.sup.restart("engine")
     listed = {m["id"] for m in client.get(f"{stack.engine}/v1/models").json()["data"]}
     assert "demo/chat@v1" not in listed  # a fresh engine knows no adapter

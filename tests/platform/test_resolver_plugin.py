@@ -7,10 +7,12 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
-from mol_platform.catalog_client import CatalogClient
+from mol_platform.catalog_client import AsyncCatalogClient, CatalogClient
 from mol_platform.local_seed import seed_demo
 from mol_platform.testing.catalog import LiveCatalog, running_catalog
 from mol_platform.vllm_plugin import register
@@ -55,6 +57,29 @@ async def test_version_resolves_into_the_cache(catalog: LiveCatalog, tmp_path: P
         assert candidate.digest != found.digest
     finally:
         await resolver.aclose()
+
+
+class RelativeUrls(AsyncCatalogClient):
+    """The real catalog's answers with download URLs made relative, as a catalog behind
+    a proxy may give them: the plugin must join them to MOL_CATALOG_URL."""
+
+    async def resolve(self, ref: str, profile: str | None = None) -> dict[str, Any]:
+        answer = await super().resolve(ref, profile)
+        for f in answer["files"]:
+            f["url"] = urlsplit(f["url"]).path
+            assert f["url"].startswith("/v1/blobs/")
+        return answer
+
+
+async def test_relative_download_urls_are_joined_to_the_catalog_url(
+        catalog: LiveCatalog, tmp_path: Path) -> None:
+    settings = ResolverSettings(catalog_url=catalog.url, serving_profile=PROFILE,
+                                adapter_cache_dir=tmp_path)
+    resolver = MolResolver(settings, client=RelativeUrls(catalog.url))
+    found = await resolver.resolve("demo/ui@v1")
+    await resolver.aclose()
+    assert found is not None
+    assert (found.path / "adapter_model.safetensors").stat().st_size > 0
 
 
 @pytest.mark.parametrize(("name", "reason"), [
