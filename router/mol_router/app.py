@@ -13,8 +13,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mol_router.errors import RouterError, error_response
 from mol_router.proxy import GenerationProxy
+from mol_router.resolver import Resolved
 from mol_router.selection import AUTO
 from mol_router.state import Runtime
+from mol_router.tenants import OPEN
 
 log = logging.getLogger("mol.router")
 RUNTIME: web.AppKey[Runtime] = web.AppKey("runtime", Runtime)
@@ -43,27 +45,43 @@ async def openai_errors(request: web.Request, handler: Handler) -> web.StreamRes
 
 
 async def models(request: web.Request) -> web.Response:
-    """The deployment's experts, ``auto``, and the adapters clients may call by name
-    (their namespaces: ``ns/<name>@<ref>``)."""
+    """The deployment's experts, ``auto``, and the adapters of its adapter namespaces
+    (those the caller's key may use), as ``ns/name@latest`` from the catalog."""
     rt = request.app[RUNTIME]
+    tenant = OPEN
+    if rt.keys.enabled:
+        found = rt.keys.lookup(request.headers.get("Authorization"))
+        if found is None:
+            return error_response(RouterError(401, "missing or invalid API key: send "
+                                              "Authorization: Bearer <key>", "invalid_api_key"))
+        tenant = found
     cfg = rt.config
     created = int(time.time())
+    parent = cfg.base_model or None
+
+    def card(ident: str, owner: str, root: str | None, description: str) -> dict[str, Any]:
+        return {"id": ident, "object": "model", "created": created, "owned_by": owner,
+                "root": root, "parent": parent, "description": description}
+
     data: list[dict[str, Any]] = []
     for e in cfg.experts:
-        cached = rt.resolver.cached(e.adapter) if hasattr(rt.resolver, "cached") else None
-        name = getattr(cached, "name", None)
-        data.append({"id": e.name, "object": "model", "created": created,
-                     "owned_by": cfg.deployment, "root": name or e.adapter,
-                     "parent": cfg.base_model or None, "description": e.description,
-                     "adapter": e.adapter})
-    data.append({"id": AUTO, "object": "model", "created": created, "owned_by": cfg.deployment,
-                 "root": None, "parent": cfg.base_model or None,
-                 "description": "the router picks the expert" if cfg.mode == "auto"
-                 else f"the default expert ({cfg.default})"})
+        cached = rt.resolver.cached(e.adapter)
+        root = cached.name if isinstance(cached, Resolved) else e.adapter
+        data.append(card(e.name, cfg.deployment, root, e.description))
+    data.append(card(AUTO, cfg.deployment, None, "the router picks the expert"
+                     if cfg.mode == "auto" else f"the default expert ({cfg.default})"))
     for ns in cfg.adapter_namespaces:
-        data.append({"id": f"{ns}/<name>@<ref>", "object": "model", "created": created,
-                     "owned_by": ns, "root": None, "parent": cfg.base_model or None,
-                     "description": f"any adapter of catalog namespace {ns!r}"})
+        if not tenant.may_use(ns):
+            continue
+        items = await rt.resolver.listing(ns)
+        for item in items:
+            if isinstance(item.get("adapter"), str) and item.get("latest_version"):
+                data.append(card(f"{item['adapter']}@latest", ns,
+                                 f"{item['adapter']}@v{item['latest_version']}",
+                                 f"catalog adapter (tags: {', '.join(item.get('tags') or [])})"))
+        if not items:
+            data.append(card(f"{ns}/<name>@<ref>", ns, None,
+                             f"any adapter of catalog namespace {ns!r}"))
     return web.Response(body=orjson.dumps({"object": "list", "data": data}),
                         content_type="application/json")
 
@@ -90,7 +108,8 @@ async def readyz(request: web.Request) -> web.Response:
 
 def create_app(runtime: Runtime) -> web.Application:
     app = web.Application(middlewares=[openai_errors], client_max_size=1 << 30,
-                          handler_args={"keepalive_timeout": runtime.limits.header_read})
+                          handler_args={"keepalive_timeout": runtime.limits.header_read,
+                                        "lingering_time": 2.0})
     app[RUNTIME] = runtime
     proxy = GenerationProxy(runtime)
     app.router.add_post("/v1/chat/completions", proxy.chat)

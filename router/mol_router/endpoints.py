@@ -131,7 +131,7 @@ class EndpointSliceWatcher:
                      since: str) -> str | None:
         """Follow one watch; the version to resume from, or None to list again."""
         version: str = since
-        query = {**params, "watch": "1", "resourceVersion": since,
+        query = {**params, "watch": "true", "resourceVersion": since,
                  "allowWatchBookmarks": "true", "timeoutSeconds": "300"}
         timeout = aiohttp.ClientTimeout(total=None, sock_read=330)
         async with http.get(self.path, params=query, headers=self._headers(),

@@ -9,6 +9,7 @@ with the target expert (up to ``maxHops``); the client sees one response.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from mol_router.state import Runtime
 from mol_router.tenants import OPEN, Tenant
 from mol_router.upstream import Upstreams
 
+log = logging.getLogger("mol.router")
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 _RID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
@@ -87,6 +89,8 @@ class GenerationProxy:
                 raise RouterError(403, f"this API key may not use adapters of namespace "
                                   f"{choice.ref.split('/', 1)[0]!r}", "namespace_forbidden",
                                   param="model")
+            if choice.canary:
+                choice = await self._canary_or_stable(choice, user)
             served = Served(choice, await self._resolve(choice), [choice.expert])
             body.pop("router", None)
             if body.get("stream") is True:
@@ -139,12 +143,19 @@ class GenerationProxy:
             self.rt.metrics.rejected("too_large")
             raise RouterError(413, f"request body of {request.content_length} bytes is over "
                               f"the limit of {limit} bytes", "body_too_large")
-        chunks: list[bytes] = []
-        size = 0
+        content = request.content
+        if request.content_length is not None:
+            # Usually the whole body came with the headers: no timer needed then.
+            data = content.read_nowait()
+            if content.at_eof() or len(data) >= request.content_length:
+                return _parse_body(data, chat)
+            chunks, size = [data], len(data)
+        else:
+            chunks, size = [], 0
         try:
             async with asyncio.timeout(limits.body_read):
                 while True:
-                    chunk = await request.content.readany()
+                    chunk = await content.readany()
                     if not chunk:
                         break
                     size += len(chunk)
@@ -159,15 +170,7 @@ class GenerationProxy:
                               "body_timeout") from None
         except aiohttp.ClientPayloadError as exc:
             raise RouterError(400, f"malformed request body: {exc}", "invalid_body") from None
-        try:
-            body = orjson.loads(b"".join(chunks) if len(chunks) != 1 else chunks[0])
-        except orjson.JSONDecodeError as exc:
-            raise RouterError(400, f"request body is not valid JSON (UTF-8): {exc}",
-                              "invalid_json") from None
-        if not isinstance(body, dict):
-            raise RouterError(400, "request body must be a JSON object", "invalid_json")
-        _check_fields(body, chat)
-        return body
+        return _parse_body(b"".join(chunks) if len(chunks) != 1 else chunks[0], chat)
 
     async def _choose(self, routing: Routing, body: dict[str, Any], chat: bool,
                       user: str | None, headers: dict[str, str]) -> Choice:
@@ -178,6 +181,20 @@ class GenerationProxy:
             choice = routing.expert_choice(picked or routing.config.default, mode, user)
         self.rt.metrics.decision(choice.mode, choice.expert)
         return choice
+
+    async def _canary_or_stable(self, choice: Choice, user: str | None) -> Choice:
+        """A canary that cannot be served (unknown, catalog down, incompatible) falls
+        back to the stable version rather than failing its users."""
+        try:
+            resolved = await self.rt.resolver.resolve(choice.ref)
+        except Unresolved:
+            resolved = None
+        if resolved is not None and resolved.compatible:
+            return choice
+        log.warning("canary %s of expert %s cannot be served; using the stable version",
+                    choice.ref, choice.expert)
+        return Choice(choice.expert, self.rt.routing.experts[choice.expert].adapter,
+                      choice.mode)
 
     async def _resolve(self, choice: Choice) -> Resolved:
         try:
@@ -200,25 +217,25 @@ class GenerationProxy:
     # --- handoff ----------------------------------------------------------------------
 
     def _offer(self, body: dict[str, Any], served: Served, hops: int,
-               client_tools: list[Any] | None) -> bool:
-        """Offer the handoff tool for this hop; False when it is not offered."""
+               client_tools: list[Any] | None) -> frozenset[str]:
+        """Offer the handoff tool for this hop; the experts it may name (none: not
+        offered)."""
         routing = self.rt.routing
-        cfg = routing.config
         current = served.choice.expert
-        if current == ADAPTER_LABEL:
-            return False
-        targets = [n for n in routing.classifier_choices if n != current]
-        if hops >= cfg.handoff_max_hops:
-            targets = []
+        targets: list[str] = []
+        if current != ADAPTER_LABEL and hops < routing.config.handoff_max_hops:
+            targets = [n for n in routing.classifier_choices if n != current]
         handoff.offer(body, targets, {n: e.description for n, e in routing.experts.items()},
                       client_tools)
-        return bool(targets)
+        return frozenset(targets)
 
     async def _hand_over(self, body: dict[str, Any], served: Served, call: handoff.Call,
                          user: str | None) -> None:
         routing = self.rt.routing
         source = served.choice.expert
         served.choice = routing.expert_choice(call.expert, "handoff", user)
+        if served.choice.canary:
+            served.choice = await self._canary_or_stable(served.choice, user)
         served.resolved = await self._resolve(served.choice)
         served.path.append(call.expert)
         body["model"] = served.resolved.name
@@ -226,9 +243,6 @@ class GenerationProxy:
         self.rt.metrics.handoff(source, call.expert)
         self.rt.metrics.decision("handoff", call.expert)
 
-    def _valid(self, call: handoff.Call | None, served: Served) -> bool:
-        return (call is not None and call.expert in self.rt.routing.experts
-                and call.expert != served.choice.expert)
 
     def _count(self, tenant: Tenant, served: Served, prompt: int, completion: int) -> None:
         served.prompt += prompt
@@ -245,6 +259,21 @@ class GenerationProxy:
             h["x-mol-handoffs"] = ">".join(served.path)
         return h
 
+    async def _send_hop(self, path: str, body: dict[str, Any], served: Served, hops: int,
+                        handoff_on: bool, client_tools: list[Any] | None, user: str | None,
+                        headers: dict[str, str]
+                        ) -> tuple[aiohttp.ClientResponse, str, frozenset[str]]:
+        """Send the body to the current expert; also the handoff targets offered."""
+        offered = (self._offer(body, served, hops, client_tools) if handoff_on
+                   else frozenset[str]())
+        adapter = served.resolved.name
+        body["model"] = adapter
+        payload = orjson.dumps(body)
+        resp, endpoint = await self.up.send(
+            path, payload, headers, RouteRequest(adapter, user, len(payload) // 4),
+            self.rt.limits.upstream)
+        return resp, endpoint, offered
+
     # --- whole responses -----------------------------------------------------------------
 
     async def _whole(self, path: str, body: dict[str, Any], chat: bool, served: Served,
@@ -254,13 +283,9 @@ class GenerationProxy:
         client_tools = body.get("tools")
         hops = 0
         while True:
-            offered = handoff_on and self._offer(body, served, hops, client_tools)
-            body["model"] = served.resolved.name
-            payload = orjson.dumps(body)
             adapter = served.resolved.name
-            resp, endpoint = await self.up.send(
-                path, payload, headers, RouteRequest(adapter, user, len(payload) // 4),
-                self.rt.limits.upstream)
+            resp, endpoint, offered = await self._send_hop(
+                path, body, served, hops, handoff_on, client_tools, user, headers)
             complete = False
             try:
                 data = await resp.read()
@@ -289,8 +314,7 @@ class GenerationProxy:
                 self._count(tenant, served, _int(usage.get("prompt_tokens")),
                             _int(usage.get("completion_tokens")))
             call = handoff.from_message(obj) if offered and isinstance(obj, dict) else None
-            if self._valid(call, served):
-                assert call is not None
+            if call is not None and call.expert in offered:
                 hops += 1
                 await self._hand_over(body, served, call, user)
                 continue
@@ -322,14 +346,10 @@ class GenerationProxy:
         first_sent = False
         hops = 0
         while True:
-            offered = handoff_on and self._offer(body, served, hops, client_tools)
-            body["model"] = served.resolved.name
-            payload = orjson.dumps(body)
             adapter = served.resolved.name
             try:
-                resp, endpoint = await self.up.send(
-                    path, payload, headers, RouteRequest(adapter, user, len(payload) // 4),
-                    rt.limits.upstream)
+                resp, endpoint, offered = await self._send_hop(
+                    path, body, served, hops, handoff_on, client_tools, user, headers)
             except RouterError as exc:
                 if out is None:
                     raise
@@ -355,8 +375,9 @@ class GenerationProxy:
                 out = web.StreamResponse(status=200, headers={
                     **_SSE_HEADERS, **self._headers(served, headers["X-Request-Id"])})
                 await out.prepare(request)
-            hop = StreamHop(keep_usage=keep_usage and not handoff_on, handoff_on=offered,
-                            continuation=hops > 0, rewrite_id=first_id)
+            hop = StreamHop(keep_usage=keep_usage and not handoff_on, handoff_on=bool(offered),
+                            continuation=hops > 0, rewrite_id=first_id, targets=offered,
+                            want_id=handoff_on)
             complete = False
             try:
                 async for chunk in resp.content.iter_any():
@@ -383,11 +404,14 @@ class GenerationProxy:
                 self.up.done(resp, endpoint, adapter, ok=complete, complete=complete)
             first_id = first_id or hop.first_id()
             self._count(tenant, served, hop.prompt, hop.completion)
-            if offered and self._valid(hop.call, served):
-                assert hop.call is not None
+            if hop.call is not None:
                 source = served.choice.expert
                 hops += 1
-                await self._hand_over(body, served, hop.call, user)
+                try:
+                    await self._hand_over(body, served, hop.call, user)
+                except RouterError as exc:  # e.g. the target's adapter is incompatible
+                    await self._stream_error(out, exc.status, exc.message, exc.code)
+                    return out, exc.status
                 await out.write(f": mol-handoff {source}>{hop.call.expert} "
                                 f"{served.resolved.name}\n\n".encode())
                 continue
@@ -401,9 +425,7 @@ class GenerationProxy:
                               "total_tokens": served.prompt + served.completion}}) + b"\n\n"
             if hop.done:
                 tail += DONE_EVENT
-            if tail:
-                await out.write(tail)
-            await out.write_eof()
+            await out.write_eof(tail)  # one write for the tail and the chunked trailer
             return out, 200
 
     async def _stream_error(self, out: web.StreamResponse, status: int, message: str,
@@ -425,6 +447,18 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "stream_options": (dict,), "tools": (list,), "max_tokens": (int,),
     "temperature": (int, float), "top_p": (int, float), "n": (int,),
 }
+
+
+def _parse_body(data: bytes, chat: bool) -> dict[str, Any]:
+    try:
+        body = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise RouterError(400, f"request body is not valid JSON (UTF-8): {exc}",
+                          "invalid_json") from None
+    if not isinstance(body, dict):
+        raise RouterError(400, "request body must be a JSON object", "invalid_json")
+    _check_fields(body, chat)
+    return body
 
 
 def _check_fields(body: dict[str, Any], chat: bool) -> None:

@@ -24,6 +24,7 @@ log = logging.getLogger("mol.router.resolver")
 
 _MAX_ENTRIES = 100_000
 _RETRY_SECONDS = 1.0
+_LISTING_SECONDS = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,10 @@ class AdapterResolver:
         self._inflight: dict[str, asyncio.Future[Resolved | Unresolved]] = {}
         self._after: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        self._warming: set[asyncio.Task[None]] = set()
+        self._listings: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self.feed_ok = False  # True while the event feed is being followed
+        self._warned = False
 
     # --- request path ----------------------------------------------------------------
 
@@ -122,6 +126,23 @@ class AdapterResolver:
         self._cache[ref] = result
         return result
 
+    async def listing(self, namespace: str, limit: int = 100) -> list[dict[str, Any]]:
+        """Adapters of a namespace for ``/v1/models`` (first ``limit``), cached 30 s; the
+        last answer (or nothing) while the catalog is unreachable."""
+        loop = asyncio.get_running_loop()
+        hit = self._listings.get(namespace)
+        if hit is not None and loop.time() - hit[0] < _LISTING_SECONDS:
+            return hit[1]
+        try:
+            response = await self.client.request(
+                "GET", "/v1/adapters", params={"namespace": namespace, "limit": limit})
+            items = [i for i in response.json().get("items") or () if isinstance(i, dict)]
+        except (CatalogError, ValueError) as exc:
+            log.info("cannot list namespace %s: %s", namespace, exc)
+            return hit[1] if hit is not None else []
+        self._listings[namespace] = (loop.time(), items)
+        return items
+
     # --- keeping it fresh --------------------------------------------------------------
 
     async def start(self) -> None:
@@ -129,6 +150,7 @@ class AdapterResolver:
         self._tasks.append(asyncio.create_task(self._periodic(), name="mol-resolver-refresh"))
 
     async def stop(self) -> None:
+        self._tasks.extend(self._warming)
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -140,7 +162,9 @@ class AdapterResolver:
         """Resolve these in the background (the experts of a new config)."""
         for ref in refs:
             if ref not in self._cache and ref not in self._inflight:
-                self._tasks.append(asyncio.create_task(self._warm_one(ref)))
+                task = asyncio.create_task(self._warm_one(ref))
+                self._warming.add(task)
+                task.add_done_callback(self._warming.discard)
 
     async def _warm_one(self, ref: str) -> None:
         with contextlib.suppress(Unresolved, CatalogError):
@@ -181,9 +205,11 @@ class AdapterResolver:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the catalog is down or answering nonsense
-                if self.feed_ok:
-                    log.warning("catalog event feed unavailable (%s); serving from cache", exc)
-                self.feed_ok = False
+                if self.feed_ok or not self._warned:
+                    log.warning("catalog event feed unavailable (%s); serving from cache, "
+                                "retrying every %.0f s", exc or type(exc).__name__,
+                                _RETRY_SECONDS)
+                self.feed_ok, self._warned = False, True
                 await asyncio.sleep(_RETRY_SECONDS)
 
     async def _apply(self, events: list[dict[str, Any]]) -> None:

@@ -57,7 +57,12 @@ class RouterServer:
 
 async def _main(settings: RouterSettings) -> None:
     server = RouterServer(settings)
-    await server.start()
+    try:
+        await server.start()
+    except (OSError, ValueError) as exc:  # a port in use, an unreadable key file, ...
+        log.error("cannot start the router: %s", exc)
+        await server.stop()
+        raise SystemExit(2) from None
     log.info("router %s listening on %s:%d", server.runtime.config.deployment,
              settings.host, server.port)
     stop = asyncio.Event()

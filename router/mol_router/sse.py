@@ -27,15 +27,17 @@ class StreamHop:
 
     __slots__ = ("_buf", "_calls", "_first", "_held", "_id", "_skip_role", "call",
                  "completion", "done", "handoff", "keep_usage", "other_tools", "prompt",
-                 "rewrite_id")
+                 "rewrite_id", "targets")
 
     def __init__(self, *, keep_usage: bool, handoff_on: bool, continuation: bool,
-                 rewrite_id: bytes | None = None) -> None:
+                 rewrite_id: bytes | None = None,
+                 targets: frozenset[str] = frozenset(), want_id: bool = True) -> None:
         self._buf = b""
+        self.targets = targets  # experts a handoff may name; any other call is shown
         self.keep_usage = keep_usage
         self.handoff = handoff_on
         self._skip_role = continuation
-        self._first = True
+        self._first = want_id  # read the first event's id (a handoff may follow)
         self.rewrite_id = rewrite_id
         self._id: bytes | None = None
         self._calls: dict[int, list[str]] = {}  # index -> [name, arguments]
@@ -140,7 +142,9 @@ class StreamHop:
     def _decide(self) -> None:
         calls = [c for c in self._calls.values() if c[0] == handoff.TOOL_NAME]
         if len(calls) == 1 and not self.other_tools:
-            self.call = handoff.parse_arguments(calls[0][1])
+            call = handoff.parse_arguments(calls[0][1])
+            if call is not None and call.expert in self.targets:
+                self.call = call
 
 
 def _role_only(obj: dict[str, Any]) -> bool:

@@ -15,6 +15,7 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import aiohttp
 
@@ -70,6 +71,12 @@ class StaticResolver:
     def warm(self, refs: object) -> None:
         return None
 
+    def cached(self, ref: str) -> Resolved | None:
+        return None
+
+    async def listing(self, namespace: str, limit: int = 100) -> list[dict[str, Any]]:
+        return []
+
     async def start(self) -> None:
         return None
 
@@ -111,14 +118,19 @@ class Runtime:
                                          limit_per_host=self.settings.max_connections_per_engine,
                                          ttl_dns_cache=60, enable_cleanup_closed=True)
         self.session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",),
+            connector=connector, auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
             timeout=aiohttp.ClientTimeout(total=None))
         cfg = self.config
         self.tracker = EngineTracker(self.session, scrape_interval=cfg.scrape_interval_seconds,
                                      eject_after_failures=cfg.eject_after_failures,
                                      readmit_after=cfg.readmit_after_seconds,
                                      on_adapter_load=self._adapter_loaded)
-        await self.apply(cfg, first=True)
+        try:
+            await self.apply(cfg, first=True)
+        except BaseException:
+            await self.stop()
+            raise
         await self.tracker.start()
         self.metrics.ready_child.set_function(lambda: len(self.tracker.ready_endpoints())
                                               if self.tracker is not None else 0)

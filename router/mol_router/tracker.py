@@ -96,6 +96,7 @@ class EngineTracker:
         eject_after_failures: int = 3,
         readmit_after: float = 10.0,
         on_adapter_load: Callable[[str], None] | None = None,
+        probe_timeout: float = 2.0,
     ) -> None:
         if scrape_interval <= 0:
             raise ValueError("scrape_interval must be > 0 seconds")
@@ -103,6 +104,8 @@ class EngineTracker:
             raise ValueError("eject_after_failures must be >= 1")
         if readmit_after < 0:
             raise ValueError("readmit_after must be >= 0 seconds")
+        if probe_timeout <= 0:
+            raise ValueError("probe_timeout must be > 0 seconds")
         self._session = session
         self.scrape_interval = scrape_interval
         self.eject_after_failures = eject_after_failures
@@ -112,7 +115,7 @@ class EngineTracker:
         self._snapshot: dict[str, EngineStats] = {}
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
-        self._timeout = aiohttp.ClientTimeout(total=max(min(scrape_interval, 5.0), 0.5))
+        self._timeout = aiohttp.ClientTimeout(total=probe_timeout)
 
     # Endpoint set.
 
@@ -195,39 +198,54 @@ class EngineTracker:
                 self._on_adapter_load(endpoint)
         self._refresh(endpoint, engine)
 
-    async def _get(self, url: str) -> tuple[int, str]:
-        async with self._session.get(url, timeout=self._timeout) as resp:
-            return resp.status, await resp.text() if resp.status == 200 else ""
-
-    async def probe(self, endpoint: str) -> None:
-        """One health check and scrape of ``endpoint``."""
+    def record_health(self, endpoint: str, ok: bool) -> None:
+        """The result of one health check: a pass makes the engine ready (re-admitting
+        it if ejected); a failure counts toward ejection, or restarts the wait of an
+        ejected one."""
         engine = self._engines.get(endpoint)
         if engine is None:
             return
-        now = time.monotonic()
-        if engine.ejected_until is not None and now < engine.ejected_until:
-            return
-        try:
-            (health, _), (status, text) = await asyncio.gather(
-                self._get(f"{endpoint}/health"), self._get(f"{endpoint}/metrics")
-            )
-            ok = health == 200
-        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
-            ok, status, text = False, 0, ""
-        if engine is not self._engines.get(endpoint):
-            return  # removed or replaced while probing
         if ok:
             if engine.ejected_until is not None:
                 log.info("engine %s re-admitted: health check passed", endpoint)
             engine.probed, engine.failures, engine.ejected_until = True, 0, None
-            if status == 200:
-                self.observe(endpoint, parse_engine_metrics(text))
-            else:
-                self._refresh(endpoint, engine)
+            self._refresh(endpoint, engine)
         elif engine.ejected_until is not None:
-            engine.ejected_until = now + self.readmit_after
+            engine.ejected_until = time.monotonic() + self.readmit_after
         else:
             self.record_failure(endpoint)
+
+    async def _healthy(self, endpoint: str) -> bool:
+        try:
+            async with self._session.get(f"{endpoint}/health", timeout=self._timeout) as resp:
+                await resp.read()
+                return resp.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            return False
+
+    async def _metrics(self, endpoint: str) -> EngineMetrics | None:
+        try:
+            async with self._session.get(f"{endpoint}/metrics", timeout=self._timeout) as resp:
+                if resp.status != 200:
+                    return None
+                return parse_engine_metrics(await resp.text())
+        except (aiohttp.ClientError, TimeoutError, UnicodeDecodeError):
+            return None
+
+    async def probe(self, endpoint: str) -> None:
+        """One health check and scrape of ``endpoint``. Only ``/health`` decides health;
+        a failed scrape keeps the last metrics."""
+        engine = self._engines.get(endpoint)
+        if engine is None:
+            return
+        if engine.ejected_until is not None and time.monotonic() < engine.ejected_until:
+            return
+        ok, metrics = await asyncio.gather(self._healthy(endpoint), self._metrics(endpoint))
+        if engine is not self._engines.get(endpoint):
+            return  # removed or replaced while probing
+        self.record_health(endpoint, ok)
+        if ok and metrics is not None:
+            self.observe(endpoint, metrics)
 
     async def probe_all(self) -> None:
         await asyncio.gather(*(self.probe(u) for u in list(self._engines)))

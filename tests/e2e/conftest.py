@@ -16,6 +16,10 @@ from mol_platform.demo import DemoResult, build_demo
 from mol_platform.testing.engine import Engine, find_engine_venv, running_engine
 
 PRELOADED_ADAPTERS = ("chat", "coding")
+# The same adapters under immutable catalog-style names, as a router forwards them
+# (``demo/coding@v2`` is another adapter standing in for a canary version).
+IMMUTABLE_ADAPTERS = {"demo/chat@v1": "chat", "demo/coding@v1": "coding",
+                      "demo/coding@v2": "agent"}
 
 
 @pytest.fixture(scope="session")
@@ -33,11 +37,15 @@ def engine_venv() -> Path:
 @pytest.fixture(scope="session")
 def engine(engine_venv: Path, demo_assets: DemoResult) -> Iterator[Engine]:
     """A vLLM engine on 127.0.0.1 serving the demo base (as ``engine.model``) and the
-    ``chat`` and ``coding`` adapters, with runtime LoRA loading on."""
+    ``chat`` and ``coding`` adapters (also as ``IMMUTABLE_ADAPTERS``), with runtime LoRA
+    loading on."""
     with running_engine(
         engine_venv,
         demo_assets.base,
-        lora_modules={name: demo_assets.adapters[name] for name in PRELOADED_ADAPTERS},
+        lora_modules={
+            **{name: demo_assets.adapters[name] for name in PRELOADED_ADAPTERS},
+            **{name: demo_assets.adapters[src] for name, src in IMMUTABLE_ADAPTERS.items()},
+        },
         served_model_name="demo-base",
         max_loras=2,
         max_lora_rank=16,

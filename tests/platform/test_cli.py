@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import typer
 from typer.testing import CliRunner
@@ -38,10 +39,11 @@ def test_components_arrive_through_entry_points() -> None:
     assert {"catalog", "router", "operator"} <= names
 
 
-def test_router_serve_not_built_exits_nonzero() -> None:
-    result = runner.invoke(_app(), ["router", "serve"])
+def test_router_serve_refuses_a_missing_config(tmp_path: Path) -> None:
+    result = runner.invoke(_app(), ["router", "serve", "--config", str(tmp_path / "no.yaml")])
     assert result.exit_code == 2
-    assert "not built yet" in result.output
+    assert "cannot use" in result.output
+    assert "no.yaml" in result.output
 
 
 def test_installed_console_script_runs() -> None:

@@ -4,6 +4,7 @@ names, retries, mid-stream failures, client disconnects."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import aiohttp
@@ -135,3 +136,33 @@ async def test_client_disconnect_cancels_the_upstream_request(
         tracker = router.runtime.tracker
         assert tracker is not None
         assert all(s.inflight == 0 for s in tracker.snapshot().values())
+
+
+async def test_upstream_timeout_is_504_and_not_retried(router_config: Any, start_router: Any,
+                                                        ready: Any) -> None:
+    slow = SimConfig(model="tiny", dynamic_loras=True, output_tokens=3, ttft_s=2.0)
+    async with AsyncSimulatorCluster(replicas=2, config=slow) as sims:
+        cfg = router_config(sims.urls, timeouts={"upstream": 0.3})
+        async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+            await ready(router, 2)
+            async with http.post(router.url + "/v1/chat/completions", json=chat()) as resp:
+                assert resp.status == 504
+                assert (await resp.json())["error"]["code"] == "upstream_timeout"
+        assert sum(len(s.received) for s in sims.states()) == 1
+
+
+async def test_whole_request_disconnect_cancels_upstream(router_config: Any, start_router: Any,
+                                                         ready: Any) -> None:
+    slow = SimConfig(model="tiny", dynamic_loras=True, output_tokens=3, ttft_s=5.0)
+    async with AsyncSimulatorCluster(replicas=1, config=slow) as sims, \
+            start_router(router_config(sims.urls)) as router:
+        await ready(router)
+        async with aiohttp.ClientSession() as http:
+            with contextlib.suppress(TimeoutError):
+                await http.post(router.url + "/v1/chat/completions", json=chat(),
+                                timeout=aiohttp.ClientTimeout(total=0.5))
+        for _ in range(100):
+            if sims.state(0).finished_by_reason.get("abort") == 1:
+                break
+            await asyncio.sleep(0.05)
+        assert sims.state(0).finished_by_reason.get("abort") == 1

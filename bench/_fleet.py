@@ -1,0 +1,170 @@
+"""Simulated engine replicas driven in-process by router policies, on virtual time.
+
+Each replica is the simulator's own engine model (``SlotEngine``: vLLM's batch and
+``max_loras`` scheduling, LRU GPU adapter slots, ``lora_load_s`` per slot load); a
+request's first token is due ``ttft_s`` after it is scheduled (after its adapter's
+load), then one token per ``itl_s``, as the simulator's HTTP server times them. Each
+router replica is a real ``EngineTracker`` and policy: it observes every engine every
+``scrape_interval`` (what ``/metrics`` would say: queue lengths, KV usage, and the
+adapters with running requests, as vLLM lists them) and books what it sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from _workload import Arrival
+from mol_platform.testing.simulator.config import SimConfig
+from mol_platform.testing.simulator.model import SlotEngine
+from mol_router.engine_metrics import EngineMetrics
+from mol_router.policy import RouteRequest, make_policy
+from mol_router.tracker import EngineTracker
+
+
+@dataclass(frozen=True)
+class FleetShape:
+    replicas: int = 16
+    max_loras: int = 4
+    max_num_seqs: int = 8
+    ttft_s: float = 0.04
+    itl_s: float = 0.02
+    lora_load_s: float = 0.1
+    scrape_interval: float = 0.1
+
+    def scaled(self, speed: float) -> FleetShape:
+        """Token and load times divided by ``speed`` (a trace replayed faster)."""
+        return FleetShape(
+            self.replicas, self.max_loras, self.max_num_seqs, self.ttft_s / speed,
+            self.itl_s / speed, self.lora_load_s / speed, self.scrape_interval / speed,
+        )  # fmt: skip
+
+    def capacity(self, mean_tokens: float) -> float:
+        """Requests per second the fleet completes when no request waits for a slot."""
+        per_request = self.ttft_s + max(mean_tokens - 1, 0) * self.itl_s
+        return self.replicas * self.max_num_seqs / per_request
+
+
+@dataclass
+class RunResult:
+    label: str
+    requests: int
+    ttft: list[float] = field(default_factory=list)
+    makespan: float = 0.0
+    adapter_loads: int = 0
+    estimated_loads: int = 0
+    """What the routers' trackers counted from the metrics (the first router's view)."""
+    replicas_per_adapter: float = 0.0
+    """Mean number of replicas that ever loaded each adapter that was requested."""
+    loads_by_adapter: dict[str, int] = field(default_factory=dict)
+    errors: int = 0
+    """Requests that got no reply (HTTP runs only)."""
+
+    @property
+    def loads_per_1000(self) -> float:
+        return 1000.0 * self.adapter_loads / max(self.requests, 1)
+
+    @property
+    def throughput(self) -> float:
+        return self.requests / self.makespan if self.makespan > 0 else 0.0
+
+
+def _metrics(engine: SlotEngine) -> EngineMetrics:
+    running_adapters = tuple(dict.fromkeys(r.adapter for r in engine.running if r.adapter))
+    return EngineMetrics(
+        running=len(engine.running),
+        waiting=len(engine.waiting),
+        kv_cache_usage=len(engine.running) / engine.config.max_num_seqs,
+        max_lora=engine.config.max_loras,
+        running_adapters=running_adapters,
+    )
+
+
+async def _drive(
+    label: str, policy: str, routers: int, arrivals: Sequence[Arrival], shape: FleetShape
+) -> RunResult:
+    loop = asyncio.get_running_loop()
+    config = SimConfig(
+        model="base", dynamic_loras=True, max_loras=shape.max_loras,
+        max_num_seqs=shape.max_num_seqs, lora_load_s=shape.lora_load_s,
+    )  # fmt: skip
+    urls = [f"http://sim-{i}" for i in range(shape.replicas)]
+    engines = {u: SlotEngine(config) for u in urls}
+    estimated = [0]
+    async with aiohttp.ClientSession() as session:
+        trackers = []
+        for r in range(routers):
+            on_load = (lambda _e: estimated.__setitem__(0, estimated[0] + 1)) if r == 0 else None
+            t = EngineTracker(session, scrape_interval=shape.scrape_interval,
+                              on_adapter_load=on_load)  # fmt: skip
+            t.set_endpoints(urls)
+            for u in urls:
+                t.record_health(u, True)
+            trackers.append(t)
+        policies = [make_policy(policy) for _ in range(routers)]
+        result = RunResult(label, len(arrivals))
+        done = asyncio.Event()
+        left = [len(arrivals)]
+
+        async def scrape(r: int) -> None:
+            tracker = trackers[r]
+            await asyncio.sleep(shape.scrape_interval * r / routers)  # unsynchronised
+            while not done.is_set():
+                for u, e in engines.items():
+                    tracker.observe(u, _metrics(e))
+                await asyncio.sleep(shape.scrape_interval)
+
+        async def one(i: int, a: Arrival) -> None:
+            tracker, pol = trackers[i % routers], policies[i % routers]
+            request = RouteRequest(a.adapter, a.user, a.prompt_tokens)
+            endpoint = pol.pick(urls, tracker.snapshot(), request)
+            assert endpoint is not None
+            engine = engines[endpoint]
+            tracker.begin(endpoint, a.adapter)
+            adapter = engine.resolve_model(a.adapter)
+            sim = engine.submit(config.model, adapter)
+            ready = await sim.admitted
+            first = ready + shape.ttft_s
+            await asyncio.sleep(max(0.0, first - loop.time()))
+            result.ttft.append(first - a.t)
+            await asyncio.sleep((a.max_tokens - 1) * shape.itl_s)
+            engine.finish(sim, "stop")
+            tracker.end(endpoint, a.adapter)
+            result.makespan = max(result.makespan, loop.time())
+            left[0] -= 1
+            if not left[0]:
+                done.set()
+
+        scrapers = [asyncio.create_task(scrape(r)) for r in range(routers)]
+        tasks = []
+        for i, a in enumerate(arrivals):
+            await asyncio.sleep(max(0.0, a.t - loop.time()))
+            tasks.append(asyncio.create_task(one(i, a)))
+        if tasks:
+            await done.wait()
+        await asyncio.gather(*tasks)
+        for s in scrapers:
+            s.cancel()
+        await asyncio.gather(*scrapers, return_exceptions=True)
+    holders: dict[str, int] = {}
+    for e in engines.values():
+        for name, count in e.slot_loads.items():
+            result.adapter_loads += count
+            result.loads_by_adapter[name] = result.loads_by_adapter.get(name, 0) + count
+            holders[name] = holders.get(name, 0) + 1
+    result.estimated_loads = estimated[0]
+    result.replicas_per_adapter = sum(holders.values()) / max(len(holders), 1)
+    return result
+
+
+def run_policy(
+    label: str, policy: str, routers: int, arrivals: Sequence[Arrival], shape: FleetShape
+) -> RunResult:
+    """One policy over the whole workload, on a fresh fleet and a virtual clock."""
+    from _vclock import run_virtual
+
+    result: RunResult = run_virtual(_drive(label, policy, routers, arrivals, shape))
+    return result

@@ -1,0 +1,234 @@
+"""Replica-picking policies on simulated vLLM replicas: adapter loads, TTFT, throughput.
+
+One command (`python bench/routing.py`): 16 simulated replicas (`--max-loras 4`), 500
+adapters with Zipf(1.1) popularity, open-loop Poisson arrivals at 70% of the fleet's
+capacity; or `--trace FILE.jsonl` (one request a line: {"t", "adapter", "user",
+"prompt_tokens", "max_tokens"}) replayed `--speed X` times faster, the simulated token
+and load times scaled alike. Every policy sees the same requests at the same times on a
+fresh fleet; ours also runs as 4 independent router replicas (requests spread over
+them, each with its own tracker and no shared state). The simulator's engine model runs
+in-process on a virtual clock, so a run takes seconds and its figures do not depend on
+how busy the machine is. Writes its section of docs/benchmarks.md with `--write`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _fleet import FleetShape, RunResult, run_policy
+from _machine import machine_info
+from _report import percentile, write_section
+from _workload import Arrival, load_trace, synthetic
+
+ROOT = Path(__file__).resolve().parents[1]
+BASELINE = "gie-lora-affinity"
+LLMD = "llmd-lora-load-state"
+OURS = "mol-affinity"
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--replicas", type=int, default=16, help="simulated engine replicas")
+    p.add_argument("--max-loras", type=int, default=4, help="adapter slots per replica")
+    p.add_argument("--max-num-seqs", type=int, default=8, help="batch size per replica")
+    p.add_argument("--ttft-s", type=float, default=0.04, help="time to first token once running")
+    p.add_argument("--itl-s", type=float, default=0.02, help="inter-token latency")
+    p.add_argument("--lora-load-s", type=float, default=0.1,
+                   help="time for an adapter to enter a GPU slot")  # fmt: skip
+    p.add_argument("--scrape-interval", type=float, default=0.1,
+                   help="how often each router reads every engine's metrics")  # fmt: skip
+    p.add_argument("--adapters", type=int, default=500)
+    p.add_argument("--zipf", type=float, default=1.1, help="popularity exponent")
+    p.add_argument("--load", type=float, default=0.7, help="offered load, share of capacity")
+    p.add_argument("--duration", type=float, default=120.0, help="seconds of arrivals")
+    p.add_argument("--prompt-tokens", type=int, default=256)
+    p.add_argument("--max-tokens", type=int, default=32, help="tokens generated per request")
+    p.add_argument("--routers", type=int, default=4, help="independent replicas of ours")
+    p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--trace", type=Path, help="replay this JSONL trace instead")
+    p.add_argument("--speed", type=float, default=1.0, help="replay the trace X times faster")
+    p.add_argument(
+        "--http",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the HTTP leg: vllm-router vs ours on replicas over HTTP",
+    )
+    p.add_argument(
+        "--http-duration",
+        type=float,
+        default=20.0,
+        help="seconds of the workload the HTTP leg replays (its first part)",
+    )
+    p.add_argument(
+        "--http-speed",
+        type=float,
+        default=0.25,
+        help="the HTTP leg runs this much slower than nominal (so 2 cores can "
+        "stream every token); its times are scaled back for the report",
+    )
+    p.add_argument(
+        "--vllm-router-policies",
+        default="cache_aware,consistent_hash",
+        help="vllm-router policies to try (consistent_hash is keyed on the adapter)",
+    )
+    p.add_argument("--write", action="store_true", help="write docs/benchmarks.md's section")
+    args = p.parse_args(argv)
+    for name in ("replicas", "max_loras", "max_num_seqs", "adapters", "routers", "max_tokens"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if not 0 < args.load <= 2 or args.duration <= 0 or args.speed <= 0:
+        p.error("--load must be in (0, 2], --duration and --speed > 0")
+    if args.http_duration <= 0 or not 0 < args.http_speed <= 10:
+        p.error("--http-duration must be > 0 and --http-speed in (0, 10]")
+    return args
+
+
+def workload(args: argparse.Namespace, shape: FleetShape) -> tuple[list[Arrival], str]:
+    if args.trace is not None:
+        arrivals = load_trace(args.trace, args.speed)
+        span = arrivals[-1].t if arrivals else 0.0
+        return arrivals, (
+            f"trace `{args.trace.name}` ({len(arrivals):,} requests over {span:.0f} s "
+            f"at speed {args.speed:g})"
+        )
+    rate = args.load * shape.capacity(args.max_tokens)
+    arrivals = synthetic(
+        adapters=args.adapters, zipf=args.zipf, rate=rate, duration=args.duration,
+        seed=args.seed, prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
+    )  # fmt: skip
+    return arrivals, (
+        f"{args.adapters} adapters, Zipf({args.zipf:g}) popularity, Poisson arrivals at "
+        f"{rate:.0f} req/s ({args.load:.0%} of capacity) for {args.duration:g} s: "
+        f"{len(arrivals):,} requests of {args.max_tokens} tokens"
+    )
+
+
+def row(r: RunResult, estimate: bool = True) -> str:
+    """A table row; the third column is the router's load estimate (in-process runs) or
+    the failed requests (HTTP runs)."""
+    third = f"{1000 * r.estimated_loads / r.requests:.0f}" if estimate else f"{r.errors}"
+    return (
+        f"| {r.label} | {r.loads_per_1000:.0f} | {third} "
+        f"| {r.replicas_per_adapter:.2f} | {percentile(r.ttft, 50) * 1000:.0f} "
+        f"| {percentile(r.ttft, 99) * 1000:.0f} | {r.throughput:.1f} |"
+    )
+
+
+def http_leg(args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival]) -> list[str]:
+    """vllm-router (each policy tried) and ours, over HTTP on the same replicas."""
+    from _http_leg import run_ours, run_vllm_router
+
+    speed = args.http_speed
+    part = [a for a in arrivals if a.t < args.http_duration]
+    slow = [Arrival(a.t / speed, a.adapter, a.user, a.prompt_tokens, a.max_tokens) for a in part]
+    tokens = max(a.max_tokens for a in part)
+    scaled = shape.scaled(speed)
+    log = ROOT / ".bench/vllm-router.log"
+    results = [run_ours(OURS, 1, slow, scaled, tokens, speed),
+               run_ours(OURS, args.routers, slow, scaled, tokens, speed)]  # fmt: skip
+    for r in results:
+        print(row(r, estimate=False), flush=True)
+    for policy in args.vllm_router_policies.split(","):
+        r = run_vllm_router(policy.strip(), slow, scaled, tokens, speed, log)
+        print(row(r, estimate=False), flush=True)
+        results.append(r)
+    best = min(results[2:], key=lambda r: percentile(r.ttft, 99))
+    lines = [
+        "| router | adapter loads / 1,000 req | failed requests | replicas per adapter "
+        "| TTFT p50 ms | TTFT p99 ms | throughput req/s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+        *(row(r, estimate=False) for r in results),
+        "",
+        f"HTTP leg: the first {args.http_duration:g} s of the same workload ({len(part):,} "
+        f"requests), run {1 / speed:g}x slower than nominal over HTTP and scaled back. "
+        f"vllm-router's best policy here (lowest TTFT p99): `{best.label.split()[-1]}`; "
+        f"ours vs it: TTFT p99 {percentile(results[0].ttft, 99) * 1000:.0f} vs "
+        f"{percentile(best.ttft, 99) * 1000:.0f} ms, loads {results[0].loads_per_1000:.0f} vs "
+        f"{best.loads_per_1000:.0f} per 1,000.",
+    ]
+    return lines
+
+
+def goals(results: dict[str, RunResult], routers: int) -> list[str]:
+    ours, gie, llmd = results[OURS], results[BASELINE], results[LLMD]
+    many = results[f"{OURS} x{routers}"]
+    p99 = {k: percentile(v.ttft, 99) for k, v in results.items()}
+    others = [v for k, v in p99.items() if not k.startswith(OURS)]
+
+    def mark(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    return [
+        f"- lowest TTFT p99: {p99[OURS] * 1000:.0f} ms vs best other "
+        f"{min(others) * 1000:.0f} ms: {mark(p99[OURS] <= min(others))}",
+        f"- adapter loads <= half of {BASELINE}: {ours.loads_per_1000:.0f} vs "
+        f"{gie.loads_per_1000:.0f} per 1,000 ({ours.loads_per_1000 / gie.loads_per_1000:.2f}x): "
+        f"{mark(ours.loads_per_1000 <= gie.loads_per_1000 / 2)}",
+        f"- adapter loads <= {LLMD}: {ours.loads_per_1000:.0f} vs {llmd.loads_per_1000:.0f}: "
+        f"{mark(ours.loads_per_1000 <= llmd.loads_per_1000)}",
+        f"- {routers} independent routers <= 1.2x the loads of one: "
+        f"{many.loads_per_1000 / ours.loads_per_1000:.2f}x: "
+        f"{mark(many.loads_per_1000 <= 1.2 * ours.loads_per_1000)}",
+    ]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    shape = FleetShape(
+        args.replicas, args.max_loras, args.max_num_seqs, args.ttft_s, args.itl_s,
+        args.lora_load_s, args.scrape_interval,
+    )  # fmt: skip
+    if args.trace is not None:
+        shape = shape.scaled(args.speed)
+    arrivals, described = workload(args, shape)
+    if not arrivals:
+        print("no requests to replay", file=sys.stderr)
+        return 2
+    runs = [(OURS, OURS, 1), (f"{OURS} x{args.routers}", OURS, args.routers),
+            (LLMD, LLMD, 1), (BASELINE, BASELINE, 1),
+            ("least-loaded", "least-loaded", 1), ("round-robin", "round-robin", 1)]  # fmt: skip
+    results: dict[str, RunResult] = {}
+    started = time.monotonic()
+    for label, policy, routers in runs:
+        t0 = time.monotonic()
+        results[label] = r = run_policy(label, policy, routers, arrivals, shape)
+        print(f"{row(r)}  ({time.monotonic() - t0:.1f} s)", flush=True)
+    header = [
+        "| policy | adapter loads / 1,000 req | router's estimate / 1,000 | replicas per adapter "
+        "| TTFT p50 ms | TTFT p99 ms | throughput req/s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    table = "\n".join([*header, *(row(r) for r in results.values())])
+    verdict = goals(results, args.routers)
+    print("\n".join(verdict))
+    http = http_leg(args, shape, arrivals) if args.http else []
+    if args.write:
+        command = "python bench/routing.py " + " ".join(argv if argv is not None else sys.argv[1:])
+        body = "\n".join([
+            "## Routing: replica-picking policies on simulated vLLM replicas",
+            "",
+            f"Run {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {machine_info().markdown()}; "
+            f"`{command.strip()}` ({time.monotonic() - started:.0f} s wall, virtual clock).",
+            "",
+            f"Fleet: {shape.replicas} replicas, max_loras {shape.max_loras}, max_num_seqs "
+            f"{shape.max_num_seqs}, TTFT {shape.ttft_s * 1000:g} ms once running, ITL "
+            f"{shape.itl_s * 1000:g} ms, adapter load {shape.lora_load_s * 1000:g} ms, metrics "
+            f"read every {shape.scrape_interval * 1000:g} ms. Workload: {described}.",
+            "",
+            table,
+            "",
+            *verdict,
+            *(["", *http] if http else []),
+        ])  # fmt: skip
+        write_section(ROOT / "docs/benchmarks.md", "routing", body)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

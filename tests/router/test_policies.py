@@ -1,0 +1,219 @@
+"""Replica-picking policies: table-driven cases of each rule, plus the properties that
+make ours usable from independent router replicas (determinism, bounded spread)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+
+import pytest
+
+from mol_router.policy import DEFAULT_POLICY, POLICY_NAMES, EngineStats, RouteRequest, make_policy
+from mol_router.policy.gie import lora_affinity_score
+from mol_router.policy.hashing import home, ranking
+from mol_router.policy.llmd import LlmdLoraLoadState
+
+A = "acme/bot@v1"
+EPS = [f"http://e{i}" for i in range(4)]
+
+
+def S(**kw: object) -> EngineStats:
+    kw.setdefault("max_lora", 4)
+    return EngineStats(**kw)  # type: ignore[arg-type]
+
+
+def idle() -> dict[str, EngineStats]:
+    return {e: S() for e in EPS}
+
+
+def test_registry_names_default_first_and_rejects_bad_input() -> None:
+    assert POLICY_NAMES[0] == DEFAULT_POLICY == "mol-affinity"
+    assert set(POLICY_NAMES) == {
+        "mol-affinity", "round-robin", "least-loaded", "gie-lora-affinity", "llmd-lora-load-state",
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="choose one of mol-affinity"):
+        make_policy("fastest")
+    with pytest.raises(ValueError, match="no knob"):
+        make_policy("mol-affinity", {"loadfactor": 2})
+    with pytest.raises(ValueError, match=r"must be in \[1"):
+        make_policy("mol-affinity", {"load_factor": 0.5})
+    with pytest.raises(ValueError, match="integer"):
+        make_policy("mol-affinity", {"candidates": 1.5})
+    with pytest.raises(ValueError, match="takes no knobs"):
+        make_policy("round-robin", {"x": 1})
+
+
+@pytest.mark.parametrize("name", POLICY_NAMES)
+def test_every_policy_skips_unhealthy_and_excluded_and_returns_none_when_empty(name: str) -> None:
+    stats = idle()
+    stats["http://e0"] = S(healthy=False)
+    policy = make_policy(name)
+    picks = {policy.pick(EPS, stats, RouteRequest(A), frozenset({"http://e1"})) for _ in range(20)}
+    assert picks <= {"http://e2", "http://e3"}
+    assert picks
+    assert policy.pick(EPS, stats, RouteRequest(A), frozenset(EPS)) is None
+    assert policy.pick([], {}, RouteRequest(None)) is None
+
+
+def test_round_robin_cycles() -> None:
+    p = make_policy("round-robin")
+    assert [p.pick(EPS, idle(), RouteRequest(A)) for _ in range(5)] == [*EPS, EPS[0]]
+
+
+@pytest.mark.parametrize(
+    ("stats", "expected"),
+    [
+        ({"http://e0": S(running=3), "http://e1": S(running=1, waiting=1)}, "http://e1"),
+        ({"http://e0": S(running=1), "http://e1": S(running=0, inflight=4)}, "http://e0"),
+        ({"http://e0": S(running=2, kv_cache_usage=0.9), "http://e1": S(running=2)}, "http://e1"),
+    ],
+    ids=["running+waiting", "own-inflight-beats-stale-scrape", "kv-breaks-ties"],
+)
+def test_least_loaded(stats: Mapping[str, EngineStats], expected: str) -> None:
+    assert make_policy("least-loaded").pick(list(stats), stats, RouteRequest(A)) == expected
+
+
+@pytest.mark.parametrize(
+    ("stats", "score"),
+    [
+        (S(running_adapters=frozenset({A, "x"})), 1.0),
+        (S(running_adapters=frozenset({"x"})), 0.8),  # 1 running, counted in both lists: 2 < 4
+        (S(running_adapters=frozenset({"x", "y"})), 0.0),  # 2 + 2 = 4: full by the rule
+        (S(max_lora=8, running_adapters=frozenset({"x", "y", "z"})), 0.8),
+        (S(max_lora=1, running_adapters=frozenset({A})), 1.0),
+    ],
+)
+def test_gie_lora_affinity_table(stats: EngineStats, score: float) -> None:
+    assert lora_affinity_score(stats, A) == score
+
+
+def test_gie_combines_queue_kv_and_affinity() -> None:
+    p = make_policy("gie-lora-affinity")
+    active = frozenset({A})
+    stats = {
+        "http://e0": S(running_adapters=active, waiting=10),  # affinity 1 but longest queue
+        "http://e1": S(waiting=0),  # free slot 0.8, empty queue
+    }
+    assert p.pick(list(stats), stats, RouteRequest(A)) == "http://e1"
+    stats["http://e0"] = S(running_adapters=active, waiting=1)
+    stats["http://e1"] = S(waiting=1, kv_cache_usage=0.2)
+    assert p.pick(list(stats), stats, RouteRequest(A)) == "http://e0"
+
+
+def _homes(n_busy: int, waiting: int, others_waiting: int = 0) -> dict[str, EngineStats]:
+    out = {e: S(waiting=others_waiting) for e in EPS}
+    for e in EPS[:n_busy]:
+        out[e] = S(running_adapters=frozenset({A}), waiting=waiting)
+    return out
+
+
+@pytest.mark.parametrize(
+    ("stats", "max_replicas", "kept"),
+    [
+        (idle(), 2, EPS),  # no home: every endpoint passes
+        (_homes(1, waiting=0), 2, EPS[:1]),  # sticky to the home with room
+        (_homes(2, waiting=9), 2, EPS[:2]),  # homes saturated, cap reached: homes anyway
+        (_homes(1, waiting=9), 2, EPS[1:]),  # saturated, under the cap: one new copy elsewhere
+        (_homes(1, waiting=9, others_waiting=9), 2, EPS[:1]),  # nowhere has room
+        (_homes(3, waiting=9), 0, EPS[3:]),  # 0 = unbounded
+    ],
+    ids=["no-home", "sticky", "cap-blocked", "spread", "fleet-saturated", "unbounded"],
+)
+def test_llmd_residency_filter(
+    stats: dict[str, EngineStats], max_replicas: int, kept: list[str]
+) -> None:
+    p = LlmdLoraLoadState({"max_replicas": max_replicas})
+    out = p.residency_filter(list(stats.items()), A)
+    assert [e for e, _ in out] == kept
+
+
+def test_llmd_load_state_tiers_and_home_bonus() -> None:
+    stats = {
+        "http://e0": S(running_adapters=frozenset({A})),
+        "http://e1": S(running_adapters=frozenset({"x"})),
+        "http://e2": S(running_adapters=frozenset({"w", "x", "y", "z"})),
+    }
+    scored = LlmdLoraLoadState.load_state_scores(list(stats.items()), A)
+    scores = dict(zip(stats, scored, strict=True))
+    preferred = home(A, list(stats))
+    base = {"http://e0": 1.0, "http://e1": 0.6, "http://e2": 0.0}
+    for e, s in scores.items():
+        tier = base[e] * 0.94
+        bonus = 0.03 if e == preferred and e != "http://e0" else 0.0
+        headroom = 0.03 * (4 - len(stats[e].running_adapters)) / 4
+        assert s == pytest.approx(tier + bonus + headroom)
+    assert scores["http://e0"] > scores["http://e1"] > scores["http://e2"]
+
+
+def test_hash_ranking_is_stable_and_moves_little_when_an_endpoint_leaves() -> None:
+    eps = [f"http://10.0.0.{i}:8000" for i in range(16)]
+    names = [f"ns/a{i}@v1" for i in range(400)]
+    before = {n: ranking(n, eps)[0] for n in names}
+    assert before == {n: ranking(n, list(reversed(eps)))[0] for n in names}  # order-free
+    gone = eps[5]
+    after = {n: ranking(n, [e for e in eps if e != gone])[0] for n in names}
+    moved = [n for n in names if before[n] != after[n]]
+    assert all(before[n] == gone for n in moved)
+    assert 0 < len(moved) < len(names) / 8
+    assert len(set(before.values())) == 16  # every endpoint is somebody's home
+
+
+def test_mol_goes_home_when_idle_and_agrees_across_instances() -> None:
+    eps = [f"http://e{i}" for i in range(8)]
+    stats = {e: S() for e in eps}
+    a, b = make_policy("mol-affinity"), make_policy("mol-affinity")
+    for n in (f"ns/a{i}@v1" for i in range(50)):
+        pa = a.pick(eps, stats, RouteRequest(n))
+        assert pa == b.pick(list(reversed(eps)), stats, RouteRequest(n)) == ranking(n, eps)[0]
+
+
+@pytest.mark.parametrize(
+    ("stats", "expected"),
+    [
+        # resident (running) beats home; among resident, least loaded
+        ({"h": S(), "r1": S(running=3, running_adapters=frozenset({A})),
+          "r2": S(running=1, recent_adapters=frozenset({A}))}, "r2"),
+        # resident but over the bound: skipped
+        ({"h": S(), "r1": S(running=20, running_adapters=frozenset({A}))}, "h"),
+        # home full of other adapters: the next candidate with a free slot
+        ({"h": S(running_adapters=frozenset("wxyz")), "n": S()}, "n"),
+        # every candidate full: home anyway (wait for a slot, no extra copy)
+        ({"h": S(running_adapters=frozenset("wxyz")), "n": S(running_adapters=frozenset("wxyz"))},
+         "h"),
+        # home over the bound: spill to the next in the adapter's order
+        ({"h": S(running=9), "n": S(running=1)}, "n"),
+    ],
+    ids=["resident-least-loaded", "resident-over-bound", "free-slot", "all-full", "spill"],
+)  # fmt: skip
+def test_mol_rules(stats: dict[str, EngineStats], expected: str) -> None:
+    # Name the endpoints so that "h" is the adapter's home and "n" comes next.
+    order = ranking(A, [f"http://p{i}" for i in range(len(stats))])
+    names = {k: v for k, v in (("h", order[0]), ("n", order[1])) if k in stats}
+    rest = iter(e for e in order if e not in names.values())
+    real = {(names[k] if k in names else next(rest)): v for k, v in stats.items()}
+    back = {v: k for k, v in zip(stats, real, strict=True)}
+    pick = make_policy("mol-affinity").pick(list(real), real, RouteRequest(A))
+    assert pick is not None
+    assert back[pick] == expected
+
+
+def test_mol_hot_adapter_spreads_over_a_few_replicas_only() -> None:
+    """Feed back the in-flight load: one hot adapter fills its home up to the bound and
+    spills down its own order; the other replicas stay free for other adapters."""
+    eps = [f"http://e{i}" for i in range(16)]
+    inflight: Counter[str] = Counter()
+    p = make_policy("mol-affinity")
+    for _ in range(24):
+        stats = {e: S(inflight=inflight[e], recent_adapters=frozenset({A}) if inflight[e] else
+                      frozenset()) for e in eps}  # fmt: skip
+        e = p.pick(eps, stats, RouteRequest(A))
+        assert e is not None
+        inflight[e] += 1
+    used = [e for e in eps if inflight[e]]
+    assert 2 <= len(used) <= 12
+    assert set(used) == set(ranking(A, eps)[: len(used)])
+
+
+def test_mol_base_model_requests_go_to_least_loaded() -> None:
+    stats = {"http://e0": S(running=4), "http://e1": S(running=1), "http://e2": S(running=2)}
+    assert make_policy("mol-affinity").pick(list(stats), stats, RouteRequest(None)) == "http://e1"

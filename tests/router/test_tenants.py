@@ -1,0 +1,90 @@
+"""API keys: 401 without a valid key, 403 for a namespace the key may not use, 429
+with Retry-After over the request or token rate; tokens counted per tenant."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from mol_platform.testing.simulator import AsyncSimulatorCluster, SimConfig
+
+SIM = SimConfig(model="tiny", dynamic_loras=True, output_tokens=4)
+MSG = [{"role": "user", "content": "hello"}]
+ACME = "sk-acme-0123456789abcdef"
+OPS = "sk-ops-0123456789abcdef0"
+
+
+def _keys(path: Path, acme_rpm: int = 1000, acme_tpm: int | None = None) -> str:
+    tpm = f"    tokensPerMinute: {acme_tpm}\n" if acme_tpm else ""
+    path.write_text(
+        "keys:\n"
+        f"  - tenant: acme\n    key: {ACME}\n    namespaces: [acme]\n"
+        f"    requestsPerMinute: {acme_rpm}\n{tpm}"
+        f"  - tenant: ops\n    keySha256: {hashlib.sha256(OPS.encode()).hexdigest()}\n")
+    return str(path)
+
+
+def _auth(key: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {key}"}
+
+
+async def test_keys_namespaces_and_request_rate(router_config: Any, start_router: Any,
+                                               ready: Any, tmp_path: Path) -> None:
+    async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        cfg = router_config(sims.urls, adapter_namespaces=["acme", "beta"],
+                            api_keys_file=_keys(tmp_path / "keys.yaml", acme_rpm=3))
+        async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+            await ready(router)
+            url = router.url + "/v1/chat/completions"
+            async with http.post(url, json={"messages": MSG}) as resp:
+                assert resp.status == 401
+                assert "Authorization: Bearer" in (await resp.json())["error"]["message"]
+            async with http.post(url, json={"messages": MSG}, headers=_auth("sk-wrong")) as r:
+                assert r.status == 401
+                assert (await r.json())["error"]["type"] == "authentication_error"
+            async with http.post(url, json={"messages": MSG, "model": "beta/x@v1"},
+                                 headers=_auth(ACME)) as resp:
+                assert resp.status == 403
+                assert "'beta'" in (await resp.json())["error"]["message"]
+            async with http.post(url, json={"messages": MSG, "model": "acme/x@v1"},
+                                 headers=_auth(ACME)) as resp:
+                assert resp.status == 200
+            async with http.post(url, json={"messages": MSG}, headers=_auth(ACME)) as resp:
+                assert resp.status == 200
+            async with http.post(url, json={"messages": MSG}, headers=_auth(ACME)) as resp:
+                assert resp.status == 429
+                assert int(resp.headers["Retry-After"]) >= 1
+                assert (await resp.json())["error"]["code"] == "rate_limit_exceeded"
+            async with http.get(router.url + "/v1/models") as resp:
+                assert resp.status == 401
+            async with http.get(router.url + "/v1/models", headers=_auth(ACME)) as resp:
+                ids = [m["id"] for m in (await resp.json())["data"]]
+            assert "acme/<name>@<ref>" in ids
+            assert "beta/<name>@<ref>" not in ids
+            # Another tenant is not affected; a key given as its digest works.
+            async with http.post(url, json={"messages": MSG, "model": "beta/x@v1"},
+                                 headers=_auth(OPS)) as resp:
+                assert resp.status == 200
+            metrics = await (await http.get(router.url + "/metrics")).text()
+    assert 'tenant="acme"' in metrics
+    assert 'tenant="ops"' in metrics
+    assert 'mol_router_rejections_total{deployment="demo",reason="rate_limited"} 1.0' in metrics
+
+
+async def test_token_rate_limit(router_config: Any, start_router: Any, ready: Any,
+                                tmp_path: Path) -> None:
+    async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        cfg = router_config(sims.urls,
+                            api_keys_file=_keys(tmp_path / "keys.yaml", acme_tpm=5))
+        async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+            await ready(router)
+            url = router.url + "/v1/chat/completions"
+            async with http.post(url, json={"messages": MSG}, headers=_auth(ACME)) as resp:
+                assert resp.status == 200  # spends more than 5 tokens
+            async with http.post(url, json={"messages": MSG, "stream": True},
+                                 headers=_auth(ACME)) as resp:
+                assert resp.status == 429
+                assert int(resp.headers["Retry-After"]) >= 1

@@ -1,0 +1,226 @@
+"""The engine tracker against fake engines on loopback: what it reads from /metrics,
+health-based ejection and re-admission, adapter-load estimates, its own bookkeeping."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from mol_router.engine_metrics import parse_engine_metrics
+from mol_router.tracker import EngineTracker
+
+A, B, C = "ns/a@v1", "ns/b@v2", "ns/c@v1"
+
+
+def lora_line(stamp: float, running: list[str], max_lora: int = 2) -> str:
+    names = ",".join(running)
+    return (
+        f'vllm:lora_requests_info{{max_lora="{max_lora}",running_lora_adapters="{names}",'
+        f'waiting_lora_adapters="{names}"}} {stamp}'
+    )
+
+
+def exposition(running: int, waiting: int, kv: float, lora: list[str]) -> str:
+    return "\n".join([
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.",
+        "# TYPE vllm:num_requests_running gauge",
+        f'vllm:num_requests_running{{engine="0",model_name="m"}} {running}.0',
+        f'vllm:num_requests_waiting{{engine="0",model_name="m"}} {waiting}.0',
+        f'vllm:kv_cache_usage_perc{{engine="0",model_name="m"}} {kv}',
+        'vllm:time_to_first_token_seconds_bucket{engine="0",le="0.1",model_name="m"} 3.0',
+        *lora,
+        "",
+    ])  # fmt: skip
+
+
+def test_parse_takes_the_newest_lora_label_set_and_sums_engines() -> None:
+    text = exposition(2, 1, 0.25, [
+        lora_line(1700000003.0, [A, B]),
+        lora_line(1700000009.5, [C]),  # newest: the current state
+        lora_line(1700000001.0, []),
+    ]) + 'vllm:num_requests_running{engine="1",model_name="m"} 3.0\n'  # fmt: skip
+    m = parse_engine_metrics(text)
+    assert (m.running, m.waiting, m.kv_cache_usage) == (5, 1, 0.25)
+    assert (m.max_lora, m.running_adapters) == (2, (C,))
+
+
+@pytest.mark.parametrize(
+    ("text", "adapters"),
+    [
+        ("", ()),
+        ("garbage {{{\nvllm:num_requests_running oops\n", ()),
+        (lora_line(5, []), ()),
+        (
+            'vllm:lora_requests_info{max_lora="4",running_lora_adapters="x\\"y, z"} 9\n',
+            ('x"y', "z"),
+        ),
+    ],
+    ids=["empty", "garbage", "idle-engine", "escapes-and-spaces"],
+)
+def test_parse_tolerates_odd_input(text: str, adapters: tuple[str, ...]) -> None:
+    m = parse_engine_metrics(text)
+    assert m.running_adapters == adapters
+    assert m.running == 0
+
+
+@dataclass
+class FakeEngine:
+    """An engine stand-in whose /health status and /metrics text the test sets."""
+
+    health: int = 200
+    running: list[str] = field(default_factory=list)
+    queue: tuple[int, int] = (0, 0)
+    stamp: float = 1000.0
+    history: list[str] = field(default_factory=list)
+    url: str = ""
+
+    def set_running(self, names: list[str]) -> None:
+        self.stamp += 1
+        self.history.append(lora_line(self.stamp, names))
+        self.running = names
+
+    async def handle_health(self, _: web.Request) -> web.Response:
+        return web.Response(status=self.health)
+
+    async def handle_metrics(self, _: web.Request) -> web.Response:
+        body = exposition(*self.queue, 0.5, self.history)
+        return web.Response(text=body, content_type="text/plain")
+
+
+@pytest.fixture
+async def engines() -> AsyncIterator[list[FakeEngine]]:
+    fakes = [FakeEngine(), FakeEngine()]
+    runners = []
+    for f in fakes:
+        app = web.Application()
+        app.router.add_get("/health", f.handle_health)
+        app.router.add_get("/metrics", f.handle_metrics)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        f.url = f"http://127.0.0.1:{port}"
+        runners.append(runner)
+    yield fakes
+    for r in runners:
+        await r.cleanup()
+
+
+async def test_scrape_health_and_adapter_load_estimates(engines: list[FakeEngine]) -> None:
+    e0, e1 = engines
+    loads: list[str] = []
+    async with aiohttp.ClientSession() as session:
+        t = EngineTracker(session, scrape_interval=60, eject_after_failures=2,
+                          readmit_after=0.0, on_adapter_load=loads.append)  # fmt: skip
+        e1.health = 503
+        t.set_endpoints([e0.url, e1.url + "/"])
+        assert t.ready_endpoints() == []  # nothing probed yet
+        e0.queue = (3, 2)
+        e0.set_running([A, B])
+        await t.probe_all()
+        assert t.ready_endpoints() == [e0.url]
+        s = t.snapshot()[e0.url]
+        assert (s.running, s.waiting, s.kv_cache_usage, s.max_lora) == (3, 2, 0.5, 2)
+        assert s.running_adapters == {A, B}
+        assert loads == [e0.url, e0.url]
+        assert t.snapshot()[e1.url].healthy is False
+
+        e0.set_running([A])  # B idle: still in a slot, its return is no load
+        await t.probe_all()
+        e0.set_running([A, B])
+        await t.probe_all()
+        assert len(loads) == 2
+        e0.set_running([C])  # C takes B's slot (A idle longer): a load, A evicted
+        await t.probe_all()
+        e0.set_running([B, C])
+        await t.probe_all()
+        assert len(loads) == 3
+        e0.set_running([A])
+        await t.probe_all()
+        assert len(loads) == 4
+
+
+async def test_ejection_and_readmission(engines: list[FakeEngine]) -> None:
+    e0, _ = engines
+    async with aiohttp.ClientSession() as session:
+        t = EngineTracker(session, scrape_interval=60, eject_after_failures=2, readmit_after=0.2)
+        t.set_endpoints([e0.url])
+        await t.probe_all()
+        assert t.ready_endpoints() == [e0.url]
+        t.record_failure(e0.url)
+        t.record_success(e0.url)  # a success in between resets the count
+        t.record_failure(e0.url)
+        assert t.ready_endpoints() == [e0.url]
+        t.record_failure(e0.url)
+        assert t.ready_endpoints() == []
+        assert t.snapshot()[e0.url].healthy is False
+        await t.probe_all()  # before readmit_after: not even checked
+        assert t.ready_endpoints() == []
+        await asyncio.sleep(0.25)
+        e0.health = 500
+        await t.probe_all()  # checked, failed: the wait starts over
+        assert t.ready_endpoints() == []
+        e0.health = 200
+        await t.probe_all()
+        assert t.ready_endpoints() == []
+        await asyncio.sleep(0.25)
+        await t.probe_all()
+        assert t.ready_endpoints() == [e0.url]
+        assert t.snapshot()[e0.url].healthy is True
+
+
+async def test_unreachable_engine_is_ejected_by_health_checks(engines: list[FakeEngine]) -> None:
+    e0, _ = engines
+    async with aiohttp.ClientSession() as session:
+        t = EngineTracker(session, scrape_interval=0.05, eject_after_failures=2,
+                          readmit_after=30)  # fmt: skip
+        t.set_endpoints([e0.url, "http://127.0.0.1:9"])
+        await t.start()
+        try:
+            await asyncio.sleep(0.3)
+            assert t.ready_endpoints() == [e0.url]
+        finally:
+            await t.stop()
+
+
+async def test_bookkeeping_and_endpoint_changes(engines: list[FakeEngine]) -> None:
+    e0, e1 = engines
+    async with aiohttp.ClientSession() as session:
+        t = EngineTracker(session, scrape_interval=60)
+        t.set_endpoints([e0.url])
+        await t.probe_all()
+        before = t.snapshot()
+        t.begin(e0.url, A)
+        t.begin(e0.url, None)
+        s = t.snapshot()[e0.url]
+        assert (s.inflight, s.recent_adapters) == (2, {A})
+        assert before[e0.url].inflight == 0  # snapshots are never mutated
+        for name in (B, C, "ns/d@v1", "ns/e@v1"):  # 4 slots assumed until max_lora is known
+            t.begin(e0.url, name)
+        assert A not in t.snapshot()[e0.url].recent_adapters
+        t.end(e0.url, A)
+        t.begin("http://unknown", A)  # ignored, no error
+        t.set_endpoints([e0.url, e1.url])  # e0 keeps its state; e1 is new, not ready
+        assert t.snapshot()[e0.url].inflight == 5
+        assert t.ready_endpoints() == [e0.url]
+        t.set_endpoints([e1.url])
+        assert list(t.snapshot()) == [e1.url]
+        for _ in range(10):
+            t.end(e1.url, None)
+        assert t.snapshot()[e1.url].inflight == 0
+
+
+def test_settings_are_range_checked() -> None:
+    session: aiohttp.ClientSession = None  # type: ignore[assignment]
+    with pytest.raises(ValueError, match="scrape_interval"):
+        EngineTracker(session, scrape_interval=0)
+    with pytest.raises(ValueError, match="eject_after_failures"):
+        EngineTracker(session, eject_after_failures=0)
+    with pytest.raises(ValueError, match="readmit_after"):
+        EngineTracker(session, readmit_after=-1)
