@@ -26,6 +26,7 @@ from types import FrameType
 import httpx
 import typer
 
+from mol_platform.catalog_client import CatalogError
 from mol_platform.procs import start_group, stop_process_group, tail
 
 LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
@@ -180,7 +181,7 @@ def run_supervised(body: Callable[[Supervisor], str]) -> int:
                 gone = sup.watch()
                 say(f"{gone} exited; stopping the rest.")
                 return 1
-            except UpError as exc:
+            except (UpError, CatalogError, OSError, ValueError) as exc:
                 say(str(exc))
                 return 1
             finally:

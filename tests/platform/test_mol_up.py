@@ -93,3 +93,15 @@ def test_missing_manifest_names_the_fix(tmp_path: Path) -> None:
     assert done.returncode == 1
     assert "cannot read deploy/examples/macaron-local.yaml" in done.stderr
     assert "-f FILE" in done.stderr
+
+
+def test_an_invalid_manifest_says_what_is_wrong(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: mol.dev/v1alpha1\nkind: MoLDeployment\nmetadata: {name: x}\n"
+                   "spec: {baseModel: {name: tiny-llama, uri: /m}, experts: [],\n"
+                   "       engine: {maxLoraRank: 12}}\n")
+    done = mol_up("-f", str(bad), cwd=tmp_path)
+    assert done.returncode == 1
+    assert f"{bad} is not a valid MoLDeployment" in done.stderr
+    assert "maxLoraRank" in done.stderr or "max_lora_rank" in done.stderr
+    assert "Traceback" not in done.stderr
