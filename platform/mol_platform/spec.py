@@ -68,6 +68,9 @@ class BaseModelSpec(_Model):
     name: str
     revision: str | None = None
     uri: str
+    # A Secret in the deployment's namespace with the credentials the weights need:
+    # AWS_* keys for s3:// (synced by an init container), HF_TOKEN for hf://.
+    secret_ref: str | None = None
 
     @field_validator("name")
     @classmethod
@@ -85,7 +88,9 @@ class BaseModelSpec(_Model):
 class EngineSpec(_Model):
     image: str = "vllm/vllm-openai:latest"
     max_loras: int = Field(default=4, ge=1, le=256)
-    max_lora_rank: int = 64
+    max_lora_rank: int = Field(
+        default=64, json_schema_extra={"enum": list(ALLOWED_MAX_LORA_RANKS)}
+    )
     max_cpu_loras: int | None = Field(default=32, ge=1)
     max_model_len: int | None = Field(default=None, ge=16)
     tensor_parallel_size: int = Field(default=1, ge=1)
@@ -147,7 +152,7 @@ class CanaryAnalysis(_Model):
 class CanarySpec(_Model):
     adapter: AdapterRefStr
     steps: list[int] = Field(default_factory=lambda: [10, 25, 50, 100], min_length=1)
-    interval: str = "5m"
+    interval: str = Field(default="5m", json_schema_extra={"pattern": _DURATION_RE.pattern})
     analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
 
     @field_validator("steps")
@@ -251,6 +256,13 @@ class MoLDeploymentSpec(_Model):
             )
         if r.mode == "auto" and r.classifier is None:
             raise ValueError("router.mode 'auto' needs router.classifier.expert")
+        gpus, tp = self.node_pool.gpus_per_replica, self.engine.tensor_parallel_size
+        # gpusPerReplica 0 is a CPU engine (kind clusters, CI); it cannot shard.
+        if gpus < tp and not (gpus == 0 and tp == 1):
+            raise ValueError(
+                f"nodePool.gpusPerReplica ({gpus}) must be >= engine.tensorParallelSize ({tp}):"
+                " each replica shards the model over that many GPUs"
+            )
         return self
 
     @property

@@ -20,6 +20,9 @@ PRELOADED_ADAPTERS = ("chat", "coding")
 # (``demo/coding@v2`` is another adapter standing in for a canary version).
 IMMUTABLE_ADAPTERS = {"demo/chat@v1": "chat", "demo/coding@v1": "coding",
                       "demo/coding@v2": "agent"}
+# Host-memory adapter cache of the session engine (the simulator conformance test
+# configures its simulator the same way).
+MAX_CPU_LORAS = 4
 
 
 @pytest.fixture(scope="session")
@@ -38,7 +41,7 @@ def engine_venv() -> Path:
 def engine(engine_venv: Path, demo_assets: DemoResult) -> Iterator[Engine]:
     """A vLLM engine on 127.0.0.1 serving the demo base (as ``engine.model``) and the
     ``chat`` and ``coding`` adapters (also as ``IMMUTABLE_ADAPTERS``), with runtime LoRA
-    loading on."""
+    loading on, ``--max-loras 2`` and ``--max-cpu-loras 4``."""
     with running_engine(
         engine_venv,
         demo_assets.base,
@@ -49,5 +52,6 @@ def engine(engine_venv: Path, demo_assets: DemoResult) -> Iterator[Engine]:
         served_model_name="demo-base",
         max_loras=2,
         max_lora_rank=16,
+        extra_args=["--max-cpu-loras", str(MAX_CPU_LORAS)],
     ) as eng:
         yield eng

@@ -137,3 +137,16 @@ def test_parse_duration(text: str, seconds: int) -> None:
 def test_parse_duration_rejects_garbage() -> None:
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration("soon")
+
+
+@pytest.mark.parametrize(("gpus", "tp", "ok"), [
+    (1, 1, True), (2, 2, True), (4, 2, True), (0, 1, True),  # 0 GPUs: a CPU engine
+    (1, 2, False), (0, 2, False), (2, 4, False),
+])
+def test_gpus_per_replica_must_cover_tensor_parallel(gpus: int, tp: int, ok: bool) -> None:
+    changes = {"nodePool": {"gpusPerReplica": gpus}, "engine": {"tensorParallelSize": tp}}
+    if ok:
+        MoLDeploymentSpec.model_validate(spec_with(**changes))
+        return
+    with pytest.raises(ValidationError, match=r"gpusPerReplica .* must be >= engine\.tensorPar"):
+        MoLDeploymentSpec.model_validate(spec_with(**changes))

@@ -1,0 +1,142 @@
+"""What every builder shares: names, labels, owner references, serialization.
+
+Names are deterministic functions of the MoLDeployment's name, so the planner finds
+an object by name and a restarted operator recognizes what it made earlier.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes.client import ApiClient, V1ObjectMeta, V1OwnerReference
+
+from mol_platform.spec import API_VERSION, KIND, MoLDeployment
+
+MANAGER = "mol-operator"
+PART_OF = "mol-platform"
+ENGINE_PORT = 8000
+ROUTER_PORT = 8080
+# The longest suffix a child's name gets ("-engine"): names stay valid DNS-1035 labels.
+MAX_NAME = 63 - len("-engine")
+TOKEN_KEY = "token"
+TOKEN_ID_ANNOTATION = "mol.dev/catalog-token-id"
+TOKEN_SCOPES_ANNOTATION = "mol.dev/catalog-token-scopes"
+_api = ApiClient()
+
+
+@dataclass(frozen=True)
+class Names:
+    """The name of every child of one MoLDeployment."""
+
+    deployment: str
+
+    @property
+    def engine(self) -> str:
+        return f"{self.deployment}-engine"
+
+    @property
+    def router(self) -> str:
+        return f"{self.deployment}-router"
+
+    @property
+    def catalog_secret(self) -> str:
+        return f"{self.deployment}-catalog"
+
+    @property
+    def kserve(self) -> str:
+        return self.deployment
+
+    @property
+    def kserve_workload_service(self) -> str:
+        """The Service KServe's LLMInferenceService controller puts in front of vLLM."""
+        return f"{self.deployment}-kserve-workload-svc"
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Operator-wide settings the builders need (from ``OperatorSettings``)."""
+
+    catalog_url: str = "http://mol-catalog:8080"
+    prometheus_url: str | None = None
+    router_image: str = "ghcr.io/mol-platform/mol:latest"
+    router_cpu: str = "250m"
+    router_memory: str = "256Mi"
+    router_replicas: int | None = None
+    s3_sync_image: str = "amazon/aws-cli:2.22.0"
+    adapter_cache_bytes: int = 20 * 1024**3
+
+
+@dataclass(frozen=True)
+class Facts:
+    """Everything a build needs beyond the spec: decided by the reconcile, not the builder."""
+
+    obj: MoLDeployment
+    uid: str
+    token: str = ""
+    token_id: int | None = None
+    token_scopes: tuple[str, ...] = ()
+    canary_weights: Mapping[str, float] = field(default_factory=dict)
+    # expert -> the adapter ref the router serves as stable (a pinned promotion)
+    stable_overrides: Mapping[str, str] = field(default_factory=dict)
+    defaults: Defaults = field(default_factory=Defaults)
+
+    @property
+    def name(self) -> str:
+        return self.obj.metadata.name
+
+    @property
+    def namespace(self) -> str:
+        return self.obj.metadata.namespace or "default"
+
+    @property
+    def names(self) -> Names:
+        return Names(self.name)
+
+
+def labels(facts: Facts, component: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": f"mol-{component}",
+        "app.kubernetes.io/instance": facts.name,
+        "app.kubernetes.io/component": component,
+        "app.kubernetes.io/part-of": PART_OF,
+        "app.kubernetes.io/managed-by": MANAGER,
+    }
+
+
+def selector(facts: Facts, component: str) -> dict[str, str]:
+    """The immutable subset of labels used in selectors."""
+    return {
+        "app.kubernetes.io/name": f"mol-{component}",
+        "app.kubernetes.io/instance": facts.name,
+    }
+
+
+def meta(facts: Facts, name: str, component: str,
+         annotations: Mapping[str, str] | None = None) -> V1ObjectMeta:
+    return V1ObjectMeta(
+        name=name,
+        namespace=facts.namespace,
+        labels=labels(facts, component),
+        annotations=dict(annotations) if annotations else None,
+        owner_references=[
+            V1OwnerReference(api_version=API_VERSION, kind=KIND, name=facts.name,
+                             uid=facts.uid, controller=True, block_owner_deletion=True)
+        ],
+    )
+
+
+def meta_dict(facts: Facts, name: str, component: str) -> dict[str, Any]:
+    out: dict[str, Any] = serialize(meta(facts, name, component))
+    return out
+
+
+def serialize(obj: Any) -> Any:
+    """A typed model (kubernetes or kserve) -> the API's JSON dict."""
+    return _api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()

@@ -1,0 +1,95 @@
+"""ServiceMonitors, the catalog-token Secret and KServe's LLMInferenceService."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kserve
+from kserve.models import V1alpha2LLMInferenceService
+from kubernetes.client import V1Secret
+
+from mol_operator.builders.common import (
+    TOKEN_ID_ANNOTATION,
+    TOKEN_KEY,
+    TOKEN_SCOPES_ANNOTATION,
+    Facts,
+    b64,
+    meta,
+    selector,
+    serialize,
+)
+from mol_operator.builders.engine import base_weights, engine_container
+from mol_platform.engine.args import HANDOFF_TOOL_CALL_PARSER
+
+KSERVE_API_VERSION = "serving.kserve.io/v1alpha2"
+
+
+def service_monitor(facts: Facts, component: str) -> dict[str, Any]:
+    """A prometheus-operator ServiceMonitor scraping the component's Service."""
+    name = facts.names.engine if component == "engine" else facts.names.router
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "ServiceMonitor",
+        "metadata": serialize(meta(facts, name, component)),
+        "spec": {
+            "selector": {"matchLabels": selector(facts, component)},
+            "namespaceSelector": {"matchNames": [facts.namespace]},
+            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+        },
+    }
+
+
+def catalog_secret(facts: Facts) -> dict[str, Any]:
+    """The read token for the engines' plugin and the router (``token`` key)."""
+    annotations = {TOKEN_ID_ANNOTATION: str(facts.token_id),
+                   TOKEN_SCOPES_ANNOTATION: ",".join(facts.token_scopes)}
+    obj = V1Secret(
+        api_version="v1", kind="Secret", type="Opaque",
+        metadata=meta(facts, facts.names.catalog_secret, "catalog-token", annotations),
+        data={TOKEN_KEY: b64(facts.token)},
+    )
+    out: dict[str, Any] = serialize(obj)
+    return out
+
+
+def llm_inference_service(facts: Facts) -> dict[str, Any]:
+    """KServe's LLM path: the model, LoRA limits and our plugin's env on vLLM."""
+    spec = facts.obj.spec
+    eng = spec.engine
+    weights = base_weights(facts)
+    container = serialize(engine_container(facts, weights))
+    # KServe renders vLLM's command itself; we contribute the LoRA flags and plugin env.
+    main: dict[str, Any] = {"name": "main", "env": container["env"]}
+    args = list(eng.extra_args)
+    if spec.router.handoff.enabled:
+        args = ["--enable-auto-tool-choice", "--tool-call-parser", HANDOFF_TOOL_CALL_PARSER,
+                *args]
+    if args:
+        main["args"] = args
+    lora: dict[str, Any] = {"maxAdapters": eng.max_loras, "maxRank": eng.max_lora_rank}
+    if eng.max_cpu_loras is not None:
+        lora["maxCpuAdapters"] = eng.max_cpu_loras
+    body: dict[str, Any] = {
+        "model": {"uri": spec.base_model.uri, "name": spec.base_model.name, "lora": lora},
+        "template": {"containers": [main]},
+    }
+    if spec.autoscaling is None:
+        body["replicas"] = spec.effective_replicas
+    if eng.tensor_parallel_size > 1:
+        body["parallelism"] = {"tensor": eng.tensor_parallel_size}
+    pool = spec.node_pool
+    if pool.node_selector:
+        body["template"]["nodeSelector"] = dict(pool.node_selector)
+    if pool.tolerations:
+        body["template"]["tolerations"] = [t.model_dump(exclude_none=True)
+                                           for t in pool.tolerations]
+    if pool.gpus_per_replica:
+        gpu = {"nvidia.com/gpu": str(pool.gpus_per_replica)}
+        main["resources"] = {"limits": gpu, "requests": gpu}
+    obj = V1alpha2LLMInferenceService(
+        api_version=KSERVE_API_VERSION, kind="LLMInferenceService",
+        metadata=meta(facts, facts.names.kserve, "engine"), spec=body,
+    )
+    # KServe's generated models serialize with KServe's own ApiClient.
+    out: dict[str, Any] = kserve.ApiClient().sanitize_for_serialization(obj)
+    return out

@@ -1,0 +1,166 @@
+"""The per-deployment router: ServiceAccount, Role/RoleBinding (EndpointSlices),
+ConfigMap with the ``RouterConfig``, Deployment and Service.
+
+The ConfigMap holds exactly what ``mol_platform.router_config.router_config_from_spec``
+produces (plus the canary weights and pinned promotions the operator decided), so the
+router in a cluster reads the same file ``mol up`` writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from kubernetes.client import (
+    RbacV1Subject,
+    V1ConfigMapVolumeSource,
+    V1Container,
+    V1ContainerPort,
+    V1Deployment,
+    V1DeploymentSpec,
+    V1EnvVar,
+    V1EnvVarSource,
+    V1HTTPGetAction,
+    V1LabelSelector,
+    V1ObjectMeta,
+    V1PodSpec,
+    V1PodTemplateSpec,
+    V1PolicyRule,
+    V1Probe,
+    V1ResourceRequirements,
+    V1Role,
+    V1RoleBinding,
+    V1RoleRef,
+    V1SecretKeySelector,
+    V1SecretVolumeSource,
+    V1Service,
+    V1ServiceAccount,
+    V1ServicePort,
+    V1ServiceSpec,
+    V1Volume,
+    V1VolumeMount,
+)
+
+from mol_operator.builders.common import (
+    ROUTER_PORT,
+    TOKEN_KEY,
+    Facts,
+    labels,
+    meta,
+    selector,
+    serialize,
+)
+from mol_platform.router_config import (
+    EndpointSliceSelector,
+    RouterConfig,
+    router_config_from_spec,
+)
+
+CONFIG_DIR = "/etc/mol/router"
+CONFIG_FILE = "router.yaml"
+API_KEYS_DIR = "/etc/mol/api-keys"
+
+
+def router_config(facts: Facts) -> RouterConfig:
+    """The RouterConfig for this deployment, engines found through EndpointSlices."""
+    names = facts.names
+    service = (names.kserve_workload_service if facts.obj.spec.serving.mode == "kserve"
+               else names.engine)
+    config = router_config_from_spec(
+        facts.obj,
+        endpoint_slice=EndpointSliceSelector(namespace=facts.namespace, service_name=service,
+                                             port_name="http" if service == names.engine
+                                             else "https"),
+        catalog_url=facts.defaults.catalog_url,
+        canary_weights=dict(facts.canary_weights),
+    )
+    if not facts.stable_overrides:
+        return config
+    experts = [
+        e.model_copy(update={"adapter": facts.stable_overrides[e.name]})
+        if e.name in facts.stable_overrides else e
+        for e in config.experts
+    ]
+    return config.model_copy(update={"experts": experts})
+
+
+def render_router_config(config: RouterConfig) -> str:
+    data = config.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return yaml.safe_dump(data, sort_keys=True)
+
+
+def router_objects(facts: Facts) -> list[dict[str, Any]]:
+    names = facts.names
+    name = names.router
+    spec = facts.obj.spec
+    d = facts.defaults
+    objects: list[Any] = [
+        V1ServiceAccount(api_version="v1", kind="ServiceAccount",
+                         metadata=meta(facts, name, "router")),
+        V1Role(api_version="rbac.authorization.k8s.io/v1", kind="Role",
+               metadata=meta(facts, name, "router"),
+               rules=[V1PolicyRule(api_groups=["discovery.k8s.io"], resources=["endpointslices"],
+                                   verbs=["get", "list", "watch"])]),
+        V1RoleBinding(api_version="rbac.authorization.k8s.io/v1", kind="RoleBinding",
+                      metadata=meta(facts, name, "router"),
+                      role_ref=V1RoleRef(api_group="rbac.authorization.k8s.io", kind="Role",
+                                         name=name),
+                      subjects=[RbacV1Subject(kind="ServiceAccount", name=name,
+                                              namespace=facts.namespace)]),
+    ]
+    config_map = {
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": serialize(meta(facts, name, "router")),
+        "data": {CONFIG_FILE: render_router_config(router_config(facts))},
+    }
+    volumes = [V1Volume(name="config", config_map=V1ConfigMapVolumeSource(name=name))]
+    mounts = [V1VolumeMount(name="config", mount_path=CONFIG_DIR, read_only=True)]
+    if spec.router.api_keys is not None:
+        volumes.append(V1Volume(name="api-keys", secret=V1SecretVolumeSource(
+            secret_name=spec.router.api_keys.secret_ref)))
+        mounts.append(V1VolumeMount(name="api-keys", mount_path=API_KEYS_DIR, read_only=True))
+    container = V1Container(
+        name="router",
+        image=d.router_image,
+        command=["mol"],
+        args=["router", "serve", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}",
+              "--port", str(ROUTER_PORT)],
+        ports=[V1ContainerPort(name="http", container_port=ROUTER_PORT)],
+        env=[V1EnvVar(name="MOL_CATALOG_TOKEN", value_from=V1EnvVarSource(
+            secret_key_ref=V1SecretKeySelector(name=names.catalog_secret, key=TOKEN_KEY)))],
+        resources=V1ResourceRequirements(requests={"cpu": d.router_cpu, "memory": d.router_memory},
+                                         limits={"memory": d.router_memory}),
+        readiness_probe=V1Probe(http_get=V1HTTPGetAction(path="/health", port="http"),
+                                period_seconds=5),
+        liveness_probe=V1Probe(http_get=V1HTTPGetAction(path="/health", port="http"),
+                               period_seconds=10, failure_threshold=6),
+        volume_mounts=mounts,
+    )
+    replicas = spec.router.replicas if d.router_replicas is None else d.router_replicas
+    deployment = V1Deployment(
+        api_version="apps/v1", kind="Deployment",
+        metadata=meta(facts, name, "router"),
+        spec=V1DeploymentSpec(
+            replicas=replicas,
+            selector=V1LabelSelector(match_labels=selector(facts, "router")),
+            template=V1PodTemplateSpec(
+                metadata=V1ObjectMeta(labels=labels(facts, "router")),
+                spec=V1PodSpec(service_account_name=name, containers=[container],
+                               volumes=volumes, termination_grace_period_seconds=30),
+            ),
+        ),
+    )
+    service = V1Service(
+        api_version="v1", kind="Service",
+        metadata=meta(facts, name, "router"),
+        spec=V1ServiceSpec(selector=selector(facts, "router"), ports=[
+            V1ServicePort(name="http", port=80, target_port="http", protocol="TCP")]),
+    )
+    return [*[serialize(o) for o in objects], config_map, serialize(deployment),
+            serialize(service)]
+
+
+def endpoint(facts: Facts) -> str:
+    """The URL clients call: the router Service inside the cluster."""
+    return f"http://{facts.names.router}.{facts.namespace}.svc:80/v1"
+

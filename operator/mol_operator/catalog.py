@@ -1,0 +1,157 @@
+"""What the operator asks the catalog: the serving profile, expert refs, read tokens.
+
+All catalog work of a reconcile happens before the first Kubernetes write, so a
+catalog failure leaves every child as it was. Failures become :class:`Retry` (try
+again later: the catalog is down, an adapter is not published yet) with a message
+that says what to do.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from mol_platform.catalog_client import AsyncCatalogClient, CatalogError
+from mol_platform.refs import AdapterRef
+from mol_platform.spec import MoLDeployment
+
+_VERSION_TAG = re.compile(r"v?([0-9]+\.[0-9]+(?:\.[0-9]+)?(?:[.+-][0-9A-Za-z.+-]*)?)")
+
+
+class Retry(Exception):
+    """A temporary failure: retry after ``delay`` s; ``reason`` names the condition reason."""
+
+    def __init__(self, reason: str, message: str, delay: float | None = None,
+                 condition: str = "AdaptersResolved") -> None:
+        self.reason = reason
+        self.message = message
+        self.delay = delay
+        self.condition = condition
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """A resolved ref: version, digest and the profile's verdict."""
+
+    ref: str
+    version: int
+    digest: str
+    compatible: bool
+    reasons: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CatalogFacts:
+    profile: str
+    base: str  # name@revision
+    experts: dict[str, Resolved]
+    canaries: dict[str, Resolved]
+
+
+def engine_label(image: str) -> str:
+    """``vllm/vllm-openai:v0.11.0`` -> ``vllm==0.11.0``; other images by name."""
+    tag = image.rsplit(":", 1)[1] if ":" in image.rsplit("/", 1)[-1] else ""
+    m = _VERSION_TAG.fullmatch(tag)
+    return f"vllm=={m[1]}" if m else f"vllm ({image})"[:128]
+
+
+def token_scopes(obj: MoLDeployment) -> tuple[str, ...]:
+    """Read scopes for every catalog namespace the deployment's engines and router use."""
+    spaces = set(obj.spec.adapter_namespaces)
+    for e in obj.spec.experts:
+        spaces.add(AdapterRef.parse(e.adapter).namespace)
+        if e.canary is not None:
+            spaces.add(AdapterRef.parse(e.canary.adapter).namespace)
+    return tuple(sorted(f"read:{ns}" for ns in spaces))
+
+
+def _unreachable(client: AsyncCatalogClient, exc: CatalogError, delay: float) -> Retry:
+    return Retry("CatalogUnreachable",
+                 f"cannot reach the catalog at {client.url}: {exc.detail}; retrying in "
+                 f"{delay:g}s (check the catalog Service and --catalog-url)", delay)
+
+
+def _reasons(verdict: Mapping[str, Any]) -> list[str]:
+    return [str(r.get("message", r)) if isinstance(r, Mapping) else str(r)
+            for r in verdict.get("reasons") or []]
+
+
+async def _resolve(client: AsyncCatalogClient, where: str, ref: str, profile: str,
+                   delay: float) -> Resolved:
+    try:
+        answer = await client.resolve(ref, profile)
+    except CatalogError as exc:
+        if exc.status == 0:
+            raise _unreachable(client, exc, delay) from None
+        if exc.status == 404:
+            raise Retry("AdapterNotFound",
+                        f"{where}: {ref} is not in the catalog ({exc.detail}); publish it "
+                        f"(mol catalog publish) or fix {where}", max(delay, 60.0)) from None
+        raise Retry("CatalogError", f"{where}: resolving {ref} failed: {exc}", delay) from None
+    verdict = answer.get("verdict") or {}
+    return Resolved(ref=ref, version=int(answer["version"]), digest=str(answer["digest"]),
+                    compatible=bool(verdict.get("compatible", True)), reasons=_reasons(verdict))
+
+
+async def declare_and_resolve(client: AsyncCatalogClient, obj: MoLDeployment, profile: str,
+                              *, delay: float) -> CatalogFacts:
+    """PUT the serving profile, then resolve every expert (and canary) under it."""
+    spec = obj.spec
+    base = spec.base_model
+    try:
+        revision = base.revision or str((await client.get_base(base.name))["current"])
+        await client.set_profile(profile, base_model=f"{base.name}@{revision}",
+                                 max_lora_rank=spec.engine.max_lora_rank,
+                                 max_loras=spec.engine.max_loras,
+                                 engine=engine_label(spec.engine.image))
+    except CatalogError as exc:
+        if exc.status == 0:
+            raise _unreachable(client, exc, delay) from None
+        if exc.status == 404:
+            raise Retry("BaseModelNotFound",
+                        f"base model {base.name}"
+                        f"{'@' + base.revision if base.revision else ''} is not registered in "
+                        f"the catalog: mol catalog base register DIR --name {base.name}, or fix "
+                        "spec.baseModel", max(delay, 60.0)) from None
+        raise Retry("CatalogError", f"declaring serving profile {profile} failed: {exc}",
+                    delay) from None
+    experts: dict[str, Resolved] = {}
+    canaries: dict[str, Resolved] = {}
+    for i, e in enumerate(spec.experts):
+        experts[e.name] = await _resolve(client, f"spec.experts[{i}].adapter", e.adapter,
+                                         profile, delay)
+        if e.canary is not None:
+            canaries[e.name] = await _resolve(client, f"spec.experts[{i}].canary.adapter",
+                                              e.canary.adapter, profile, delay)
+    return CatalogFacts(profile=profile, base=f"{base.name}@{revision}", experts=experts,
+                        canaries=canaries)
+
+
+async def mint_token(client: AsyncCatalogClient, name: str, scopes: Sequence[str],
+                     *, delay: float) -> tuple[int, str]:
+    """A new read token: (id, secret)."""
+    try:
+        answer = await client.create_token(name, list(scopes))
+    except CatalogError as exc:
+        if exc.status == 0:
+            raise _unreachable(client, exc, delay) from None
+        raise Retry("CatalogTokenFailed",
+                    f"minting the catalog read token failed: {exc}; the operator's token needs"
+                    " the admin scope", delay) from None
+    return int(answer["id"]), str(answer["token"])
+
+
+async def revoke_token(client: AsyncCatalogClient, token_id: int, *, delay: float) -> None:
+    """Revoke a read token; one already gone counts as revoked."""
+    try:
+        await client.revoke_token(str(token_id))
+    except CatalogError as exc:
+        if exc.status == 404:
+            return
+        if exc.status == 0:
+            raise _unreachable(client, exc, delay) from None
+        raise Retry("CatalogTokenFailed", f"revoking catalog token {token_id} failed: {exc}",
+                    delay) from None

@@ -1,0 +1,328 @@
+"""One reconcile of one MoLDeployment: validate, ask the catalog, build, plan, apply, status.
+
+Order matters for "never half-updated": the spec is validated, the catalog answers
+and every manifest is built before the first write; only then does the executor apply
+the plan. Kopf-free, so tests and the benchmark drive it directly.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from mol_operator.builders import (
+    MANAGED,
+    BuildError,
+    Defaults,
+    Facts,
+    build_all,
+    endpoint,
+    managed_objects,
+)
+from mol_operator.builders.common import (
+    MAX_NAME,
+    TOKEN_ID_ANNOTATION,
+    TOKEN_KEY,
+    TOKEN_SCOPES_ANNOTATION,
+)
+from mol_operator.catalog import (
+    CatalogFacts,
+    Retry,
+    declare_and_resolve,
+    mint_token,
+    revoke_token,
+    token_scopes,
+)
+from mol_operator.kube import KubeApi, KubeError
+from mol_operator.metrics import OperatorMetrics
+from mol_operator.planner import OPTIONAL_APIS, Key, Plan, plan
+from mol_operator.rollout import step_canaries
+from mol_operator.status import condition, merge_conditions
+from mol_operator.warmup import Warmer
+from mol_platform.catalog_client import AsyncCatalogClient
+from mol_platform.router_config import profile_name
+from mol_platform.spec import MoLDeployment
+
+Event = tuple[str, str, str]  # (type, reason, message)
+
+
+class Invalid(Exception):
+    """A spec the operator cannot serve; retrying will not help."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        self.message = message
+        super().__init__(message)
+
+
+@dataclass
+class Runtime:
+    """What every reconcile shares: API clients and operator-wide defaults."""
+
+    kube: KubeApi
+    catalog: AsyncCatalogClient
+    defaults: Defaults = field(default_factory=Defaults)
+    retry_seconds: float = 30.0
+    metrics: OperatorMetrics | None = None
+    warmer: Warmer = field(default_factory=Warmer)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    status: dict[str, Any]
+    events: list[Event]
+    plan: Plan
+    seconds: float
+
+
+def parse(body: Mapping[str, Any]) -> MoLDeployment:
+    """The MoLDeployment, or Invalid naming each field to fix."""
+    try:
+        obj = MoLDeployment.model_validate({k: v for k, v in body.items() if k != "status"})
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'spec'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise Invalid("InvalidSpec", f"the MoLDeployment is invalid: {problems}") from None
+    if len(obj.metadata.name) > MAX_NAME:
+        raise Invalid("InvalidSpec", f"metadata.name {obj.metadata.name!r} is longer than "
+                      f"{MAX_NAME} characters: child names (<name>-engine) must stay DNS labels")
+    return obj
+
+
+async def observe(rt: Runtime, facts: Facts) -> tuple[dict[Key, dict[str, Any] | None],
+                                                      dict[str, bool]]:
+    """GET every child slot (only APIs that are served) -> observed objects, availability."""
+    available: dict[str, bool] = {}
+    observed: dict[Key, dict[str, Any] | None] = {}
+    for kind, name in managed_objects(facts.names):
+        if kind.api_version in OPTIONAL_APIS and kind.api_version not in available:
+            available[kind.api_version] = await rt.kube.served(kind.api_version, kind.plural)
+        if not available.get(kind.api_version, True):
+            continue
+        observed[Key(kind.api_version, kind.kind, name)] = await rt.kube.get(
+            kind.api_version, kind.plural, facts.namespace, name)
+    return observed, available
+
+
+def _token_from(secret: Mapping[str, Any] | None,
+                scopes: tuple[str, ...]) -> tuple[int, str] | None:
+    if secret is None:
+        return None
+    notes = secret.get("metadata", {}).get("annotations") or {}
+    data = secret.get("data") or {}
+    if notes.get(TOKEN_SCOPES_ANNOTATION) != ",".join(scopes) or TOKEN_KEY not in data:
+        return None
+    try:
+        return int(notes[TOKEN_ID_ANNOTATION]), base64.b64decode(data[TOKEN_KEY]).decode()
+    except (KeyError, ValueError):
+        return None
+
+
+async def _execute(rt: Runtime, the_plan: Plan, namespace: str) -> list[Key]:
+    plurals = {(m.api_version, m.kind): m.plural for m in MANAGED}
+    missing: list[Key] = []
+    for action in the_plan.actions:
+        plural = plurals[(action.key.api_version, action.key.kind)]
+        try:
+            if action.verb == "delete":
+                await rt.kube.delete(action.key.api_version, plural, namespace, action.key.name)
+            else:
+                assert action.manifest is not None
+                await rt.kube.apply(action.manifest, plural)
+        except KubeError as exc:
+            if exc.status == 404 and action.key.api_version in OPTIONAL_APIS:
+                missing.append(action.key)
+                continue
+            raise Retry("ApplyFailed", f"{action.verb} {action.key} failed: {exc}; retrying",
+                        rt.retry_seconds, condition="Progressing") from None
+    return missing
+
+
+async def reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
+    started = time.perf_counter()
+    obj = parse(body)
+    meta = body.get("metadata", {})
+    uid = str(meta.get("uid", ""))
+    generation = meta.get("generation")
+    old_status: Mapping[str, Any] = body.get("status") or {}
+    ns = obj.metadata.namespace or "default"
+    profile = profile_name(obj.metadata.name, ns)
+    cat = await declare_and_resolve(rt.catalog, obj, profile, delay=rt.retry_seconds)
+    scopes = token_scopes(obj)
+    probe = Facts(obj=obj, uid=uid, defaults=rt.defaults)
+    observed, available = await observe(rt, probe)
+    secret = observed.get(Key("v1", "Secret", probe.names.catalog_secret))
+    events: list[Event] = []
+    token = _token_from(secret, scopes)
+    old_token_id = (old_status.get("catalogToken") or {}).get("id")
+    if token is None:
+        token = await mint_token(rt.catalog, f"mol-operator/{ns}/{obj.metadata.name}", scopes,
+                                 delay=rt.retry_seconds)
+        events.append(("Normal", "CatalogToken",
+                       f"minted catalog read token {token[0]} ({', '.join(scopes)})"))
+    rollout = await step_canaries(obj, cat, old_status, catalog=rt.catalog,
+                                  prometheus_url=rt.defaults.prometheus_url,
+                                  metrics=rt.metrics, now=datetime.now(UTC),
+                                  delay=rt.retry_seconds)
+    events += rollout.events
+    facts = Facts(obj=obj, uid=uid, token=token[1], token_id=token[0], token_scopes=scopes,
+                  canary_weights=rollout.weights, stable_overrides=rollout.stable_overrides,
+                  defaults=rt.defaults)
+    try:
+        desired = build_all(facts)
+    except BuildError as exc:
+        raise Invalid("InvalidSpec", str(exc)) from None
+    the_plan = plan(desired, observed, owner_uid=uid, available=available)
+    if the_plan.conflicts:
+        names = ", ".join(str(k) for k in the_plan.conflicts)
+        raise Retry("NameConflict", f"{names} already exist(s) and belong to something else; "
+                    "delete or rename them, or rename this MoLDeployment",
+                    max(rt.retry_seconds, 60.0), condition="Ready")
+    late_missing = await _execute(rt, the_plan, ns)
+    if old_token_id is not None and old_token_id != token[0]:
+        await revoke_token(rt.catalog, int(old_token_id), delay=rt.retry_seconds)
+    for verb in ("create", "update", "delete"):
+        done = [str(a.key) for a in the_plan.actions if a.verb == verb]
+        if done:
+            events.append(("Normal", verb.capitalize() + "d", f"{verb}d {', '.join(done)}"))
+    missing = [(k, who) for k, who in the_plan.missing] + [
+        (k, OPTIONAL_APIS[k.api_version]) for k in late_missing]
+    status = compute_status(obj, generation, old_status, cat, observed, the_plan, missing,
+                            token, scopes, rt.defaults, rollout.states)
+    events += _condition_events(old_status.get("conditions") or [], status["conditions"])
+    return Outcome(status=status, events=events, plan=the_plan,
+                   seconds=time.perf_counter() - started)
+
+
+def _int(value: Any) -> int:
+    return int(value) if isinstance(value, int) else 0
+
+
+def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
+                   cat: CatalogFacts, observed: Mapping[Key, Mapping[str, Any] | None],
+                   the_plan: Plan, missing: list[tuple[Key, str]],
+                   token: tuple[int, str], scopes: tuple[str, ...],
+                   defaults: Defaults, canaries: Mapping[str, Mapping[str, Any]]
+                   ) -> dict[str, Any]:
+    facts = Facts(obj=obj, uid="", defaults=defaults)
+    names = facts.names
+    kserve = obj.spec.serving.mode == "kserve"
+    engine_key = (Key("serving.kserve.io/v1alpha2", "LLMInferenceService", names.kserve)
+                  if kserve else Key("apps/v1", "Deployment", names.engine))
+    engine = observed.get(engine_key) or {}
+    router = observed.get(Key("apps/v1", "Deployment", names.router)) or {}
+    est = engine.get("status") or {}
+    replicas = (obj.spec.effective_replicas if kserve
+                else _int(est.get("replicas")))
+    ready = _int(est.get("readyReplicas"))
+    if kserve:
+        ready = replicas if any(c.get("type") == "Ready" and c.get("status") == "True"
+                                for c in est.get("conditions") or []) else 0
+    router_ready = _int((router.get("status") or {}).get("readyReplicas"))
+    experts: list[dict[str, Any]] = []
+    bad: list[str] = []
+    for e in obj.spec.experts:
+        r = cat.experts[e.name]
+        item: dict[str, Any] = {"name": e.name, "adapter": e.adapter, "version": r.version,
+                                "digest": r.digest, "compatible": r.compatible}
+        if r.reasons:
+            item["reasons"] = r.reasons
+        if not r.compatible:
+            bad.append(f"expert {e.name} ({e.adapter} = v{r.version}): "
+                       f"{'; '.join(r.reasons) or 'incompatible'}")
+        c = cat.canaries.get(e.name)
+        if c is not None:
+            item["canary"] = dict(canaries.get(e.name) or {})
+            if not c.compatible:
+                bad.append(f"canary of {e.name} ({e.canary.adapter if e.canary else ''} = "
+                           f"v{c.version}): {'; '.join(c.reasons) or 'incompatible'}")
+        old_expert: Mapping[str, Any] = next(
+            (x for x in old.get("experts") or [] if x.get("name") == e.name), {})
+        for keep in ("serving", "warmupErrors"):
+            if keep in old_expert and old_expert.get("version") == r.version:
+                item[keep] = old_expert[keep]
+        experts.append(item)
+    missing_msg = "; ".join(f"{k} skipped: {who} ({k.api_version}) is not installed"
+                            for k, who in missing)
+    workload_missing = any(k == engine_key for k, _ in missing)
+    if workload_missing:
+        ready_cond = condition("Ready", False, "KServeNotInstalled", missing_msg)
+    elif ready > 0 and router_ready > 0:
+        ready_cond = condition("Ready", True, "Ready",
+                               f"{ready}/{replicas} engines and {router_ready} routers ready")
+    else:
+        ready_cond = condition("Ready", False, "NotReady",
+                               f"{ready}/{replicas} engines, {router_ready} routers ready")
+    updated = replicas if kserve else _int(est.get("updatedReplicas"))
+    rolled = the_plan.writes > 0 or updated < obj.spec.effective_replicas
+    rolled_back = [e["name"] for e in experts
+                   if (e.get("canary") or {}).get("phase") == "RolledBack"]
+    canary_msgs = [f"{e['name']}: {e['canary'].get('message', '')}".strip(": ")
+                   for e in experts if e["name"] in rolled_back]
+    conds = [
+        ready_cond,
+        condition("AdaptersResolved", True, "Resolved",
+                  f"{len(cat.experts) + len(cat.canaries)} adapter refs resolved under profile "
+                  f"{cat.profile}"),
+        condition("Compatible", not bad, "Incompatible" if bad else "Compatible",
+                  "; ".join(bad) if bad else f"every adapter fits {cat.base}"),
+        condition("Progressing", rolled, "RollingOut" if rolled else "Stable",
+                  f"{updated}/{obj.spec.effective_replicas} engines updated"),
+        condition("CanaryHealthy", not rolled_back,
+                  "RolledBack" if rolled_back else ("Healthy" if cat.canaries else "NoCanary"),
+                  "; ".join(canary_msgs)),
+        condition("OptionalApisAvailable", not missing, "Missing" if missing else "Served",
+                  missing_msg),
+    ]
+    summary = ", ".join(f"{e['name']} v{e['canary'].get('version')} "
+                        f"{e['canary'].get('phase')} {e['canary'].get('weight', 0):g}%"
+                        for e in experts if e.get("canary"))
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "conditions": merge_conditions(old.get("conditions") or [], conds, generation),
+        "replicas": replicas,
+        "readyReplicas": ready,
+        "endpoint": endpoint(facts),
+        "profile": cat.profile,
+        "experts": experts,
+        "expertCount": len(experts),
+        "catalogToken": {"id": token[0], "secret": names.catalog_secret, "scopes": list(scopes)},
+    }
+    if summary:
+        status["canary"] = summary
+    return status
+
+
+def _condition_events(old: list[Mapping[str, Any]], new: list[Mapping[str, Any]]) -> list[Event]:
+    """A Warning for each condition that turned bad, a Normal one when Ready turned True."""
+    before = {c.get("type"): c.get("status") for c in old}
+    out: list[Event] = []
+    for c in new:
+        if before.get(c["type"]) == c["status"]:
+            continue
+        if c["status"] == "False" and c["type"] not in ("Progressing", "Ready"):
+            out.append(("Warning", str(c["reason"]), str(c["message"])))
+        elif c["type"] == "Ready" and c["status"] == "True":
+            out.append(("Normal", "Ready", str(c["message"])))
+    return out
+
+
+def failure_status(old: Mapping[str, Any], generation: Any, exc: Retry | Invalid
+                   ) -> dict[str, Any]:
+    """The status after a failed reconcile: the failing condition (and Ready) set, the
+    others kept; the same failure twice yields the same status (no write)."""
+    cond_type = exc.condition if isinstance(exc, Retry) else "Ready"
+    failing = {cond_type, "Ready"}
+    old_conds = list(old.get("conditions") or [])
+    fresh = merge_conditions(old_conds, [condition(t, False, exc.reason, exc.message)
+                                         for t in sorted(failing)], generation)
+    kept = [dict(c) for c in old_conds if c.get("type") not in failing]
+    return {**old, "conditions": kept + fresh}

@@ -1,0 +1,177 @@
+"""Adapter warm-up: a one-token request per expert adapter on every ready engine pod.
+
+The resolver plugin fetches an adapter on its first request, so a restarted or newly
+scaled pod would make some user wait for the download. Once the pod reports Ready
+(never before: a pod still loading the base model would queue or fail the request),
+the operator sends each expert's immutable name (``ns/name@vN``) one
+``/v1/completions`` request with ``max_tokens=1``. Requests run concurrently, a few
+at a time per pod; a failing adapter is reported and never holds up the others.
+
+:func:`ready_pod_urls` (pure) picks the pods, :func:`model_names` what to warm;
+:class:`Warmer` remembers what each pod (by uid) already holds so the Pod handler can
+call it on every event and only new pods, restarted pods (new uid) and new versions
+are warmed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Final
+
+import httpx
+
+from mol_platform.refs import AdapterRef
+from mol_platform.spec import MoLDeploymentSpec
+
+ENGINE_PORT_NAME: Final = "http"
+DEFAULT_ENGINE_PORT: Final = 8000
+PER_POD_CONCURRENCY: Final = 4
+WARMUP_PROMPT: Final = "Hello"
+
+WarmupResult = dict[tuple[str, str], str | None]
+
+
+def immutable_name(ref: str, version: int) -> str:
+    """``acme/coding@stable`` resolved to version 3 -> ``acme/coding@v3``."""
+    return f"{AdapterRef.parse(ref).adapter}@v{version}"
+
+
+def model_names(spec: MoLDeploymentSpec, status: Mapping[str, Any]) -> dict[str, str]:
+    """``{immutable name: expert}`` to warm: each expert's resolved version and, while it
+    takes traffic, its canary's; incompatible or not yet resolved ones are left out."""
+    by_name = {e.get("name"): e for e in status.get("experts") or () if isinstance(e, Mapping)}
+    names: dict[str, str] = {}
+    for expert in spec.experts:
+        seen = by_name.get(expert.name) or {}
+        version = seen.get("version")
+        if isinstance(version, int) and seen.get("compatible") is not False:
+            names.setdefault(immutable_name(expert.adapter, version), expert.name)
+        canary = seen.get("canary") or {}
+        if (
+            expert.canary is not None
+            and isinstance(canary.get("version"), int)
+            and canary.get("phase") != "RolledBack"
+        ):
+            names.setdefault(immutable_name(expert.canary.adapter, canary["version"]), expert.name)
+    return names
+
+
+def pod_is_ready(pod: Mapping[str, Any]) -> bool:
+    """Running, condition Ready=True, an IP, and not being deleted."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    if meta.get("deletionTimestamp") or status.get("phase") != "Running":
+        return False
+    if not status.get("podIP"):
+        return False
+    return any(
+        c.get("type") == "Ready" and c.get("status") == "True"
+        for c in status.get("conditions") or ()
+    )
+
+
+def _engine_port(pod: Mapping[str, Any]) -> int:
+    for container in (pod.get("spec") or {}).get("containers") or ():
+        for port in container.get("ports") or ():
+            if port.get("name") == ENGINE_PORT_NAME and isinstance(port.get("containerPort"), int):
+                return int(port["containerPort"])
+    return DEFAULT_ENGINE_PORT
+
+
+def pod_url(pod: Mapping[str, Any]) -> str | None:
+    """``http://<podIP>:<engine port>`` of a ready pod, else None."""
+    if not pod_is_ready(pod):
+        return None
+    ip = str(pod["status"]["podIP"])
+    host = f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{_engine_port(pod)}"
+
+
+def ready_pod_urls(pods: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The engine URLs of the ready pods among ``pods``, sorted, without duplicates."""
+    return sorted({url for pod in pods if (url := pod_url(pod)) is not None})
+
+
+def _error_text(rsp: httpx.Response) -> str:
+    try:
+        body = rsp.json()
+    except ValueError:
+        return f"HTTP {rsp.status_code}: {rsp.text[:200]}"
+    err = body.get("error") if isinstance(body, dict) else None
+    message = err.get("message") if isinstance(err, dict) else None
+    if message is None and isinstance(body, dict):
+        message = body.get("message") or body.get("detail") or err
+    return f"HTTP {rsp.status_code}: {message}"
+
+
+async def _warm_one(
+    client: httpx.AsyncClient, gate: asyncio.Semaphore, url: str, model: str, limit: float
+) -> str | None:
+    async with gate:
+        try:
+            rsp = await client.post(
+                f"{url}/v1/completions",
+                json={"model": model, "prompt": WARMUP_PROMPT, "max_tokens": 1},
+                timeout=limit,
+            )
+        except httpx.TimeoutException:
+            return f"timed out after {limit:g}s"
+        except httpx.HTTPError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return None if rsp.status_code == 200 else _error_text(rsp)
+
+
+async def warm_adapters(
+    pod_urls: Sequence[str],
+    model_names: Sequence[str],
+    *,
+    timeout: float,  # noqa: ASYNC109 - each request's own HTTP timeout, not a deadline
+) -> WarmupResult:
+    """Warm every name on every pod; ``{(pod_url, name): None | error text}``.
+
+    ``timeout`` bounds each request; one slow adapter does not cut the others short."""
+    gates = {url: asyncio.Semaphore(PER_POD_CONCURRENCY) for url in pod_urls}
+    pairs = [(url, name) for url in dict.fromkeys(pod_urls) for name in dict.fromkeys(model_names)]
+    async with httpx.AsyncClient() as client:
+        results = await asyncio.gather(
+            *(_warm_one(client, gates[url], url, name, timeout) for url, name in pairs)
+        )
+    return dict(zip(pairs, results, strict=True))
+
+
+class Warmer:
+    """Warms what a pod has not been warmed with yet; one per operator.
+
+    Keyed by pod uid: a restarted pod is a new Pod object (new uid) and is warmed again;
+    a failed adapter is retried on the next call."""
+
+    def __init__(self, *, timeout: float = 60.0) -> None:
+        self.timeout = timeout
+        self._done: dict[str, set[str]] = {}
+
+    async def warm(
+        self, pods: Iterable[Mapping[str, Any]], model_names: Sequence[str]
+    ) -> WarmupResult:
+        """Warm the ready pods among ``pods``; returns only the pairs tried now."""
+        todo: dict[str, tuple[str, list[str]]] = {}
+        for pod in pods:
+            url, uid = pod_url(pod), (pod.get("metadata") or {}).get("uid")
+            if url is None or not uid:
+                continue
+            missing = [n for n in model_names if n not in self._done.get(uid, set())]
+            if missing:
+                todo[uid] = (url, missing)
+        if not todo:
+            return {}
+        results = await asyncio.gather(
+            *(warm_adapters([url], names, timeout=self.timeout) for url, names in todo.values())
+        )
+        merged: WarmupResult = {}
+        for uid, result in zip(todo, results, strict=True):
+            self._done.setdefault(uid, set()).update(n for (_, n), e in result.items() if e is None)
+            merged.update(result)
+        return merged
+
+    def forget(self, uid: str) -> None:
+        """Drop a deleted pod."""
+        self._done.pop(uid, None)
