@@ -3,7 +3,8 @@
 Each replica is the simulator's own engine model (``SlotEngine``: vLLM's batch and
 ``max_loras`` scheduling, LRU GPU adapter slots, ``lora_load_s`` per slot load); a
 request's first token is due ``ttft_s`` after it is scheduled (after its adapter's
-load), then one token per ``itl_s``, as the simulator's HTTP server times them. Each
+load), then one token per ``itl_s``, as the simulator's HTTP server times them; an
+adapter shows as running from its first token, and KV usage grows with the tokens. Each
 router replica is a real ``EngineTracker`` and policy: it observes every engine every
 ``scrape_interval`` (what ``/metrics`` would say: queue lengths, KV usage, and the
 adapters with running requests, as vLLM lists them) and books what it sends.
@@ -23,6 +24,9 @@ from mol_platform.testing.simulator.model import SlotEngine
 from mol_router.engine_metrics import EngineMetrics
 from mol_router.policy import RouteRequest, make_policy
 from mol_router.tracker import EngineTracker
+
+TOKEN_STEPS = 4
+"""Generated tokens are booked in this many steps per request (not one event each)."""
 
 
 @dataclass(frozen=True)
@@ -73,13 +77,13 @@ class RunResult:
 
 
 def _metrics(engine: SlotEngine) -> EngineMetrics:
-    running_adapters = tuple(dict.fromkeys(r.adapter for r in engine.running if r.adapter))
+    """What the replica's /metrics shows (the simulator's own bookkeeping of it)."""
     return EngineMetrics(
         running=len(engine.running),
         waiting=len(engine.waiting),
-        kv_cache_usage=len(engine.running) / engine.config.max_num_seqs,
+        kv_cache_usage=engine.kv_cache_usage(),
         max_lora=engine.config.max_loras,
-        running_adapters=running_adapters,
+        running_adapters=tuple(engine.lora_requests),
     )
 
 
@@ -125,12 +129,19 @@ async def _drive(
             engine = engines[endpoint]
             tracker.begin(endpoint, a.adapter)
             adapter = engine.resolve_model(a.adapter)
-            sim = engine.submit(config.model, adapter)
+            sim = engine.submit(config.model, adapter, a.prompt_tokens, a.max_tokens)
             ready = await sim.admitted
             first = ready + shape.ttft_s
             await asyncio.sleep(max(0.0, first - loop.time()))
+            engine.token(sim)
             result.ttft.append(first - a.t)
-            await asyncio.sleep((a.max_tokens - 1) * shape.itl_s)
+            remaining = a.max_tokens - 1
+            while remaining > 0:  # the rest in a few steps: KV usage grows as tokens do
+                step = min(remaining, max(1, a.max_tokens // TOKEN_STEPS))
+                await asyncio.sleep(step * shape.itl_s)
+                for _ in range(step):
+                    engine.token(sim)
+                remaining -= step
             engine.finish(sim, "stop")
             tracker.end(endpoint, a.adapter)
             result.makespan = max(result.makespan, loop.time())

@@ -5,15 +5,22 @@ and for ours on the same replicas and the same requests so the two compare fairl
 ours runs in the load generator's process (each router replica is an `EngineTracker`
 scraping every replica's real `/metrics` over HTTP, plus the policy) and sends each
 request straight to the replica it picked; vllm-router is a separate process between
-the load generator and the replicas. Both stream every reply (TTFT is the first SSE
-token seen by the client) from the same `SimulatorCluster`, restarted for each run.
+the load generator and the replicas. Ours reads metrics once a second (the router's
+default), since 16 simulated replicas in one Python process cannot answer much more
+scraping on 2 cores while streaming every token. Both stream every reply (TTFT is the first SSE
+token seen by the client) from the same simulated replicas (their own process, restarted
+for each run; adapter loads read from their `mol_sim_adapter_loads_total`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
+import urllib.request
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import aiohttp
@@ -21,17 +28,48 @@ import aiohttp
 from _fleet import FleetShape, RunResult
 from _workload import Arrival
 from mol_platform.testing.net import free_port
-from mol_platform.testing.simulator import SimConfig, SimulatorCluster
 from mol_router.policy import RouteRequest, make_policy
 from mol_router.tracker import EngineTracker
 
 
-def sim_config(shape: FleetShape, max_tokens: int) -> SimConfig:
-    return SimConfig(
-        model="base", dynamic_loras=True, max_loras=shape.max_loras,
-        max_num_seqs=shape.max_num_seqs, lora_load_s=shape.lora_load_s,
-        ttft_s=shape.ttft_s, itl_s=shape.itl_s, output_tokens=max_tokens,
-    )  # fmt: skip
+@contextmanager
+def replicas(shape: FleetShape, max_tokens: int, log: Path) -> Iterator[list[str]]:
+    """The simulated replicas in a process of their own (``python -m
+    mol_platform.testing.simulator``), so they do not share a core with the load
+    generator; yields their base URLs."""
+    argv = [
+        sys.executable, "-m", "mol_platform.testing.simulator", "--replicas",
+        str(shape.replicas), "--model", "base", "--dynamic-loras", "--max-loras",
+        str(shape.max_loras), "--max-num-seqs", str(shape.max_num_seqs), "--lora-load-s",
+        str(shape.lora_load_s), "--ttft-s", str(shape.ttft_s), "--itl-s", str(shape.itl_s),
+        "--output-tokens", str(max_tokens),
+    ]  # fmt: skip
+    with log.open("ab") as err:
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True)
+    try:
+        assert proc.stdout is not None
+        urls = []
+        for line in proc.stdout:  # the URLs, then an empty line once all listen
+            if not line.strip():
+                break
+            urls.append(line.strip())
+        if len(urls) != shape.replicas:
+            raise RuntimeError(f"simulator did not start; see {log}")
+        yield urls
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def gpu_loads(urls: Sequence[str]) -> int:
+    """Adapter loads into GPU slots, summed over the replicas' ``mol_sim_adapter_loads``."""
+    total = 0.0
+    for url in urls:
+        with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+            for line in resp.read().decode().splitlines():
+                if line.startswith("mol_sim_adapter_loads_total{") and 'tier="gpu"' in line:
+                    total += float(line.rsplit(" ", 1)[1])
+    return int(total)
 
 
 def body(a: Arrival) -> dict[str, object]:
@@ -63,11 +101,15 @@ async def _stream(
 async def _replay(
     arrivals: Sequence[Arrival], send: Callable[[aiohttp.ClientSession, Arrival],
                                                 Awaitable[float | None]],
+    request_timeout: float,
 ) -> tuple[list[float], int, float]:  # fmt: skip
+    """Open loop: each request at its time; one that takes over ``request_timeout``
+    seconds counts as failed (an overloaded router's backlog would take minutes)."""
     conn = aiohttp.TCPConnector(limit=0)
     ttft: list[float] = []
     errors = [0]
-    async with aiohttp.ClientSession(connector=conn) as session:
+    timeout = aiohttp.ClientTimeout(total=request_timeout)
+    async with aiohttp.ClientSession(connector=conn, timeout=timeout) as session:
         start = time.monotonic()
 
         async def one(a: Arrival) -> None:
@@ -88,53 +130,50 @@ async def _replay(
 
 
 def _finish(
-    label: str, cluster: SimulatorCluster, arrivals: Sequence[Arrival], ttft: list[float],
+    label: str, urls: Sequence[str], arrivals: Sequence[Arrival], ttft: list[float],
     errors: int, makespan: float, speed: float,
 ) -> RunResult:  # fmt: skip
     """Times are scaled back by ``speed`` to the nominal workload's."""
     result = RunResult(label, len(arrivals), [t * speed for t in ttft], makespan * speed)
-    holders = 0
-    for state in cluster.states():
-        result.adapter_loads += sum(state.slot_loads.values())
-        holders += len(state.slot_loads)
-    names = {a.adapter for a in arrivals if a.adapter}
-    result.replicas_per_adapter = holders / max(len(names), 1)
+    result.adapter_loads = gpu_loads(urls)
     result.errors = errors
     return result
 
 
 def run_vllm_router(
     policy: str, arrivals: Sequence[Arrival], shape: FleetShape, max_tokens: int,
-    speed: float, log: Path,
+    speed: float, timeout: float, log: Path,
 ) -> RunResult:  # fmt: skip
     import _vllm_router
 
-    with SimulatorCluster(shape.replicas, sim_config(shape, max_tokens)) as cluster:
+    with replicas(shape, max_tokens, log.with_suffix(".sim.log")) as urls:
         port = free_port()
-        proc = _vllm_router.start(cluster.urls, policy, port, free_port(), log)
+        proc = _vllm_router.start(urls, policy, port, free_port(), log)
         url = f"http://127.0.0.1:{port}"
         try:
             # consistent_hash keys on X-Session-ID first: the adapter, for LoRA affinity.
             async def send(s: aiohttp.ClientSession, a: Arrival) -> float | None:
                 return await _stream(s, url, a, {"X-Session-ID": a.adapter or "base"})
 
-            ttft, errors, makespan = asyncio.run(_replay(arrivals, send))
+            ttft, errors, makespan = asyncio.run(_replay(arrivals, send, timeout))
         finally:
             proc.stop()
-        return _finish(f"vllm-router {policy}", cluster, arrivals, ttft, errors, makespan, speed)
+        return _finish(f"vllm-router {policy}", urls, arrivals, ttft, errors, makespan, speed)
 
 
 def run_ours(
     policy: str, routers: int, arrivals: Sequence[Arrival], shape: FleetShape,
-    max_tokens: int, speed: float,
+    max_tokens: int, speed: float, timeout: float, log: Path,
 ) -> RunResult:  # fmt: skip
-    with SimulatorCluster(shape.replicas, sim_config(shape, max_tokens)) as cluster:
-        urls = cluster.urls
+    with replicas(shape, max_tokens, log.with_suffix(".sim.log")) as urls:
 
         async def main() -> tuple[list[float], int, float]:
             async with aiohttp.ClientSession() as scraper:
-                trackers = [EngineTracker(scraper, scrape_interval=shape.scrape_interval)
-                            for _ in range(routers)]  # fmt: skip
+                trackers = [
+                    EngineTracker(scraper, scrape_interval=max(shape.scrape_interval, 1.0),
+                                  eject_after_failures=10)
+                    for _ in range(routers)
+                ]  # fmt: skip
                 policies = [make_policy(policy) for _ in range(routers)]
                 for t in trackers:
                     t.set_endpoints(urls)
@@ -155,11 +194,11 @@ def run_ours(
                         tracker.end(endpoint, a.adapter)
 
                 try:
-                    return await _replay(arrivals, send)
+                    return await _replay(arrivals, send, timeout)
                 finally:
                     for t in trackers:
                         await t.stop()
 
         ttft, errors, makespan = asyncio.run(main())
         label = policy if routers == 1 else f"{policy} x{routers}"
-        return _finish(f"{label} (HTTP)", cluster, arrivals, ttft, errors, makespan, speed)
+        return _finish(f"{label} (HTTP)", urls, arrivals, ttft, errors, makespan, speed)

@@ -59,8 +59,15 @@ def require_wrk() -> str:
 def run_wrk(base_url: str, paths: Path, *, connections: int, seconds: float,
             headers: Sequence[str] = (), cores: str | None = None) -> LoadResult:
     """A closed-loop wrk run: `connections` connections, 1 thread, GETs of random paths."""
+    return run_wrk_script(base_url, LUA, [str(paths), *headers], connections=connections,
+                          seconds=seconds, cores=cores)
+
+
+def run_wrk_script(url: str, script: Path, args: Sequence[str], *, connections: int,
+                   seconds: float, cores: str | None = None) -> LoadResult:
+    """One wrk run (1 thread) with a Lua script whose `done` prints the JSON summary."""
     argv = [require_wrk(), "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s",
-            "--timeout", "10s", "-s", str(LUA), base_url, "--", str(paths), *headers]
+            "--timeout", "10s", "-s", str(script), url, "--", *args]
     done = subprocess.run(pinned(argv, cores), capture_output=True, text=True, check=False)
     summary = None
     for line in reversed(done.stdout.splitlines()):

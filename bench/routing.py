@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -68,14 +69,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--http-speed",
         type=float,
-        default=0.25,
+        default=0.2,
         help="the HTTP leg runs this much slower than nominal (so 2 cores can "
         "stream every token); its times are scaled back for the report",
     )
     p.add_argument(
+        "--http-timeout",
+        type=float,
+        default=20.0,
+        help="nominal seconds after which an HTTP-leg request counts as failed",
+    )
+    p.add_argument(
         "--vllm-router-policies",
-        default="cache_aware,consistent_hash",
-        help="vllm-router policies to try (consistent_hash is keyed on the adapter)",
+        default="round_robin,power_of_two,cache_aware,consistent_hash",
+        help="vllm-router policies to try; the report names the best (consistent_hash "
+        "is keyed on the adapter through X-Session-ID)",
     )
     p.add_argument("--write", action="store_true", help="write docs/benchmarks.md's section")
     args = p.parse_args(argv)
@@ -84,8 +92,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if not 0 < args.load <= 2 or args.duration <= 0 or args.speed <= 0:
         p.error("--load must be in (0, 2], --duration and --speed > 0")
-    if args.http_duration <= 0 or not 0 < args.http_speed <= 10:
-        p.error("--http-duration must be > 0 and --http-speed in (0, 10]")
+    if args.http_duration <= 0 or args.http_timeout <= 0 or not 0 < args.http_speed <= 10:
+        p.error("--http-duration and --http-timeout must be > 0, --http-speed in (0, 10]")
     return args
 
 
@@ -109,14 +117,25 @@ def workload(args: argparse.Namespace, shape: FleetShape) -> tuple[list[Arrival]
     )
 
 
-def row(r: RunResult, estimate: bool = True) -> str:
-    """A table row; the third column is the router's load estimate (in-process runs) or
-    the failed requests (HTTP runs)."""
-    third = f"{1000 * r.estimated_loads / r.requests:.0f}" if estimate else f"{r.errors}"
+def ms(r: RunResult, q: float) -> float:
+    """TTFT percentile in ms (infinite when no request got a first token)."""
+    return percentile(r.ttft, q) * 1000 if r.ttft else float("inf")
+
+
+def row(r: RunResult) -> str:
+    """A row of the in-process table."""
     return (
-        f"| {r.label} | {r.loads_per_1000:.0f} | {third} "
-        f"| {r.replicas_per_adapter:.2f} | {percentile(r.ttft, 50) * 1000:.0f} "
-        f"| {percentile(r.ttft, 99) * 1000:.0f} | {r.throughput:.1f} |"
+        f"| {r.label} | {r.loads_per_1000:.0f} | {1000 * r.estimated_loads / r.requests:.0f} "
+        f"| {r.replicas_per_adapter:.2f} | {ms(r, 50):.0f} | {ms(r, 99):.0f} "
+        f"| {r.throughput:.1f} |"
+    )
+
+
+def http_row(r: RunResult) -> str:
+    """A row of the HTTP table."""
+    return (
+        f"| {r.label} | {r.loads_per_1000:.0f} | {r.errors} | {ms(r, 50):.0f} "
+        f"| {ms(r, 99):.0f} | {r.throughput:.1f} |"
     )
 
 
@@ -129,27 +148,28 @@ def http_leg(args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival
     slow = [Arrival(a.t / speed, a.adapter, a.user, a.prompt_tokens, a.max_tokens) for a in part]
     tokens = max(a.max_tokens for a in part)
     scaled = shape.scaled(speed)
-    log = ROOT / ".bench/vllm-router.log"
-    results = [run_ours(OURS, 1, slow, scaled, tokens, speed),
-               run_ours(OURS, args.routers, slow, scaled, tokens, speed)]  # fmt: skip
+    log = Path(tempfile.mkdtemp(prefix="mol-routing-")) / "vllm-router.log"
+    timeout = args.http_timeout / speed
+    results = [run_ours(OURS, 1, slow, scaled, tokens, speed, timeout, log),
+               run_ours(OURS, args.routers, slow, scaled, tokens, speed, timeout, log)]  # fmt: skip
     for r in results:
-        print(row(r, estimate=False), flush=True)
+        print(http_row(r), flush=True)
     for policy in args.vllm_router_policies.split(","):
-        r = run_vllm_router(policy.strip(), slow, scaled, tokens, speed, log)
-        print(row(r, estimate=False), flush=True)
+        r = run_vllm_router(policy.strip(), slow, scaled, tokens, speed, timeout, log)
+        print(http_row(r), flush=True)
         results.append(r)
-    best = min(results[2:], key=lambda r: percentile(r.ttft, 99))
+    best = min(results[2:], key=lambda r: (r.errors, ms(r, 99)))
     lines = [
-        "| router | adapter loads / 1,000 req | failed requests | replicas per adapter "
+        "| router | adapter loads / 1,000 req | failed requests "
         "| TTFT p50 ms | TTFT p99 ms | throughput req/s |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-        *(row(r, estimate=False) for r in results),
+        "|---|---:|---:|---:|---:|---:|",
+        *(http_row(r) for r in results),
         "",
         f"HTTP leg: the first {args.http_duration:g} s of the same workload ({len(part):,} "
         f"requests), run {1 / speed:g}x slower than nominal over HTTP and scaled back. "
-        f"vllm-router's best policy here (lowest TTFT p99): `{best.label.split()[-1]}`; "
-        f"ours vs it: TTFT p99 {percentile(results[0].ttft, 99) * 1000:.0f} vs "
-        f"{percentile(best.ttft, 99) * 1000:.0f} ms, loads {results[0].loads_per_1000:.0f} vs "
+        f"vllm-router's best policy here (fewest failures, then lowest TTFT p99): "
+        f"`{best.label.split()[-1]}`; ours vs it: TTFT p99 {ms(results[0], 99):.0f} vs "
+        f"{ms(best, 99):.0f} ms, loads {results[0].loads_per_1000:.0f} vs "
         f"{best.loads_per_1000:.0f} per 1,000.",
     ]
     return lines
@@ -158,7 +178,7 @@ def http_leg(args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival
 def goals(results: dict[str, RunResult], routers: int) -> list[str]:
     ours, gie, llmd = results[OURS], results[BASELINE], results[LLMD]
     many = results[f"{OURS} x{routers}"]
-    p99 = {k: percentile(v.ttft, 99) for k, v in results.items()}
+    p99 = {k: ms(v, 99) / 1000 for k, v in results.items()}
     others = [v for k, v in p99.items() if not k.startswith(OURS)]
 
     def mark(ok: bool) -> str:
@@ -226,6 +246,11 @@ def main(argv: list[str] | None = None) -> int:
             *verdict,
             *(["", *http] if http else []),
         ])  # fmt: skip
+        from _plot import routing_figure
+
+        routing_figure(list(results.values()), ROOT / "docs/img/routing.png",
+                       f"{shape.replicas} simulated replicas, {described}")  # fmt: skip
+        body += "\n\n![Adapter loads and TTFT tail per policy](img/routing.png)"
         write_section(ROOT / "docs/benchmarks.md", "routing", body)
     return 0
 

@@ -61,12 +61,21 @@ class StaticResolver:
 
     feed_ok = True
 
+    def __init__(self) -> None:
+        self._cache: dict[str, Resolved] = {}
+
     async def resolve(self, ref: str) -> Resolved:
+        hit = self._cache.get(ref)
+        if hit is not None:
+            return hit
         parsed = AdapterRef.parse(ref)
         if parsed.version is None:
             raise Unresolved(404, f"{ref}: without catalogUrl only @vN references can be "
                              "served")
-        return Resolved(parsed.adapter, parsed.version, "", True)
+        if len(self._cache) > 100_000:
+            self._cache.clear()
+        hit = self._cache[ref] = Resolved(parsed.adapter, parsed.version, "", True)
+        return hit
 
     def warm(self, refs: object) -> None:
         return None

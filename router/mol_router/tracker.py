@@ -253,7 +253,10 @@ class EngineTracker:
     async def _run(self) -> None:
         while True:
             self._wake.clear()
-            await self.probe_all()
+            try:
+                await self.probe_all()
+            except Exception:  # never let one bad answer stop health checking
+                log.exception("engine probe failed")
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), self.scrape_interval)
 

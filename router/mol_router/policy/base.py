@@ -6,17 +6,18 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from mol_router.policy.stats import EngineStats
+from mol_router.policy.stats import EngineStats, RouteRequest
 
 DEFAULT_STATS = EngineStats()
 """Stats of an endpoint never scraped yet: assumed healthy and idle."""
 
 N = TypeVar("N", int, float)
+Candidates = list[tuple[str, EngineStats]]
 
 
 def eligible(
     endpoints: Sequence[str], stats: Mapping[str, EngineStats], exclude: frozenset[str]
-) -> list[tuple[str, EngineStats]]:
+) -> Candidates:
     """Endpoints a request may go to, in the given order: healthy and not excluded."""
     out = []
     for endpoint in endpoints:
@@ -26,6 +27,26 @@ def eligible(
         if s.healthy:
             out.append((endpoint, s))
     return out
+
+
+class EligibleFirst:
+    """``pick`` for every policy: drop unhealthy and excluded endpoints, answer None
+    when nothing is left, else let ``choose`` decide among the rest."""
+
+    name: str
+
+    def pick(
+        self,
+        endpoints: Sequence[str],
+        stats: Mapping[str, EngineStats],
+        request: RouteRequest,
+        exclude: frozenset[str] = frozenset(),
+    ) -> str | None:
+        candidates = eligible(endpoints, stats, exclude)
+        return self.choose(candidates, request) if candidates else None
+
+    def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
+        raise NotImplementedError
 
 
 class Knobs:
@@ -55,11 +76,11 @@ class Knobs:
         return kind(value)
 
 
-Scorer = Callable[[list[tuple[str, EngineStats]]], list[float]]
+Scorer = Callable[[Candidates], list[float]]
 
 
 def max_score(
-    candidates: list[tuple[str, EngineStats]],
+    candidates: Candidates,
     weighted: Sequence[tuple[float, Scorer]],
     rng: random.Random,
 ) -> str | None:
@@ -77,7 +98,7 @@ def max_score(
     return tied[0] if len(tied) == 1 else rng.choice(tied)
 
 
-def queue_scores(candidates: list[tuple[str, EngineStats]]) -> list[float]:
+def queue_scores(candidates: Candidates) -> list[float]:
     """Min-max normalised waiting queue: the shortest queue scores 1, the longest 0."""
     queues = [s.waiting for _, s in candidates]
     lo, hi = min(queues), max(queues)
@@ -86,6 +107,6 @@ def queue_scores(candidates: list[tuple[str, EngineStats]]) -> list[float]:
     return [(hi - q) / (hi - lo) for q in queues]
 
 
-def kv_cache_scores(candidates: list[tuple[str, EngineStats]]) -> list[float]:
+def kv_cache_scores(candidates: Candidates) -> list[float]:
     """1 - KV-cache usage: emptier engines score higher."""
     return [1.0 - min(max(s.kv_cache_usage, 0.0), 1.0) for _, s in candidates]

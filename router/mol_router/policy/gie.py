@@ -17,10 +17,17 @@ adapter twice when checking for a free slot; this re-implementation does the sam
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from mol_router.policy.base import Knobs, eligible, kv_cache_scores, max_score, queue_scores
+from mol_router.policy.base import (
+    Candidates,
+    EligibleFirst,
+    Knobs,
+    kv_cache_scores,
+    max_score,
+    queue_scores,
+)
 from mol_router.policy.stats import EngineStats, RouteRequest
 
 
@@ -38,7 +45,7 @@ def lora_affinity_score(stats: EngineStats, adapter: str | None) -> float:
     return 0.0
 
 
-class GieLoraAffinity:
+class GieLoraAffinity(EligibleFirst):
     """``gie-lora-affinity``: queue + KV-cache + lora-affinity scorers, max-score pick."""
 
     name = "gie-lora-affinity"
@@ -53,17 +60,11 @@ class GieLoraAffinity:
         )
         self._rng = random.Random(k.get("seed", int, 0, 0, 2**63))
 
-    def pick(
-        self,
-        endpoints: Sequence[str],
-        stats: Mapping[str, EngineStats],
-        request: RouteRequest,
-        exclude: frozenset[str] = frozenset(),
-    ) -> str | None:
+    def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
         adapter = request.adapter
         qw, kw, lw = self.weights
         return max_score(
-            eligible(endpoints, stats, exclude),
+            candidates,
             [
                 (qw, queue_scores),
                 (kw, kv_cache_scores),

@@ -24,10 +24,17 @@ tiers cannot be told apart from the ones around them.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
-from mol_router.policy.base import Knobs, eligible, kv_cache_scores, max_score, queue_scores
+from mol_router.policy.base import (
+    Candidates,
+    EligibleFirst,
+    Knobs,
+    kv_cache_scores,
+    max_score,
+    queue_scores,
+)
 from mol_router.policy.hashing import home
 from mol_router.policy.stats import EngineStats, RouteRequest
 
@@ -35,7 +42,7 @@ GPU_RESIDENT, FREE_SLOT, SATURATED = 1.0, 0.6, 0.0
 PLACEMENT_BONUS = HEADROOM_BONUS = 0.03
 
 
-class LlmdLoraLoadState:
+class LlmdLoraLoadState(EligibleFirst):
     """``llmd-lora-load-state``: residency filter, then load-state + queue + KV scorers."""
 
     name = "llmd-lora-load-state"
@@ -61,9 +68,7 @@ class LlmdLoraLoadState:
             return True
         return self.kv_cache_threshold > 0 and s.kv_cache_usage > self.kv_cache_threshold
 
-    def residency_filter(
-        self, candidates: list[tuple[str, EngineStats]], adapter: str | None
-    ) -> list[tuple[str, EngineStats]]:
+    def residency_filter(self, candidates: Candidates, adapter: str | None) -> Candidates:
         if adapter is None or len(candidates) <= 1:
             return candidates
         homes = [c for c in candidates if adapter in c[1].running_adapters]
@@ -77,9 +82,7 @@ class LlmdLoraLoadState:
         return spare or homes
 
     @staticmethod
-    def load_state_scores(
-        candidates: list[tuple[str, EngineStats]], adapter: str | None
-    ) -> list[float]:
+    def load_state_scores(candidates: Candidates, adapter: str | None) -> list[float]:
         scale = 1.0 - (PLACEMENT_BONUS + HEADROOM_BONUS)
         out = []
         if adapter is None:  # base model: share of slots not busy with an adapter
@@ -105,18 +108,11 @@ class LlmdLoraLoadState:
             out.append(score)
         return out
 
-    def pick(
-        self,
-        endpoints: Sequence[str],
-        stats: Mapping[str, EngineStats],
-        request: RouteRequest,
-        exclude: frozenset[str] = frozenset(),
-    ) -> str | None:
+    def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
         adapter = request.adapter
         lw, qw, kw = self.weights
-        candidates = self.residency_filter(eligible(endpoints, stats, exclude), adapter)
         return max_score(
-            candidates,
+            self.residency_filter(candidates, adapter),
             [
                 (lw, lambda cs: self.load_state_scores(cs, adapter)),
                 (qw, queue_scores),

@@ -24,7 +24,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mol_router.policy.base import Knobs, eligible
+from mol_router.policy.base import Candidates, EligibleFirst, Knobs
 from mol_router.policy.hashing import ranking
 from mol_router.policy.stats import EngineStats, RouteRequest
 
@@ -34,7 +34,7 @@ def has_free_slot(s: EngineStats, adapter: str) -> bool:
     return s.max_lora <= 0 or adapter in s.running_adapters or len(s.running_adapters) < s.max_lora
 
 
-class MolAffinity:
+class MolAffinity(EligibleFirst):
     """``mol-affinity``: see the module docstring."""
 
     name = "mol-affinity"
@@ -51,16 +51,7 @@ class MolAffinity:
         mean = (sum(loads) + 1) / len(loads)
         return math.ceil(self.load_factor * mean + self.slack)
 
-    def pick(
-        self,
-        endpoints: Sequence[str],
-        stats: Mapping[str, EngineStats],
-        request: RouteRequest,
-        exclude: frozenset[str] = frozenset(),
-    ) -> str | None:
-        candidates = eligible(endpoints, stats, exclude)
-        if not candidates:
-            return None
+    def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
         by_name = dict(candidates)
         adapter = request.adapter
         order = ranking(adapter if adapter is not None else "", list(by_name))

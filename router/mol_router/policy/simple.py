@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
 
-from mol_router.policy.base import eligible
-from mol_router.policy.stats import EngineStats, RouteRequest
+from mol_router.policy.base import Candidates, EligibleFirst
+from mol_router.policy.stats import RouteRequest
 
 
-class RoundRobin:
+class RoundRobin(EligibleFirst):
     """Each request to the next eligible endpoint in turn (the one counter it keeps)."""
 
     name = "round-robin"
@@ -17,20 +16,11 @@ class RoundRobin:
     def __init__(self) -> None:
         self._counter = itertools.count()
 
-    def pick(
-        self,
-        endpoints: Sequence[str],
-        stats: Mapping[str, EngineStats],
-        request: RouteRequest,
-        exclude: frozenset[str] = frozenset(),
-    ) -> str | None:
-        candidates = eligible(endpoints, stats, exclude)
-        if not candidates:
-            return None
+    def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
         return candidates[next(self._counter) % len(candidates)][0]
 
 
-class LeastLoaded:
+class LeastLoaded(EligibleFirst):
     """The endpoint with the fewest queued requests (scraped running + waiting, or this
     router's in-flight count when higher); ties go round-robin so idle fleets spread."""
 
@@ -39,16 +29,7 @@ class LeastLoaded:
     def __init__(self) -> None:
         self._counter = itertools.count()
 
-    def pick(
-        self,
-        endpoints: Sequence[str],
-        stats: Mapping[str, EngineStats],
-        request: RouteRequest,
-        exclude: frozenset[str] = frozenset(),
-    ) -> str | None:
-        candidates = eligible(endpoints, stats, exclude)
-        if not candidates:
-            return None
+    def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
         n = len(candidates)
         start = next(self._counter) % n
         best = min(

@@ -1,0 +1,283 @@
+"""What a router adds over calling the upstream directly: latency, CPU, max throughput.
+
+One command (`python bench/router_overhead.py`): a near-free upstream
+(bench/_fast_upstream.py: fixed completion, or a fixed SSE stream), wrk with a pacing
+Lua script at 200 and 1,000 req/s, streaming and not, against the upstream directly and
+through each router, in one run: ours (`mol router serve`, every feature on: API keys,
+canary split, handoff), the vLLM project's Rust router (`vllm-router`, `round_robin`
+and `cache_aware`) and a bare aiohttp proxy. The router under test is pinned to one
+core, upstream and wrk to the other. Refuses to run while other processes use the CPU
+(`--allow-busy` runs anyway and the report says the figures are noisy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import yaml
+
+from _load import LoadResult, require_wrk, run_wrk_script
+from _machine import Proc, machine_info, pinned, quiet_check, tree_cpu, wait_http
+from _report import write_section
+from mol_platform.router_config import RouterConfig
+from mol_platform.testing.net import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = Path(__file__).resolve().parent
+LUA = HERE / "wrk_post.lua"
+API_KEY = "bench-key-0123456789abcdef"
+RATES = (200, 1000)
+TARGETS = ("direct", "mol-router", "vllm-router round_robin", "vllm-router cache_aware",
+           "aiohttp proxy")  # fmt: skip
+GOALS = {("p50", False, 200): 0.7, ("p99", False, 200): 3.0, ("p99", False, 1000): 8.0}
+
+
+@dataclass(frozen=True)
+class Measure:
+    target: str
+    stream: bool
+    rate: int  # 0: unpaced (maximum throughput)
+    load: LoadResult
+    cpu_ms: float  # CPU of the router process tree per request
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--seconds", type=float, default=10.0, help="length of each paced run")
+    p.add_argument("--connections", type=int, default=50, help="wrk connections when paced")
+    p.add_argument("--max-connections", type=int, default=64, help="wrk connections, unpaced")
+    p.add_argument("--router-core", default="0", help="core the router under test runs on")
+    p.add_argument("--load-core", default="1", help="core of the upstream and wrk")
+    p.add_argument(
+        "--busy-limit",
+        type=float,
+        default=0.3,
+        help="cores other processes may use before the run is refused",
+    )
+    p.add_argument(
+        "--allow-busy",
+        action="store_true",
+        help="run anyway on a busy machine (the report says so)",
+    )
+    p.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset")
+    p.add_argument("--write", action="store_true", help="write docs/benchmarks.md's section")
+    args = p.parse_args(argv)
+    unknown = set(args.targets.split(",")) - set(TARGETS)
+    if unknown:
+        p.error(f"unknown targets {sorted(unknown)}; choose from {', '.join(TARGETS)}")
+    if args.seconds < 2 or args.connections < 1 or args.max_connections < 1:
+        p.error("--seconds must be >= 2 and connection counts >= 1")
+    return args
+
+
+def mol_router_config(workdir: Path, upstream: str) -> Path:
+    """Ours with every routing feature on: API keys with limits, a canary, handoff."""
+    keys = workdir / "keys.yaml"
+    keys.write_text(yaml.safe_dump({"keys": [{
+        "tenant": "bench", "key": API_KEY, "requests_per_minute": 10_000_000,
+        "tokens_per_minute": 10_000_000_000,
+    }]}))  # fmt: skip
+    cfg = RouterConfig.model_validate({
+        "deployment": "bench", "profile": "default.bench", "base_model": "tiny",
+        "experts": [{"name": "chat", "adapter": "demo/chat@v1", "description": "chat",
+                     "canary": {"adapter": "demo/chat@v2", "weight": 10}}],
+        "default": "chat", "endpoints": [upstream], "handoff_enabled": True,
+        "api_keys_file": str(keys),
+    })  # fmt: skip
+    path = workdir / "router.yaml"
+    path.write_text(yaml.safe_dump(cfg.model_dump(by_alias=True, mode="json")))
+    return path
+
+
+@contextmanager
+def target(name: str, upstream: str, workdir: Path, core: str) -> Iterator[tuple[str, Proc | None]]:
+    """The URL to load and the router process (None: the upstream itself)."""
+    if name == "direct":
+        yield upstream, None
+        return
+    port = free_port()
+    log = workdir / f"{name.replace(' ', '-')}.log"
+    if name == "mol-router":
+        argv = [str(Path(sys.executable).parent / "mol"), "router", "serve", "--config",
+                str(mol_router_config(workdir, upstream)), "--host", "127.0.0.1",
+                "--port", str(port)]  # fmt: skip
+        proc = Proc(name, pinned(argv, core), log=log)
+        ready = f"http://127.0.0.1:{port}/readyz"
+    elif name == "aiohttp proxy":
+        argv = [sys.executable, str(HERE / "_bare_proxy.py"), "--port", str(port),
+                "--upstream", upstream]  # fmt: skip
+        proc = Proc(name, pinned(argv, core), log=log)
+        ready = f"http://127.0.0.1:{port}/health"
+    else:
+        import _vllm_router
+
+        policy = name.split()[-1]
+        yield_proc = _vllm_router.start([upstream], policy, port, free_port(), log, core)
+        try:
+            yield f"http://127.0.0.1:{port}", yield_proc
+        finally:
+            yield_proc.stop()
+        return
+    try:
+        wait_http(ready, proc, timeout=60)
+        yield f"http://127.0.0.1:{port}", proc
+    finally:
+        proc.stop()
+
+
+def body_file(workdir: Path, stream: bool) -> Path:
+    path = workdir / f"body-{'stream' if stream else 'json'}.json"
+    path.write_text(json.dumps({
+        "model": "chat", "max_tokens": 8, "stream": stream,
+        "messages": [{"role": "user", "content": "Say hello in five words."}],
+    }))  # fmt: skip
+    return path
+
+
+def measure(
+    name: str, url: str, proc: Proc | None, workdir: Path, args: argparse.Namespace,
+    stream: bool, rate: int,
+) -> Measure:  # fmt: skip
+    conns = args.connections if rate else args.max_connections
+    per_conn = rate / conns if rate else 0
+    wrk_args = [str(body_file(workdir, stream)), f"{per_conn:.6f}",
+                f"Authorization: Bearer {API_KEY}"]  # fmt: skip
+    # warm-up: pools, caches, the first resolution
+    run_wrk_script(f"{url}/v1/chat/completions", LUA, wrk_args, connections=conns,
+                   seconds=1, cores=args.load_core)  # fmt: skip
+    cpu: Callable[[], float] = (lambda: tree_cpu([proc.popen.pid])) if proc else (lambda: 0.0)
+    before = cpu()
+    load = run_wrk_script(f"{url}/v1/chat/completions", LUA, wrk_args, connections=conns,
+                          seconds=args.seconds, cores=args.load_core)  # fmt: skip
+    used = cpu() - before
+    m = Measure(name, stream, rate, load, 1000 * used / max(load.requests, 1))
+    kind = "SSE " if stream else "JSON"
+    print(f"{name:26s} {kind} {rate or 'max':>5} {load.line()}  cpu/req {m.cpu_ms:.3f} ms",
+          flush=True)  # fmt: skip
+    return m
+
+
+def report(ms: list[Measure], note: str | None, command: str) -> str:
+    by = {(m.target, m.stream, m.rate): m for m in ms}
+    lines = [
+        "## Router overhead: latency and CPU a router adds (`bench/router_overhead.py`)",
+        "",
+        f"Run {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {machine_info().markdown()}; "
+        f"`{command}`.",
+        "",
+    ]
+    if note:
+        lines += [f"**Caveat: {note}.**", ""]
+    lines += [
+        "Added latency is the router's percentile minus the direct call's, same rate and "
+        "mode; CPU is the router process tree's per request (paced runs); max is "
+        "unpaced throughput with the router on one core.",
+        "",
+        "| router | mode | +p50 ms @200 | +p99 ms @200 | +p50 ms @1000 | +p99 ms @1000 "
+        "| CPU ms/req @1000 | max req/s |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def add(target: str, stream: bool, rate: int, q: str) -> str:
+        m, d = by.get((target, stream, rate)), by.get(("direct", stream, rate))
+        if m is None or d is None:
+            return "-"
+        mine = m.load.p50_ms if q == "p50" else m.load.p99_ms
+        base = d.load.p50_ms if q == "p50" else d.load.p99_ms
+        return f"{mine - base:.2f}"
+
+    for t in TARGETS[1:]:
+        for stream in (False, True):
+            if (t, stream, 200) not in by:
+                continue
+            cpu = by.get((t, stream, 1000))
+            mx = by.get((t, stream, 0))
+            lines.append(
+                f"| {t} | {'SSE (TTFB)' if stream else 'JSON'} | {add(t, stream, 200, 'p50')} "
+                f"| {add(t, stream, 200, 'p99')} | {add(t, stream, 1000, 'p50')} "
+                f"| {add(t, stream, 1000, 'p99')} | {f'{cpu.cpu_ms:.3f}' if cpu else '-'} "
+                f"| {f'{mx.load.rps:.0f}' if mx else '-'} |"
+            )
+    lines += ["", "Direct calls (the baseline):", ""]
+    for stream in (False, True):
+        for rate in RATES:
+            d = by.get(("direct", stream, rate))
+            if d:
+                lines.append(f"- {'SSE' if stream else 'JSON'} @{rate}: p50 "
+                             f"{d.load.p50_ms:.2f} ms, p99 {d.load.p99_ms:.2f} ms, "
+                             f"{d.load.rps:.0f} req/s achieved")  # fmt: skip
+    mine = [m for m in ms if m.target == "mol-router" and not m.stream]
+    if mine:
+        lines += ["", "Targets for ours (JSON):"]
+        for (q, _stream, rate), goal in GOALS.items():
+            got = add("mol-router", False, rate, q)
+            ok = got != "-" and float(got) <= goal
+            lines.append(f"- added {q} at {rate} req/s <= {goal} ms: {got} ms: "
+                         f"{'met' if ok else '**not met**'}")  # fmt: skip
+        ca = by.get(("vllm-router cache_aware", False, 1000))
+        me = by.get(("mol-router", False, 1000))
+        if ca and me:
+            ok = me.cpu_ms <= ca.cpu_ms
+            lines.append(f"- CPU per request <= vllm-router cache_aware's: {me.cpu_ms:.3f} vs "
+                         f"{ca.cpu_ms:.3f} ms: {'met' if ok else '**not met**'}")  # fmt: skip
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    require_wrk()
+    ok, seen = quiet_check(args.busy_limit)
+    print(f"machine check: {seen}", file=sys.stderr)
+    note = None
+    if not ok:
+        if not args.allow_busy:
+            print(f"refusing to measure: {seen} (limit {args.busy_limit} cores). Stop other "
+                  "work or pass --allow-busy (the report will say the figures are noisy).",
+                  file=sys.stderr)  # fmt: skip
+            return 2
+        note = f"the machine was busy before the run ({seen}): figures are noisy"
+    workdir = Path(tempfile.mkdtemp(prefix="mol-overhead-"))
+    port = free_port()
+    up = Proc(
+        "upstream",
+        pinned(
+            [sys.executable, str(HERE / "_fast_upstream.py"), "--port", str(port)], args.load_core
+        ),
+        log=workdir / "upstream.log",
+    )
+    upstream = f"http://127.0.0.1:{port}"
+    measures: list[Measure] = []
+    started = time.monotonic()
+    try:
+        wait_http(f"{upstream}/health", up, timeout=30)
+        for name in [t for t in TARGETS if t in args.targets.split(",")]:
+            with target(name, upstream, workdir, args.router_core) as (url, proc):
+                for stream in (False, True):
+                    for rate in RATES:
+                        measures.append(measure(name, url, proc, workdir, args, stream, rate))
+                if proc is not None:
+                    measures.append(measure(name, url, proc, workdir, args, False, 0))
+    finally:
+        up.stop()
+    text = report(measures, note, "python bench/router_overhead.py " + " ".join(argv))
+    print(text)
+    print(f"({time.monotonic() - started:.0f} s)", file=sys.stderr)
+    if args.write:
+        write_section(ROOT / "docs/benchmarks.md", "router-overhead", text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
