@@ -8,6 +8,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from mol_catalog import blob_gc
 from mol_catalog.adapters import publish_sql as sql
 from mol_catalog.adapters import repository as repo
 from mol_catalog.adapters.schemas import PublishRequest
@@ -79,6 +80,7 @@ async def publish(uow: UnitOfWork, req: PublishRequest, profiles: list[sql.Profi
     conn = await uow.session.connection()
     digest = req.upload.manifest_digest()
     found = await sql.target(conn, req.full_name, digest, req.alias)
+    await blob_gc.guard(conn, uow.postgres, req.upload.digests(), req.blobs_after)
     if found is not None and found.existing is not None:
         existing = await repo.version_by_number(uow.session, found.id, found.existing)
         assert existing is not None

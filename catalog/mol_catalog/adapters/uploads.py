@@ -71,6 +71,10 @@ class Upload:
         lines = "".join(f"{f.digest}  {p}\n" for p, f in sorted(self.files.items()))
         return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
 
+    def digests(self) -> list[str]:
+        """The files' digests, sorted, each once."""
+        return sorted({f.digest for f in self.files.values()})
+
     def spill_dir(self) -> Path:
         if self.tmpdir is None:
             self.tmpdir = Path(tempfile.mkdtemp(prefix="mol-publish-"))
