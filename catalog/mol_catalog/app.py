@@ -17,6 +17,7 @@ from mol_catalog.adapters.endpoints import router as adapters_router
 from mol_catalog.adapters.sample import NameSample
 from mol_catalog.auth import Principal
 from mol_catalog.base_models.endpoints import router as base_models_router
+from mol_catalog.blob_verify import router as verify_router
 from mol_catalog.blobs import open_blob_store
 from mol_catalog.db import Database
 from mol_catalog.deps import Catalog, get_catalog, get_principal
@@ -114,7 +115,7 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
     app = CatalogApp(title="MoL catalog", version="1", lifespan=lifespan,
                   description="Versions LoRA adapters and knows which base model each fits.")
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
-                   events_router, tokens_router, ops):
+                   events_router, tokens_router, ops, verify_router):
         app.include_router(router)
     app.add_exception_handler(CatalogError, catalog_error_handler)
     app.add_exception_handler(RequestValidationError, _validation_handler)

@@ -52,6 +52,9 @@ class BlobStore(Protocol):
 
     async def exists(self, digest: str) -> bool: ...
 
+    async def size(self, digest: str) -> int | None:
+        """The stored blob's size in bytes, None when it is not there."""
+
     def read(self, digest: str) -> AsyncIterator[bytes]: ...
 
     async def read_range(self, digest: str, start: int, end: int) -> bytes:
@@ -100,6 +103,12 @@ class LocalBlobStore:
 
     async def exists(self, digest: str) -> bool:
         return self._path(digest).exists()
+
+    async def size(self, digest: str) -> int | None:
+        try:
+            return self._path(digest).stat().st_size
+        except FileNotFoundError:
+            return None
 
     async def read(self, digest: str) -> AsyncIterator[bytes]:
         path = self._path(digest)
@@ -208,16 +217,19 @@ class S3BlobStore:
         raise AssertionError("unreachable")
 
     async def exists(self, digest: str) -> bool:
+        return await self.size(digest) is not None
+
+    async def size(self, digest: str) -> int | None:
         from botocore.exceptions import ClientError
 
         try:
-            await asyncio.to_thread(self.client.head_object, Bucket=self.bucket,
-                                    Key=self._key(digest))
+            head = await asyncio.to_thread(self.client.head_object, Bucket=self.bucket,
+                                           Key=self._key(digest))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-                return False
+                return None
             raise
-        return True
+        return int(head["ContentLength"])
 
     async def read(self, digest: str) -> AsyncIterator[bytes]:
         from botocore.exceptions import ClientError
