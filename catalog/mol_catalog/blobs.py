@@ -23,6 +23,7 @@ from mol_catalog.presign import PROBE_KEY, Presigner, Target
 
 CHUNK = 1024 * 1024
 CONFLICT_RETRIES = 5
+DEFAULT_S3_TIMEOUT = 20.0  # seconds per S3 attempt (connect, and between bytes read)
 
 
 class BlobUrlError(ValueError):
@@ -63,6 +64,9 @@ class BlobStore(Protocol):
     async def list(self) -> list[BlobInfo]: ...
 
     async def delete(self, digest: str) -> None: ...
+
+    async def ping(self) -> None:
+        """Raise when the store cannot be used (readiness)."""
 
     def download_url(self, digest: str, base_url: str) -> str: ...
 
@@ -144,6 +148,10 @@ class LocalBlobStore:
     async def delete(self, digest: str) -> None:
         self._path(digest).unlink(missing_ok=True)
 
+    async def ping(self) -> None:
+        if not os.access(self.dir, os.W_OK | os.X_OK):
+            raise OSError(f"blob directory {self.dir} is missing or not writable")
+
     def download_url(self, digest: str, base_url: str) -> str:
         return f"{base_url.rstrip('/')}/v1/blobs/sha256/{_hex(digest)}"
 
@@ -157,7 +165,8 @@ class S3BlobStore:
     serves_downloads = False
 
     def __init__(self, bucket: str, prefix: str = "", endpoint_url: str | None = None,
-                 presign_seconds: int = 3600, client: Any = None) -> None:
+                 presign_seconds: int = 3600, client: Any = None,
+                 timeout: float = DEFAULT_S3_TIMEOUT) -> None:
         import boto3
         from boto3.s3.transfer import TransferConfig
         from botocore.config import Config
@@ -167,12 +176,17 @@ class S3BlobStore:
         self.presign_seconds = presign_seconds
         self._presigner: Presigner | None = None
         # Digests are ours (sha256, sent as ChecksumSHA256): no extra CRC/MD5 pass by
-        # botocore; a pool large enough for every concurrent publish's uploads.
+        # botocore; a pool large enough for every concurrent publish's uploads. Each
+        # attempt may take ``timeout`` to connect and as long between bytes read, and a
+        # call makes at most two: a store that stops answering costs a request about
+        # twice the timeout, not botocore's default minutes.
         self.client = client or boto3.session.Session().client(
             "s3", endpoint_url=endpoint_url,
             config=Config(signature_version="s3v4", max_pool_connections=64,
                           request_checksum_calculation="when_required",
-                          response_checksum_validation="when_required"))
+                          response_checksum_validation="when_required",
+                          connect_timeout=timeout, read_timeout=timeout,
+                          retries={"mode": "standard", "total_max_attempts": 2}))
         # Multipart above 64 MiB, in 64 MiB parts.
         self.transfer = TransferConfig(multipart_threshold=64 * 1024 * 1024,
                                        multipart_chunksize=64 * 1024 * 1024)
@@ -275,6 +289,9 @@ class S3BlobStore:
         await asyncio.to_thread(self.client.delete_object, Bucket=self.bucket,
                                 Key=self._key(digest))
 
+    async def ping(self) -> None:
+        await asyncio.to_thread(self.client.head_bucket, Bucket=self.bucket)
+
     def download_url(self, digest: str, base_url: str) -> str:
         """A presigned GET URL, signed by our own SigV4 presigner (botocore's costs ~1 ms)."""
         presigner = self._presigner or self._make_presigner()
@@ -303,13 +320,15 @@ class S3BlobStore:
 
 
 def open_blob_store(url: str, endpoint_url: str | None = None,
-                    presign_seconds: int = 3600) -> BlobStore:
+                    presign_seconds: int = 3600,
+                    timeout: float = DEFAULT_S3_TIMEOUT) -> BlobStore:
     """``file:///dir`` (or a plain path) -> LocalBlobStore; ``s3://bucket/prefix`` -> S3."""
     parsed = urlparse(url)
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise BlobUrlError(f"blob URL {url!r} names no bucket: use s3://bucket/prefix")
-        return S3BlobStore(parsed.netloc, parsed.path, endpoint_url, presign_seconds)
+        return S3BlobStore(parsed.netloc, parsed.path, endpoint_url, presign_seconds,
+                           timeout=timeout)
     if parsed.scheme == "file":
         path = (parsed.netloc + parsed.path) if parsed.netloc else parsed.path
         return LocalBlobStore(Path(path))

@@ -23,7 +23,8 @@ from fastapi import FastAPI
 from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from mol_catalog.errors import CatalogError, error_body, json_bytes
+from mol_catalog.errors import CatalogError, error_body, error_headers, json_bytes
+from mol_catalog.outages import backend_error
 
 log = logging.getLogger("mol_catalog")
 
@@ -122,13 +123,19 @@ async def _respond(send: Send, answer: Answer) -> int:
         status = 200
     except CatalogError as exc:
         status, body = exc.status, error_body(exc)
-        if status == 401:
-            headers.append((b"www-authenticate", b"Bearer"))
-    except Exception:
-        # What FastAPI's error middleware would do, in the catalog's error format.
-        log.exception("request failed")
-        status, body = 500, json_bytes({"error": "InternalError",
-                                        "detail": "internal error (see the catalog's log)"})
+        headers += [(k.lower().encode(), v.encode())
+                    for k, v in (error_headers(exc) or {}).items()]
+    except Exception as exc:
+        outage = backend_error(exc)
+        if outage is not None:  # as the app's outage handler answers
+            status, body = outage.status, error_body(outage)
+            headers += [(k.lower().encode(), v.encode())
+                        for k, v in (error_headers(outage) or {}).items()]
+        else:
+            # What FastAPI's error middleware would do, in the catalog's error format.
+            log.exception("request failed")
+            status, body = 500, json_bytes({"error": "InternalError",
+                                            "detail": "internal error (see the catalog's log)"})
     headers.append((b"content-length", str(len(body)).encode()))
     start: dict[str, Any] = {"type": "http.response.start", "status": status, "headers": headers}
     await send(start)
