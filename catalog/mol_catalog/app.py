@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mol_catalog import blob_gc
+from mol_catalog import blob_gc, leftovers
 from mol_catalog.adapters.endpoints import router as adapters_router
 from mol_catalog.adapters.sample import NameSample
 from mol_catalog.auth import Principal
@@ -111,6 +111,7 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                       Timeouts(settings.db_timeout, settings.db_connect_timeout))
         blobs = open_blob_store(settings.blob_url, settings.s3_endpoint_url,
                                 settings.presign_seconds, settings.s3_timeout)
+        await leftovers.clean_at_start(blobs, settings.leftover_grace_seconds)
         names = NameSample(settings.search_sample)
         app.state.catalog = Catalog(settings=settings, db=db, blobs=blobs, metrics=metrics_obj,
                                     names=names)

@@ -28,6 +28,7 @@ from typing import Any, cast
 from sqlalchemy import Table, bindparam, exists, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from mol_catalog import leftovers
 from mol_catalog.blobs import BlobStore
 from mol_catalog.db import Database
 from mol_catalog.models import BlobDeletion, VersionBlob, utcnow
@@ -90,7 +91,8 @@ async def _delete_if_orphan(db: Database, blobs: BlobStore, digest: str) -> bool
 
 
 async def collect(db: Database, blobs: BlobStore, grace_seconds: float) -> dict[str, Any]:
-    """Delete unreferenced blobs older than ``grace_seconds``; {"deleted": [...], "kept": n}."""
+    """Delete unreferenced blobs older than ``grace_seconds``, and leftovers of killed
+    publishes as old; {"deleted": [...], "kept": n, "leftovers_removed": n}."""
     cutoff = time.time() - grace_seconds
     listed = await blobs.list()
     old = [b.digest for b in listed if b.modified < cutoff]
@@ -104,4 +106,5 @@ async def collect(db: Database, blobs: BlobStore, grace_seconds: float) -> dict[
     # The candidates are checked again, one by one, under their lock.
     deleted = sorted([d for d in old if d not in referenced
                       and await _delete_if_orphan(db, blobs, d)])
-    return {"deleted": deleted, "kept": len(listed) - len(deleted)}
+    removed = await leftovers.clean(blobs, grace_seconds)
+    return {"deleted": deleted, "kept": len(listed) - len(deleted), "leftovers_removed": removed}

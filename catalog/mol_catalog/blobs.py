@@ -13,7 +13,7 @@ import base64
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -67,6 +67,11 @@ class BlobStore(Protocol):
 
     async def ping(self) -> None:
         """Raise when the store cannot be used (readiness)."""
+
+    async def clean_partials(self, older_than: float,
+                             owner_gone: Callable[[int], bool] | None = None) -> int:
+        """Remove partial writes a killed process left, last changed before ``older_than``
+        (unix time) or, when ``owner_gone`` is given, of a process it says is gone."""
 
     def download_url(self, digest: str, base_url: str) -> str: ...
 
@@ -151,6 +156,28 @@ class LocalBlobStore:
     async def ping(self) -> None:
         if not os.access(self.dir, os.W_OK | os.X_OK):
             raise OSError(f"blob directory {self.dir} is missing or not writable")
+
+    async def clean_partials(self, older_than: float,
+                             owner_gone: Callable[[int], bool] | None = None) -> int:
+        """Partial files are ``.<hex>.<pid>.<ns>`` (see ``_put_sync``)."""
+
+        def _clean() -> int:
+            removed = 0
+            for entry in os.scandir(self.dir):
+                parts = entry.name.split(".")
+                if not entry.name.startswith(".") or len(parts) != 4:
+                    continue
+                try:
+                    gone = (owner_gone is not None and parts[2].isdigit()
+                            and owner_gone(int(parts[2])))
+                    if gone or entry.stat().st_mtime < older_than:
+                        os.unlink(entry.path)
+                        removed += 1
+                except FileNotFoundError:
+                    continue  # renamed into place or removed meanwhile
+            return removed
+
+        return await asyncio.to_thread(_clean)
 
     def download_url(self, digest: str, base_url: str) -> str:
         return f"{base_url.rstrip('/')}/v1/blobs/sha256/{_hex(digest)}"
@@ -291,6 +318,25 @@ class S3BlobStore:
 
     async def ping(self) -> None:
         await asyncio.to_thread(self.client.head_bucket, Bucket=self.bucket)
+
+    async def clean_partials(self, older_than: float,
+                             owner_gone: Callable[[int], bool] | None = None) -> int:
+        """Incomplete multipart uploads of blobs started before ``older_than`` (S3 keeps
+        their parts, and bills them, until they are aborted)."""
+
+        def _clean() -> int:
+            removed = 0
+            paginator = self.client.get_paginator("list_multipart_uploads")
+            for page in paginator.paginate(Bucket=self.bucket,
+                                           Prefix=f"{self.prefix}blobs/sha256/"):
+                for up in page.get("Uploads", []):
+                    if up["Initiated"].timestamp() < older_than:
+                        self.client.abort_multipart_upload(Bucket=self.bucket, Key=up["Key"],
+                                                           UploadId=up["UploadId"])
+                        removed += 1
+            return removed
+
+        return await asyncio.to_thread(_clean)
 
     def download_url(self, digest: str, base_url: str) -> str:
         """A presigned GET URL, signed by our own SigV4 presigner (botocore's costs ~1 ms)."""

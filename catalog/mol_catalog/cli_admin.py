@@ -158,7 +158,8 @@ def gc(
     grace: Annotated[str, typer.Option(
         help="Keep unreferenced blobs younger than this (90s, 30m, 1h, 2d).")] = "1h",
 ) -> None:
-    """Delete blobs no version references, older than the grace period (admin).
+    """Delete blobs no version references, older than the grace period (admin), and
+    leftovers of interrupted publishes (temp upload folders, partial blobs) as old.
 
     Example: mol catalog gc --grace 2h
     """
@@ -166,7 +167,8 @@ def gc(
     with catalog(ctx) as client:
         result = client.gc(seconds)
     deleted = result.get("deleted") or []
-    typer.echo(f"deleted {len(deleted)} blobs, kept {result.get('kept', 0)}")
+    typer.echo(f"deleted {len(deleted)} blobs, kept {result.get('kept', 0)}; removed "
+               f"{result.get('leftovers_removed', 0)} leftovers of interrupted publishes")
     for digest in deleted:
         typer.echo(f"  {digest}")
 
