@@ -123,7 +123,8 @@ def create_engine(url: str, pool_size: int = 10, timeouts: Timeouts | None = Non
     aurl = async_url(url)
     if is_sqlite(url):
         _prepare_sqlite_path(url)
-        engine = create_async_engine(aurl, connect_args={"timeout": 60},
+        # The busy timeout: how long a writer waits for the write lock.
+        engine = create_async_engine(aurl, connect_args={"timeout": timeouts.statement},
                                      json_deserializer=orjson.loads)
 
         @event.listens_for(engine.sync_engine, "connect")

@@ -115,6 +115,12 @@ def _list(app: FastAPI, scope: Scope) -> Answer | None:
                                cursor)
 
 
+def _error(exc: CatalogError, headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:
+    """Status and body of an error; its headers are added to ``headers``."""
+    headers += [(k.lower().encode(), v.encode()) for k, v in (error_headers(exc) or {}).items()]
+    return exc.status, error_body(exc)
+
+
 async def _respond(send: Send, answer: Answer) -> int:
     """Run the answer and send it; returns the status sent."""
     headers: list[tuple[bytes, bytes]] = [JSON_HEADER]
@@ -122,15 +128,11 @@ async def _respond(send: Send, answer: Answer) -> int:
         body = await answer()
         status = 200
     except CatalogError as exc:
-        status, body = exc.status, error_body(exc)
-        headers += [(k.lower().encode(), v.encode())
-                    for k, v in (error_headers(exc) or {}).items()]
+        status, body = _error(exc, headers)
     except Exception as exc:
         outage = backend_error(exc)
         if outage is not None:  # as the app's outage handler answers
-            status, body = outage.status, error_body(outage)
-            headers += [(k.lower().encode(), v.encode())
-                        for k, v in (error_headers(outage) or {}).items()]
+            status, body = _error(outage, headers)
         else:
             # What FastAPI's error middleware would do, in the catalog's error format.
             log.exception("request failed")
