@@ -80,13 +80,15 @@ async def publish(uow: UnitOfWork, req: PublishRequest, profiles: list[sql.Profi
     conn = await uow.session.connection()
     digest = req.upload.manifest_digest()
     found = await sql.target(conn, req.full_name, digest, req.alias)
-    await blob_gc.guard(conn, uow.postgres, req.upload.digests(), req.blobs_after)
     if found is not None and found.existing is not None:
         existing = await repo.version_by_number(uow.session, found.id, found.existing)
         assert existing is not None
         applied, changed = await _apply_to_existing(uow, req, existing)
         body = await _published_body(uow, req.full_name, existing, created=False)
         return {**body, "applied": applied, "changed": changed}, False
+    # A new version references the blobs: none may have been removed by gc since the
+    # publish stored them, and none may be until this commits.
+    await blob_gc.guard(conn, uow.postgres, req.upload.digests(), req.blobs_after)
     count = found.version_count if found is not None else 0
     if req.parent is not None and not 1 <= req.parent <= count:
         raise BadRequest(f"parent version {req.parent} does not exist in {req.full_name!r}")
