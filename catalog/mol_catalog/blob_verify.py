@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
@@ -25,7 +26,7 @@ from mol_catalog.deps import Catalog, get_catalog, get_principal
 from mol_catalog.errors import json_response
 from mol_catalog.models import Adapter, Version, VersionBlob
 
-BATCH = 500
+BATCH = 500  # digests per query and per round of checks
 CONCURRENCY = 8
 MAX_VERSIONS_LISTED = 100
 
@@ -45,16 +46,34 @@ class VerifyReport(BaseModel):
     corrupt: list[BadBlob]
 
 
-async def _digests(db: Database, sample: int | None) -> tuple[int, list[str]]:
+async def _count(db: Database) -> int:
     distinct = select(VersionBlob.digest).distinct().subquery()
     async with db.unit(write=False) as uow:
-        total = int((await uow.session.execute(
+        return int((await uow.session.execute(
             select(func.count()).select_from(distinct))).scalar_one())
-        query = select(distinct.c.digest)
-        if sample is not None:
-            query = query.order_by(func.random()).limit(sample)
-        digests = list((await uow.session.execute(query)).scalars())
-    return total, digests
+
+
+async def _batches(db: Database, sample: int | None) -> AsyncIterator[list[str]]:
+    """The digests to check, a batch at a time: a random sample, or all in key order
+    (keyset pages, so a large store is never listed in memory at once)."""
+    if sample is not None:
+        query = (select(VersionBlob.digest).group_by(VersionBlob.digest)
+                 .order_by(func.random()).limit(sample))
+        async with db.unit(write=False) as uow:
+            digests = list((await uow.session.execute(query)).scalars())
+        for i in range(0, len(digests), BATCH):
+            yield digests[i:i + BATCH]
+        return
+    last = ""
+    while True:
+        query = (select(VersionBlob.digest).where(VersionBlob.digest > last)
+                 .group_by(VersionBlob.digest).order_by(VersionBlob.digest).limit(BATCH))
+        async with db.unit(write=False) as uow:
+            digests = list((await uow.session.execute(query)).scalars())
+        if not digests:
+            return
+        yield digests
+        last = digests[-1]
 
 
 async def _expected_sizes(db: Database, digests: list[str]) -> dict[str, int]:
@@ -106,25 +125,27 @@ async def _check(blobs: BlobStore, digest: str, size: int, content: bool) -> str
 async def verify(db: Database, blobs: BlobStore, sample: int | None = None,
                  content: bool = True) -> VerifyReport:
     """Check referenced blobs (a random ``sample`` of them, or all)."""
-    total, digests = await _digests(db, sample)
-    sizes = await _expected_sizes(db, digests)
     gate = asyncio.Semaphore(CONCURRENCY)
-
-    async def one(digest: str) -> str | None:
-        async with gate:
-            return await _check(blobs, digest, sizes[digest], content)
-
-    reasons = await asyncio.gather(*(one(d) for d in digests))
+    checked = 0
     missing: list[BadBlob] = []
     corrupt: list[BadBlob] = []
-    for digest, reason in zip(digests, reasons, strict=True):
-        if reason is None:
-            continue
-        versions, count = await _versions(db, digest)
-        bad = BadBlob(digest=digest, reason=reason, versions=versions, version_count=count)
-        (missing if reason == "missing" else corrupt).append(bad)
-    return VerifyReport(referenced=total, checked=len(digests), ok=not missing and not corrupt,
-                        missing=missing, corrupt=corrupt)
+
+    async def one(digest: str, size: int) -> str | None:
+        async with gate:
+            return await _check(blobs, digest, size, content)
+
+    async for digests in _batches(db, sample):
+        sizes = await _expected_sizes(db, digests)
+        reasons = await asyncio.gather(*(one(d, sizes[d]) for d in digests))
+        checked += len(digests)
+        for digest, reason in zip(digests, reasons, strict=True):
+            if reason is None:
+                continue
+            versions, count = await _versions(db, digest)
+            bad = BadBlob(digest=digest, reason=reason, versions=versions, version_count=count)
+            (missing if reason == "missing" else corrupt).append(bad)
+    return VerifyReport(referenced=await _count(db), checked=checked,
+                        ok=not missing and not corrupt, missing=missing, corrupt=corrupt)
 
 
 router = APIRouter(tags=["operations"])

@@ -8,9 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 from blob_helpers import digest_of
+from mol_catalog import blob_verify
 from mol_catalog.cli import app
 from mol_platform.catalog_client import CatalogClient
 
@@ -67,3 +69,24 @@ def test_verify_reports_missing_and_damaged_blobs(catalog_server_auth: Any, mode
     assert _mol(live, "--no-content").exit_code == 0  # same size: only hashing tells
     denied = httpx.post(f"{live.url}/v1/admin/verify")
     assert denied.status_code == 401
+
+
+async def test_verify_pages_through_every_blob(client: httpx.AsyncClient, model: Any,
+                                               tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """In key-ordered batches (here of two) on both databases, sample or full."""
+    monkeypatch.setattr(blob_verify, "BATCH", 2)
+    assert (await client.post("/v1/base-models", json=model.base_body())).status_code == 201
+    pairs = [model.adapter(seed=s) for s in (1, 2, 3)]
+    for i, pair in enumerate(pairs):
+        r = await client.post(f"/v1/adapters/acme/a{i}/versions", files=model.files(pair))
+        assert r.status_code == 201, r.text
+    full = (await client.post("/v1/admin/verify")).json()
+    assert (full["referenced"], full["checked"], full["ok"]) == (4, 4, True)
+    lost = digest_of(pairs[2][1])
+    (tmp_path / "blobs" / "blobs" / "sha256" / lost[7:]).unlink()
+    full = (await client.post("/v1/admin/verify")).json()
+    assert [(b["digest"], b["versions"], b["version_count"]) for b in full["missing"]] == [
+        (lost, ["acme/a2@v1"], 1)]
+    sampled = (await client.post("/v1/admin/verify", params={"sample": 3})).json()
+    assert sampled["checked"] == 3
