@@ -56,7 +56,8 @@ def async_url(url: str) -> str:
 
 def sync_url(url: str) -> str:
     """The sync-driver form (Alembic): pysqlite or psycopg 3 (libpq takes the URL's
-    parameters as they are; asyncpg's ``ssl=`` becomes libpq's ``sslmode=``)."""
+    parameters as they are; asyncpg's ``ssl=`` becomes libpq's ``sslmode=``, and a
+    connect timeout is set unless the URL has one: libpq's default waits forever)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return str(parsed.set(drivername="sqlite"))
@@ -64,6 +65,7 @@ def sync_url(url: str) -> str:
         query = dict(parsed.query)
         if "ssl" in query:
             query.setdefault("sslmode", query.pop("ssl"))
+        query.setdefault("connect_timeout", str(round(Timeouts.connect)))
         return parsed.set(drivername="postgresql+psycopg", query=query).render_as_string(
             hide_password=False)
     raise DatabaseUrlError(f"unsupported database URL {url!r}")
