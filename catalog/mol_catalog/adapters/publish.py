@@ -122,24 +122,31 @@ def _read_header(weights: StoredFile) -> dict[str, TensorInfo]:
 
 
 async def _store_blobs(catalog: Catalog, upload: Upload,
-                       base_model_id: int) -> tuple[int, list[publish_sql.Profile]]:
-    """Make sure every file of the upload is in the store, concurrently; returns the
-    newest blob deletion id read before (see blob_gc) and the base's profiles.
+                       base_model_id: int) -> publish_sql.Precheck:
+    """Make sure every file of the upload is in the store, concurrently; returns what was
+    read before: the newest blob deletion id (see blob_gc) and the base's profiles.
 
-    Every file is stored, referenced or not: a write-once put finds a present blob
-    cheaply (a 412 or a stat), and one gone from the store is written again, so a
-    publish always leaves its blobs present.
+    A blob a stored version references is only checked (a HEAD or a stat: cheaper than
+    a write-once PUT answered 412, for the config file many adapters share) and written
+    again when it is gone from the store; the others are written once. Either way a
+    publish leaves its blobs present.
     """
     async with catalog.db.read() as conn:
-        watermark, profiles = await publish_sql.precheck(conn, base_model_id)
-    await _put(catalog, upload, set(upload.digests()))
-    return watermark, profiles
+        pre = await publish_sql.precheck(conn, upload.digests(), base_model_id)
+    await _put(catalog, upload, set(upload.digests()), pre.referenced)
+    return pre
 
 
-async def _put(catalog: Catalog, upload: Upload, digests: set[str]) -> None:
+async def _put(catalog: Catalog, upload: Upload, digests: set[str],
+               referenced: frozenset[str] | set[str] = frozenset()) -> None:
     files = {f.digest: f for f in upload.files.values() if f.digest in digests}
-    await asyncio.gather(*(catalog.blobs.put(f.digest, f.source, f.size)
-                           for f in files.values()))
+
+    async def one(f: StoredFile) -> None:
+        if f.digest in referenced and await catalog.blobs.exists(f.digest):
+            return
+        await catalog.blobs.put(f.digest, f.source, f.size)
+
+    await asyncio.gather(*(one(f) for f in files.values()))
 
 
 # Runs between storing the blobs and the transaction that references them; tests set it
@@ -173,19 +180,19 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
             + "; ".join(r.message for r in reasons),
             reasons=[{"code": r.code, "message": r.message} for r in reasons],
         )
-    watermark, profiles = await _store_blobs(catalog, upload, base.id)
+    pre = await _store_blobs(catalog, upload, base.id)
     if after_store is not None:
         await after_store()
     namespaces = _NAMESPACES.setdefault(catalog.db, {})
     req = PublishRequest(namespace=namespace, name=name, upload=upload, info=info, config=config,
                          tensors=header_shapes(header), base_model_id=base.id,
-                         base_ref=base.ref, created_by=created_by, blobs_after=watermark,
+                         base_ref=base.ref, created_by=created_by, blobs_after=pre.deletions,
                          **options)
     for attempt in range(RETRIES):
         req.verdict_reasons.clear()
         try:
             async with catalog.db.unit() as uow:
-                body, created = await service.publish(uow, req, profiles, namespaces)
+                body, created = await service.publish(uow, req, pre.profiles, namespaces)
         except BlobsGone as gone:
             # gc deleted a blob this publish had stored: store it again, then retry.
             req.blobs_after = gone.after
