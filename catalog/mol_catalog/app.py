@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated
@@ -12,15 +13,17 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mol_catalog import blob_gc
+from mol_catalog import blob_gc, leftovers
 from mol_catalog.adapters.endpoints import router as adapters_router
 from mol_catalog.adapters.sample import NameSample
 from mol_catalog.auth import Principal
 from mol_catalog.base_models.endpoints import router as base_models_router
+from mol_catalog.blob_verify import router as verify_router
 from mol_catalog.blobs import open_blob_store
-from mol_catalog.db import Database
+from mol_catalog.db import Database, Timeouts
 from mol_catalog.deps import Catalog, get_catalog, get_principal
 from mol_catalog.errors import (
+    RETRY_AFTER_SECONDS,
     BadRequest,
     CatalogError,
     NotFound,
@@ -31,12 +34,14 @@ from mol_catalog.errors import (
 from mol_catalog.events.endpoints import router as events_router
 from mol_catalog.fast import CatalogApp
 from mol_catalog.metrics import CatalogMetrics, MetricsMiddleware
+from mol_catalog.outages import outage_exception_types, outage_handler
 from mol_catalog.profiles.endpoints import router as profiles_router
 from mol_catalog.resolve.endpoints import router as resolve_router
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens.endpoints import router as tokens_router
 
 ops = APIRouter(tags=["operations"])
+READY_TIMEOUT = 5.0  # seconds each backend may take to answer a readiness probe
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
@@ -48,10 +53,14 @@ async def healthz() -> Response:
 
 @ops.get("/readyz")
 async def readyz(catalog: CatalogDep) -> Response:
-    try:
-        await catalog.db.ping()
-    except Exception as exc:
-        return json_response({"error": "NotReady", "detail": f"database unreachable: {exc}"}, 503)
+    """Ready when both the database and the blob store answer (each within its timeout)."""
+    for what, ping in (("database", catalog.db.ping), ("blob store", catalog.blobs.ping)):
+        try:
+            await asyncio.wait_for(ping(), READY_TIMEOUT)
+        except Exception as exc:
+            return json_response({"error": "NotReady",
+                                  "detail": f"{what} unreachable: {exc!r}"}, 503,
+                                 {"Retry-After": str(RETRY_AFTER_SECONDS)})
     return json_response({"status": "ready"})
 
 
@@ -98,9 +107,11 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        db = Database(settings.db_url, settings.pool_size)
+        db = Database(settings.db_url, settings.pool_size,
+                      Timeouts(settings.db_timeout, settings.db_connect_timeout))
         blobs = open_blob_store(settings.blob_url, settings.s3_endpoint_url,
-                                settings.presign_seconds)
+                                settings.presign_seconds, settings.s3_timeout)
+        await leftovers.clean_at_start(blobs, settings.leftover_grace_seconds)
         names = NameSample(settings.search_sample)
         app.state.catalog = Catalog(settings=settings, db=db, blobs=blobs, metrics=metrics_obj,
                                     names=names)
@@ -114,11 +125,13 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
     app = CatalogApp(title="MoL catalog", version="1", lifespan=lifespan,
                   description="Versions LoRA adapters and knows which base model each fits.")
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
-                   events_router, tokens_router, ops):
+                   events_router, tokens_router, ops, verify_router):
         app.include_router(router)
     app.add_exception_handler(CatalogError, catalog_error_handler)
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_handler)
+    for exc_type in outage_exception_types():
+        app.add_exception_handler(exc_type, outage_handler)
     app.add_middleware(MetricsMiddleware, metrics=metrics_obj)
     return app
 

@@ -55,12 +55,19 @@ def async_url(url: str) -> str:
 
 
 def sync_url(url: str) -> str:
-    """The sync-driver form (Alembic): pysqlite or psycopg 3."""
+    """The sync-driver form (Alembic): pysqlite or psycopg 3 (libpq takes the URL's
+    parameters as they are; asyncpg's ``ssl=`` becomes libpq's ``sslmode=``, and a
+    connect timeout is set unless the URL has one: libpq's default waits forever)."""
     parsed = make_url(url)
     if parsed.get_backend_name() == "sqlite":
         return str(parsed.set(drivername="sqlite"))
     if parsed.get_backend_name() == "postgresql":
-        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+        query = dict(parsed.query)
+        if "ssl" in query:
+            query.setdefault("sslmode", query.pop("ssl"))
+        query.setdefault("connect_timeout", str(round(Timeouts.connect)))
+        return parsed.set(drivername="postgresql+psycopg", query=query).render_as_string(
+            hide_password=False)
     raise DatabaseUrlError(f"unsupported database URL {url!r}")
 
 
@@ -74,12 +81,52 @@ def _prepare_sqlite_path(url: str) -> None:
         Path(database).parent.mkdir(parents=True, exist_ok=True)
 
 
-def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
+@dataclass(frozen=True)
+class Timeouts:
+    """How long a database may take before a request is answered 503/504 instead.
+
+    ``statement``: one statement (asyncpg's client-side command timeout, so a server
+    that stops answering is noticed too, and Postgres' ``statement_timeout``), also the
+    wait for a pooled connection; ``connect``: opening a connection (a URL's libpq
+    ``connect_timeout`` wins)."""
+
+    statement: float = 30.0
+    connect: float = 10.0
+
+
+@dataclass(frozen=True)
+class PoolSizes:
+    """How a worker's connection budget (``POOL_SIZE`` plus as many overflow) is split
+    when reads use asyncpg directly: SQLAlchemy's pool (writes, ORM reads) gets half of
+    it, the raw read pools the other half (a quarter of that for the search pool)."""
+
+    engine: int
+    engine_overflow: int
+    reads: int
+    search_reads: int
+
+    @classmethod
+    def of(cls, pool_size: int, raw_reads: bool) -> PoolSizes:
+        if not raw_reads:
+            return cls(pool_size, pool_size, 0, 0)
+        search = max(1, pool_size // 4)
+        engine = max(1, pool_size // 2)
+        return cls(engine, max(0, pool_size - engine), max(1, pool_size - search), search)
+
+    @property
+    def total(self) -> int:
+        return self.engine + self.engine_overflow + self.reads + self.search_reads
+
+
+def create_engine(url: str, pool_size: int = 10, timeouts: Timeouts | None = None,
+                  ) -> AsyncEngine:
     """An async engine for the URL; on SQLite with WAL, a busy timeout and explicit BEGINs."""
+    timeouts = timeouts or Timeouts()
     aurl = async_url(url)
     if is_sqlite(url):
         _prepare_sqlite_path(url)
-        engine = create_async_engine(aurl, connect_args={"timeout": 60},
+        # The busy timeout: how long a writer waits for the write lock.
+        engine = create_async_engine(aurl, connect_args={"timeout": timeouts.statement},
                                      json_deserializer=orjson.loads)
 
         @event.listens_for(engine.sync_engine, "connect")
@@ -100,10 +147,32 @@ def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get("mol_write", False) else "BEGIN")
 
         return engine
+    raw = asyncpg_args(url, timeouts)
+    sizes = PoolSizes.of(pool_size, raw is not None)
     # JSON columns are decoded with orjson (listings decode two per row).
-    return create_async_engine(aurl, pool_size=pool_size, max_overflow=pool_size,
-                               json_deserializer=orjson.loads,
-                               pool_pre_ping=False)
+    common: dict[str, Any] = {"pool_size": sizes.engine, "max_overflow": sizes.engine_overflow,
+                              "pool_timeout": timeouts.statement,
+                              "json_deserializer": orjson.loads, "pool_pre_ping": False}
+    if raw is not None:
+        import asyncpg
+
+        # Our own connect: the URL's libpq parameters reach asyncpg as a libpq DSN.
+        async def connect() -> Any:
+            return await asyncpg.connect(**raw)
+
+        return create_async_engine("postgresql+asyncpg://", async_creator=connect, **common)
+    return create_async_engine(aurl, connect_args=_psycopg_args(url, timeouts), **common)
+
+
+def _psycopg_args(url: str, timeouts: Timeouts) -> dict[str, Any]:
+    """psycopg (libpq) takes the URL's parameters itself; add the timeouts it lacks."""
+    query = make_url(url).query
+    options = str(query.get("options", ""))
+    args: dict[str, Any] = {"options": f"{options} -c statement_timeout="
+                                       f"{int(timeouts.statement * 1000)}".strip()}
+    if "connect_timeout" not in query:
+        args["connect_timeout"] = max(1, round(timeouts.connect))
+    return args
 
 
 @dataclass
@@ -250,18 +319,20 @@ def datetime_value(value: Any) -> datetime | None:
 class Database:
     """The engine plus factories for read and write units of work."""
 
-    def __init__(self, url: str, pool_size: int = 10) -> None:
+    def __init__(self, url: str, pool_size: int = 10, timeouts: Timeouts | None = None,
+                 ) -> None:
         self.url = url
         self.postgres = not is_sqlite(url)
-        self.engine = create_engine(url, pool_size)
+        self.timeouts = timeouts or Timeouts()
+        self.engine = create_engine(url, pool_size, self.timeouts)
         self._write_engine = self.engine.execution_options(mol_write=True)
         # Single-statement reads run without BEGIN/ROLLBACK round trips: AUTOCOMMIT on
         # Postgres; on SQLite the driver already autocommits and the begin hook stands down.
         self._read_engine = (self.engine.execution_options(mol_autocommit=True)
                              if not self.postgres else
                              self.engine.execution_options(isolation_level="AUTOCOMMIT"))
-        self._pool_size = pool_size
-        self._raw_args = _asyncpg_args(url) if self.postgres else None
+        self._raw_args = asyncpg_args(url, self.timeouts) if self.postgres else None
+        self.pool_sizes = PoolSizes.of(pool_size, self._raw_args is not None)
         self._raw_pools: dict[bool, Any] = {}
         self._raw_lock = asyncio.Lock()
 
@@ -295,7 +366,7 @@ class Database:
         """
         if self._raw_args is not None:
             pool = self._raw_pools.get(generic_plans) or await self._open_raw_pool(generic_plans)
-            async with pool.acquire() as raw:
+            async with pool.acquire(timeout=self.timeouts.statement) as raw:
                 yield Reader(self.engine.dialect, raw=raw)
             return
         async with self._read_engine.connect() as conn:
@@ -306,11 +377,15 @@ class Database:
 
         async with self._raw_lock:
             if generic_plans not in self._raw_pools:
-                settings = {**READ_SESSION, **({"plan_cache_mode": "force_generic_plan"}
-                                               if generic_plans else {})}
+                args = dict(self._raw_args or {})
+                settings = {**args.pop("server_settings"), **READ_SESSION,
+                            **({"plan_cache_mode": "force_generic_plan"}
+                               if generic_plans else {})}
+                size = (self.pool_sizes.search_reads if generic_plans
+                        else self.pool_sizes.reads)
                 self._raw_pools[generic_plans] = await asyncpg.create_pool(
-                    **(self._raw_args or {}), min_size=1, max_size=self._pool_size,
-                    init=_text_timestamps, reset=_keep_session, server_settings=settings)
+                    **args, min_size=1, max_size=size, init=_text_timestamps,
+                    reset=_keep_session, server_settings=settings)
         return self._raw_pools[generic_plans]
 
     async def ping(self) -> None:
@@ -340,20 +415,44 @@ async def _keep_session(_conn: Any) -> None:
     (asyncpg still rolls back a transaction left open)."""
 
 
-def _asyncpg_args(url: str) -> dict[str, Any] | None:
-    """asyncpg.connect() arguments for a Postgres URL using asyncpg, else None (psycopg
-    URLs keep SQLAlchemy's read path)."""
+# libpq client-side tuning asyncpg has no equivalent of: accepted and left to the OS.
+_LIBPQ_ONLY = frozenset({"keepalives", "keepalives_idle", "keepalives_interval",
+                         "keepalives_count", "tcp_user_timeout", "sslcompression", "sslsni"})
+
+
+def asyncpg_args(url: str, timeouts: Timeouts) -> dict[str, Any] | None:
+    """``asyncpg.connect()`` arguments for a Postgres URL using asyncpg, else None
+    (psycopg URLs keep SQLAlchemy's read path).
+
+    The URL's query is handed over as libpq parameters in a DSN, which asyncpg reads as
+    libpq does (``sslmode``, ``sslrootcert``, ``sslcert``, ``sslkey``, ``passfile``,
+    ``target_session_attrs``, ``service``, ...; the rest, e.g. ``application_name`` or
+    ``options``, become session settings). ``connect_timeout`` is the connect timeout
+    and ``ssl`` (asyncpg's spelling) means ``sslmode``."""
     parsed = make_url(async_url(url))
     if parsed.get_driver_name() != "asyncpg":
         return None
-    args: dict[str, Any] = parsed.translate_connect_args(username="user")
-    query = dict(parsed.query)
-    ssl = query.pop("ssl", None) or query.pop("sslmode", None)
-    if ssl is not None:
-        args["ssl"] = ssl
-    if query:
-        raise DatabaseUrlError(f"unsupported options in database URL: {sorted(query)}")
-    return args
+    query = {k: v if isinstance(v, str) else v[-1] for k, v in parsed.query.items()}
+    connect = timeouts.connect
+    if "connect_timeout" in query:
+        value = query.pop("connect_timeout")
+        try:
+            seconds = float(value)
+        except ValueError:
+            raise DatabaseUrlError(f"connect_timeout must be a number of seconds, got "
+                                   f"{value!r}") from None
+        connect = seconds if seconds > 0 else 24 * 3600.0  # libpq: 0 = wait forever
+    if "ssl" in query:
+        query.setdefault("sslmode", query.pop("ssl"))
+    fallback = query.pop("fallback_application_name", None)
+    if fallback is not None:
+        query.setdefault("application_name", fallback)
+    for key in _LIBPQ_ONLY:
+        query.pop(key, None)
+    dsn = parsed.set(drivername="postgresql", query=query).render_as_string(
+        hide_password=False)
+    return {"dsn": dsn, "timeout": connect, "command_timeout": timeouts.statement,
+            "server_settings": {"statement_timeout": str(int(timeouts.statement * 1000))}}
 
 
 def migrations_dir() -> Path:

@@ -76,6 +76,33 @@ class ValidationFailed(CatalogError):
     error = "ValidationError"
 
 
+class Unavailable(CatalogError):
+    """The database or the blob store cannot be reached; the request may be retried."""
+
+    status = 503
+    error = "Unavailable"
+
+
+class BackendTimeout(CatalogError):
+    """The database or the blob store did not answer in time (its timeout setting)."""
+
+    status = 504
+    error = "Timeout"
+
+
+# Seconds a client should wait before retrying a 503/504 (an outage, not the request).
+RETRY_AFTER_SECONDS = 5
+
+
+def error_headers(exc: CatalogError) -> dict[str, str] | None:
+    """Headers of an error response: the auth challenge of a 401, Retry-After of 503/504."""
+    if exc.status == 401:
+        return {"WWW-Authenticate": "Bearer"}
+    if exc.status in (503, 504):
+        return {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    return None
+
+
 def json_bytes(body: Any) -> bytes:
     """Compact JSON (orjson: the listing's 50 items encode ~10x faster than with json)."""
     return orjson.dumps(body, default=str)
@@ -94,5 +121,4 @@ def error_body(exc: CatalogError) -> bytes:
 async def catalog_error_handler(request: Request, exc: Exception) -> Response:
     """The one handler: every CatalogError becomes its status and JSON body."""
     assert isinstance(exc, CatalogError)
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return json_response(exc.body(), exc.status, headers)
+    return json_response(exc.body(), exc.status, error_headers(exc))

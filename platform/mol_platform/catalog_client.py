@@ -290,6 +290,15 @@ class CatalogClient:
                                             params={"grace_seconds": grace_seconds})
         return result
 
+    def verify(self, sample: int | None = None, content: bool = True) -> dict[str, Any]:
+        """Check that referenced blobs are stored whole (admin): ``{"referenced",
+        "checked", "ok", "missing", "corrupt"}``; ``sample`` checks that many at random."""
+        params: dict[str, Any] = {"content": "true" if content else "false"}
+        if sample is not None:
+            params["sample"] = sample
+        result: dict[str, Any] = self._json("POST", "/v1/admin/verify", params=params)
+        return result
+
     def events(self, after: int = 0, limit: int = 100) -> dict[str, Any]:
         """One page of the change feed: ``{"items": [...], "last": N}``."""
         result: dict[str, Any] = self._json("GET", "/v1/events",

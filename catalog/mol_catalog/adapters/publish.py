@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +26,7 @@ from mol_catalog.adapters.uploads import (
     Upload,
 )
 from mol_catalog.base_models import service as base_service
+from mol_catalog.blob_gc import BlobsGone
 from mol_catalog.db import Database
 from mol_catalog.deps import Catalog
 from mol_catalog.errors import BadRequest, Incompatible, InvalidFile
@@ -120,23 +122,36 @@ def _read_header(weights: StoredFile) -> dict[str, TensorInfo]:
 
 
 async def _store_blobs(catalog: Catalog, upload: Upload,
-                       base_model_id: int) -> list[publish_sql.Profile]:
-    """Write the files not already referenced by a stored version, concurrently; returns
-    the base's profiles, read by the same statement.
+                       base_model_id: int) -> publish_sql.Precheck:
+    """Make sure every file of the upload is in the store, concurrently; returns what was
+    read before: the newest blob deletion id (see blob_gc) and the base's profiles.
 
-    Skipping a referenced blob is gc-safe: versions are immutable and never deleted, so
-    their ``version_blobs`` rows stay, and gc deletes only blobs no version references.
-    A blob referenced by a committed version is therefore stored and stays stored. (A
-    shared ``adapter_config.json`` would otherwise cost a conditional PUT and its 412 on
-    every publish.)
+    A blob a stored version references is only checked (a HEAD or a stat: cheaper than
+    a write-once PUT answered 412, for the config file many adapters share) and written
+    again when it is gone from the store; the others are written once. Either way a
+    publish leaves its blobs present.
     """
-    files = list(upload.files.values())
     async with catalog.db.read() as conn:
-        known, profiles = await publish_sql.precheck(
-            conn, sorted({f.digest for f in files}), base_model_id)
-    await asyncio.gather(*(catalog.blobs.put(f.digest, f.source, f.size)
-                           for f in files if f.digest not in known))
-    return profiles
+        pre = await publish_sql.precheck(conn, upload.digests(), base_model_id)
+    await _put(catalog, upload, set(upload.digests()), pre.referenced)
+    return pre
+
+
+async def _put(catalog: Catalog, upload: Upload, digests: set[str],
+               referenced: frozenset[str] | set[str] = frozenset()) -> None:
+    files = {f.digest: f for f in upload.files.values() if f.digest in digests}
+
+    async def one(f: StoredFile) -> None:
+        if f.digest in referenced and await catalog.blobs.exists(f.digest):
+            return
+        await catalog.blobs.put(f.digest, f.source, f.size)
+
+    await asyncio.gather(*(one(f) for f in files.values()))
+
+
+# Runs between storing the blobs and the transaction that references them; tests set it
+# to interleave a gc there (on Postgres they hold the adapter's row lock instead).
+after_store: Callable[[], Awaitable[None]] | None = None
 
 
 async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
@@ -165,16 +180,24 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
             + "; ".join(r.message for r in reasons),
             reasons=[{"code": r.code, "message": r.message} for r in reasons],
         )
-    profiles = await _store_blobs(catalog, upload, base.id)
+    pre = await _store_blobs(catalog, upload, base.id)
+    if after_store is not None:
+        await after_store()
     namespaces = _NAMESPACES.setdefault(catalog.db, {})
     req = PublishRequest(namespace=namespace, name=name, upload=upload, info=info, config=config,
                          tensors=header_shapes(header), base_model_id=base.id,
-                         base_ref=base.ref, created_by=created_by, **options)
+                         base_ref=base.ref, created_by=created_by, blobs_after=pre.deletions,
+                         **options)
     for attempt in range(RETRIES):
         req.verdict_reasons.clear()
         try:
             async with catalog.db.unit() as uow:
-                body, created = await service.publish(uow, req, profiles, namespaces)
+                body, created = await service.publish(uow, req, pre.profiles, namespaces)
+        except BlobsGone as gone:
+            # gc deleted a blob this publish had stored: store it again, then retry.
+            req.blobs_after = gone.after
+            await _put(catalog, upload, gone.digests)
+            continue
         except IntegrityError:
             # A concurrent publish to the same adapter won the race (same content,
             # same number or a new namespace/adapter row): retry on the new state.
