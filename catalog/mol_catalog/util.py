@@ -5,10 +5,11 @@ from __future__ import annotations
 import base64
 import json
 from datetime import UTC, datetime
+from collections.abc import Callable
 from typing import Any
 
 from mol_catalog.errors import BadRequest, InvalidName
-from mol_platform.refs import RefError, check_name
+from mol_platform import refs
 
 
 def iso(value: datetime | None) -> str | None:
@@ -39,11 +40,20 @@ def decode_cursor(cursor: str | None, arity: int) -> list[Any] | None:
     return values
 
 
-def valid_name(value: str, what: str) -> str:
+def checked(check: Callable[[str], str], value: str) -> str:
+    """``value`` passed through one of ``mol_platform.refs``' validators; 400 when refused."""
     try:
-        return check_name(value, what)
-    except RefError as exc:
+        return check(value)
+    except refs.RefError as exc:
         raise InvalidName(str(exc)) from None
+
+
+def valid_name(value: str, what: str) -> str:
+    return checked(lambda v: refs.check_name(v, what), value)
+
+
+def valid_alias(value: str) -> str:
+    return checked(refs.check_alias, value)
 
 
 def clamp_limit(limit: int, maximum: int = 500) -> int:

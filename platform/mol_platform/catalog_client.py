@@ -24,7 +24,14 @@ from mol_platform.model_folder import (
     adapter_files,
     read_base_model_folder,
 )
-from mol_platform.refs import AdapterRef, check_name
+from mol_platform.refs import (
+    AdapterRef,
+    check_alias,
+    check_name,
+    check_namespace,
+    check_scope,
+    check_tag,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -78,7 +85,7 @@ def split_adapter(adapter: str) -> tuple[str, str]:
     namespace, sep, name = adapter.partition("/")
     if not sep:
         raise ValueError(f"invalid adapter name {adapter!r}: expected namespace/name")
-    return check_name(namespace, "namespace"), check_name(name, "adapter name")
+    return check_namespace(namespace), check_name(name, "adapter name")
 
 
 def _q(value: str) -> str:
@@ -181,6 +188,10 @@ class CatalogClient:
         The multipart body is streamed from disk; ``progress(sent, total)`` sees each chunk.
         """
         namespace, name = split_adapter(adapter)
+        if alias is not None:
+            check_alias(alias)
+        for tag in tags:
+            check_tag(tag)
         files = adapter_files(folder)
         fields: list[tuple[str, str]] = []
         for key, value in (("base", base), ("alias", alias), ("source", source),
@@ -231,6 +242,7 @@ class CatalogClient:
     def set_alias(self, adapter: str, alias: str, version: int) -> dict[str, Any]:
         """Point ``alias`` at ``version``; returns ``{"alias","version","previous"}``."""
         namespace, name = split_adapter(adapter)
+        check_alias(alias)
         result: dict[str, Any] = self._json(
             "PUT", f"/v1/adapters/{namespace}/{name}/aliases/{_q(alias)}",
             json={"version": int(version)})
@@ -253,6 +265,8 @@ class CatalogClient:
 
     def create_token(self, name: str, scopes: Sequence[str]) -> dict[str, Any]:
         """Create a token; the answer's ``token`` is shown only this once."""
+        for scope in scopes:
+            check_scope(scope)
         result: dict[str, Any] = self._json("POST", "/v1/tokens",
                                             json={"name": name, "scopes": list(scopes)})
         return result

@@ -28,7 +28,8 @@ from mol_catalog.base_models import service as base_service
 from mol_catalog.db import Database
 from mol_catalog.deps import Catalog
 from mol_catalog.errors import BadRequest, Incompatible, InvalidFile
-from mol_catalog.util import valid_name
+from mol_catalog.util import checked, valid_alias, valid_name
+from mol_platform import refs
 from mol_platform.compat import AdapterConfigError, AdapterInfo, BaseShapes, check_base
 from mol_platform.safetensors_header import HeaderError, TensorInfo, header_shapes, read_header
 
@@ -51,7 +52,7 @@ def _read_config(upload: Upload) -> dict[str, Any]:
 def _options(fields: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if fields.get("alias"):
-        out["alias"] = service.check_alias(fields["alias"])
+        out["alias"] = valid_alias(fields["alias"])
     if fields.get("parent"):
         text = fields["parent"].removeprefix("v")
         if not text.isdigit() or int(text) < 1:
@@ -61,7 +62,7 @@ def _options(fields: dict[str, str]) -> dict[str, Any]:
         out["source"] = fields["source"][:2000]
     if "tags" in fields:
         tags = [t.strip() for t in fields["tags"].split(",") if t.strip()]
-        out["tags"] = sorted({valid_name(t, "tag") for t in tags})
+        out["tags"] = sorted({checked(refs.check_tag, t) for t in tags})
     if fields.get("labels"):
         try:
             labels = json.loads(fields["labels"])
