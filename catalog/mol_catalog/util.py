@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import base64
 import json
-from datetime import UTC, datetime
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 from mol_catalog.errors import BadRequest, InvalidName

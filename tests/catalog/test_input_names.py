@@ -26,15 +26,19 @@ async def test_names_with_a_trailing_newline_are_refused(client: httpx.AsyncClie
     # The form splits on commas and strips blanks, so "code\n" is "code": it passes.
     assert r.status_code in (200, 201)
     r = await publish(client, model, tags="co\nde", seed=1)
-    assert r.status_code == 400 and "tag" in r.json()["detail"]
+    assert r.status_code == 400
+    assert "tag" in r.json()["detail"]
     r = await client.put(f"{ADAPTER}/aliases/stable%0A", json={"version": 1})
-    assert r.status_code == 400 and r.json()["error"] == "InvalidName"
+    assert r.status_code == 400
+    assert r.json()["error"] == "InvalidName"
     r = await client.get("/v1/adapters", params={"namespace": "acme\n"})
-    assert r.status_code == 400 and r.json()["error"] == "InvalidName"
+    assert r.status_code == 400
+    assert r.json()["error"] == "InvalidName"
     r = await client.get("/v1/resolve/acme/coding@stable%0A")
     assert r.status_code == 400
     r = await client.post("/v1/tokens", json={"name": "ci", "scopes": ["publish:acme\n"]})
-    assert r.status_code == 400 and "invalid scope" in r.json()["detail"]
+    assert r.status_code == 400
+    assert "invalid scope" in r.json()["detail"]
     r = await client.get("/v1/adapters", params={"namespace": "acme"})
     assert [i["adapter"] for i in r.json()["items"]] == ["acme/coding"]
 
@@ -49,4 +53,5 @@ async def test_aliases_that_read_as_references(client: httpx.AsyncClient, model:
     assert r.status_code == 400, r.text
     assert why in r.json()["detail"]
     r = await publish(client, model, alias=alias, seed=3)
-    assert r.status_code == 400 and why in r.json()["detail"]
+    assert r.status_code == 400
+    assert why in r.json()["detail"]
