@@ -20,7 +20,6 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from fastapi import FastAPI
-from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
 from mol_catalog.errors import CatalogError, error_body, json_bytes
@@ -95,8 +94,7 @@ def _resolve(app: FastAPI, scope: Scope, ns: str, name_ref: str) -> Answer:
 
     catalog = app.state.catalog
     profile = _query(scope).get("profile")
-    return lambda: answer(catalog, ns, name_ref, profile, _authorization(scope),
-                          lambda: catalog.base_url(Request(scope)))
+    return lambda: answer(catalog, ns, name_ref, profile, _authorization(scope))
 
 
 def _list(app: FastAPI, scope: Scope) -> Answer | None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import httpx
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -86,6 +86,14 @@ def split_adapter(adapter: str) -> tuple[str, str]:
     if not sep:
         raise ValueError(f"invalid adapter name {adapter!r}: expected namespace/name")
     return check_namespace(namespace), check_name(name, "adapter name")
+
+
+def join_url(catalog_url: str, url: str) -> str:
+    """A download URL as the catalog gave it (absolute with PUBLIC_URL or S3, else a path
+    such as ``/v1/blobs/sha256/<hex>``), made absolute against the catalog URL."""
+    if urlsplit(url).scheme:
+        return url
+    return catalog_url.rstrip("/") + "/" + url.lstrip("/")
 
 
 def _q(value: str) -> str:
@@ -213,6 +221,9 @@ class CatalogClient:
         params = {"profile": profile} if profile else None
         result: dict[str, Any] = self._json(
             "GET", f"/v1/resolve/{parsed.namespace}/{parsed.name}@{parsed.ref}", params=params)
+        for f in result.get("files") or []:
+            if isinstance(f, dict) and isinstance(f.get("url"), str):
+                f["url"] = join_url(self.url, f["url"])
         return result
 
     def list_adapters(self, *, base: str | None = None, tag: str | None = None,
