@@ -28,8 +28,9 @@ def check_exposure(host: str, auth_enabled: bool, insecure: bool) -> None:
         return
     raise InsecureBind(
         f"refusing to serve without authentication on {host}: anyone who can reach it "
-        "could publish, yank and delete. Listen on 127.0.0.1, keep auth on (MOL_CATALOG_ADMIN_TOKEN "
-        "sets a bootstrap admin token), or pass --insecure-no-auth to accept the risk.")
+        "could publish, yank and delete. Listen on 127.0.0.1, keep auth on "
+        "(MOL_CATALOG_ADMIN_TOKEN sets a bootstrap admin token), or pass --insecure-no-auth "
+        "to accept the risk.")
 
 
 def serve(host: str = "127.0.0.1", port: int = 8080, db: str | None = None,
