@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from mol_catalog.errors import CatalogError, error_body, json_bytes
+from mol_catalog.errors import INTERNAL_ERROR, CatalogError, error_body, json_bytes
 
 log = logging.getLogger("mol_catalog")
 
@@ -62,6 +62,17 @@ def _authorization(scope: Scope) -> str | None:
 class CatalogApp(FastAPI):
     """Answers ``GET /v1/resolve/<ns>/<name@ref>`` and ``GET /v1/adapters`` itself; every
     other request (and the lifespan) goes through FastAPI as usual."""
+
+    def openapi(self) -> dict[str, Any]:
+        """FastAPI's schema plus the bearer scheme every route but the probes requires."""
+        if self.openapi_schema is None:
+            schema = super().openapi()
+            schema.setdefault("components", {})["securitySchemes"] = {"bearer": {
+                "type": "http", "scheme": "bearer",
+                "description": "A catalog token (mol_...) or MOL_CATALOG_ADMIN_TOKEN; "
+                               "not needed when the catalog runs with auth off"}}
+            schema["security"] = [{"bearer": []}]
+        return self.openapi_schema or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
@@ -125,8 +136,7 @@ async def _respond(send: Send, answer: Answer) -> int:
     except Exception:
         # What FastAPI's error middleware would do, in the catalog's error format.
         log.exception("request failed")
-        status, body = 500, json_bytes({"error": "InternalError",
-                                        "detail": "internal error (see the catalog's log)"})
+        status, body = 500, json_bytes(INTERNAL_ERROR)
     headers.append((b"content-length", str(len(body)).encode()))
     start: dict[str, Any] = {"type": "http.response.start", "status": status, "headers": headers}
     await send(start)

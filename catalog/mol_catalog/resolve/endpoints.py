@@ -12,6 +12,8 @@ from mol_catalog.auth import Principal
 from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
 from mol_catalog.errors import BadRequest, NotFound, json_bytes
 from mol_catalog.resolve import repository, service
+from mol_catalog.resolve.schemas import ResolveOut
+from mol_catalog.util import clean_text
 
 router = APIRouter(tags=["resolve"])
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
@@ -19,7 +21,7 @@ PrincipalDep = Annotated[Principal, Depends(get_principal)]
 HEX_RE = re.compile(r"[0-9a-f]{64}")
 
 
-@router.get("/v1/resolve/{ns}/{name_ref}")
+@router.get("/v1/resolve/{ns}/{name_ref}", response_model=ResolveOut)
 async def resolve(ns: str, name_ref: str, request: Request, profile: str | None = None) -> Response:
     """``name_ref`` is ``name@ref`` with ref = alias | latest | vN | sha256:<hex>.
 
@@ -36,6 +38,7 @@ async def answer(catalog: Catalog, ns: str, name_ref: str, profile: str | None,
     """The resolve response body; raises CatalogError (401/403/404/400) like any endpoint."""
     who = await principal_for(catalog, authorization)
     ref = service.parse(ns, name_ref)
+    clean_text(profile, "profile")
     who.require_read(ref.namespace)
     out = await service.resolve(catalog.db, ref, profile)
     blobs = catalog.blobs
@@ -44,7 +47,9 @@ async def answer(catalog: Catalog, ns: str, name_ref: str, profile: str | None,
     return json_bytes(out)
 
 
-@router.get("/v1/blobs/sha256/{hexdigest}")
+@router.get("/v1/blobs/sha256/{hexdigest}", response_class=Response, responses={200: {
+    "description": "The blob's bytes",
+    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
 async def download_blob(hexdigest: str, catalog: CatalogDep, who: PrincipalDep) -> Response:
     """Stream a blob (the local store's download URL); needs read on a namespace using it.
 
