@@ -91,7 +91,8 @@ def live(request: pytest.FixtureRequest,
     thread.start()
     deadline = time.monotonic() + 30
     while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "catalog did not start"
+        assert thread.is_alive(), "catalog did not start"
+        assert time.monotonic() < deadline, "catalog did not start in 30 s"
         time.sleep(0.05)
     url = f"http://127.0.0.1:{port}"
     try:
