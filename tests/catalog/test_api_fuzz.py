@@ -121,7 +121,7 @@ def _run(operation: Any, strategy: Any, failures: list[str]) -> None:
         run()
     except Unsatisfiable:
         pass  # no input to make invalid (an operation without parameters)
-    except Exception as exc:  # every operation runs; the failures are listed together
+    except (Exception, BaseExceptionGroup) as exc:  # all operations run; failures listed
         failures.append(f"{operation.label}: {exc}")
 
 
