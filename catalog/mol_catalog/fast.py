@@ -64,14 +64,11 @@ class CatalogApp(FastAPI):
     other request (and the lifespan) goes through FastAPI as usual."""
 
     def openapi(self) -> dict[str, Any]:
-        """FastAPI's schema plus the bearer scheme every route but the probes requires."""
+        """FastAPI's schema plus what ``mol_catalog.openapi`` documents."""
         if self.openapi_schema is None:
-            schema = super().openapi()
-            schema.setdefault("components", {})["securitySchemes"] = {"bearer": {
-                "type": "http", "scheme": "bearer",
-                "description": "A catalog token (mol_...) or MOL_CATALOG_ADMIN_TOKEN; "
-                               "not needed when the catalog runs with auth off"}}
-            schema["security"] = [{"bearer": []}]
+            from mol_catalog.openapi import document
+
+            document(super().openapi())
         return self.openapi_schema or {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

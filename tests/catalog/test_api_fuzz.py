@@ -34,6 +34,8 @@ from mol_platform.testing.net import free_port
 ADMIN = "mol_" + "f" * 43
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
 EXAMPLES = 12
+# Strings that break storage or parsing, tried in every free-text query parameter.
+NASTY = ["\x00", "a\x00b", "%00", "\n", "9" * 40, "\U0001f4a5", "'; --", "a" * 3000]
 CHECKS = [checks.not_a_server_error, checks.status_code_conformance,
           checks.content_type_conformance, checks.response_headers_conformance,
           checks.response_schema_conformance]
@@ -108,8 +110,8 @@ def catalog_schema(live: tuple[str, dict[str, str]]) -> Any:
     return schemathesis.openapi.from_url(f"{live[0]}/openapi.json", config=config)
 
 
-def _run(operation: Any, strategy: Any, failures: list[str]) -> None:
-    @settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
+def _run(operation: Any, strategy: Any, failures: list[str], examples: int = EXAMPLES) -> None:
+    @settings(max_examples=examples, deadline=None, derandomize=True, database=None,
               suppress_health_check=list(HealthCheck))
     @given(strategy)
     def run(case: Any) -> None:
@@ -141,6 +143,11 @@ def test_api_answers_every_input_as_documented(
                 GenerationMode.POSITIVE, path_parameters={n: known[n] for n in names}))
         for strategy in strategies:
             _run(operation, strategy, failures)
+        for param in operation.query:
+            if "string" in str(param.definition):
+                for value in NASTY:
+                    _run(operation, operation.as_strategy(
+                        GenerationMode.POSITIVE, query={param.name: value}), failures, 2)
     assert "GET /v1/resolve/{ns}/{name_ref}" in labels
     assert "GET /v1/adapters" in labels
     assert not failures, "\n\n".join(failures)

@@ -27,6 +27,7 @@ from mol_catalog.auth import Principal
 from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
 from mol_catalog.errors import CatalogError, json_response
 from mol_catalog.util import (
+    checked,
     clamp_limit,
     clean_text,
     decode_cursor,
@@ -35,6 +36,7 @@ from mol_catalog.util import (
     valid_name,
     version_number,
 )
+from mol_platform import refs
 
 router = APIRouter(tags=["adapters"])
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
@@ -99,8 +101,10 @@ async def list_answer(catalog: Catalog, authorization: str | None, base: str | N
         valid_name(namespace, "namespace")
         who.require_read(namespace)
         namespaces = {namespace}
-    for value, what in ((base, "base"), (tag, "tag"), (q, "q")):
-        clean_text(value, what)
+    clean_text(base, "base")
+    clean_text(q, "q")
+    if tag is not None:
+        checked(refs.check_tag, tag)
     search = bool(q) and tag is None
     rare = False
     if search:

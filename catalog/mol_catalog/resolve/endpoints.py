@@ -13,7 +13,7 @@ from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
 from mol_catalog.errors import BadRequest, NotFound, json_bytes
 from mol_catalog.resolve import repository, service
 from mol_catalog.resolve.schemas import ResolveOut
-from mol_catalog.util import clean_text
+from mol_catalog.util import valid_name
 
 router = APIRouter(tags=["resolve"])
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
@@ -38,7 +38,8 @@ async def answer(catalog: Catalog, ns: str, name_ref: str, profile: str | None,
     """The resolve response body; raises CatalogError (401/403/404/400) like any endpoint."""
     who = await principal_for(catalog, authorization)
     ref = service.parse(ns, name_ref)
-    clean_text(profile, "profile")
+    if profile is not None:
+        valid_name(profile, "serving profile name")
     who.require_read(ref.namespace)
     out = await service.resolve(catalog.db, ref, profile)
     blobs = catalog.blobs
