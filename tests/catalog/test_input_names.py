@@ -55,3 +55,23 @@ async def test_aliases_that_read_as_references(client: httpx.AsyncClient, model:
     r = await publish(client, model, alias=alias, seed=3)
     assert r.status_code == 400
     assert why in r.json()["detail"]
+
+
+@pytest.mark.parametrize(("args", "why"), [
+    (["token", "create", "ci", "--scope", "read:acme\n"], "invalid scope"),
+    (["token", "create", "ci", "--scope", "write:acme"], "invalid scope"),
+    (["alias", "set", "acme/coding@latest", "3"], "reserved"),
+    (["alias", "set", "acme/coding@v2", "3"], "version"),
+])
+def test_cli_refuses_before_calling_the_catalog(args: list[str], why: str) -> None:
+    """The CLI runs the same validators; nothing listens at the URL it is given."""
+    from typer.testing import CliRunner
+
+    from mol_catalog.cli import app
+    from mol_platform.testing.net import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    result = CliRunner().invoke(app, ["--catalog-url", url, *args])
+    assert result.exit_code == 1, result.output
+    assert "cannot reach" not in result.output  # refused here, not by the server
+    assert why in result.output
