@@ -1,5 +1,5 @@
-"""What /openapi.json adds to FastAPI's schema: the bearer scheme and the exact form of
-every path and paging parameter.
+"""What /openapi.json adds to FastAPI's schema: the bearer scheme, the exact form of
+every path and paging parameter, and links from answers to the calls they lead to.
 
 The handlers check these themselves (and answer 400 in the catalog's error shape, the
 same on the fast path and through FastAPI), so the patterns and ranges are documented
@@ -37,10 +37,67 @@ PARAMETERS: dict[str, dict[str, Any]] = {
 }
 
 
+ADAPTER = "/v1/adapters/{ns}/{name}"
+FROM_PATH = {"ns": "$request.path.ns", "name": "$request.path.name"}
+# (path, method, status) -> links: where an answer's values lead (OpenAPI links; clients
+# and stateful testers follow them).
+LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, str]]]] = {
+    ("/v1/adapters", "get", "200"): {
+        "describe": (ADAPTER, "get", {"ns": "$response.body#/items/0/namespace",
+                                      "name": "$response.body#/items/0/name"}),
+        "versions": (f"{ADAPTER}/versions", "get", {
+            "ns": "$response.body#/items/0/namespace",
+            "name": "$response.body#/items/0/name"}),
+    },
+    (f"{ADAPTER}/versions", "get", "200"): {
+        "version": (f"{ADAPTER}/versions/{{version}}", "get", {
+            **FROM_PATH, "version": "$response.body#/items/0/version"}),
+        "yank": (f"{ADAPTER}/versions/{{version}}/yank", "post", {
+            **FROM_PATH, "version": "$response.body#/items/0/version"}),
+    },
+    (f"{ADAPTER}/versions", "post", "201"): {
+        "version": (f"{ADAPTER}/versions/{{version}}", "get", {
+            **FROM_PATH, "version": "$response.body#/version"}),
+    },
+    (ADAPTER, "get", "200"): {
+        "versions": (f"{ADAPTER}/versions", "get", FROM_PATH),
+    },
+    ("/v1/tokens", "post", "201"): {
+        "revoke": ("/v1/tokens/{token_id}", "delete", {"token_id": "$response.body#/id"}),
+    },
+    ("/v1/tokens", "get", "200"): {
+        "revoke": ("/v1/tokens/{token_id}", "delete",
+                   {"token_id": "$response.body#/items/0/id"}),
+    },
+    ("/v1/base-models", "post", "201"): {
+        "describe": ("/v1/base-models/{name}", "get", {"name": "$response.body#/name"}),
+    },
+    ("/v1/serving-profiles/{profile}", "put", "200"): {
+        "get": ("/v1/serving-profiles/{profile}", "get", {"profile": "$request.path.profile"}),
+    },
+    ("/v1/serving-profiles", "get", "200"): {
+        "get": ("/v1/serving-profiles/{profile}", "get",
+                {"profile": "$response.body#/items/0/name"}),
+    },
+}
+
+
+def _add_links(schema: dict[str, Any]) -> None:
+    paths = schema.get("paths", {})
+    for (path, method, status), links in LINKS.items():
+        response = paths[path][method]["responses"][status]
+        response["links"] = {
+            name: {"operationId": paths[to_path][to_method]["operationId"],
+                   "parameters": params}
+            for name, (to_path, to_method, params) in links.items()}
+
+
 def document(schema: dict[str, Any]) -> dict[str, Any]:
-    """Add the security scheme and the parameter forms to FastAPI's schema (in place)."""
+    """Add the security scheme, the parameter forms and the links to FastAPI's schema (in
+    place)."""
     schema.setdefault("components", {})["securitySchemes"] = {"bearer": BEARER}
     schema["security"] = [{"bearer": []}]
+    _add_links(schema)
     for operations in schema.get("paths", {}).values():
         for operation in operations.values():
             for param in operation.get("parameters", []):

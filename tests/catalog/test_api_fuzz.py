@@ -33,7 +33,7 @@ from mol_platform.testing.net import free_port
 
 ADMIN = "mol_" + "f" * 43
 AUTH = {"Authorization": f"Bearer {ADMIN}"}
-EXAMPLES = 12
+EXAMPLES = 10
 # Strings that break storage or parsing, tried in every free-text query parameter.
 NASTY = ["\x00", "a\x00b", "%00", "\n", "9" * 40, "\U0001f4a5", "'; --", "a" * 3000]
 CHECKS = [checks.not_a_server_error, checks.status_code_conformance,
@@ -151,3 +151,26 @@ def test_api_answers_every_input_as_documented(
     assert "GET /v1/resolve/{ns}/{name_ref}" in labels
     assert "GET /v1/adapters" in labels
     assert not failures, "\n\n".join(failures)
+
+
+def test_linked_calls_answer_as_documented(catalog_schema: Any,
+                                           live: tuple[str, dict[str, str]]) -> None:
+    """Stateful: sequences that follow the documented links (listing -> adapter ->
+    versions -> version or yank, token -> revoke, ...), each answer checked as above."""
+    machine = catalog_schema.as_state_machine()
+
+    class Catalog(machine):  # type: ignore[misc, valid-type]
+        def before_call(self, case: Any) -> None:
+            if case.query and "wait" in case.query:
+                case.query["wait"] = 0
+
+        def get_call_kwargs(self, case: Any) -> dict[str, Any]:
+            return {"headers": AUTH, "timeout": 30}
+
+        def validate_response(self, response: Any, case: Any,
+                              additional_checks: Any = None, **kwargs: Any) -> None:
+            case.validate_response(response, checks=CHECKS, transport_kwargs=kwargs)
+
+    Catalog.run(settings=settings(max_examples=EXAMPLES, stateful_step_count=5,
+                                  deadline=None, derandomize=True, database=None,
+                                  suppress_health_check=list(HealthCheck)))
