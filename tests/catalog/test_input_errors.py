@@ -191,3 +191,16 @@ async def test_unexpected_failures_keep_the_error_shape(
     v = await slow.post("/v1/tokens", json={"name": 3})
     assert v.status_code == 422
     assert v.json()["error"] == "ValidationError"
+
+
+async def test_base_models_with_absurd_layer_counts(client: httpx.AsyncClient,
+                                                    model: Model) -> None:
+    body = model.base_body()
+    config = {k: v for k, v in body["config"].items() if k != "num_hidden_layers"}
+    weight = body["tensors"]["model.layers.0.mlp.up_proj.weight"]
+    far = {**body, "config": config, "tensors": {
+        **body["tensors"], f"model.layers.{10**23}.mlp.up_proj.weight": weight}}
+    assert_error(await client.post("/v1/base-models", json=far), 400)
+    many = {**body, "config": {**body["config"], "num_hidden_layers": 2**62}}
+    assert_error(await client.post("/v1/base-models", json=many), 400)
+    assert_error(await client.get(f"/v1/base-models/{model.name}"), 404)

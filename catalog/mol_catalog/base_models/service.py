@@ -16,6 +16,9 @@ from mol_catalog.util import check_json, iso, valid_name
 from mol_platform.compat import BaseModelError, BaseShapes
 
 
+MAX_LAYERS = 100_000  # far beyond any model; keeps layer numbers plain 64-bit integers
+
+
 def shapes_of(row: BaseModel) -> BaseShapes:
     s = row.shapes
     return BaseShapes(architecture=s["architecture"], num_layers=int(s["num_layers"]),
@@ -61,6 +64,9 @@ async def register(uow: UnitOfWork, body: BaseModelCreate) -> tuple[dict[str, An
         shapes = BaseShapes.from_config_and_tensors(body.config, body.tensors)
     except BaseModelError as exc:
         raise BadRequest(f"base model {body.name}@{body.revision}: {exc}") from None
+    if shapes.num_layers > MAX_LAYERS:
+        raise BadRequest(f"base model {body.name}@{body.revision}: {shapes.num_layers} layers "
+                         f"(at most {MAX_LAYERS})")
     architecture = body.architecture or shapes.architecture
     canonical = json.dumps({"architecture": architecture, "config": body.config,
                             "tensors": body.tensors}, sort_keys=True, separators=(",", ":"))
