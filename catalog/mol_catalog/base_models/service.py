@@ -15,7 +15,6 @@ from mol_catalog.models import BaseModel
 from mol_catalog.util import check_json, iso, valid_name
 from mol_platform.compat import BaseModelError, BaseShapes
 
-
 MAX_LAYERS = 100_000  # far beyond any model; keeps layer numbers plain 64-bit integers
 
 
