@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query
 from fastapi.exceptions import RequestValidationError
@@ -23,13 +23,16 @@ from mol_catalog.blobs import open_blob_store
 from mol_catalog.db import Database, Timeouts
 from mol_catalog.deps import Catalog, get_catalog, get_principal
 from mol_catalog.errors import (
+    ERROR_RESPONSES,
     RETRY_AFTER_SECONDS,
     BadRequest,
     CatalogError,
+    ErrorBody,
     NotFound,
     ValidationFailed,
     catalog_error_handler,
     json_response,
+    unexpected_error_handler,
 )
 from mol_catalog.events.endpoints import router as events_router
 from mol_catalog.fast import CatalogApp
@@ -39,19 +42,34 @@ from mol_catalog.profiles.endpoints import router as profiles_router
 from mol_catalog.resolve.endpoints import router as resolve_router
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens.endpoints import router as tokens_router
+from mol_catalog.util import ResponseBody
 
 ops = APIRouter(tags=["operations"])
 READY_TIMEOUT = 5.0  # seconds each backend may take to answer a readiness probe
+MAX_GRACE_SECONDS = 10 * 365 * 86400.0
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-@ops.get("/healthz")
+class StatusOut(ResponseBody):
+    status: str
+
+
+class GcOut(ResponseBody):
+    deleted: list[str]
+    kept: int
+
+
+NO_AUTH: dict[str, Any] = {"security": []}
+
+
+@ops.get("/healthz", response_model=StatusOut, openapi_extra=NO_AUTH)
 async def healthz() -> Response:
     return json_response({"status": "ok"})
 
 
-@ops.get("/readyz")
+@ops.get("/readyz", response_model=StatusOut, openapi_extra=NO_AUTH,
+         responses={503: {"model": ErrorBody, "description": "A backend is unreachable"}})
 async def readyz(catalog: CatalogDep) -> Response:
     """Ready when both the database and the blob store answer (each within its timeout)."""
     for what, ping in (("database", catalog.db.ping), ("blob store", catalog.blobs.ping)):
@@ -64,15 +82,17 @@ async def readyz(catalog: CatalogDep) -> Response:
     return json_response({"status": "ready"})
 
 
-@ops.get("/metrics")
+@ops.get("/metrics", response_class=Response, openapi_extra=NO_AUTH, responses={200: {
+    "description": "Prometheus text exposition",
+    "content": {"text/plain": {"schema": {"type": "string"}}}}})
 async def metrics(catalog: CatalogDep) -> Response:
     body, ctype = catalog.metrics.render()
     return Response(body, media_type=ctype)
 
 
-@ops.post("/v1/admin/gc")
+@ops.post("/v1/admin/gc", response_model=GcOut)
 async def run_gc(catalog: CatalogDep, who: PrincipalDep,
-                 grace_seconds: float = Query(3600.0, ge=0)) -> Response:
+                 grace_seconds: float = Query(3600.0, ge=0, le=MAX_GRACE_SECONDS)) -> Response:
     """Delete blobs no version references that are older than the grace period (admin)."""
     who.require_admin()
     return json_response(await blob_gc.collect(catalog.db, catalog.blobs, grace_seconds))
@@ -126,12 +146,13 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                   description="Versions LoRA adapters and knows which base model each fits.")
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
                    events_router, tokens_router, ops, verify_router):
-        app.include_router(router)
+        app.include_router(router, responses=ERROR_RESPONSES)
     app.add_exception_handler(CatalogError, catalog_error_handler)
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_handler)
     for exc_type in outage_exception_types():
         app.add_exception_handler(exc_type, outage_handler)
+    app.add_exception_handler(Exception, unexpected_error_handler)
     app.add_middleware(MetricsMiddleware, metrics=metrics_obj)
     return app
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote, urljoin
+from urllib.parse import quote, urlsplit
 
 import httpx
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -27,7 +27,14 @@ from mol_platform.model_folder import (
     adapter_files,
     read_base_model_folder,
 )
-from mol_platform.refs import AdapterRef, check_name
+from mol_platform.refs import (
+    AdapterRef,
+    check_alias,
+    check_name,
+    check_namespace,
+    check_scope,
+    check_tag,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -81,7 +88,15 @@ def split_adapter(adapter: str) -> tuple[str, str]:
     namespace, sep, name = adapter.partition("/")
     if not sep:
         raise ValueError(f"invalid adapter name {adapter!r}: expected namespace/name")
-    return check_name(namespace, "namespace"), check_name(name, "adapter name")
+    return check_namespace(namespace), check_name(name, "adapter name")
+
+
+def join_url(catalog_url: str, url: str) -> str:
+    """A download URL as the catalog gave it (absolute with PUBLIC_URL or S3, else a path
+    such as ``/v1/blobs/sha256/<hex>``), made absolute against the catalog URL."""
+    if urlsplit(url).scheme:
+        return url
+    return catalog_url.rstrip("/") + "/" + url.lstrip("/")
 
 
 def _q(value: str) -> str:
@@ -205,6 +220,10 @@ class CatalogClient:
         The multipart body is streamed from disk; ``progress(sent, total)`` sees each chunk.
         """
         namespace, name = split_adapter(adapter)
+        if alias is not None:
+            check_alias(alias)
+        for tag in tags:
+            check_tag(tag)
         files = adapter_files(folder)
         fields: list[tuple[str, str]] = []
         for key, value in (("base", base), ("alias", alias), ("source", source),
@@ -224,6 +243,9 @@ class CatalogClient:
         """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict."""
         path, params = _resolve_call(ref, profile)
         result: dict[str, Any] = self._json("GET", path, params=params)
+        for f in result.get("files") or []:
+            if isinstance(f, dict) and isinstance(f.get("url"), str):
+                f["url"] = join_url(self.url, f["url"])
         return result
 
     def list_adapters(self, *, base: str | None = None, tag: str | None = None,
@@ -252,6 +274,7 @@ class CatalogClient:
 
     def set_alias(self, adapter: str, alias: str, version: int) -> dict[str, Any]:
         """Point ``alias`` at ``version``; returns ``{"alias","version","previous"}``."""
+        check_alias(alias)
         result: dict[str, Any] = self._json("PUT", _alias_path(adapter, alias),
                                             json={"version": int(version)})
         return result
@@ -273,6 +296,8 @@ class CatalogClient:
 
     def create_token(self, name: str, scopes: Sequence[str]) -> dict[str, Any]:
         """Create a token; the answer's ``token`` is shown only this once."""
+        for scope in scopes:
+            check_scope(scope)
         result: dict[str, Any] = self._json("POST", "/v1/tokens",
                                             json={"name": name, "scopes": list(scopes)})
         return result
@@ -335,7 +360,7 @@ class AsyncCatalogClient:
 
     def absolute_url(self, url: str) -> str:
         """A download URL as the catalog gave it (absolute, or relative to the catalog)."""
-        return urljoin(self.url + "/", url)
+        return join_url(self.url, url)
 
     async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One call; raises CatalogError on a non-2xx answer or a transport failure."""

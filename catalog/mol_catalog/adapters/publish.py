@@ -8,7 +8,6 @@ that gc removes after its grace period; a version row never points at a missing 
 from __future__ import annotations
 
 import asyncio
-import json
 import weakref
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -30,7 +29,15 @@ from mol_catalog.blob_gc import BlobsGone
 from mol_catalog.db import Database
 from mol_catalog.deps import Catalog
 from mol_catalog.errors import BadRequest, Incompatible, InvalidFile
-from mol_catalog.util import valid_name
+from mol_catalog.util import (
+    checked,
+    clean_text,
+    load_json,
+    valid_alias,
+    valid_name,
+    version_number,
+)
+from mol_platform import refs
 from mol_platform.compat import AdapterConfigError, AdapterInfo, BaseShapes, check_base
 from mol_platform.safetensors_header import HeaderError, TensorInfo, header_shapes, read_header
 
@@ -41,10 +48,7 @@ def _read_config(upload: Upload) -> dict[str, Any]:
     f = upload.files[CONFIG_FILE]
     if f.size > MAX_CONFIG_BYTES:
         raise InvalidFile(f"{CONFIG_FILE} is {f.size} bytes; at most {MAX_CONFIG_BYTES} allowed")
-    try:
-        config = json.loads(f.read_bytes())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidFile(f"{CONFIG_FILE} is not valid JSON: {exc}") from None
+    config = load_json(f.read_bytes(), CONFIG_FILE, InvalidFile)
     if not isinstance(config, dict):
         raise InvalidFile(f"{CONFIG_FILE} must be a JSON object")
     return config
@@ -53,22 +57,16 @@ def _read_config(upload: Upload) -> dict[str, Any]:
 def _options(fields: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if fields.get("alias"):
-        out["alias"] = service.check_alias(fields["alias"])
+        out["alias"] = valid_alias(fields["alias"])
     if fields.get("parent"):
-        text = fields["parent"].removeprefix("v")
-        if not text.isdigit() or int(text) < 1:
-            raise BadRequest(f"parent must be a version number, got {fields['parent']!r}")
-        out["parent"] = int(text)
+        out["parent"] = version_number(fields["parent"], "parent")
     if fields.get("source"):
-        out["source"] = fields["source"][:2000]
+        out["source"] = clean_text(fields["source"][:2000], "source")
     if "tags" in fields:
         tags = [t.strip() for t in fields["tags"].split(",") if t.strip()]
-        out["tags"] = sorted({valid_name(t, "tag") for t in tags})
+        out["tags"] = sorted({checked(refs.check_tag, t) for t in tags})
     if fields.get("labels"):
-        try:
-            labels = json.loads(fields["labels"])
-        except ValueError:
-            labels = None
+        labels = load_json(fields["labels"], "labels")
         if not isinstance(labels, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
         ):
@@ -170,7 +168,8 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
         info = AdapterInfo.from_files(config, header)
     except AdapterConfigError as exc:
         raise InvalidFile(f"{CONFIG_FILE}: {exc}") from None
-    base = await _find_base(catalog, upload.fields.get("base") or _default_base(info))
+    base_ref = clean_text(upload.fields.get("base"), "base") or _default_base(info)
+    base = await _find_base(catalog, base_ref)
     reasons = check_base(info, base.shapes)
     if reasons:
         for r in reasons:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Any
 
@@ -15,20 +14,8 @@ from mol_catalog.adapters.schemas import PublishRequest
 from mol_catalog.db import ReadConn, UnitOfWork
 from mol_catalog.errors import BadRequest, Conflict, NotFound
 from mol_catalog.models import Adapter, Alias, AliasHistory, Version, utcnow
-from mol_catalog.util import iso
+from mol_catalog.util import iso, valid_alias
 from mol_platform.compat import ServingProfileSpec, check_profile
-from mol_platform.refs import ALIAS_PATTERN
-
-ALIAS_RE = re.compile(rf"^{ALIAS_PATTERN}$")
-
-
-def check_alias(name: str) -> str:
-    if not ALIAS_RE.match(name):
-        raise BadRequest(f"invalid alias {name!r}: lowercase letter first, then letters, digits, "
-                         "'-' or '_' (at most 63)")
-    if name == "latest":
-        raise BadRequest("alias 'latest' is reserved: it always means the newest ready version")
-    return name
 
 
 def adapter_item(row: Adapter, base: str) -> dict[str, Any]:
@@ -237,7 +224,7 @@ async def _move_alias(uow: UnitOfWork, row: Adapter, name: str, v: Version,
 
 async def set_alias(uow: UnitOfWork, full_name: str, name: str, number: int,
                     who: str | None) -> dict[str, Any]:
-    check_alias(name)
+    valid_alias(name)
     row = await get_adapter(uow, full_name, lock=uow.postgres)
     v = await get_version(uow, row, number)
     if v.status == "yanked":
