@@ -20,7 +20,8 @@ from mol_catalog.auth import Principal
 from mol_catalog.base_models.endpoints import router as base_models_router
 from mol_catalog.blob_verify import router as verify_router
 from mol_catalog.blobs import open_blob_store
-from mol_catalog.db import Database, Timeouts
+from mol_catalog.db import Database
+from mol_catalog.db_urls import Timeouts
 from mol_catalog.deps import Catalog, get_catalog, get_principal
 from mol_catalog.errors import (
     ERROR_RESPONSES,

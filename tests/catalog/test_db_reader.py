@@ -12,15 +12,8 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import String, bindparam, select
 
-from mol_catalog.db import (
-    Database,
-    DatabaseUrlError,
-    Prepared,
-    Timeouts,
-    async_url,
-    asyncpg_args,
-    migrate,
-)
+from mol_catalog.db import Database, Prepared, migrate
+from mol_catalog.db_urls import DatabaseUrlError, Timeouts, async_url, asyncpg_args
 from mol_catalog.models import Namespace
 from mol_platform.testing.postgres import PostgresCluster, fresh_database
 
