@@ -1,13 +1,16 @@
-"""A small synchronous client for the catalog's REST API (``/v1``).
+"""Clients for the catalog's REST API (``/v1``): sync and async.
 
-Used by the ``mol catalog`` verbs, ``mol up`` and scripts. Every non-2xx answer raises
-:class:`CatalogError` carrying the server's ``error``, ``detail`` and (for 422)
-``reasons``; an unreachable catalog raises it too, with status 0. Settings come from
-``MOL_CATALOG_URL`` and ``MOL_CATALOG_TOKEN`` unless given explicitly.
+:class:`CatalogClient` serves the ``mol catalog`` verbs, ``mol up`` and scripts;
+:class:`AsyncCatalogClient` serves long-running processes (router, operator, the vLLM
+resolver plugin). Every non-2xx answer raises :class:`CatalogError` carrying the server's
+``error``, ``detail`` and (for 422) ``reasons``; an unreachable catalog raises it too,
+with status 0. Settings come from ``MOL_CATALOG_URL`` and ``MOL_CATALOG_TOKEN`` unless
+given explicitly.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -100,6 +103,47 @@ def _q(value: str) -> str:
     return quote(value, safe="")
 
 
+def _auth_headers(token: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"} if token else {}
+
+
+def _resolve_call(ref: str, profile: str | None) -> tuple[str, dict[str, str] | None]:
+    parsed = AdapterRef.parse(ref)
+    params = {"profile": profile} if profile else None
+    return f"/v1/resolve/{parsed.namespace}/{parsed.name}@{parsed.ref}", params
+
+
+def _profile_body(base_model: str, max_lora_rank: int, max_loras: int, engine: str | None,
+                  supported_modules: Sequence[str] | None) -> dict[str, Any]:
+    body: dict[str, Any] = {"base_model": base_model, "max_lora_rank": max_lora_rank,
+                            "max_loras": max_loras}
+    if engine is not None:
+        body["engine"] = engine
+    if supported_modules is not None:
+        body["supported_modules"] = list(supported_modules)
+    return body
+
+
+def _absolute_files(resolved: dict[str, Any], catalog_url: str) -> dict[str, Any]:
+    """A resolve answer with every file URL made absolute (see ``join_url``)."""
+    for f in resolved.get("files") or []:
+        if isinstance(f, dict) and isinstance(f.get("url"), str):
+            f["url"] = join_url(catalog_url, f["url"])
+    return resolved
+
+
+def _token_body(name: str, scopes: Sequence[str]) -> dict[str, Any]:
+    for scope in scopes:
+        check_scope(scope)
+    return {"name": name, "scopes": list(scopes)}
+
+
+def _alias_path(adapter: str, alias: str) -> str:
+    namespace, name = split_adapter(adapter)
+    check_alias(alias)
+    return f"/v1/adapters/{namespace}/{name}/aliases/{_q(alias)}"
+
+
 class CatalogClient:
     """Sync client; use as a context manager (it owns an ``httpx.Client``)."""
 
@@ -108,8 +152,8 @@ class CatalogClient:
         settings = ClientSettings()
         self.url = (url or settings.url).rstrip("/")
         token = token if token is not None else settings.token
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        self._http = httpx.Client(base_url=self.url, headers=headers, transport=transport,
+        self._http = httpx.Client(base_url=self.url, headers=_auth_headers(token),
+                                  transport=transport,
                                   timeout=httpx.Timeout(timeout, connect=10.0))
 
     def __enter__(self) -> CatalogClient:
@@ -175,12 +219,7 @@ class CatalogClient:
                     engine: str | None = None,
                     supported_modules: Sequence[str] | None = None) -> dict[str, Any]:
         """Declare or change a serving profile."""
-        body: dict[str, Any] = {"base_model": base_model, "max_lora_rank": max_lora_rank,
-                                "max_loras": max_loras}
-        if engine is not None:
-            body["engine"] = engine
-        if supported_modules is not None:
-            body["supported_modules"] = list(supported_modules)
+        body = _profile_body(base_model, max_lora_rank, max_loras, engine, supported_modules)
         result: dict[str, Any] = self._json("PUT", f"/v1/serving-profiles/{_q(name)}",
                                             json=body)
         return result
@@ -217,14 +256,9 @@ class CatalogClient:
 
     def resolve(self, ref: str, profile: str | None = None) -> dict[str, Any]:
         """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict."""
-        parsed = AdapterRef.parse(ref)
-        params = {"profile": profile} if profile else None
-        result: dict[str, Any] = self._json(
-            "GET", f"/v1/resolve/{parsed.namespace}/{parsed.name}@{parsed.ref}", params=params)
-        for f in result.get("files") or []:
-            if isinstance(f, dict) and isinstance(f.get("url"), str):
-                f["url"] = join_url(self.url, f["url"])
-        return result
+        path, params = _resolve_call(ref, profile)
+        result: dict[str, Any] = self._json("GET", path, params=params)
+        return _absolute_files(result, self.url)
 
     def list_adapters(self, *, base: str | None = None, tag: str | None = None,
                       q: str | None = None, namespace: str | None = None,
@@ -252,11 +286,8 @@ class CatalogClient:
 
     def set_alias(self, adapter: str, alias: str, version: int) -> dict[str, Any]:
         """Point ``alias`` at ``version``; returns ``{"alias","version","previous"}``."""
-        namespace, name = split_adapter(adapter)
-        check_alias(alias)
-        result: dict[str, Any] = self._json(
-            "PUT", f"/v1/adapters/{namespace}/{name}/aliases/{_q(alias)}",
-            json={"version": int(version)})
+        result: dict[str, Any] = self._json("PUT", _alias_path(adapter, alias),
+                                            json={"version": int(version)})
         return result
 
     def alias_history(self, adapter: str, alias: str) -> list[dict[str, Any]]:
@@ -276,10 +307,7 @@ class CatalogClient:
 
     def create_token(self, name: str, scopes: Sequence[str]) -> dict[str, Any]:
         """Create a token; the answer's ``token`` is shown only this once."""
-        for scope in scopes:
-            check_scope(scope)
-        result: dict[str, Any] = self._json("POST", "/v1/tokens",
-                                            json={"name": name, "scopes": list(scopes)})
+        result: dict[str, Any] = self._json("POST", "/v1/tokens", json=_token_body(name, scopes))
         return result
 
     def list_tokens(self) -> list[dict[str, Any]]:
@@ -300,3 +328,116 @@ class CatalogClient:
         result: dict[str, Any] = self._json("GET", "/v1/events",
                                             params={"after": after, "limit": limit})
         return result
+
+
+class AsyncCatalogClient:
+    """Async client for long-running processes (router, operator, the vLLM plugin).
+
+    Same errors and request shapes as :class:`CatalogClient`; use it as an async context
+    manager or call :meth:`aclose`. Not for the proxy's hot path: callers cache answers.
+    """
+
+    def __init__(self, url: str | None = None, token: str | None = None, *,
+                 timeout: float = 10.0,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        settings = ClientSettings()
+        self.url = (url or settings.url).rstrip("/")
+        token = token if token is not None else settings.token
+        self._http = httpx.AsyncClient(base_url=self.url, headers=_auth_headers(token),
+                                       transport=transport,
+                                       timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)))
+
+    async def __aenter__(self) -> AsyncCatalogClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def absolute_url(self, url: str) -> str:
+        """A download URL as the catalog gave it (absolute, or relative to the catalog)."""
+        return join_url(self.url, url)
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One call; raises CatalogError on a non-2xx answer or a transport failure."""
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise CatalogError(0, "ConnectionError",
+                               f"cannot reach the catalog at {self.url}: {exc}") from None
+        if response.is_error:
+            raise _error_from(response)
+        return response
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = await self.request(method, path, **kwargs)
+        return response.json() if response.content else None
+
+    async def resolve(self, ref: str, profile: str | None = None) -> dict[str, Any]:
+        """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict."""
+        path, params = _resolve_call(ref, profile)
+        result: dict[str, Any] = await self._json("GET", path, params=params)
+        return _absolute_files(result, self.url)
+
+    async def events(self, after: int = 0, limit: int = 100) -> dict[str, Any]:
+        """One page of the change feed: ``{"items": [...], "last": N}``."""
+        result: dict[str, Any] = await self._json("GET", "/v1/events",
+                                                  params={"after": after, "limit": limit})
+        return result
+
+    async def get_base(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._json("GET", f"/v1/base-models/{_q(name)}")
+        return result
+
+    async def set_profile(self, name: str, *, base_model: str, max_lora_rank: int,
+                          max_loras: int, engine: str | None = None,
+                          supported_modules: Sequence[str] | None = None) -> dict[str, Any]:
+        """Declare or change a serving profile."""
+        body = _profile_body(base_model, max_lora_rank, max_loras, engine, supported_modules)
+        result: dict[str, Any] = await self._json("PUT", f"/v1/serving-profiles/{_q(name)}",
+                                                  json=body)
+        return result
+
+    async def set_alias(self, adapter: str, alias: str, version: int) -> dict[str, Any]:
+        """Point ``alias`` at ``version``; returns ``{"alias","version","previous"}``."""
+        result: dict[str, Any] = await self._json("PUT", _alias_path(adapter, alias),
+                                                  json={"version": int(version)})
+        return result
+
+    async def create_token(self, name: str, scopes: Sequence[str]) -> dict[str, Any]:
+        """Create a token; the answer's ``token`` is shown only this once."""
+        result: dict[str, Any] = await self._json("POST", "/v1/tokens",
+                                                  json=_token_body(name, scopes))
+        return result
+
+    async def list_tokens(self) -> list[dict[str, Any]]:
+        page = await self._json("GET", "/v1/tokens")
+        items: list[dict[str, Any]] = page.get("items", [])
+        return items
+
+    async def revoke_token(self, token_id: str) -> None:
+        await self.request("DELETE", f"/v1/tokens/{_q(str(token_id))}")
+
+    async def download(self, url: str, dest: Path, *, chunk: int = 1 << 20) -> str:
+        """Stream one file to ``dest`` (absolute or catalog-relative URL); its sha256 hex.
+
+        The caller verifies the digest and moves the file into place: ``dest`` may hold
+        a partial file when this raises.
+        """
+        digest = hashlib.sha256()
+        try:
+            async with self._http.stream("GET", self.absolute_url(url)) as response:
+                if response.is_error:
+                    await response.aread()
+                    raise _error_from(response)
+                with dest.open("wb") as out:
+                    async for block in response.aiter_bytes(chunk):
+                        digest.update(block)
+                        out.write(block)
+        except httpx.TransportError as exc:
+            raise CatalogError(0, "ConnectionError",
+                               f"cannot download {url} from {self.url}: {exc}") from None
+        return digest.hexdigest()
