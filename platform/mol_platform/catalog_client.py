@@ -124,8 +124,23 @@ def _profile_body(base_model: str, max_lora_rank: int, max_loras: int, engine: s
     return body
 
 
+def _absolute_files(resolved: dict[str, Any], catalog_url: str) -> dict[str, Any]:
+    """A resolve answer with every file URL made absolute (see ``join_url``)."""
+    for f in resolved.get("files") or []:
+        if isinstance(f, dict) and isinstance(f.get("url"), str):
+            f["url"] = join_url(catalog_url, f["url"])
+    return resolved
+
+
+def _token_body(name: str, scopes: Sequence[str]) -> dict[str, Any]:
+    for scope in scopes:
+        check_scope(scope)
+    return {"name": name, "scopes": list(scopes)}
+
+
 def _alias_path(adapter: str, alias: str) -> str:
     namespace, name = split_adapter(adapter)
+    check_alias(alias)
     return f"/v1/adapters/{namespace}/{name}/aliases/{_q(alias)}"
 
 
@@ -243,10 +258,7 @@ class CatalogClient:
         """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict."""
         path, params = _resolve_call(ref, profile)
         result: dict[str, Any] = self._json("GET", path, params=params)
-        for f in result.get("files") or []:
-            if isinstance(f, dict) and isinstance(f.get("url"), str):
-                f["url"] = join_url(self.url, f["url"])
-        return result
+        return _absolute_files(result, self.url)
 
     def list_adapters(self, *, base: str | None = None, tag: str | None = None,
                       q: str | None = None, namespace: str | None = None,
@@ -274,7 +286,6 @@ class CatalogClient:
 
     def set_alias(self, adapter: str, alias: str, version: int) -> dict[str, Any]:
         """Point ``alias`` at ``version``; returns ``{"alias","version","previous"}``."""
-        check_alias(alias)
         result: dict[str, Any] = self._json("PUT", _alias_path(adapter, alias),
                                             json={"version": int(version)})
         return result
@@ -296,10 +307,7 @@ class CatalogClient:
 
     def create_token(self, name: str, scopes: Sequence[str]) -> dict[str, Any]:
         """Create a token; the answer's ``token`` is shown only this once."""
-        for scope in scopes:
-            check_scope(scope)
-        result: dict[str, Any] = self._json("POST", "/v1/tokens",
-                                            json={"name": name, "scopes": list(scopes)})
+        result: dict[str, Any] = self._json("POST", "/v1/tokens", json=_token_body(name, scopes))
         return result
 
     def list_tokens(self) -> list[dict[str, Any]]:
@@ -381,7 +389,7 @@ class AsyncCatalogClient:
         """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict."""
         path, params = _resolve_call(ref, profile)
         result: dict[str, Any] = await self._json("GET", path, params=params)
-        return result
+        return _absolute_files(result, self.url)
 
     async def events(self, after: int = 0, limit: int = 100) -> dict[str, Any]:
         """One page of the change feed: ``{"items": [...], "last": N}``."""
@@ -410,8 +418,8 @@ class AsyncCatalogClient:
 
     async def create_token(self, name: str, scopes: Sequence[str]) -> dict[str, Any]:
         """Create a token; the answer's ``token`` is shown only this once."""
-        result: dict[str, Any] = await self._json(
-            "POST", "/v1/tokens", json={"name": name, "scopes": list(scopes)})
+        result: dict[str, Any] = await self._json("POST", "/v1/tokens",
+                                                  json=_token_body(name, scopes))
         return result
 
     async def list_tokens(self) -> list[dict[str, Any]]:

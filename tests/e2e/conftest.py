@@ -16,6 +16,9 @@ from mol_platform.demo import DemoResult, build_demo
 from mol_platform.testing.engine import Engine, find_engine_venv, running_engine
 
 PRELOADED_ADAPTERS = ("chat", "coding")
+# Host-memory adapter cache of the session engine (the simulator conformance test
+# configures its simulator the same way).
+MAX_CPU_LORAS = 4
 
 
 @pytest.fixture(scope="session")
@@ -33,7 +36,8 @@ def engine_venv() -> Path:
 @pytest.fixture(scope="session")
 def engine(engine_venv: Path, demo_assets: DemoResult) -> Iterator[Engine]:
     """A vLLM engine on 127.0.0.1 serving the demo base (as ``engine.model``) and the
-    ``chat`` and ``coding`` adapters, with runtime LoRA loading on."""
+    ``chat`` and ``coding`` adapters, with runtime LoRA loading on, ``--max-loras 2``
+    and ``--max-cpu-loras 4``."""
     with running_engine(
         engine_venv,
         demo_assets.base,
@@ -41,5 +45,6 @@ def engine(engine_venv: Path, demo_assets: DemoResult) -> Iterator[Engine]:
         served_model_name="demo-base",
         max_loras=2,
         max_lora_rank=16,
+        extra_args=["--max-cpu-loras", str(MAX_CPU_LORAS)],
     ) as eng:
         yield eng

@@ -58,6 +58,7 @@ async def test_chat_whole_response_says_which_adapter_answered(sim, http):
         "completion_tokens": 6,
         "total_tokens": 12,
         "prompt_tokens_details": None,
+        "completion_tokens_details": None,
     }
     _, base = await post(http, url, {"model": "tiny", "messages": MESSAGES})
     assert base["model"] == "tiny"
@@ -186,6 +187,10 @@ async def test_load_and_unload_adapter_status_codes(sim, http):
     assert "conflicts with a served base model" in err["error"]["message"]
     status, err = await post(http, load, {"lora_name": "ns/c@v1"})
     assert status == 400
+    assert (err["error"]["type"], err["error"]["param"]) == ("Bad Request", "body.lora_path")
+    assert "Field required" in err["error"]["message"]
+    status, err = await post(http, load, {"lora_name": "ns/c@v1", "lora_path": ""})
+    assert status == 400
     assert err["error"]["message"] == "Both 'lora_name' and 'lora_path' must be provided."
     status, text = await post(http, unload, {"lora_name": "ns/b@v1"})
     assert (status, text) == (200, "Success: LoRA adapter 'ns/b@v1' removed successfully.")
@@ -207,10 +212,13 @@ async def test_bad_requests_get_400_with_a_reason(sim, http):
     url = sim.urls[0] + "/v1/chat/completions"
     async with http.post(url, data=b"{not json", headers={"Content-Type": "application/json"}) as r:
         assert r.status == 400
-        assert "not valid JSON" in (await r.json())["error"]["message"]
+        error = (await r.json())["error"]
+        assert (error["type"], error["param"]) == ("Bad Request", "body.1")
+        assert "JSON decode error" in error["message"]
     status, body = await post(http, url, {"model": "tiny", "messages": "hi"})
     assert status == 400
-    assert "'messages' must be a non-empty list" in body["error"]["message"]
+    assert (body["error"]["type"], body["error"]["param"]) == ("Bad Request", "body.messages")
+    assert "Input should be a valid list" in body["error"]["message"]
     status, body = await post(http, url, {"messages": MESSAGES, "max_tokens": 0})
     assert status == 400
     assert body["error"]["param"] == "max_tokens"

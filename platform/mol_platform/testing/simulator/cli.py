@@ -38,6 +38,11 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     p.add_argument("--model", default="base-model", help="served base model name")
     p.add_argument(
+        "--model-path", default=None,
+        help="model folder: root of the base model card; its tokenizer.json and chat "
+        "template count prompt tokens (default: count words)",
+    )  # fmt: skip
+    p.add_argument(
         "--lora-modules", nargs="*", type=_lora_module, default=[], metavar="NAME[=PATH]",
         help="adapters registered at start, like vLLM's --lora-modules",
     )  # fmt: skip
@@ -53,6 +58,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ttft-s", type=float, default=0.0, help="time to first token")
     p.add_argument("--itl-s", type=float, default=0.0, help="inter-token latency")
     p.add_argument("--output-tokens", type=int, default=16, help="reply length in tokens")
+    p.add_argument("--block-size", type=int, default=16, help="KV-cache block size in tokens")
+    p.add_argument(
+        "--kv-cache-blocks", type=int, default=4096,
+        help="KV-cache blocks (vLLM's num_gpu_blocks); kv_cache_usage_perc is their share in use",
+    )  # fmt: skip
+    p.add_argument(
+        "--tool-call-parser", default="hermes",
+        help="as vLLM's --tool-call-parser; 'none' answers requests with tools 400, like vLLM "
+        "without --enable-auto-tool-choice (default hermes)",
+    )  # fmt: skip
+    p.add_argument(
+        "--scheduler-metrics-only", action="store_true",
+        help="/metrics carries only the scheduler families (cheaper scrapes, many replicas)",
+    )  # fmt: skip
+    p.add_argument(
+        "--check-adapter-paths", action="store_true",
+        help="loading an adapter needs PATH/adapter_config.json on disk (404 otherwise)",
+    )  # fmt: skip
     return p
 
 
@@ -69,6 +92,12 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         ttft_s=args.ttft_s,
         itl_s=args.itl_s,
         output_tokens=args.output_tokens,
+        model_path=args.model_path,
+        block_size=args.block_size,
+        kv_cache_blocks=args.kv_cache_blocks,
+        tool_call_parser=None if args.tool_call_parser == "none" else args.tool_call_parser,
+        check_adapter_paths=args.check_adapter_paths,
+        detailed_metrics=not args.scheduler_metrics_only,
     )
 
 

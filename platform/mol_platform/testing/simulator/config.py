@@ -19,7 +19,10 @@ class SimConfig:
     model: str = "base-model"
     """Served base model name (vLLM ``--served-model-name``); the ``model_name`` label."""
     model_path: str | None = None
-    """Shown as ``root`` of the base model in ``/v1/models``; defaults to ``model``."""
+    """The model folder (``vllm serve MODEL``): ``root`` of the base model card in
+    ``/v1/models`` (defaults to ``model``). When it is a folder with a
+    ``tokenizer.json``, prompts are counted with that tokenizer and chat requests
+    through its chat template, as vLLM does."""
     max_model_len: int = 2048
     lora_modules: Mapping[str, str] = field(default_factory=dict)
     """Adapters registered at start, name -> path (vLLM ``--lora-modules name=path``)."""
@@ -41,13 +44,32 @@ class SimConfig:
     """Inter-token latency."""
     output_tokens: int = 16
     """Length of every generated reply, unless ``max_tokens`` cuts it short."""
+    block_size: int = 16
+    """KV-cache block size in tokens (``--block-size``; vLLM's CPU build uses 128)."""
+    kv_cache_blocks: int = 4096
+    """KV-cache blocks (vLLM's ``num_gpu_blocks``, set by the cache size)."""
+    tool_call_parser: str | None = "hermes"
+    """``--enable-auto-tool-choice --tool-call-parser``; None answers requests with
+    ``tools`` (and ``tool_choice`` other than ``none``) 400 as vLLM does without it."""
+    detailed_metrics: bool = True
+    """Expose every vLLM family; off, ``/metrics`` carries only the scheduler families
+    (requests running/waiting, KV-cache usage and config, ``lora_requests_info``,
+    ``mol_sim_adapter_loads_total``), ~10x cheaper to scrape for many-replica runs."""
+    check_adapter_paths: bool = False
+    """Require ``<path>/adapter_config.json`` on disk when an adapter is loaded
+    (404 ``NotFoundError`` otherwise, as vLLM); off, any path is accepted."""
 
     def __post_init__(self) -> None:
         if not self.model:
             raise ValueError("SimConfig.model must be a non-empty served model name")
-        for name in ("max_model_len", "max_loras", "max_num_seqs", "output_tokens"):
+        for name in (
+            "max_model_len", "max_loras", "max_num_seqs", "output_tokens", "block_size",
+            "kv_cache_blocks",
+        ):  # fmt: skip
             if getattr(self, name) < 1:
                 raise ValueError(f"SimConfig.{name} must be >= 1, got {getattr(self, name)}")
+        if self.kv_cache_blocks < 2:
+            raise ValueError("SimConfig.kv_cache_blocks must be >= 2 (vLLM keeps one in reserve)")
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise ValueError(
                 f"SimConfig.max_cpu_loras ({self.max_cpu_loras}) must be >= max_loras "

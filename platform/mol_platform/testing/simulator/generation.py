@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from http import HTTPStatus
 from typing import Any
 
 from mol_platform.testing.simulator.config import SimConfig
 from mol_platform.testing.simulator.metrics import SimMetrics
-from mol_platform.testing.simulator.model import EngineError, SimRequest
+from mol_platform.testing.simulator.model import SimRequest, SlotEngine
 from mol_platform.testing.simulator.scripting import ScriptRule
 from mol_platform.testing.simulator.textgen import (
     pick_choice,
     reply_words,
     split_tokens,
 )
+from mol_platform.testing.simulator.validation import Checked
 
 ARGUMENT_PIECE = 8  # characters of tool-call arguments per streamed delta
 
@@ -30,6 +30,9 @@ class Plan:
     tool_name: str | None = None
     tool_call_id: str = ""
     tool_arguments: str = ""
+    stop_reason: str | None = None
+    end_token: bool = False
+    """The reply ends with a generated end-of-sequence token (a constrained choice)."""
 
     @property
     def is_tool_call(self) -> bool:
@@ -38,35 +41,30 @@ class Plan:
     @property
     def token_count(self) -> int:
         """Tokens generated: a tool call adds its name token and an end token."""
-        return len(self.pieces) + 2 if self.is_tool_call else len(self.pieces)
+        if self.is_tool_call:
+            return len(self.pieces) + 2
+        return len(self.pieces) + int(self.end_token)
 
     @property
     def text(self) -> str:
         return "".join(self.pieces)
 
 
-def max_tokens_of(body: dict[str, Any]) -> int | None:
-    """``max_completion_tokens`` or ``max_tokens``; 400 when not a positive integer."""
-    for key in ("max_completion_tokens", "max_tokens"):
-        value = body.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise EngineError(
-                f"{key} must be a positive integer, got {value!r}.",
-                HTTPStatus.BAD_REQUEST,
-                "BadRequestError",
-                param=key,
-            )
-        return value
-    return None
-
-
 def make_plan(
-    config: SimConfig, model: str, prompt: str, body: dict[str, Any], rule: ScriptRule | None
+    config: SimConfig,
+    model: str,
+    prompt: str,
+    body: dict[str, Any],
+    rule: ScriptRule | None,
+    checked: Checked,
 ) -> Plan:
-    """Decide the reply: scripted tool call or text, a constrained choice, or hashed words."""
-    limit = max_tokens_of(body)
+    """Decide the reply: scripted tool call or text, a constrained choice, or hashed words.
+
+    Hashed words are ``output_tokens`` long (exactly ``max_tokens`` with
+    ``ignore_eos``); ``max_tokens`` cuts any reply (``finish_reason: "length"``) and a
+    ``stop`` string ends it before the string (``"stop"``, ``stop_reason`` = the string).
+    """
+    limit = checked.max_tokens
     if rule is not None and rule.tool_call is not None:
         spec = rule.tool_call
         arguments = spec.arguments_json()
@@ -80,20 +78,41 @@ def make_plan(
             tool_call_id=spec.call_id(),
             tool_arguments=arguments,
         )
+    finish = "stop"
     if rule is not None and rule.text is not None:
         pieces = split_tokens(rule.text)
     else:
         choices = _choices(body)
         if choices:
             pieces = [pick_choice(model, prompt, choices)]
+            if limit is None or limit > 1:  # the grammar then forces end-of-sequence
+                return Plan(pieces=pieces, finish_reason="stop", end_token=True)
         else:
-            count = min(config.output_tokens, limit or config.output_tokens)
+            count = config.output_tokens
+            if limit is not None and (checked.ignore_eos or limit < count):
+                count, finish = limit, "length"
             pieces = split_tokens(" ".join(reply_words(model, prompt, count)))
-            finish = "length" if limit is not None and limit < config.output_tokens else "stop"
-            return Plan(pieces=pieces, finish_reason=finish)
     if limit is not None and limit < len(pieces):
-        return Plan(pieces=pieces[:limit], finish_reason="length")
-    return Plan(pieces=pieces, finish_reason="stop")
+        pieces, finish = pieces[:limit], "length"
+    return _apply_stop(pieces, finish, checked.stop)
+
+
+def _apply_stop(pieces: list[str], finish: str, stop: tuple[str, ...]) -> Plan:
+    """Cut at the first stop string, as vLLM does (the string itself is not sent)."""
+    text = "".join(pieces)
+    hits = [(text.find(s), s) for s in stop if s in text]
+    if not hits:
+        return Plan(pieces=pieces, finish_reason=finish)
+    at, which = min(hits)
+    kept: list[str] = []
+    used = 0
+    for piece in pieces:
+        if used + len(piece) > at:
+            kept.append(piece[: at - used])  # the token that held the stop string
+            break
+        kept.append(piece)
+        used += len(piece)
+    return Plan(pieces=kept, finish_reason="stop", stop_reason=which)
 
 
 def _choices(body: dict[str, Any]) -> list[str]:
@@ -107,42 +126,77 @@ def _choices(body: dict[str, Any]) -> list[str]:
 
 
 class TokenClock:
-    """Paces one request's tokens (TTFT, then ITL) and records vLLM's timing metrics."""
+    """Paces one request's tokens (TTFT, then ITL), tells the engine about each one and
+    records vLLM's token and timing metrics."""
 
     def __init__(
-        self, config: SimConfig, metrics: SimMetrics, request: SimRequest, prompt_tokens: int
+        self, engine: SlotEngine, metrics: SimMetrics, request: SimRequest, checked: Checked
     ) -> None:
-        self.config = config
+        self.engine = engine
+        self.config = engine.config
         self.metrics = metrics
         self.request = request
-        self.prompt_tokens = prompt_tokens
+        self.checked = checked
         self.first_due = 0.0
+        self.scheduled: float | None = None
+        self.first: float | None = None
         self.last: float | None = None
-        self.generated = 0
 
     async def start(self) -> None:
         """Wait until the request is scheduled and its adapter slot is ready."""
         ready = await self.request.admitted
         loop = asyncio.get_running_loop()
-        self.metrics.queue_time.observe(max(0.0, loop.time() - self.request.arrival))
+        self.scheduled = loop.time()
+        self.metrics.queue_time.observe(max(0.0, self.scheduled - self.request.arrival))
         self.first_due = ready + self.config.ttft_s
 
     async def tick(self) -> None:
         """Wait for the next token to be due."""
         loop = asyncio.get_running_loop()
-        due = self.first_due + self.generated * self.config.itl_s
+        request = self.request
+        due = self.first_due + request.generated * self.config.itl_s
         await asyncio.sleep(max(0.0, due - loop.time()))
         now = loop.time()
+        metrics = self.metrics
         if self.last is None:
-            self.metrics.ttft.observe(now - self.request.arrival)
-            self.metrics.prompt_tokens.inc(self.prompt_tokens)
+            self.first = now
+            metrics.ttft.observe(now - request.arrival)
+            metrics.prompt_tokens.inc(request.prompt_tokens)
+            metrics.prompt_tokens_computed.inc(request.prompt_tokens)
+            metrics.prefix_queries.inc(request.prompt_tokens)
+            metrics.iteration_tokens.observe(request.prompt_tokens + 1)
         else:
-            self.metrics.itl.observe(now - self.last)
+            metrics.itl.observe(now - self.last)
         self.last = now
-        self.generated += 1
-        self.metrics.generation_tokens.inc()
+        self.engine.token(request)
+        metrics.generation_tokens.inc()
 
     def done(self, reason: str) -> None:
-        loop = asyncio.get_running_loop()
-        self.metrics.e2e.observe(loop.time() - self.request.arrival)
-        self.metrics.success[reason].inc()
+        """Per-request histograms, as vLLM records them for every finished request."""
+        now = asyncio.get_running_loop().time()
+        metrics, request = self.metrics, self.request
+        metrics.e2e.observe(now - request.arrival)
+        metrics.success[reason].inc()
+        scheduled = self.scheduled if self.scheduled is not None else now
+        first = self.first if self.first is not None else scheduled
+        last = self.last if self.last is not None else first
+        if self.scheduled is None:
+            metrics.queue_time.observe(now - request.arrival)
+        metrics.prefill_time.observe(first - scheduled)
+        metrics.decode_time.observe(last - first)
+        metrics.inference_time.observe(last - scheduled)
+        generated = request.generated
+        metrics.time_per_output_token.observe(
+            (last - first) / (generated - 1) if generated > 1 else 0
+        )
+        metrics.request_preemptions.observe(0)
+        metrics.request_prompt_tokens.observe(request.prompt_tokens)
+        metrics.prefill_kv_computed.observe(request.prompt_tokens)
+        metrics.request_generation_tokens.observe(generated)
+        metrics.params_n.observe(1)
+        limit = self.checked.max_tokens
+        if limit is not None:
+            metrics.params_max_tokens.observe(limit)
+        metrics.max_generation_tokens.observe(
+            limit if limit is not None else self.config.max_model_len - request.prompt_tokens
+        )

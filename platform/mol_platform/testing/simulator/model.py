@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http import HTTPStatus
+from pathlib import Path
 from typing import Literal
 
 from mol_platform.testing.simulator.config import SimConfig
@@ -60,6 +62,13 @@ class SimRequest:
     arrival: float
     admitted: asyncio.Future[float]
     """Resolves, when the request is scheduled, to the loop time its slot is ready."""
+    prompt_tokens: int = 1
+    planned_tokens: int = 1
+    """Tokens it will generate: its KV-cache blocks are reserved for all of them."""
+    generated: int = 0
+    emitting: bool = False
+    """Has produced its first token (from then on vLLM lists its adapter as running)."""
+    blocks: int = 0
     state: Literal["waiting", "running", "finished"] = "waiting"
 
 
@@ -86,13 +95,15 @@ class ReplicaState:
     """Adapters in GPU slots, least recently used first."""
     cpu_adapters: list[str]
     active_adapters: list[str]
-    """Adapters with waiting or running requests, in vLLM's label order."""
+    """Adapters with a request that produces tokens, in ``lora_requests_info`` order."""
     requests_by_model: dict[str, int]
     finished_by_reason: dict[str, int]
     slot_loads: dict[str, int]
     """How often each adapter entered a GPU slot."""
     cpu_loads: dict[str, int]
     """How often each adapter was read into host memory (first load or after eviction)."""
+    kv_blocks_used: int = 0
+    """KV-cache blocks holding the tokens of running requests."""
     received: tuple[ReceivedRequest, ...] = field(default=())
 
 
@@ -107,15 +118,22 @@ class SlotEngine:
         self.gpu_slots: OrderedDict[str, float] = OrderedDict()
         self.cpu_cache: OrderedDict[str, None] = OrderedDict()
         self.lora_requests: dict[str, int] = {}
+        """Adapter -> requests producing tokens, in order of their first token."""
+        self.reserved_blocks = 0
         self.requests_by_model: Counter[str] = Counter()
         self.finished_by_reason: Counter[str] = Counter()
         self.slot_loads: Counter[str] = Counter()
         self.cpu_loads: Counter[str] = Counter()
+        self.total_loads = {"gpu": 0, "cpu": 0}
+        """All slot (gpu) and host-memory (cpu) loads, for ``mol_sim_adapter_loads_total``."""
         self.listeners: list[Callable[[], None]] = []
         self._ids = itertools.count(1)
         self._lora_ids = itertools.count(1)
         for name, path in config.lora_modules.items():
-            self.load_adapter(name, path)
+            try:
+                self.load_adapter(name, path)
+            except EngineError as exc:
+                raise ValueError(f"lora_modules: {exc.message}") from None
 
     # Registry (vLLM's OpenAIServingModels).
 
@@ -164,6 +182,12 @@ class SlotEngine:
                 HTTPStatus.BAD_REQUEST,
                 "InvalidUserInput",
             )
+        if self.config.check_adapter_paths and not (Path(path) / "adapter_config.json").is_file():
+            raise EngineError(
+                f"Loading lora {name} failed: No adapter found for {path}",
+                HTTPStatus.NOT_FOUND,
+                "NotFoundError",
+            )
         int_id = previous.int_id if previous else next(self._lora_ids)
         self.adapters[name] = AdapterInfo(name, path, int_id)
         if previous is not None:  # new weights: the old copy in a slot is stale
@@ -197,16 +221,17 @@ class SlotEngine:
 
     # Scheduler.
 
-    def submit(self, model: str, adapter: str | None) -> SimRequest:
+    def submit(
+        self, model: str, adapter: str | None, prompt_tokens: int = 1, planned_tokens: int = 1
+    ) -> SimRequest:
         """Queue a request; await ``request.admitted`` for its start time."""
         loop = asyncio.get_running_loop()
         request = SimRequest(
             id=f"{next(self._ids)}", model=model, adapter=adapter,
             arrival=loop.time(), admitted=loop.create_future(),
+            prompt_tokens=prompt_tokens, planned_tokens=planned_tokens,
         )  # fmt: skip
         self.requests_by_model[model] += 1
-        if adapter is not None:
-            self.lora_requests[adapter] = self.lora_requests.get(adapter, 0) + 1
         self.waiting.append(request)
         self._schedule(loop.time())
         self._notify()
@@ -222,9 +247,10 @@ class SlotEngine:
                 request.admitted.cancel()
         else:
             self.running.remove(request)
+            self.reserved_blocks -= request.blocks
         request.state = "finished"
         self.finished_by_reason[reason] += 1
-        if request.adapter is not None:
+        if request.adapter is not None and request.emitting:
             left = self.lora_requests[request.adapter] - 1
             if left:
                 self.lora_requests[request.adapter] = left
@@ -232,6 +258,32 @@ class SlotEngine:
                 del self.lora_requests[request.adapter]
         self._schedule(asyncio.get_running_loop().time())
         self._notify()
+
+    def token(self, request: SimRequest) -> None:
+        """Record one generated token (the first one makes its adapter show as running)."""
+        request.generated += 1
+        if request.emitting:
+            return
+        request.emitting = True
+        if request.adapter is not None:
+            self.lora_requests[request.adapter] = self.lora_requests.get(request.adapter, 0) + 1
+            self._notify()
+
+    def blocks_for(self, tokens: int) -> int:
+        return math.ceil(tokens / self.config.block_size)
+
+    @property
+    def usable_blocks(self) -> int:
+        return self.config.kv_cache_blocks - 1  # vLLM keeps one null block
+
+    def kv_blocks_used(self) -> int:
+        """Blocks holding the prompt and generated tokens of running requests."""
+        held = (self.blocks_for(r.prompt_tokens + r.generated) for r in self.running)
+        return min(self.usable_blocks, sum(held))
+
+    def kv_cache_usage(self) -> float:
+        """``vllm:kv_cache_usage_perc``: the share of usable blocks in use."""
+        return self.kv_blocks_used() / self.usable_blocks
 
     def _running_adapters(self) -> Counter[str]:
         return Counter(r.adapter for r in self.running if r.adapter is not None)
@@ -245,6 +297,14 @@ class SlotEngine:
             budget_full = len(active) >= self.config.max_loras
             if adapter is not None and adapter not in active and budget_full:
                 continue  # skipped, as vLLM does: later requests may still run
+            need = min(
+                self.usable_blocks,
+                self.blocks_for(request.prompt_tokens + request.planned_tokens),
+            )
+            if self.reserved_blocks + need > self.usable_blocks:
+                break  # no room in the KV cache: first come, first served
+            self.reserved_blocks += need
+            request.blocks = need
             self.waiting.remove(request)
             self.running.append(request)
             request.state = "running"
@@ -266,6 +326,7 @@ class SlotEngine:
         ready = now + self.config.lora_load_s
         self.gpu_slots[adapter] = ready
         self.slot_loads[adapter] += 1
+        self.total_loads["gpu"] += 1
         return ready
 
     def _touch_cpu(self, adapter: str) -> None:
@@ -278,6 +339,7 @@ class SlotEngine:
                 del self.cpu_cache[victim]
         self.cpu_cache[adapter] = None
         self.cpu_loads[adapter] += 1
+        self.total_loads["cpu"] += 1
 
     # Observation.
 
@@ -301,6 +363,7 @@ class SlotEngine:
             finished_by_reason=dict(self.finished_by_reason),
             slot_loads=dict(self.slot_loads),
             cpu_loads=dict(self.cpu_loads),
+            kv_blocks_used=self.kv_blocks_used(),
         )
 
     def _notify(self) -> None:

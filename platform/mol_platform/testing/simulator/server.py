@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import time
 from collections import deque
 from dataclasses import replace
 from http import HTTPStatus
 from typing import Any
 
 from aiohttp import web
+from aiohttp.typedefs import Handler
+from pydantic import BaseModel, ValidationError
 
 from mol_platform.testing.simulator import shapes
 from mol_platform.testing.simulator.config import SimConfig
-from mol_platform.testing.simulator.generation import Plan, TokenClock, make_plan
+from mol_platform.testing.simulator.generation import make_plan
+from mol_platform.testing.simulator.job import Job, drop_connection
 from mol_platform.testing.simulator.metrics import CONTENT_TYPE, SimMetrics
 from mol_platform.testing.simulator.model import (
     EngineError,
-    FinishReason,
     ReceivedRequest,
     ReplicaState,
     SlotEngine,
@@ -30,15 +30,19 @@ from mol_platform.testing.simulator.scripting import (
     ToolCallSpec,
     offered_tools,
 )
-from mol_platform.testing.simulator.textgen import (
-    PromptError,
-    chat_prompt,
-    completion_prompt,
-    count_tokens,
+from mol_platform.testing.simulator.shapes import VLLM_VERSION
+from mol_platform.testing.simulator.textgen import PromptError, chat_prompt, completion_prompt
+from mol_platform.testing.simulator.tokens import token_counter
+from mol_platform.testing.simulator.validation import (
+    ChatBody,
+    bad_request,
+    body_error,
+    check_request,
+    check_tools,
+    parse_body,
 )
 
 LOOPBACK = "127.0.0.1"
-REPLICA_HEADER = "x-sim-replica"
 
 
 class SimServer:
@@ -63,6 +67,7 @@ class SimServer:
         self.host = host
         self.port = port
         self.engine = SlotEngine(self.config)
+        self.tokens = token_counter(self.config.model_path)
         self.metrics = SimMetrics(self.engine)
         self.scripts = ScriptBook()
         self.received: deque[ReceivedRequest] = deque(maxlen=1000)
@@ -73,10 +78,14 @@ class SimServer:
         return f"http://{self.host}:{self.port}"
 
     async def start(self) -> None:
-        app = web.Application()
+        app = web.Application(middlewares=[_json_http_errors])
         app.add_routes(
             [
                 web.get("/health", self._health),
+                web.get("/ping", self._health),
+                web.post("/ping", self._health),
+                web.get("/version", self._version),
+                web.get("/load", self._server_load),
                 web.get("/metrics", self._metrics),
                 web.get("/v1/models", self._models),
                 web.post("/v1/chat/completions", self._chat),
@@ -179,8 +188,15 @@ class SimServer:
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
 
+    async def _version(self, request: web.Request) -> web.Response:
+        return web.json_response({"version": VLLM_VERSION})
+
+    async def _server_load(self, request: web.Request) -> web.Response:
+        """Requests in flight, as vLLM's ``/load`` counts them."""
+        engine = self.engine
+        return web.json_response({"server_load": len(engine.running) + len(engine.waiting)})
+
     async def _metrics(self, request: web.Request) -> web.Response:
-        self.metrics.update()
         return web.Response(body=self.metrics.exposition(), headers={"Content-Type": CONTENT_TYPE})
 
     async def _models(self, request: web.Request) -> web.Response:
@@ -192,19 +208,20 @@ class SimServer:
 
     async def _load(self, request: web.Request) -> web.Response:
         try:
-            body = await _read_json(request)
-            load_inplace = bool(body.get("load_inplace", False))
-            message = self.engine.load_adapter(
-                _str_field(body, "lora_name"), _str_field(body, "lora_path"), load_inplace
-            )
+            load = _LoadBody.model_validate(await _read_json(request))
+            message = self.engine.load_adapter(load.lora_name, load.lora_path, load.load_inplace)
+        except ValidationError as exc:
+            return _error(body_error(exc.errors(include_url=False)))
         except EngineError as exc:
             return _error(exc)
         return web.Response(text=message)
 
     async def _unload(self, request: web.Request) -> web.Response:
         try:
-            body = await _read_json(request)
-            message = self.engine.unload_adapter(_str_field(body, "lora_name"))
+            unload = _UnloadBody.model_validate(await _read_json(request))
+            message = self.engine.unload_adapter(unload.lora_name)
+        except ValidationError as exc:
+            return _error(body_error(exc.errors(include_url=False)))
         except EngineError as exc:
             return _error(exc)
         return web.Response(text=message)
@@ -245,170 +262,80 @@ class SimServer:
             body = await _read_json(request)
             headers = {k.lower(): v for k, v in request.headers.items()}
             self.received.append(ReceivedRequest(request.path, body, headers))
-            model = body.get("model") or self.config.model
-            if not isinstance(model, str):
-                raise EngineError("'model' must be a string.", HTTPStatus.BAD_REQUEST,
-                                  "BadRequestError", param="model")  # fmt: skip
+            parsed = parse_body(body, chat=chat)
+            model = parsed.model or self.config.model
             adapter = self.engine.resolve_model(model)
-            prompt = (
-                chat_prompt(body.get("messages")) if chat else completion_prompt(body.get("prompt"))
-            )
+            if isinstance(parsed, ChatBody):
+                check_tools(parsed, self.config)
+                if not parsed.messages:
+                    raise EngineError(
+                        "Cannot apply chat template to an empty conversation. Provide at "
+                        "least one message.", HTTPStatus.BAD_REQUEST, "BadRequestError",
+                    )  # fmt: skip
+                prompt = chat_prompt(parsed.messages)
+                prompt_tokens = self.tokens.chat(parsed.messages, prompt)
+            else:
+                if not parsed.prompt:
+                    raise bad_request(
+                        "Either prompt or prompt_embeds must be provided and non-empty.", "prompt"
+                    )
+                prompt = completion_prompt(parsed.prompt)
+                prompt_tokens = self.tokens.completion(prompt)
+            checked = check_request(parsed, self.config, prompt_tokens)
             rule = self.scripts.take(model, prompt, offered_tools(body), chat=chat)
-            plan = make_plan(self.config, model, prompt, body, rule)
+            plan = make_plan(self.config, model, prompt, body, rule, checked)
         except EngineError as exc:
             return _error(exc)
         except PromptError as exc:
             return _error(EngineError(str(exc), HTTPStatus.BAD_REQUEST, "BadRequestError"))
         failure = rule.failure if rule is not None else None
-        stream = bool(body.get("stream"))
+        stream = bool(parsed.stream)
         if failure is not None and not failure.disconnect:
             return _scripted_error(failure, model)
         if failure is not None and (not stream or failure.after_tokens == 0):
-            _drop(request)
+            drop_connection(request)
         cut_after = failure.after_tokens if failure is not None else None
-        job = _Job(self, request, body, model, count_tokens(prompt), plan, chat)
+        job = Job(self, request, body, model, prompt_tokens, plan, chat, checked)
         return await job.run(adapter, stream=stream, cut_after=cut_after)
 
 
-class _Job:
-    """One generation request from admission to its last byte."""
+class _LoadBody(BaseModel):
+    lora_name: str
+    lora_path: str
+    load_inplace: bool = False
 
-    def __init__(
-        self,
-        server: SimServer,
-        request: web.Request,
-        body: dict[str, Any],
-        model: str,
-        prompt_tokens: int,
-        plan: Plan,
-        chat: bool,
-    ) -> None:
-        self.server = server
-        self.request = request
-        self.body = body
-        self.model = model
-        self.prompt_tokens = prompt_tokens
-        self.plan = plan
-        self.chat = chat
-        self.id = shapes.new_id("chatcmpl" if chat else "cmpl")
-        self.created = int(time.time())
 
-    async def run(
-        self, adapter: str | None, *, stream: bool, cut_after: int | None
-    ) -> web.StreamResponse:
-        """Queue in the engine, produce the tokens, and always leave the engine."""
-        server = self.server
-        sim_request = server.engine.submit(self.model, adapter)
-        clock = TokenClock(server.config, server.metrics, sim_request, self.prompt_tokens)
-        reason: FinishReason = "abort"
-        try:
-            if stream:
-                response = await self._stream(clock, cut_after)
-            else:
-                response = await self._whole(clock)
-            reason = "length" if self.plan.finish_reason == "length" else "stop"
-            return response
-        finally:
-            clock.done(reason)
-            server.engine.finish(sim_request, reason)
+class _UnloadBody(BaseModel):
+    lora_name: str
+    lora_int_id: int | None = None
 
-    async def _whole(self, clock: TokenClock) -> web.Response:
-        await clock.start()
-        for _ in range(self.plan.token_count):
-            await clock.tick()
-        plan = self.plan
-        usage = (self.prompt_tokens, plan.token_count)
-        if self.chat:
-            calls = []
-            if plan.tool_name is not None:
-                calls = [shapes.tool_call_obj(plan.tool_call_id, plan.tool_name,
-                                              plan.tool_arguments)]  # fmt: skip
-            body = shapes.chat_response(
-                response_id=self.id, created=self.created, model=self.model,
-                content=None if plan.is_tool_call else plan.text, tool_calls=calls,
-                finish_reason=plan.finish_reason, prompt_tokens=usage[0],
-                completion_tokens=usage[1],
-            )  # fmt: skip
-        else:
-            body = shapes.completion_response(
-                response_id=self.id, created=self.created, model=self.model, text=plan.text,
-                finish_reason=plan.finish_reason, prompt_tokens=usage[0],
-                completion_tokens=usage[1],
-            )  # fmt: skip
-        return web.json_response(body, headers={REPLICA_HEADER: self.server.name})
 
-    async def _stream(self, clock: TokenClock, cut_after: int | None) -> web.StreamResponse:
-        response = web.StreamResponse(
-            headers={"Content-Type": "text/event-stream", REPLICA_HEADER: self.server.name}
-        )
-        await response.prepare(self.request)
-        await clock.start()
-        for index, delta, finish in self._deltas():
-            if cut_after is not None and index >= cut_after:
-                _drop(self.request)
-            await clock.tick()
-            if self.chat:
-                if index == 0:
-                    role = {"role": "assistant", "content": ""}
-                    await response.write(shapes.sse(self._chunk(role, None)))
-                chunk = self._chunk(delta, finish)
-            else:
-                chunk = shapes.completion_chunk(
-                    self.id, self.created, self.model, delta.get("text", ""), finish
-                )
-            await response.write(shapes.sse(chunk))
-        options = self.body.get("stream_options")
-        if isinstance(options, dict) and options.get("include_usage"):
-            obj = "chat.completion.chunk" if self.chat else "text_completion"
-            usage = shapes.usage_chunk(self.id, self.created, self.model, obj,
-                                       self.prompt_tokens, self.plan.token_count)  # fmt: skip
-            await response.write(shapes.sse(usage))
-        await response.write(shapes.sse("[DONE]"))
-        await response.write_eof()
-        return response
-
-    def _chunk(self, delta: dict[str, Any], finish: str | None) -> dict[str, Any]:
-        return shapes.chat_chunk(self.id, self.created, self.model, delta, finish)
-
-    def _deltas(self) -> list[tuple[int, dict[str, Any], str | None]]:
-        """(token index, delta, finish_reason) per streamed token, as vLLM sends them."""
-        plan = self.plan
-        finish = plan.finish_reason
-        if plan.is_tool_call:
-            head = {"index": 0, "id": plan.tool_call_id, "type": "function",
-                    "function": {"name": plan.tool_name}}  # fmt: skip
-            deltas: list[dict[str, Any]] = [{"tool_calls": [head]}]
-            deltas += [
-                {"tool_calls": [{"index": 0, "function": {"arguments": piece}}]}
-                for piece in plan.pieces
-            ]
-            deltas.append({})
-        else:
-            key = "content" if self.chat else "text"
-            deltas = [{key: piece} for piece in plan.pieces] or [{key: ""}]
-        last = len(deltas) - 1
-        return [(i, d, finish if i == last else None) for i, d in enumerate(deltas)]
+@web.middleware
+async def _json_http_errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Unknown paths and methods answer JSON, as vLLM's FastAPI app does."""
+    try:
+        return await handler(request)
+    except web.HTTPException as exc:
+        if exc.status not in (404, 405):
+            raise
+        return web.json_response({"detail": exc.reason}, status=exc.status)
 
 
 async def _read_json(request: web.Request) -> dict[str, Any]:
+    """The JSON object body, or FastAPI's validation answer for anything else."""
     try:
         body = await request.json()
     except json.JSONDecodeError as exc:
-        raise EngineError(
-            f"request body is not valid JSON: {exc}", HTTPStatus.BAD_REQUEST, "BadRequestError"
-        ) from exc
+        raise body_error(
+            [{"type": "json_invalid", "loc": (exc.pos,), "msg": "JSON decode error",
+              "input": {}, "ctx": {"error": exc.msg}}]
+        ) from exc  # fmt: skip
     if not isinstance(body, dict):
-        raise EngineError(
-            "request body must be a JSON object", HTTPStatus.BAD_REQUEST, "BadRequestError"
-        )
+        raise body_error(
+            [{"type": "model_attributes_type", "loc": (), "input": body,
+              "msg": "Input should be a valid dictionary or object to extract fields from"}]
+        )  # fmt: skip
     return body
-
-
-def _str_field(body: dict[str, Any], key: str) -> str:
-    value = body.get(key, "")
-    if not isinstance(value, str):
-        raise EngineError(f"'{key}' must be a string.", HTTPStatus.BAD_REQUEST, "BadRequestError")
-    return value
 
 
 def _error(exc: EngineError) -> web.Response:
@@ -419,10 +346,3 @@ def _scripted_error(failure: FailureSpec, model: str) -> web.Response:
     status = HTTPStatus(failure.status)
     err_type = "InternalServerError" if status == 500 else status.phrase.replace(" ", "") + "Error"
     return _error(EngineError(f"scripted failure for model `{model}`", status, err_type))
-
-
-def _drop(request: web.Request) -> None:
-    """Close the client's connection without an answer (a crashed engine)."""
-    if request.transport is not None:
-        request.transport.close()
-    raise asyncio.CancelledError

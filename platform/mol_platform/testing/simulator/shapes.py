@@ -15,6 +15,12 @@ from typing import Any
 
 from mol_platform.testing.simulator.model import AdapterInfo, EngineError
 
+VLLM_VERSION = "0.32.0"
+"""The vLLM release whose API the simulator follows (``/version``)."""
+FINGERPRINT = f"vllm-{VLLM_VERSION}-sim"
+REPLICA_HEADER = "x-sim-replica"
+"""Response header naming the replica that answered (simulator only)."""
+
 
 def new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex}"
@@ -38,6 +44,7 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
         "total_tokens": prompt_tokens + completion_tokens,
         "completion_tokens": completion_tokens,
         "prompt_tokens_details": None,
+        "completion_tokens_details": None,
     }
 
 
@@ -55,6 +62,7 @@ def chat_response(
     finish_reason: str,
     prompt_tokens: int,
     completion_tokens: int,
+    stop_reason: str | None = None,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {
         "role": "assistant",
@@ -78,16 +86,20 @@ def chat_response(
                 "message": message,
                 "logprobs": None,
                 "finish_reason": finish_reason,
-                "stop_reason": None,
+                "stop_reason": stop_reason,
                 "token_ids": None,
+                "routed_experts": None,
             }
         ],
         "service_tier": None,
-        "system_fingerprint": None,
+        "system_fingerprint": FINGERPRINT,
         "usage": usage(prompt_tokens, completion_tokens),
         "prompt_logprobs": None,
         "prompt_token_ids": None,
+        "prompt_text": None,
         "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
 
 
@@ -100,6 +112,7 @@ def completion_response(
     finish_reason: str,
     prompt_tokens: int,
     completion_tokens: int,
+    stop_reason: str | None = None,
 ) -> dict[str, Any]:
     return {
         "id": response_id,
@@ -112,16 +125,19 @@ def completion_response(
                 "text": text,
                 "logprobs": None,
                 "finish_reason": finish_reason,
-                "stop_reason": None,
+                "stop_reason": stop_reason,
                 "token_ids": None,
                 "prompt_logprobs": None,
                 "prompt_token_ids": None,
+                "routed_experts": None,
             }
         ],
         "service_tier": None,
-        "system_fingerprint": None,
+        "system_fingerprint": FINGERPRINT,
         "usage": usage(prompt_tokens, completion_tokens),
         "kv_transfer_params": None,
+        "ec_transfer_params": None,
+        "metrics": None,
     }
 
 
@@ -131,6 +147,7 @@ def chat_chunk(
     model: str,
     delta: dict[str, Any],
     finish_reason: str | None = None,
+    stop_reason: str | None = None,
 ) -> dict[str, Any]:
     choice: dict[str, Any] = {
         "index": 0,
@@ -139,16 +156,20 @@ def chat_chunk(
         "finish_reason": finish_reason,
     }
     if finish_reason is not None:
-        choice["stop_reason"] = None
-    if "role" not in delta:  # vLLM sets token_ids on every chunk but the first
+        choice["stop_reason"] = stop_reason
+    first = "role" in delta
+    if not first:  # vLLM sets token_ids on every chunk but the first
         choice["token_ids"] = None
-    return {
+    chunk = {
         "id": response_id,
         "object": "chat.completion.chunk",
         "created": created,
         "model": model,
         "choices": [choice],
     }
+    if first:  # the first chunk also echoes the (unrequested) prompt fields
+        chunk.update(prompt_token_ids=None, prompt_text=None)
+    return chunk
 
 
 def completion_chunk(
@@ -157,6 +178,7 @@ def completion_chunk(
     model: str,
     text: str,
     finish_reason: str | None = None,
+    stop_reason: str | None = None,
 ) -> dict[str, Any]:
     return {
         "id": response_id,
@@ -169,7 +191,9 @@ def completion_chunk(
                 "text": text,
                 "logprobs": None,
                 "finish_reason": finish_reason,
-                "stop_reason": None,
+                "stop_reason": stop_reason,
+                "prompt_token_ids": None,
+                "token_ids": None,
             }
         ],
     }
@@ -186,6 +210,7 @@ def usage_chunk(
     """The trailing ``choices: []`` chunk sent when ``stream_options.include_usage``."""
     body = usage(prompt_tokens, completion_tokens)
     del body["prompt_tokens_details"]  # vLLM dumps this one with exclude_none
+    del body["completion_tokens_details"]
     return {
         "id": response_id,
         "object": obj,
@@ -193,6 +218,7 @@ def usage_chunk(
         "model": model,
         "choices": [],
         "usage": body,
+        "system_fingerprint": FINGERPRINT,
     }
 
 

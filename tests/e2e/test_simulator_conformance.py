@@ -1,0 +1,372 @@
+"""Differential conformance: the simulator answers like the real vLLM 0.32 CPU engine.
+
+One real engine (the session ``engine`` fixture: demo base, ``chat`` and ``coding``
+preloaded, ``--max-loras 2 --max-cpu-loras 4``, no tool-call parser) and one simulator
+with the same configuration get the same requests. Status codes, JSON shapes (keys and
+value types, not generated text), error type/param/message, token counts, metric
+families with their labels and buckets, and the scheduler semantics of
+``lora_requests_info``, ``num_requests_running/waiting`` and ``kv_cache_usage_perc``
+must match. ``DELIBERATE`` names what differs on purpose and why.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from mol_platform.testing.simulator import SimConfig, SimulatorCluster, parse_sse
+
+pytestmark = pytest.mark.e2e
+
+MAX_LORAS, MAX_CPU_LORAS = 2, 4
+MAX_MODEL_LEN = 1024  # the engine fixture's --max-model-len
+EXTRA_ADAPTERS = {"diff-agent": "agent", "diff-ui": "ui"}  # name -> demo adapter
+PROMPT_TOKENS, OUTPUT = 121, 16  # of each concurrent request
+
+DELIBERATE = {
+    # metric families: model FLOP/byte estimates need a model; the simulator has none.
+    "vllm:estimated_flops_per_gpu": "no model to estimate FLOPs of",
+    "vllm:estimated_read_bytes_per_gpu": "no model to estimate memory traffic of",
+    "vllm:estimated_write_bytes_per_gpu": "no model to estimate memory traffic of",
+}
+# case -> (fields of the answer not compared, why)
+DELIBERATE_FIELDS = {
+    "structured none": (("message",), "the message embeds vLLM's internal params repr"),
+    "stop string": (("usage",), "tokens before the stop string depend on the generated text"),
+    "load": (("type",), "vLLM sends no Content-Type; aiohttp always sends one (text/plain)"),
+    "unload": (("type",), "vLLM sends no Content-Type; aiohttp always sends one (text/plain)"),
+}
+
+TOOLS = [{"type": "function", "function": {"name": "handoff", "parameters": {"type": "object"}}}]
+MESSAGES = [{"role": "user", "content": "hello world"}]
+LONG = "hi " * 1100
+
+
+def comp(**fields: Any) -> dict[str, Any]:
+    return {"model": "chat", "prompt": "hello world", "max_tokens": 4, "ignore_eos": True,
+            **fields}  # fmt: skip
+
+
+def chat(**fields: Any) -> dict[str, Any]:
+    return {"model": "chat", "messages": MESSAGES, "max_tokens": 4, "ignore_eos": True,
+            **fields}  # fmt: skip
+
+
+C, CC = "/v1/completions", "/v1/chat/completions"
+LOAD, UNLOAD = "/v1/load_lora_adapter", "/v1/unload_lora_adapter"
+USAGE = {"stream": True, "stream_options": {"include_usage": True}}
+
+# (case, method, path, JSON body or raw bytes); {agent} becomes the agent adapter's path.
+CASES: list[tuple[str, str, str, Any]] = [
+    ("models", "GET", "/v1/models", None),
+    ("health", "GET", "/health", None),
+    ("ping", "GET", "/ping", None),
+    ("ping post", "POST", "/ping", None),
+    ("version", "GET", "/version", None),
+    ("load", "GET", "/load", None),
+    ("unknown path", "GET", "/v1/nope", None),
+    ("wrong method", "GET", C, None),
+    ("completion", "POST", C, comp()),
+    ("chat", "POST", CC, chat()),
+    ("base model", "POST", C, comp(model="demo-base")),
+    ("completion stream", "POST", C, comp(**USAGE)),
+    ("chat stream", "POST", CC, chat(**USAGE)),
+    ("chat stream no usage", "POST", CC, chat(stream=True)),
+    ("stop string", "POST", C, comp(max_tokens=30, stop=["e"], temperature=0, ignore_eos=False)),
+    ("choice", "POST", CC, chat(structured_outputs={"choice": ["a", "b"]}, ignore_eos=False)),
+    ("tool choice none", "POST", CC, chat(tools=TOOLS, tool_choice="none")),
+    ("max_tokens > max_model_len", "POST", C, comp(max_tokens=5000)),
+    ("chat max_tokens > max_model_len", "POST", CC, chat(max_tokens=5000)),
+    ("max_tokens 0", "POST", C, comp(max_tokens=0)),
+    ("max_tokens not int", "POST", C, comp(max_tokens="x")),
+    ("prompt too long", "POST", C, comp(prompt="hello " * 1100)),
+    ("chat prompt too long", "POST", CC, chat(messages=[{"role": "user", "content": LONG}])),
+    ("temperature < 0", "POST", CC, chat(temperature=-1)),
+    ("temperature > 2", "POST", C, comp(temperature=3)),
+    ("temperature not number", "POST", C, comp(temperature="hot")),
+    ("n 2 greedy", "POST", C, comp(n=2, temperature=0)),
+    ("structured empty choice", "POST", CC, chat(structured_outputs={"choice": []})),
+    ("structured none", "POST", CC, chat(structured_outputs={"foo": 1})),
+    ("structured two", "POST", CC, chat(structured_outputs={"choice": ["a"], "regex": "a+"})),
+    ("tools without parser", "POST", CC, chat(tools=TOOLS)),
+    ("named tool without parser", "POST", CC,
+     chat(tools=TOOLS, tool_choice={"type": "function", "function": {"name": "handoff"}})),
+    ("required tool without parser", "POST", CC, chat(tools=TOOLS, tool_choice="required")),
+    ("empty messages", "POST", CC, chat(messages=[])),
+    ("messages not list", "POST", CC, chat(messages="x")),
+    ("no prompt", "POST", C, {"model": "chat"}),
+    ("unknown model", "POST", C, comp(model="nope")),
+    ("bad json", "POST", C, b"{"),
+    ("array body", "POST", C, [1]),
+    ("load bad path", "POST", LOAD, {"lora_name": "diff-bad", "lora_path": "/nonexistent/x"}),
+    ("after bad path", "POST", C, comp(model="diff-bad")),
+    ("load base name", "POST", LOAD, {"lora_name": "demo-base", "lora_path": "{agent}"}),
+    ("load no path", "POST", LOAD, {"lora_name": "diff-x"}),
+    ("load", "POST", LOAD, {"lora_name": "diff-once", "lora_path": "{agent}"}),
+    ("load again", "POST", LOAD, {"lora_name": "diff-once", "lora_path": "{agent}"}),
+    ("loaded answers", "POST", CC, chat(model="diff-once")),
+    ("unload", "POST", UNLOAD, {"lora_name": "diff-once"}),
+    ("unloaded is gone", "POST", C, comp(model="diff-once")),
+    ("unload unknown", "POST", UNLOAD, {"lora_name": "diff-once"}),
+    ("unload no name", "POST", UNLOAD, {}),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def cache_info(engine) -> dict[str, str]:
+    """The real engine's ``vllm:cache_config_info`` labels (block size, block count)."""
+    text = httpx.get(engine.base_url + "/metrics", timeout=30).text
+    return family_samples(text, "vllm:cache_config_info")[0][0]
+
+
+@pytest.fixture(scope="module")
+def sim_config(engine, demo_assets, cache_info) -> SimConfig:
+    """The simulator configured like the engine fixture."""
+    return SimConfig(
+        model=engine.model, model_path=str(demo_assets.base), max_model_len=MAX_MODEL_LEN,
+        lora_modules={n: str(demo_assets.adapters[n]) for n in ("chat", "coding")},
+        max_loras=MAX_LORAS, max_cpu_loras=MAX_CPU_LORAS,
+        block_size=int(cache_info["block_size"]),
+        kv_cache_blocks=int(cache_info["num_gpu_blocks"]),
+        tool_call_parser=None, check_adapter_paths=True, itl_s=0.002,
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def sim(sim_config) -> Iterator[str]:
+    """A simulator replica configured like the engine fixture; yields its URL."""
+    with SimulatorCluster(config=sim_config) as cluster:
+        yield cluster.urls[0]
+
+
+def family_samples(text: str, name: str) -> list[tuple[dict[str, str], float]]:
+    for family in text_string_to_metric_families(text):
+        if family.name == name:
+            return [(dict(s.labels), s.value) for s in family.samples]
+    return []
+
+
+def shape(value: Any) -> Any:
+    """Keys and JSON types, recursively; no values."""
+    if isinstance(value, dict):
+        return {k: shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [shape(v) for v in value[:1]]
+    return type(value).__name__
+
+
+def send(client: httpx.Client, method: str, path: str, body: Any) -> httpx.Response:
+    if isinstance(body, bytes):
+        return client.request(method, path, content=body,
+                              headers={"Content-Type": "application/json"})  # fmt: skip
+    return client.request(method, path, json=body)
+
+
+def answer(response: httpx.Response) -> dict[str, Any]:
+    """What must match: status, content type, body shape, error fields, usage, finish."""
+    out: dict[str, Any] = {"status": response.status_code}
+    kind = response.headers.get("content-type", "").split(";")[0]
+    out["type"] = kind
+    if kind == "text/event-stream":
+        events = parse_sse(response.text)
+        out["done"] = events[-1] == "[DONE]"
+        chunks = [e for e in events if isinstance(e, dict)]
+        out["first"], out["last"] = shape(chunks[0]), shape(chunks[-1])
+        out["middle"] = [shape(c) for c in chunks[1:-2]][:1]
+        out["usage"] = chunks[-1].get("usage")
+        return out
+    if kind != "application/json":
+        out["text"] = response.text
+        return out
+    body = response.json()
+    if isinstance(body, dict) and isinstance(body.get("error"), dict):
+        error = body["error"]
+        out["error"] = {k: error[k] for k in ("type", "param", "code")}
+        out["message"] = error["message"]
+        return out
+    out["shape"] = shape(body)
+    if isinstance(body, dict) and "usage" in body:
+        out["usage"] = body["usage"]
+        choice = body["choices"][0]
+        out["finish"] = (choice["finish_reason"], choice.get("stop_reason"))
+    if isinstance(body, dict) and body.get("object") == "list":
+        out["ids"] = [m["id"] for m in body["data"]]
+    return out
+
+
+def test_same_requests_get_the_same_answers(engine, sim, demo_assets):
+    agent = str(demo_assets.adapters["agent"])
+    diffs = []
+    with (
+        httpx.Client(base_url=engine.base_url, timeout=60) as real,
+        httpx.Client(base_url=sim, timeout=60) as fake,
+    ):
+        for case, method, path, body in CASES:
+            if isinstance(body, dict):
+                body = json.loads(json.dumps(body).replace("{agent}", agent))
+            want = answer(send(real, method, path, body))
+            got = answer(send(fake, method, path, body))
+            for field in DELIBERATE_FIELDS.get(case, ((), ""))[0]:
+                want.pop(field, None), got.pop(field, None)
+            if case == "models":  # other tests may have loaded adapters on the engine
+                want["ids"] = [i for i in want["ids"] if i in got["ids"]]
+            if want != got:
+                diffs.append(f"{case}:\n  real: {want}\n  sim:  {got}")
+    assert not diffs, "\n".join(diffs)
+
+
+def scrape(client: httpx.Client) -> dict[str, Any]:
+    text = client.get("/metrics").text
+    values = {
+        (name, labels.get("reason", "")): value
+        for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
+                     "vllm:num_requests_waiting_by_reason", "vllm:kv_cache_usage_perc")
+        for labels, value in family_samples(text, name)
+    }  # fmt: skip
+    lora = family_samples(text, "vllm:lora_requests_info")
+    newest = max(lora, key=lambda s: s[1])[0] if lora else {}
+    return {
+        "running": values[("vllm:num_requests_running", "")],
+        "waiting": values[("vllm:num_requests_waiting", "")],
+        "deferred": values[("vllm:num_requests_waiting_by_reason", "deferred")],
+        "capacity": values[("vllm:num_requests_waiting_by_reason", "capacity")],
+        "usage": values[("vllm:kv_cache_usage_perc", "")],
+        "lora": newest,
+    }
+
+
+def run_over_adapters(url: str, adapters: dict[str, str]) -> list[dict[str, Any]]:
+    """Load two more adapters, send one request per adapter (4 over 2 slots) at once,
+    scrape /metrics all along, unload; the scrapes."""
+    prompt = "hello world " * 24  # 121 tokens: one 128-token block, a second after 8 more
+    observed: list[dict[str, Any]] = []
+    stop = threading.Event()
+
+    def scraper() -> None:
+        with httpx.Client(base_url=url, timeout=30) as metrics:
+            while not stop.is_set():
+                observed.append(scrape(metrics))
+                time.sleep(0.02)
+
+    def one(model: str) -> None:
+        body = {"model": model, "prompt": prompt, "max_tokens": OUTPUT, "ignore_eos": True}
+        r = httpx.post(url + C, json=body, timeout=120)
+        assert r.status_code == 200, r.text
+
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for name, path in adapters.items():
+            r = client.post(LOAD, json={"lora_name": name, "lora_path": path})
+            assert r.status_code == 200, r.text
+        try:
+            watcher = threading.Thread(target=scraper)
+            watcher.start()
+            workers = [threading.Thread(target=one, args=(m,))
+                       for m in ("chat", "coding", *adapters)]  # fmt: skip
+            for w in workers:
+                w.start()
+            for w in workers:
+                w.join()
+            time.sleep(0.3)
+            stop.set()
+            watcher.join()
+            observed.append(scrape(client))
+        finally:
+            for name in adapters:
+                client.post(UNLOAD, json={"lora_name": name})
+    return observed
+
+
+def scheduler_facts(observed: list[dict[str, Any]], blocks: int, block_size: int) -> set[str]:
+    """What the scrapes show, as statements both engines must make true."""
+    facts = set()
+    listed: set[str] = set()
+    for s in observed:
+        names = [n for n in s["lora"].get("running_lora_adapters", "").split(",") if n]
+        assert s["lora"].get("waiting_lora_adapters") == s["lora"].get("running_lora_adapters")
+        assert len(names) <= MAX_LORAS, s
+        listed.update(names)
+        assert s["waiting"] == s["deferred"] + s["capacity"], s
+        used = s["usage"] * (blocks - 1)
+        assert abs(used - round(used)) < 1e-6, s  # whole blocks of the usable ones
+        per_request = -(-(PROMPT_TOKENS + OUTPUT) // block_size)
+        assert round(used) <= s["running"] * per_request, s
+        if s["running"] == 2 and s["deferred"] == 2:
+            facts.add("two run while two wait for a LoRA slot")
+        if s["running"] and s["usage"] > 0:
+            facts.add("running requests hold KV blocks")
+        if round(used) > s["running"] > 0:
+            facts.add("KV blocks grow with generated tokens")
+    if len(listed) == 4:
+        facts.add("every adapter was listed once it ran")
+    last = observed[-1]
+    if last["running"] == last["waiting"] == last["usage"] == 0:
+        facts.add("idle: nothing running, nothing waiting, no KV blocks in use")
+    if last["lora"].get("running_lora_adapters") == "":
+        facts.add("idle: no adapter listed")
+    return facts
+
+
+def test_scheduler_metrics_mean_the_same(engine, sim_config, demo_assets, cache_info):
+    adapters = {name: str(demo_assets.adapters[src]) for name, src in EXTRA_ADAPTERS.items()}
+    blocks, block_size = int(cache_info["num_gpu_blocks"]), int(cache_info["block_size"])
+    expected = {
+        "two run while two wait for a LoRA slot",
+        "running requests hold KV blocks",
+        "KV blocks grow with generated tokens",
+        "every adapter was listed once it ran",
+        "idle: nothing running, nothing waiting, no KV blocks in use",
+        "idle: no adapter listed",
+    }
+    real_seen = run_over_adapters(engine.base_url, adapters)
+    # Tokens 60 ms apart: each state lasts long enough to be scraped on a busy machine.
+    with SimulatorCluster(config=replace(sim_config, itl_s=0.06)) as cluster:
+        sim_seen = run_over_adapters(cluster.urls[0], adapters)
+    for name, seen in (("real engine", real_seen), ("simulator", sim_seen)):
+        facts = scheduler_facts(seen, blocks, block_size)
+        assert facts == expected, f"{name}: missing {expected - facts}; scrapes: {trace(seen)}"
+
+
+def trace(observed: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The distinct consecutive states scraped, for a failure message."""
+    states = [
+        (s["running"], s["waiting"], s["deferred"], round(s["usage"], 6),
+         s["lora"].get("running_lora_adapters"))
+        for s in observed
+    ]  # fmt: skip
+    return [st for i, st in enumerate(states) if i == 0 or st != states[i - 1]]
+
+
+def families(text: str) -> dict[str, tuple[str, frozenset[str], tuple[str, ...]]]:
+    """vLLM family -> (type, label names, histogram bucket bounds)."""
+    out = {}
+    for family in text_string_to_metric_families(text):
+        if not family.name.startswith("vllm:"):
+            continue  # process/python collectors of the API server
+        labels = frozenset(k for s in family.samples for k in s.labels if k != "le")
+        buckets = tuple(dict.fromkeys(
+            s.labels["le"] for s in family.samples if s.name.endswith("_bucket")
+        ))  # fmt: skip
+        out[family.name] = (family.type, labels, buckets)
+    return out
+
+
+def test_metric_families_labels_and_buckets_match(engine, sim, cache_info):
+    for url in (engine.base_url, sim):  # lora_requests_info appears with the first request
+        assert httpx.post(url + C, json=comp(), timeout=60).status_code == 200
+    real_text = httpx.get(engine.base_url + "/metrics", timeout=30)
+    sim_text = httpx.get(sim + "/metrics", timeout=30)
+    assert real_text.headers["content-type"] == sim_text.headers["content-type"]
+    real, fake = families(real_text.text), families(sim_text.text)
+    kept = {n: spec for n, spec in real.items() if n.removesuffix("_created") not in DELIBERATE}
+    assert {n: kept[n] for n in sorted(kept)} == {n: fake[n] for n in sorted(fake) if n in kept}
+    assert set(fake) - set(kept) == set(), "families the real engine does not have"
+    sim_cache = family_samples(sim_text.text, "vllm:cache_config_info")[0][0]
+    assert sim_cache == {**cache_info, "kv_cache_memory_bytes": sim_cache["kv_cache_memory_bytes"]}
