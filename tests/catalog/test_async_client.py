@@ -89,6 +89,7 @@ async def test_unreachable_catalog_is_status_zero(tmp_path: Path) -> None:
 
 def test_relative_download_urls_join_the_catalog_url() -> None:
     cat = AsyncCatalogClient("http://catalog.example:8080/prefix")
-    assert cat.absolute_url("/v1/blobs/x") == "http://catalog.example:8080/v1/blobs/x"
+    # Catalog paths are relative to the catalog URL, prefix included.
+    assert cat.absolute_url("/v1/blobs/x") == "http://catalog.example:8080/prefix/v1/blobs/x"
     assert cat.absolute_url("v1/blobs/x") == "http://catalog.example:8080/prefix/v1/blobs/x"
     assert cat.absolute_url("https://s3.example/b?sig=1") == "https://s3.example/b?sig=1"
