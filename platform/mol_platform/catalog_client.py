@@ -99,6 +99,11 @@ def join_url(catalog_url: str, url: str) -> str:
     return catalog_url.rstrip("/") + "/" + url.lstrip("/")
 
 
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
+
+
 def _q(value: str) -> str:
     return quote(value, safe="")
 
@@ -437,8 +442,14 @@ class AsyncCatalogClient:
         a partial file when this raises.
         """
         digest = hashlib.sha256()
+        target = self.absolute_url(url)
+        request = self._http.build_request("GET", target)
+        if _origin(target) != _origin(self.url):
+            # A presigned object-store URL: the catalog's token is not for that host.
+            request.headers.pop("Authorization", None)
         try:
-            async with self._http.stream("GET", self.absolute_url(url)) as response:
+            response = await self._http.send(request, stream=True)
+            try:
                 if response.is_error:
                     await response.aread()
                     raise _error_from(response)
@@ -446,6 +457,8 @@ class AsyncCatalogClient:
                     async for block in response.aiter_bytes(chunk):
                         digest.update(block)
                         out.write(block)
+            finally:
+                await response.aclose()
         except httpx.TransportError as exc:
             raise CatalogError(0, "ConnectionError",
                                f"cannot download {url} from {self.url}: {exc}") from None
