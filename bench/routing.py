@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import os
 import signal
 import sys
 import tempfile
@@ -166,8 +167,10 @@ def http_leg(args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival
         "|---|---:|---:|---:|---:|---:|",
         *(http_row(r) for r in results),
         "",
-        f"HTTP leg: the first {args.http_duration:g} s of the same workload ({len(part):,} "
-        f"requests), run {1 / speed:g}x slower than nominal over HTTP and scaled back. "
+        f"HTTP leg (load average {os.getloadavg()[2]:.1f} over the last 15 minutes, on "
+        f"this shared machine): the first {args.http_duration:g} s of the same workload "
+        f"({len(part):,} requests), run {1 / speed:g}x slower than nominal over HTTP and "
+        f"scaled back. "
         f"vllm-router's best policy here (fewest failures, then lowest TTFT p99): "
         f"`{best.label.split()[-1]}`; ours vs it: TTFT p99 {ms(results[0], 99):.0f} vs "
         f"{ms(best, 99):.0f} ms, loads {results[0].loads_per_1000:.0f} vs "
@@ -237,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
             "## Routing: replica-picking policies on simulated vLLM replicas",
             "",
             f"Run {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {machine_info().markdown()}; "
-            f"`{command.strip()}` ({time.monotonic() - started:.0f} s wall, virtual clock).",
+            f"`{command.strip()}` ({time.monotonic() - started:.0f} s wall; the first table "
+            "on a virtual clock, the second in real time).",
             "",
             f"Fleet: {shape.replicas} replicas, max_loras {shape.max_loras}, max_num_seqs "
             f"{shape.max_num_seqs}, TTFT {shape.ttft_s * 1000:g} ms once running, ITL "
