@@ -63,6 +63,10 @@ async def classify(rt: Runtime, upstreams: Upstreams, body: dict[str, Any], chat
     try:
         async with asyncio.timeout(rt.config.timeouts.classifier):
             resolved = await rt.resolver.resolve(routing.experts[name].adapter)
+            if not resolved.compatible:
+                log.info("classifier adapter %s is incompatible; using the default expert",
+                         resolved.name)
+                return None
             payload = orjson.dumps({
                 "model": resolved.name,
                 "messages": [{"role": "system", "content": instructions(routing)},

@@ -8,7 +8,6 @@ target expert, the summary added as system context, and the client sees one answ
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +19,9 @@ _DESCRIPTION = ("Hand this conversation to a better-suited expert. Call it only 
                 "another expert should answer; summarize what the user needs.")
 
 
-@functools.lru_cache(maxsize=256)
-def _tool(targets: tuple[str, ...], descriptions: tuple[str, ...]) -> dict[str, Any]:
-    """Built once per expert set (read-only afterwards: it is only serialized)."""
-    listing = "; ".join(f"{t}: {d or t}" for t, d in zip(targets, descriptions, strict=True))
+def tool(targets: Sequence[str], descriptions: dict[str, str]) -> dict[str, Any]:
+    """The tool offered to an expert (built once per config: it is only serialized)."""
+    listing = "; ".join(f"{t}: {descriptions.get(t) or t}" for t in targets)
     return {"type": "function", "function": {
         "name": TOOL_NAME,
         "description": f"{_DESCRIPTION} Experts: {listing}.",
@@ -34,12 +32,11 @@ def _tool(targets: tuple[str, ...], descriptions: tuple[str, ...]) -> dict[str, 
             "required": ["expert", "summary"]}}}
 
 
-def offer(body: dict[str, Any], targets: Sequence[str], descriptions: dict[str, str],
+def offer(body: dict[str, Any], tool_def: dict[str, Any] | None,
           client_tools: list[Any] | None) -> None:
-    """Set ``body["tools"]`` to the client's tools plus ``handoff`` (none left: theirs)."""
-    if targets:
-        desc = tuple(descriptions.get(t, "") for t in targets)
-        body["tools"] = [*(client_tools or ()), _tool(tuple(targets), desc)]
+    """Set ``body["tools"]`` to the client's tools plus ``handoff`` (None: theirs)."""
+    if tool_def is not None:
+        body["tools"] = [*(client_tools or ()), tool_def]
     elif client_tools is None:
         body.pop("tools", None)
     else:

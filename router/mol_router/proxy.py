@@ -9,6 +9,7 @@ with the target expert (up to ``maxHops``); the client sees one response.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import time
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from mol_router.state import Runtime
 from mol_router.tenants import OPEN, Tenant
 from mol_router.upstream import Upstreams
 
+log = logging.getLogger("mol.router")
 _SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 _RID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
@@ -59,15 +61,15 @@ class GenerationProxy:
         self.rt = runtime
         self.up = Upstreams(runtime)
 
-    async def chat(self, request: web.Request) -> web.StreamResponse:
+    async def chat(self, request: web.BaseRequest) -> web.StreamResponse:
         return await self.handle(request, "/v1/chat/completions", chat=True)
 
-    async def completions(self, request: web.Request) -> web.StreamResponse:
+    async def completions(self, request: web.BaseRequest) -> web.StreamResponse:
         return await self.handle(request, "/v1/completions", chat=False)
 
     # --- the request ---------------------------------------------------------------
 
-    async def handle(self, request: web.Request, path: str, *, chat: bool
+    async def handle(self, request: web.BaseRequest, path: str, *, chat: bool
                      ) -> web.StreamResponse:
         started = time.perf_counter()
         rid = _request_id(request.headers.get("x-request-id"))
@@ -87,7 +89,8 @@ class GenerationProxy:
                 raise RouterError(403, f"this API key may not use adapters of namespace "
                                   f"{choice.ref.split('/', 1)[0]!r}", "namespace_forbidden",
                                   param="model")
-            served = Served(choice, await self._resolve(choice), [choice.expert])
+            choice, resolved = await self._resolve(choice)
+            served = Served(choice, resolved, [choice.expert])
             body.pop("router", None)
             if body.get("stream") is True:
                 resp, code = await self._stream(request, path, body, chat, served, tenant,
@@ -114,7 +117,7 @@ class GenerationProxy:
             else:
                 rt.metrics.request_done("none", "", "", code, elapsed)
 
-    def _tenant(self, request: web.Request) -> Tenant:
+    def _tenant(self, request: web.BaseRequest) -> Tenant:
         keys = self.rt.keys
         tenant = OPEN
         if keys.enabled:
@@ -132,7 +135,7 @@ class GenerationProxy:
                               f"{wait:.1f} s", "rate_limit_exceeded", retry_after=wait)
         return tenant
 
-    async def _body(self, request: web.Request, chat: bool) -> dict[str, Any]:
+    async def _body(self, request: web.BaseRequest, chat: bool) -> dict[str, Any]:
         limits = self.rt.limits
         limit = limits.body_limit
         if request.content_length is not None and request.content_length > limit:
@@ -178,23 +181,37 @@ class GenerationProxy:
         self.rt.metrics.decision(choice.mode, choice.expert)
         return choice
 
-    async def _resolve(self, choice: Choice) -> Resolved:
+    async def _resolve(self, choice: Choice) -> tuple[Choice, Resolved]:
+        """The immutable adapter for a choice. A canary that cannot be served (unknown,
+        catalog down, incompatible) falls back to the stable version rather than failing
+        its users; anything else that cannot be served is refused."""
         try:
             resolved = await self.rt.resolver.resolve(choice.ref)
         except Unresolved as exc:
-            if choice.expert == ADAPTER_LABEL and exc.status == 404:
-                raise RouterError(404, f"adapter {choice.ref}: {exc.detail}",
-                                  "model_not_found", param="model") from None
-            raise RouterError(503, f"cannot resolve {choice.ref} for expert "
-                              f"{choice.expert!r}: {exc.detail}", "catalog_unavailable",
-                              retry_after=5.0) from None
+            if not choice.canary:
+                raise self._unresolved(choice, exc) from None
+            resolved = None
+        if choice.canary and (resolved is None or not resolved.compatible):
+            log.warning("canary %s of expert %s cannot be served; using the stable version",
+                        choice.ref, choice.expert)
+            stable = Choice(choice.expert, self.rt.routing.experts[choice.expert].adapter,
+                            choice.mode)
+            return await self._resolve(stable)
+        assert resolved is not None
         if not resolved.compatible:
             self.rt.metrics.rejected("incompatible")
             reasons = "; ".join(str(r.get("message", r)) for r in resolved.reasons)
             raise RouterError(422, f"{resolved.name} is not compatible with serving profile "
                               f"{self.rt.config.profile!r}: {reasons}", "adapter_incompatible",
                               extra={"reasons": list(resolved.reasons)})
-        return resolved
+        return choice, resolved
+
+    def _unresolved(self, choice: Choice, exc: Unresolved) -> RouterError:
+        if choice.expert == ADAPTER_LABEL and exc.status == 404:
+            return RouterError(404, f"adapter {choice.ref}: {exc.detail}", "model_not_found",
+                               param="model")
+        return RouterError(503, f"cannot resolve {choice.ref} for expert {choice.expert!r}: "
+                           f"{exc.detail}", "catalog_unavailable", retry_after=5.0)
 
     # --- handoff ----------------------------------------------------------------------
 
@@ -203,20 +220,21 @@ class GenerationProxy:
         """Offer the handoff tool for this hop; the experts it may name (none: not
         offered)."""
         routing = self.rt.routing
-        current = served.choice.expert
-        targets: list[str] = []
-        if current != ADAPTER_LABEL and hops < routing.config.handoff_max_hops:
-            targets = [n for n in routing.classifier_choices if n != current]
-        handoff.offer(body, targets, {n: e.description for n, e in routing.experts.items()},
-                      client_tools)
-        return frozenset(targets)
+        offer = None
+        if hops < routing.config.handoff_max_hops:
+            offer = routing.handoff_tools.get(served.choice.expert)
+        if offer is None:
+            handoff.offer(body, None, client_tools)
+            return frozenset()
+        handoff.offer(body, offer[0], client_tools)
+        return offer[1]
 
     async def _hand_over(self, body: dict[str, Any], served: Served, call: handoff.Call,
                          user: str | None) -> None:
         routing = self.rt.routing
         source = served.choice.expert
         served.choice = routing.expert_choice(call.expert, "handoff", user)
-        served.resolved = await self._resolve(served.choice)
+        served.choice, served.resolved = await self._resolve(served.choice)
         served.path.append(call.expert)
         body["model"] = served.resolved.name
         body["messages"] = handoff.continue_messages(body["messages"], source, call.summary)
@@ -309,7 +327,7 @@ class GenerationProxy:
 
     # --- streams ----------------------------------------------------------------------
 
-    async def _stream(self, request: web.Request, path: str, body: dict[str, Any],
+    async def _stream(self, request: web.BaseRequest, path: str, body: dict[str, Any],
                       chat: bool, served: Served, tenant: Tenant, user: str | None,
                       headers: dict[str, str], started: float
                       ) -> tuple[web.StreamResponse, int]:
@@ -387,7 +405,11 @@ class GenerationProxy:
             if hop.call is not None:
                 source = served.choice.expert
                 hops += 1
-                await self._hand_over(body, served, hop.call, user)
+                try:
+                    await self._hand_over(body, served, hop.call, user)
+                except RouterError as exc:  # e.g. the target's adapter is incompatible
+                    await self._stream_error(out, exc.status, exc.message, exc.code)
+                    return out, exc.status
                 await out.write(f": mol-handoff {source}>{hop.call.expert} "
                                 f"{served.resolved.name}\n\n".encode())
                 continue
@@ -440,9 +462,9 @@ def _parse_body(data: bytes, chat: bool) -> dict[str, Any]:
 def _check_fields(body: dict[str, Any], chat: bool) -> None:
     """The fields the router itself reads; the engine validates the rest (its 400s
     pass through)."""
-    for name, types in _TYPES.items():
-        value = body.get(name)
-        if value is not None and (not isinstance(value, types) or (
+    for name, value in body.items():
+        types = _TYPES.get(name)
+        if types is not None and value is not None and (not isinstance(value, types) or (
                 isinstance(value, bool) and bool not in types)):
             expected = " or ".join(t.__name__.replace("dict", "object").replace(
                 "list", "array").replace("str", "string") for t in types)

@@ -76,6 +76,7 @@ class AdapterResolver:
         self._warming: set[asyncio.Task[None]] = set()
         self._listings: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self.feed_ok = False  # True while the event feed is being followed
+        self._warned = False
 
     # --- request path ----------------------------------------------------------------
 
@@ -204,9 +205,11 @@ class AdapterResolver:
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the catalog is down or answering nonsense
-                if self.feed_ok:
-                    log.warning("catalog event feed unavailable (%s); serving from cache", exc)
-                self.feed_ok = False
+                if self.feed_ok or not self._warned:
+                    log.warning("catalog event feed unavailable (%s); serving from cache, "
+                                "retrying every %.0f s", exc or type(exc).__name__,
+                                _RETRY_SECONDS)
+                self.feed_ok, self._warned = False, True
                 await asyncio.sleep(_RETRY_SECONDS)
 
     async def _apply(self, events: list[dict[str, Any]]) -> None:

@@ -16,9 +16,11 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from mol_platform.refs import AdapterRef, RefError
 from mol_platform.router_config import RouterConfig, RouterExpert
+from mol_router import handoff
 from mol_router.errors import RouterError
 
 ADAPTER_LABEL = "adapter"  # the expert label of requests that name an adapter directly
@@ -46,6 +48,8 @@ class Routing:
     namespaces: frozenset[str]
     classifier_choices: tuple[str, ...]
     models_list: str  # for 404 messages
+    # expert -> (its handoff tool, the experts it may name); absent: nothing to offer
+    handoff_tools: dict[str, tuple[dict[str, Any], frozenset[str]]]
 
     @classmethod
     def build(cls, config: RouterConfig) -> Routing:
@@ -56,8 +60,14 @@ class Routing:
         if config.adapter_namespaces:
             listed.append(" or adapters " + ", ".join(f"{ns}/<name>@<ref>"
                                                        for ns in config.adapter_namespaces))
+        tools = {}
+        for name in experts:
+            targets = tuple(n for n in choices if n != name)
+            if targets:
+                descriptions = {n: experts[n].description for n in targets}
+                tools[name] = (handoff.tool(targets, descriptions), frozenset(targets))
         return cls(config, experts, frozenset({AUTO, config.deployment}),
-                   frozenset(config.adapter_namespaces), choices, ", ".join(listed))
+                   frozenset(config.adapter_namespaces), choices, ", ".join(listed), tools)
 
     def refs(self) -> list[str]:
         """Every reference the config names (to resolve ahead of traffic)."""

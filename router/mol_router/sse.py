@@ -49,11 +49,20 @@ class StreamHop:
         self.done = False
 
     def feed(self, chunk: bytes) -> bytes:
+        if (not self._buf and not self._first and not self._held
+                and chunk.endswith(b"\n\n") and b"prompt_tokens" not in chunk
+                and DONE not in chunk and not (self.handoff and b"tool_calls" in chunk)):
+            # Whole events that need nothing from us: the usual token chunk, sent as is.
+            if self.rewrite_id is not None and self._id is not None:
+                return chunk.replace(self._id, self.rewrite_id)
+            return chunk
         buf = self._buf + chunk if self._buf else chunk
         if b"\n\n" not in buf:
             self._buf = buf
             return b""
-        *events, self._buf = buf.replace(b"\r\n", b"\n").split(b"\n\n")
+        if b"\r" in buf:
+            buf = buf.replace(b"\r\n", b"\n")
+        *events, self._buf = buf.split(b"\n\n")
         out = [e for e in map(self._event, events) if e]
         return b"".join(out)
 

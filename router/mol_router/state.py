@@ -61,12 +61,21 @@ class StaticResolver:
 
     feed_ok = True
 
+    def __init__(self) -> None:
+        self._cache: dict[str, Resolved] = {}
+
     async def resolve(self, ref: str) -> Resolved:
+        hit = self._cache.get(ref)
+        if hit is not None:
+            return hit
         parsed = AdapterRef.parse(ref)
         if parsed.version is None:
             raise Unresolved(404, f"{ref}: without catalogUrl only @vN references can be "
                              "served")
-        return Resolved(parsed.adapter, parsed.version, "", True)
+        if len(self._cache) > 100_000:
+            self._cache.clear()
+        hit = self._cache[ref] = Resolved(parsed.adapter, parsed.version, "", True)
+        return hit
 
     def warm(self, refs: object) -> None:
         return None
@@ -118,14 +127,19 @@ class Runtime:
                                          limit_per_host=self.settings.max_connections_per_engine,
                                          ttl_dns_cache=60, enable_cleanup_closed=True)
         self.session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False, skip_auto_headers=("User-Agent",),
+            connector=connector, auto_decompress=False,
+            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
             timeout=aiohttp.ClientTimeout(total=None))
         cfg = self.config
         self.tracker = EngineTracker(self.session, scrape_interval=cfg.scrape_interval_seconds,
                                      eject_after_failures=cfg.eject_after_failures,
                                      readmit_after=cfg.readmit_after_seconds,
                                      on_adapter_load=self._adapter_loaded)
-        await self.apply(cfg, first=True)
+        try:
+            await self.apply(cfg, first=True)
+        except BaseException:
+            await self.stop()
+            raise
         await self.tracker.start()
         self.metrics.ready_child.set_function(lambda: len(self.tracker.ready_endpoints())
                                               if self.tracker is not None else 0)

@@ -127,6 +127,21 @@ async def test_incompatible_adapter_is_refused_with_reasons(
         assert not sims.state(0).received
 
 
+async def test_a_canary_that_cannot_be_served_falls_back_to_stable(
+        catalog: str, router_config: Any, start_router: Any, ready: Any) -> None:
+    cfg = router_config(["http://127.0.0.1:9"], catalog_url=catalog, profile=PROFILE,
+                        experts=[{"name": "chat", "adapter": "demo/chat@stable",
+                                  "canary": {"adapter": "demo/big@stable", "weight": 100}}])
+    async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        cfg = cfg.model_copy(update={"endpoints": sims.urls})
+        async with start_router(cfg) as router, httpx.AsyncClient(timeout=10) as http:
+            await ready(router)
+            r = await _ask(http, router.url, user="anyone")
+            assert r.status_code == 200, r.text
+            assert r.headers["x-mol-adapter-version"] == "demo/chat@v1"
+            assert "x-mol-canary" not in r.headers
+
+
 async def test_models_lists_the_namespace_adapters(
         catalog: str, router_config: Any, start_router: Any) -> None:
     cfg = _config(router_config, ["http://127.0.0.1:9"], catalog)

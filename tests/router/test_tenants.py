@@ -3,6 +3,7 @@ with Retry-After over the request or token rate; tokens counted per tenant."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from pathlib import Path
 from typing import Any
@@ -88,3 +89,31 @@ async def test_token_rate_limit(router_config: Any, start_router: Any, ready: An
                                  headers=_auth(ACME)) as resp:
                 assert resp.status == 429
                 assert int(resp.headers["Retry-After"]) >= 1
+
+
+def _rewrite(path: Path, text: str) -> None:
+    path.write_text(text)
+
+
+async def test_keys_file_changes_are_picked_up(router_config: Any, start_router: Any,
+                                               ready: Any, tmp_path: Path) -> None:
+    keys = tmp_path / "keys.yaml"
+    _keys(keys)
+    async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        cfg = router_config(sims.urls, api_keys_file=str(keys))
+        async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+            await ready(router)
+            url = router.url + "/v1/chat/completions"
+            new_key = "sk-new-0123456789abcdef0"
+            async with http.post(url, json={"messages": MSG}, headers=_auth(new_key)) as r:
+                assert r.status == 401
+            _rewrite(keys, f"keys:\n  - tenant: newcomer\n    key: {new_key}\n")
+            for _ in range(100):  # the reload interval is 0.1 s in tests
+                async with http.post(url, json={"messages": MSG},
+                                     headers=_auth(new_key)) as r:
+                    if r.status == 200:
+                        break
+                await asyncio.sleep(0.05)
+            assert r.status == 200
+            async with http.post(url, json={"messages": MSG}, headers=_auth(ACME)) as r:
+                assert r.status == 401  # revoked with the file
