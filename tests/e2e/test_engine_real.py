@@ -72,12 +72,8 @@ def test_unknown_adapter_is_404(client):
 def test_chat_completion_uses_the_chat_template(engine, client):
     r = client.post(
         "/v1/chat/completions",
-        json={
-            "model": "coding",
-            "messages": [{"role": "user", "content": "hello"}],
-            "max_tokens": 8,
-            "temperature": 0,
-        },
+        json={"model": "coding", "messages": [{"role": "user", "content": "hello"}],
+              "max_tokens": 8, "temperature": 0},
     )
     assert r.status_code == 200, r.text
     body = r.json()
@@ -93,10 +89,7 @@ def test_launcher_reports_the_cpu_build(engine_venv):
     )
     out = subprocess.run(
         [str(engine_venv / "bin" / "python"), "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
+        capture_output=True, text=True, timeout=60, check=True,
     )
     patched, installed = out.stdout.split()
     assert patched == f"{installed}+cpu"

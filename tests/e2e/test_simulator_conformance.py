@@ -15,6 +15,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import httpx
@@ -127,17 +128,22 @@ def cache_info(engine) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def sim(engine, demo_assets, cache_info) -> Iterator[str]:
-    """A simulator replica configured like the engine fixture; yields its URL."""
-    config = SimConfig(
+def sim_config(engine, demo_assets, cache_info) -> SimConfig:
+    """The simulator configured like the engine fixture."""
+    return SimConfig(
         model=engine.model, model_path=str(demo_assets.base), max_model_len=MAX_MODEL_LEN,
         lora_modules={n: str(demo_assets.adapters[n]) for n in ("chat", "coding")},
         max_loras=MAX_LORAS, max_cpu_loras=MAX_CPU_LORAS,
         block_size=int(cache_info["block_size"]),
         kv_cache_blocks=int(cache_info["num_gpu_blocks"]),
-        tool_call_parser=None, check_adapter_paths=True, itl_s=0.02,
+        tool_call_parser=None, check_adapter_paths=True, itl_s=0.002,
     )  # fmt: skip
-    with SimulatorCluster(config=config) as cluster:
+
+
+@pytest.fixture(scope="module")
+def sim(sim_config) -> Iterator[str]:
+    """A simulator replica configured like the engine fixture; yields its URL."""
+    with SimulatorCluster(config=sim_config) as cluster:
         yield cluster.urls[0]
 
 
@@ -217,8 +223,8 @@ def test_same_requests_get_the_same_answers(engine, sim, demo_assets):
     assert not diffs, "\n".join(diffs)
 
 
-def scrape(url: str) -> dict[str, Any]:
-    text = httpx.get(url + "/metrics", timeout=30).text
+def scrape(client: httpx.Client) -> dict[str, Any]:
+    text = client.get("/metrics").text
     values = {
         (name, labels.get("reason", "")): value
         for name in ("vllm:num_requests_running", "vllm:num_requests_waiting",
@@ -245,9 +251,10 @@ def run_over_adapters(url: str, adapters: dict[str, str]) -> list[dict[str, Any]
     stop = threading.Event()
 
     def scraper() -> None:
-        while not stop.is_set():
-            observed.append(scrape(url))
-            time.sleep(0.03)
+        with httpx.Client(base_url=url, timeout=30) as metrics:
+            while not stop.is_set():
+                observed.append(scrape(metrics))
+                time.sleep(0.02)
 
     def one(model: str) -> None:
         body = {"model": model, "prompt": prompt, "max_tokens": OUTPUT, "ignore_eos": True}
@@ -270,7 +277,7 @@ def run_over_adapters(url: str, adapters: dict[str, str]) -> list[dict[str, Any]
             time.sleep(0.3)
             stop.set()
             watcher.join()
-            observed.append(scrape(url))
+            observed.append(scrape(client))
         finally:
             for name in adapters:
                 client.post(UNLOAD, json={"lora_name": name})
@@ -307,7 +314,7 @@ def scheduler_facts(observed: list[dict[str, Any]], blocks: int, block_size: int
     return facts
 
 
-def test_scheduler_metrics_mean_the_same(engine, sim, demo_assets, cache_info):
+def test_scheduler_metrics_mean_the_same(engine, sim_config, demo_assets, cache_info):
     adapters = {name: str(demo_assets.adapters[src]) for name, src in EXTRA_ADAPTERS.items()}
     blocks, block_size = int(cache_info["num_gpu_blocks"]), int(cache_info["block_size"])
     expected = {
@@ -318,10 +325,23 @@ def test_scheduler_metrics_mean_the_same(engine, sim, demo_assets, cache_info):
         "idle: nothing running, nothing waiting, no KV blocks in use",
         "idle: no adapter listed",
     }
-    real = scheduler_facts(run_over_adapters(engine.base_url, adapters), blocks, block_size)
-    fake = scheduler_facts(run_over_adapters(sim, adapters), blocks, block_size)
-    assert real == expected
-    assert fake == expected
+    real_seen = run_over_adapters(engine.base_url, adapters)
+    # Tokens 60 ms apart: each state lasts long enough to be scraped on a busy machine.
+    with SimulatorCluster(config=replace(sim_config, itl_s=0.06)) as cluster:
+        sim_seen = run_over_adapters(cluster.urls[0], adapters)
+    for name, seen in (("real engine", real_seen), ("simulator", sim_seen)):
+        facts = scheduler_facts(seen, blocks, block_size)
+        assert facts == expected, f"{name}: missing {expected - facts}; scrapes: {trace(seen)}"
+
+
+def trace(observed: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    """The distinct consecutive states scraped, for a failure message."""
+    states = [
+        (s["running"], s["waiting"], s["deferred"], round(s["usage"], 6),
+         s["lora"].get("running_lora_adapters"))
+        for s in observed
+    ]  # fmt: skip
+    return [st for i, st in enumerate(states) if i == 0 or st != states[i - 1]]
 
 
 def families(text: str) -> dict[str, tuple[str, frozenset[str], tuple[str, ...]]]:

@@ -221,3 +221,33 @@ async def test_adapter_loads_counter_counts_slot_and_host_loads(http):
         state = sims.state()
     assert loads(text) == {"gpu": 3.0, "cpu": float(sum(state.cpu_loads.values()))}
     assert state.slot_loads == {"a": 2, "b": 1}
+
+
+async def test_scheduler_metrics_only_keeps_what_a_router_reads(http):
+    config = SimConfig(model="tiny", lora_modules={"a": "/a"}, detailed_metrics=False)
+    async with AsyncSimulatorCluster(config=config) as sims:
+        base = sims.urls[0]
+        status, _ = await call(http, "POST", base + "/v1/completions",
+                               {"model": "a", "prompt": "x"})  # fmt: skip
+        assert status == 200
+        async with http.get(base + "/metrics") as resp:
+            families = text_string_to_metric_families(await resp.text())
+            names = {f.name for f in families if not f.name.endswith("_created")}
+    assert names == {
+        "vllm:num_requests_running", "vllm:num_requests_waiting",
+        "vllm:num_requests_waiting_by_reason", "vllm:kv_cache_usage_perc",
+        "vllm:lora_requests_info", "vllm:cache_config_info", "mol_sim_adapter_loads",
+    }  # fmt: skip
+
+
+async def test_chat_template_refusal_is_a_400(tmp_path, http):
+    write_model_folder(tmp_path)
+    refusing = {"chat_template": "{{ raise_exception('roles must alternate') }}"}
+    (tmp_path / "tokenizer_config.json").write_text(json.dumps(refusing))
+    async with AsyncSimulatorCluster(config=SimConfig(model_path=str(tmp_path))) as sims:
+        status, answer = await call(http, "POST", sims.urls[0] + "/v1/chat/completions",
+                                    {"messages": MESSAGES})  # fmt: skip
+    assert status == 400
+    assert isinstance(answer, dict)
+    assert answer["error"]["type"] == "BadRequestError"
+    assert "roles must alternate" in answer["error"]["message"]

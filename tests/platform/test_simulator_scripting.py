@@ -74,6 +74,7 @@ async def test_streamed_tool_call_deltas(sim, http):
     assert events[-1] == "[DONE]"
     deltas = [e["choices"][0]["delta"] for e in events[:-1]]
     assert deltas[0] == {"role": "assistant", "content": ""}
+    assert all(d["content"] is None for d in deltas[1:-1])  # set explicitly, as vLLM does
     head = deltas[1]["tool_calls"][0]
     assert head["index"] == 0
     assert head["type"] == "function"

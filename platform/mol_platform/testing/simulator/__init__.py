@@ -13,7 +13,8 @@ from mol_platform.testing.simulator.cluster import AsyncSimulatorCluster, Simula
 from mol_platform.testing.simulator.config import SimConfig
 from mol_platform.testing.simulator.model import ReceivedRequest, ReplicaState
 from mol_platform.testing.simulator.scripting import FailureSpec, ScriptRule, ToolCallSpec
-from mol_platform.testing.simulator.server import REPLICA_HEADER, SimServer
+from mol_platform.testing.simulator.server import SimServer
+from mol_platform.testing.simulator.shapes import REPLICA_HEADER
 from mol_platform.testing.simulator.sse import newest_lora_info, parse_sse
 from mol_platform.testing.simulator.textgen import (
     chat_prompt,

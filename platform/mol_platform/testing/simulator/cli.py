@@ -69,6 +69,10 @@ def build_parser() -> argparse.ArgumentParser:
         "without --enable-auto-tool-choice (default hermes)",
     )  # fmt: skip
     p.add_argument(
+        "--scheduler-metrics-only", action="store_true",
+        help="/metrics carries only the scheduler families (cheaper scrapes, many replicas)",
+    )  # fmt: skip
+    p.add_argument(
         "--check-adapter-paths", action="store_true",
         help="loading an adapter needs PATH/adapter_config.json on disk (404 otherwise)",
     )  # fmt: skip
@@ -93,6 +97,7 @@ def config_from_args(args: argparse.Namespace) -> SimConfig:
         kv_cache_blocks=args.kv_cache_blocks,
         tool_call_parser=None if args.tool_call_parser == "none" else args.tool_call_parser,
         check_adapter_paths=args.check_adapter_paths,
+        detailed_metrics=not args.scheduler_metrics_only,
     )
 
 

@@ -51,6 +51,10 @@ class SimConfig:
     tool_call_parser: str | None = "hermes"
     """``--enable-auto-tool-choice --tool-call-parser``; None answers requests with
     ``tools`` (and ``tool_choice`` other than ``none``) 400 as vLLM does without it."""
+    detailed_metrics: bool = True
+    """Expose every vLLM family; off, ``/metrics`` carries only the scheduler families
+    (requests running/waiting, KV-cache usage and config, ``lora_requests_info``,
+    ``mol_sim_adapter_loads_total``), ~10x cheaper to scrape for many-replica runs."""
     check_adapter_paths: bool = False
     """Require ``<path>/adapter_config.json`` on disk when an adapter is loaded
     (404 ``NotFoundError`` otherwise, as vLLM); off, any path is accepted."""

@@ -167,7 +167,6 @@ class TokenClock:
             metrics.iteration_tokens.observe(request.prompt_tokens + 1)
         else:
             metrics.itl.observe(now - self.last)
-            metrics.iteration_tokens.observe(1)
         self.last = now
         self.engine.token(request)
         metrics.generation_tokens.inc()

@@ -62,12 +62,17 @@ class SimMetrics:
     def __init__(self, engine: SlotEngine) -> None:
         self.engine = engine
         cfg = engine.config
-        self.registry = reg = CollectorRegistry()
+        self.registry = sched = CollectorRegistry()
+        """The scheduler families a router or autoscaler reads: always exposed."""
+        self.detail_registry = reg = CollectorRegistry()
+        """Every other family: exposed unless ``SimConfig.detailed_metrics`` is off."""
         labels = ["model_name", "engine"]
         self._values = values = (cfg.model, "0")
 
-        def gauge(name: str, doc: str, extra: Sequence[str] = ()) -> Gauge:
-            return Gauge(name, doc, [*labels, *extra], registry=reg)
+        def gauge(
+            name: str, doc: str, extra: Sequence[str] = (), registry: CollectorRegistry = sched
+        ) -> Gauge:
+            return Gauge(name, doc, [*labels, *extra], registry=registry)
 
         def counter(name: str, doc: str) -> Counter:
             return Counter(name, doc, labels, registry=reg).labels(*values)
@@ -97,6 +102,7 @@ class SimMetrics:
             "is awake; weights_offloaded = 1 means sleep level 1; discard_all = 1 means "
             "sleep level 2.",
             ["sleep_state"],
+            registry=reg,
         )
         for state in SLEEP_STATES:
             sleep.labels(*values, state).set(1 if state == "awake" else 0)
@@ -243,29 +249,40 @@ class SimMetrics:
             "vllm:lora_requests_info",
             "Running stats on lora requests.",
             ["max_lora", "waiting_lora_adapters", "running_lora_adapters"],
-            registry=reg,
+            registry=sched,
         )
         cache_info = cache_config_labels(engine)
         Gauge(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
             list(cache_info),
-            registry=reg,
+            registry=sched,
         ).labels(**cache_info).set(1)
         self.adapter_loads = Counter(
             "mol_sim_adapter_loads",
             "Simulator only: adapters brought into GPU slots (tier=gpu) or read into host "
             "memory (tier=cpu) that were not resident there.",
             [*labels, "tier"],
-            registry=reg,
+            registry=sched,
         )
         self._loads_seen = {"gpu": 0, "cpu": 0}
         for tier in self._loads_seen:
             self.adapter_loads.labels(*values, tier)
         self._last_lora_stamp = 0.0
-        self._lora_written = False
-        engine.listeners.append(self.update)
+        self._lora_names: str | None = None
+        engine.listeners.append(self._changed)
         self.update()
+
+    def _changed(self) -> None:
+        """After each scheduler change: a new ``lora_requests_info`` label set, if any.
+
+        The gauges are only read when scraped, so :meth:`update` sets them then; the
+        adapter list is written on every change so that its label sets pile up as
+        vLLM's do.
+        """
+        engine = self.engine
+        if engine.requests_by_model and ",".join(engine.lora_requests) != self._lora_names:
+            self._write_lora_info()
 
     def update(self) -> None:
         """Record the engine's scheduler state, as vLLM does after every step."""
@@ -280,9 +297,13 @@ class SimMetrics:
             if total > self._loads_seen[tier]:
                 self.adapter_loads.labels(*self._values, tier).inc(total - self._loads_seen[tier])
                 self._loads_seen[tier] = total
-        if not engine.requests_by_model:
-            return  # vLLM writes no lora_requests_info before the first request
+        if engine.requests_by_model:  # vLLM writes none before the first request
+            self._write_lora_info()
+
+    def _write_lora_info(self) -> None:
+        engine = self.engine
         names = ",".join(engine.lora_requests)
+        self._lora_names = names
         # Strictly increasing, so the newest label set is unambiguous.
         stamp = max(time.time(), self._last_lora_stamp + 1e-6)
         self._last_lora_stamp = stamp
@@ -294,7 +315,10 @@ class SimMetrics:
 
     def exposition(self) -> bytes:
         self.update()
-        return generate_latest(self.registry)
+        text = generate_latest(self.registry)
+        if self.engine.config.detailed_metrics:
+            text += generate_latest(self.detail_registry)
+        return text
 
 
 def cache_config_labels(engine: SlotEngine) -> dict[str, str]:

@@ -18,6 +18,8 @@ from mol_platform.testing.simulator.model import AdapterInfo, EngineError
 VLLM_VERSION = "0.32.0"
 """The vLLM release whose API the simulator follows (``/version``)."""
 FINGERPRINT = f"vllm-{VLLM_VERSION}-sim"
+REPLICA_HEADER = "x-sim-replica"
+"""Response header naming the replica that answered (simulator only)."""
 
 
 def new_id(prefix: str) -> str:

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
+from mol_platform.testing.simulator.textgen import PromptError
+
 
 class TokenCounter(Protocol):
     def completion(self, prompt: str) -> int: ...
@@ -36,8 +38,11 @@ class ModelTokenCounter:
     """The model folder's ``tokenizer.json`` and ``tokenizer_config.json`` chat template."""
 
     def __init__(self, folder: Path) -> None:
+        from jinja2 import TemplateError
         from jinja2.sandbox import ImmutableSandboxedEnvironment
         from tokenizers import Tokenizer
+
+        self._template_error = TemplateError
 
         self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         config_path = folder / "tokenizer_config.json"
@@ -52,6 +57,7 @@ class ModelTokenCounter:
         self._render: Callable[..., str] | None = None
         if isinstance(template, str):
             env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+            env.globals["raise_exception"] = _raise_template_error
             self._render = env.from_string(template).render
 
     def completion(self, prompt: str) -> int:
@@ -60,8 +66,17 @@ class ModelTokenCounter:
     def chat(self, messages: list[dict[str, Any]], prompt: str) -> int:
         if self._render is None:
             return self.completion(prompt)
-        text = self._render(messages=messages, add_generation_prompt=True, **self._specials)
+        try:
+            text = self._render(messages=messages, add_generation_prompt=True, **self._specials)
+        except self._template_error as exc:  # vLLM answers 400 with the template's reason
+            raise PromptError(f"the chat template cannot render these messages: {exc}") from None
         return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+
+def _raise_template_error(message: str) -> None:
+    from jinja2 import TemplateError
+
+    raise TemplateError(message)
 
 
 def _token_text(value: Any) -> str:
