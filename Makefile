@@ -8,10 +8,11 @@ BIN := $(VENV)/bin
 PACKAGES := -p mol_platform -p mol_catalog -p mol_operator -p mol_router
 PYTEST_ARGS ?= -v --durations=15
 
-.PHONY: demo test deps system venv engine lint typecheck imports pytest bench bench-operator clean
+.PHONY: demo test deps system venv engine lint typecheck imports pytest bench bench-serve bench-operator clean
 
+# The engine venv is built on first use (~3 min, progress on the terminal), then reused.
 demo: venv
-	$(BIN)/mol up --demo
+	VENV="$$(bash scripts/engine-venv.sh)" && MOL_ENGINE_VENV="$$VENV" $(BIN)/mol up
 
 test: deps lint typecheck imports pytest
 
@@ -45,6 +46,10 @@ pytest: venv
 
 bench: venv
 	$(BIN)/python bench/catalog.py
+
+bench-serve: venv
+	VENV="$$(bash scripts/engine-venv.sh)" && MOL_ENGINE_VENV="$$VENV" \
+	  $(BIN)/python bench/time_to_serve.py
 
 bench-operator: venv
 	$(BIN)/python bench/operator_scale.py

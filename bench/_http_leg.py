@@ -58,7 +58,11 @@ def replicas(shape: FleetShape, max_tokens: int, log: Path) -> Iterator[list[str
         yield urls
     finally:
         proc.terminate()
-        proc.wait(10)
+        try:
+            proc.wait(5)
+        except subprocess.TimeoutExpired:  # streams still open: do not wait for them
+            proc.kill()
+            proc.wait(5)
 
 
 def gpu_loads(urls: Sequence[str]) -> int:

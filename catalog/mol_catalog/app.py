@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query
 from fastapi.exceptions import RequestValidationError
@@ -12,58 +13,87 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 
-from mol_catalog import blob_gc
+from mol_catalog import blob_gc, leftovers
 from mol_catalog.adapters.endpoints import router as adapters_router
 from mol_catalog.adapters.sample import NameSample
 from mol_catalog.auth import Principal
 from mol_catalog.base_models.endpoints import router as base_models_router
+from mol_catalog.blob_verify import router as verify_router
 from mol_catalog.blobs import open_blob_store
 from mol_catalog.db import Database
+from mol_catalog.db_urls import Timeouts
 from mol_catalog.deps import Catalog, get_catalog, get_principal
 from mol_catalog.errors import (
+    ERROR_RESPONSES,
+    RETRY_AFTER_SECONDS,
     BadRequest,
     CatalogError,
+    ErrorBody,
     NotFound,
     ValidationFailed,
     catalog_error_handler,
     json_response,
+    unexpected_error_handler,
 )
 from mol_catalog.events.endpoints import router as events_router
 from mol_catalog.fast import CatalogApp
 from mol_catalog.metrics import CatalogMetrics, MetricsMiddleware
+from mol_catalog.outages import outage_exception_types, outage_handler
 from mol_catalog.profiles.endpoints import router as profiles_router
 from mol_catalog.resolve.endpoints import router as resolve_router
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens.endpoints import router as tokens_router
+from mol_catalog.util import ResponseBody
 
 ops = APIRouter(tags=["operations"])
+READY_TIMEOUT = 5.0  # seconds each backend may take to answer a readiness probe
+MAX_GRACE_SECONDS = 10 * 365 * 86400.0
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-@ops.get("/healthz")
+class StatusOut(ResponseBody):
+    status: str
+
+
+class GcOut(ResponseBody):
+    deleted: list[str]
+    kept: int
+
+
+NO_AUTH: dict[str, Any] = {"security": []}
+
+
+@ops.get("/healthz", response_model=StatusOut, openapi_extra=NO_AUTH)
 async def healthz() -> Response:
     return json_response({"status": "ok"})
 
 
-@ops.get("/readyz")
+@ops.get("/readyz", response_model=StatusOut, openapi_extra=NO_AUTH,
+         responses={503: {"model": ErrorBody, "description": "A backend is unreachable"}})
 async def readyz(catalog: CatalogDep) -> Response:
-    try:
-        await catalog.db.ping()
-    except Exception as exc:
-        return json_response({"error": "NotReady", "detail": f"database unreachable: {exc}"}, 503)
+    """Ready when both the database and the blob store answer (each within its timeout)."""
+    for what, ping in (("database", catalog.db.ping), ("blob store", catalog.blobs.ping)):
+        try:
+            await asyncio.wait_for(ping(), READY_TIMEOUT)
+        except Exception as exc:
+            return json_response({"error": "NotReady",
+                                  "detail": f"{what} unreachable: {exc!r}"}, 503,
+                                 {"Retry-After": str(RETRY_AFTER_SECONDS)})
     return json_response({"status": "ready"})
 
 
-@ops.get("/metrics")
+@ops.get("/metrics", response_class=Response, openapi_extra=NO_AUTH, responses={200: {
+    "description": "Prometheus text exposition",
+    "content": {"text/plain": {"schema": {"type": "string"}}}}})
 async def metrics(catalog: CatalogDep) -> Response:
     body, ctype = catalog.metrics.render()
     return Response(body, media_type=ctype)
 
 
-@ops.post("/v1/admin/gc")
+@ops.post("/v1/admin/gc", response_model=GcOut)
 async def run_gc(catalog: CatalogDep, who: PrincipalDep,
-                 grace_seconds: float = Query(3600.0, ge=0)) -> Response:
+                 grace_seconds: float = Query(3600.0, ge=0, le=MAX_GRACE_SECONDS)) -> Response:
     """Delete blobs no version references that are older than the grace period (admin)."""
     who.require_admin()
     return json_response(await blob_gc.collect(catalog.db, catalog.blobs, grace_seconds))
@@ -98,9 +128,11 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        db = Database(settings.db_url, settings.pool_size)
+        db = Database(settings.db_url, settings.pool_size,
+                      Timeouts(settings.db_timeout, settings.db_connect_timeout))
         blobs = open_blob_store(settings.blob_url, settings.s3_endpoint_url,
-                                settings.presign_seconds)
+                                settings.presign_seconds, settings.s3_timeout)
+        await leftovers.clean_at_start(blobs, settings.leftover_grace_seconds)
         names = NameSample(settings.search_sample)
         app.state.catalog = Catalog(settings=settings, db=db, blobs=blobs, metrics=metrics_obj,
                                     names=names)
@@ -114,11 +146,14 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
     app = CatalogApp(title="MoL catalog", version="1", lifespan=lifespan,
                   description="Versions LoRA adapters and knows which base model each fits.")
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
-                   events_router, tokens_router, ops):
-        app.include_router(router)
+                   events_router, tokens_router, ops, verify_router):
+        app.include_router(router, responses=ERROR_RESPONSES)
     app.add_exception_handler(CatalogError, catalog_error_handler)
     app.add_exception_handler(RequestValidationError, _validation_handler)
     app.add_exception_handler(StarletteHTTPException, _http_handler)
+    for exc_type in outage_exception_types():
+        app.add_exception_handler(exc_type, outage_handler)
+    app.add_exception_handler(Exception, unexpected_error_handler)
     app.add_middleware(MetricsMiddleware, metrics=metrics_obj)
     return app
 

@@ -30,15 +30,6 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def valid_scope(scope: str) -> bool:
-    from mol_platform.refs import is_valid_name
-
-    if scope in ("read", "admin"):
-        return True
-    kind, _, ns = scope.partition(":")
-    return kind in ("read", "publish") and is_valid_name(ns)
-
-
 @dataclass(frozen=True)
 class Principal:
     """Who is calling and what they may do."""

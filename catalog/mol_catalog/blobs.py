@@ -13,7 +13,7 @@ import base64
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -23,6 +23,7 @@ from mol_catalog.presign import PROBE_KEY, Presigner, Target
 
 CHUNK = 1024 * 1024
 CONFLICT_RETRIES = 5
+DEFAULT_S3_TIMEOUT = 20.0  # seconds per S3 attempt (connect, and between bytes read)
 
 
 class BlobUrlError(ValueError):
@@ -52,6 +53,9 @@ class BlobStore(Protocol):
 
     async def exists(self, digest: str) -> bool: ...
 
+    async def size(self, digest: str) -> int | None:
+        """The stored blob's size in bytes, None when it is not there."""
+
     def read(self, digest: str) -> AsyncIterator[bytes]: ...
 
     async def read_range(self, digest: str, start: int, end: int) -> bytes:
@@ -60,6 +64,14 @@ class BlobStore(Protocol):
     async def list(self) -> list[BlobInfo]: ...
 
     async def delete(self, digest: str) -> None: ...
+
+    async def ping(self) -> None:
+        """Raise when the store cannot be used (readiness)."""
+
+    async def clean_partials(self, older_than: float,
+                             owner_gone: Callable[[int], bool] | None = None) -> int:
+        """Remove partial writes a killed process left, last changed before ``older_than``
+        (unix time) or, when ``owner_gone`` is given, of a process it says is gone."""
 
     def download_url(self, digest: str, base_url: str) -> str: ...
 
@@ -101,6 +113,12 @@ class LocalBlobStore:
     async def exists(self, digest: str) -> bool:
         return self._path(digest).exists()
 
+    async def size(self, digest: str) -> int | None:
+        try:
+            return self._path(digest).stat().st_size
+        except FileNotFoundError:
+            return None
+
     async def read(self, digest: str) -> AsyncIterator[bytes]:
         path = self._path(digest)
         if not path.exists():
@@ -135,6 +153,32 @@ class LocalBlobStore:
     async def delete(self, digest: str) -> None:
         self._path(digest).unlink(missing_ok=True)
 
+    async def ping(self) -> None:
+        if not os.access(self.dir, os.W_OK | os.X_OK):
+            raise OSError(f"blob directory {self.dir} is missing or not writable")
+
+    async def clean_partials(self, older_than: float,
+                             owner_gone: Callable[[int], bool] | None = None) -> int:
+        """Partial files are ``.<hex>.<pid>.<ns>`` (see ``_put_sync``)."""
+
+        def _clean() -> int:
+            removed = 0
+            for entry in os.scandir(self.dir):
+                parts = entry.name.split(".")
+                if not entry.name.startswith(".") or len(parts) != 4:
+                    continue
+                try:
+                    gone = (owner_gone is not None and parts[2].isdigit()
+                            and owner_gone(int(parts[2])))
+                    if gone or entry.stat().st_mtime < older_than:
+                        os.unlink(entry.path)
+                        removed += 1
+                except FileNotFoundError:
+                    continue  # renamed into place or removed meanwhile
+            return removed
+
+        return await asyncio.to_thread(_clean)
+
     def download_url(self, digest: str, base_url: str) -> str:
         return f"{base_url.rstrip('/')}/v1/blobs/sha256/{_hex(digest)}"
 
@@ -148,7 +192,8 @@ class S3BlobStore:
     serves_downloads = False
 
     def __init__(self, bucket: str, prefix: str = "", endpoint_url: str | None = None,
-                 presign_seconds: int = 3600, client: Any = None) -> None:
+                 presign_seconds: int = 3600, client: Any = None,
+                 timeout: float = DEFAULT_S3_TIMEOUT) -> None:
         import boto3
         from boto3.s3.transfer import TransferConfig
         from botocore.config import Config
@@ -158,12 +203,17 @@ class S3BlobStore:
         self.presign_seconds = presign_seconds
         self._presigner: Presigner | None = None
         # Digests are ours (sha256, sent as ChecksumSHA256): no extra CRC/MD5 pass by
-        # botocore; a pool large enough for every concurrent publish's uploads.
+        # botocore; a pool large enough for every concurrent publish's uploads. Each
+        # attempt may take ``timeout`` to connect and as long between bytes read, and a
+        # call makes at most two: a store that stops answering costs a request about
+        # twice the timeout, not botocore's default minutes.
         self.client = client or boto3.session.Session().client(
             "s3", endpoint_url=endpoint_url,
             config=Config(signature_version="s3v4", max_pool_connections=64,
                           request_checksum_calculation="when_required",
-                          response_checksum_validation="when_required"))
+                          response_checksum_validation="when_required",
+                          connect_timeout=timeout, read_timeout=timeout,
+                          retries={"mode": "standard", "total_max_attempts": 2}))
         # Multipart above 64 MiB, in 64 MiB parts.
         self.transfer = TransferConfig(multipart_threshold=64 * 1024 * 1024,
                                        multipart_chunksize=64 * 1024 * 1024)
@@ -208,16 +258,19 @@ class S3BlobStore:
         raise AssertionError("unreachable")
 
     async def exists(self, digest: str) -> bool:
+        return await self.size(digest) is not None
+
+    async def size(self, digest: str) -> int | None:
         from botocore.exceptions import ClientError
 
         try:
-            await asyncio.to_thread(self.client.head_object, Bucket=self.bucket,
-                                    Key=self._key(digest))
+            head = await asyncio.to_thread(self.client.head_object, Bucket=self.bucket,
+                                           Key=self._key(digest))
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
-                return False
+                return None
             raise
-        return True
+        return int(head["ContentLength"])
 
     async def read(self, digest: str) -> AsyncIterator[bytes]:
         from botocore.exceptions import ClientError
@@ -263,6 +316,28 @@ class S3BlobStore:
         await asyncio.to_thread(self.client.delete_object, Bucket=self.bucket,
                                 Key=self._key(digest))
 
+    async def ping(self) -> None:
+        await asyncio.to_thread(self.client.head_bucket, Bucket=self.bucket)
+
+    async def clean_partials(self, older_than: float,
+                             owner_gone: Callable[[int], bool] | None = None) -> int:
+        """Incomplete multipart uploads of blobs started before ``older_than`` (S3 keeps
+        their parts, and bills them, until they are aborted)."""
+
+        def _clean() -> int:
+            removed = 0
+            paginator = self.client.get_paginator("list_multipart_uploads")
+            for page in paginator.paginate(Bucket=self.bucket,
+                                           Prefix=f"{self.prefix}blobs/sha256/"):
+                for up in page.get("Uploads", []):
+                    if up["Initiated"].timestamp() < older_than:
+                        self.client.abort_multipart_upload(Bucket=self.bucket, Key=up["Key"],
+                                                           UploadId=up["UploadId"])
+                        removed += 1
+            return removed
+
+        return await asyncio.to_thread(_clean)
+
     def download_url(self, digest: str, base_url: str) -> str:
         """A presigned GET URL, signed by our own SigV4 presigner (botocore's costs ~1 ms)."""
         presigner = self._presigner or self._make_presigner()
@@ -291,13 +366,15 @@ class S3BlobStore:
 
 
 def open_blob_store(url: str, endpoint_url: str | None = None,
-                    presign_seconds: int = 3600) -> BlobStore:
+                    presign_seconds: int = 3600,
+                    timeout: float = DEFAULT_S3_TIMEOUT) -> BlobStore:
     """``file:///dir`` (or a plain path) -> LocalBlobStore; ``s3://bucket/prefix`` -> S3."""
     parsed = urlparse(url)
     if parsed.scheme == "s3":
         if not parsed.netloc:
             raise BlobUrlError(f"blob URL {url!r} names no bucket: use s3://bucket/prefix")
-        return S3BlobStore(parsed.netloc, parsed.path, endpoint_url, presign_seconds)
+        return S3BlobStore(parsed.netloc, parsed.path, endpoint_url, presign_seconds,
+                           timeout=timeout)
     if parsed.scheme == "file":
         path = (parsed.netloc + parsed.path) if parsed.netloc else parsed.path
         return LocalBlobStore(Path(path))

@@ -61,17 +61,26 @@ def serve(
     )] = None,
     workers: Annotated[int, typer.Option(help="Server worker processes.")] = 1,
     no_auth: Annotated[bool, typer.Option(
-        "--no-auth", help="Accept requests without a token (loopback development only).",
+        "--no-auth", help="Accept requests without a token, every caller as admin "
+        "(refused unless --host is a loopback address).",
+    )] = False,
+    insecure_no_auth: Annotated[bool, typer.Option(
+        "--insecure-no-auth", help="INSECURE: allow --no-auth on a non-loopback address, "
+        "so anyone who can reach it is admin.",
     )] = False,
 ) -> None:
     """Run the catalog service (REST API, /metrics, /healthz, /readyz).
 
     Example: mol catalog serve --db sqlite:///.mol/catalog.db --blobs file:///.mol/blobs
     """
+    from mol_catalog.server import InsecureBind
     from mol_catalog.server import serve as run_server
 
-    run_server(host=host, port=port, db=db, blobs=blobs, workers=workers,
-               auth=False if no_auth else None)
+    try:
+        run_server(host=host, port=port, db=db, blobs=blobs, workers=workers,
+                   auth=False if no_auth else None, insecure=insecure_no_auth)
+    except InsecureBind as exc:
+        fail(str(exc), code=2)
 
 
 @app.command()

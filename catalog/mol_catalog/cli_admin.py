@@ -1,4 +1,4 @@
-"""``mol catalog`` administration verbs: base models, serving profiles, tokens, gc."""
+"""``mol catalog`` administration verbs: base models, serving profiles, tokens, gc, verify."""
 
 from __future__ import annotations
 
@@ -158,7 +158,8 @@ def gc(
     grace: Annotated[str, typer.Option(
         help="Keep unreferenced blobs younger than this (90s, 30m, 1h, 2d).")] = "1h",
 ) -> None:
-    """Delete blobs no version references, older than the grace period (admin).
+    """Delete blobs no version references, older than the grace period (admin), and
+    leftovers of interrupted publishes (temp upload folders, partial blobs) as old.
 
     Example: mol catalog gc --grace 2h
     """
@@ -166,9 +167,64 @@ def gc(
     with catalog(ctx) as client:
         result = client.gc(seconds)
     deleted = result.get("deleted") or []
-    typer.echo(f"deleted {len(deleted)} blobs, kept {result.get('kept', 0)}")
+    typer.echo(f"deleted {len(deleted)} blobs, kept {result.get('kept', 0)}; removed "
+               f"{result.get('leftovers_removed', 0)} leftovers of interrupted publishes")
     for digest in deleted:
         typer.echo(f"  {digest}")
+
+
+def migrate(
+    db: Annotated[str | None, typer.Option(
+        help="Database URL (default: MOL_CATALOG_DB_URL).")] = None,
+    revision: Annotated[str, typer.Option(help="Alembic revision to upgrade to.")] = "head",
+) -> None:
+    """Upgrade the catalog's database schema (Alembic), then exit.
+
+    What the Helm chart's pre-install/pre-upgrade Job runs; `serve` migrates at start
+    unless MOL_CATALOG_MIGRATE=false.
+
+    Example: MOL_CATALOG_DB_URL=postgresql://mol@db/mol mol catalog migrate
+    """
+    from mol_catalog.db import migrate as run_migrations
+    from mol_catalog.settings import CatalogSettings
+
+    url = db or CatalogSettings().db_url
+    run_migrations(url, revision)
+    typer.echo(f"database at revision {revision}")
+
+
+def verify(
+    ctx: typer.Context,
+    sample: Annotated[int | None, typer.Option(
+        min=1, help="Check this many referenced blobs, picked at random (default: all).")]
+    = None,
+    content: Annotated[bool, typer.Option(
+        "--content/--no-content",
+        help="Read each checked blob back and hash it (--no-content: presence and size "
+        "only, one HEAD or stat per blob).")] = True,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report.")] = False,
+) -> None:
+    """Check that every blob a version references is stored, with its size and digest
+    (admin). Exits 1 when any is missing or damaged and lists the versions affected;
+    publishing the same files again stores a missing blob again.
+
+    Example: mol catalog verify --sample 1000
+    """
+    with catalog(ctx) as client:
+        report = client.verify(sample, content)
+    if as_json:
+        print_json(report)
+    else:
+        typer.echo(f"checked {report.get('checked', 0)} of {report.get('referenced', 0)} "
+                   f"referenced blobs: {len(report.get('missing') or [])} missing, "
+                   f"{len(report.get('corrupt') or [])} damaged")
+        for bad in [*(report.get("missing") or []), *(report.get("corrupt") or [])]:
+            more = bad.get("version_count", 0) - len(bad.get("versions") or [])
+            typer.echo(f"  {bad.get('digest')}: {bad.get('reason')}; used by "
+                       f"{', '.join(bad.get('versions') or [])}"
+                       + (f" and {more} more" if more > 0 else ""))
+    if not report.get("ok", False):
+        raise typer.Exit(1)
 
 
 def register_admin(app: typer.Typer) -> None:
@@ -177,4 +233,6 @@ def register_admin(app: typer.Typer) -> None:
     app.add_typer(profile_app, name="profile")
     app.add_typer(token_app, name="token")
     app.command("gc")(gc)
+    app.command("migrate")(migrate)
+    app.command("verify")(verify)
 

@@ -24,48 +24,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, c
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.elements import ClauseElement
 
+from mol_catalog.db_urls import PoolSizes, Timeouts, async_url, asyncpg_args, psycopg_args
+from mol_catalog.db_urls import is_sqlite as is_sqlite  # re-exported (server, migrations)
+from mol_catalog.db_urls import sync_url as sync_url
 from mol_catalog.models import Event, utcnow
 
 # Arbitrary constant: the advisory lock that orders outbox inserts on Postgres.
 EVENTS_LOCK_KEY = 0x6D6F6C5F657674  # "mol_evt"
-
-
-class DatabaseUrlError(ValueError):
-    """A database URL the catalog cannot use."""
-
-
-def async_url(url: str) -> str:
-    """The async-driver form of a user URL (sqlite:///x, postgresql://, +psycopg, +asyncpg)."""
-    parsed = make_url(url)
-    backend = parsed.get_backend_name()
-    if backend == "sqlite":
-        return str(parsed.set(drivername="sqlite+aiosqlite"))
-    if backend == "postgresql":
-        driver = parsed.get_driver_name() if "+" in parsed.drivername else ""
-        if driver in ("psycopg", "asyncpg"):
-            return parsed.render_as_string(hide_password=False)
-        if driver in ("", "psycopg2"):  # a plain postgresql:// URL gets asyncpg
-            return parsed.set(drivername="postgresql+asyncpg").render_as_string(
-                hide_password=False
-            )
-    raise DatabaseUrlError(
-        f"unsupported database URL {url!r}: use sqlite:///path or "
-        "postgresql+asyncpg://... / postgresql+psycopg://..."
-    )
-
-
-def sync_url(url: str) -> str:
-    """The sync-driver form (Alembic): pysqlite or psycopg 3."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        return str(parsed.set(drivername="sqlite"))
-    if parsed.get_backend_name() == "postgresql":
-        return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-    raise DatabaseUrlError(f"unsupported database URL {url!r}")
-
-
-def is_sqlite(url: str) -> bool:
-    return make_url(url).get_backend_name() == "sqlite"
 
 
 def _prepare_sqlite_path(url: str) -> None:
@@ -74,12 +39,15 @@ def _prepare_sqlite_path(url: str) -> None:
         Path(database).parent.mkdir(parents=True, exist_ok=True)
 
 
-def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
+def create_engine(url: str, pool_size: int = 10, timeouts: Timeouts | None = None,
+                  ) -> AsyncEngine:
     """An async engine for the URL; on SQLite with WAL, a busy timeout and explicit BEGINs."""
+    timeouts = timeouts or Timeouts()
     aurl = async_url(url)
     if is_sqlite(url):
         _prepare_sqlite_path(url)
-        engine = create_async_engine(aurl, connect_args={"timeout": 60},
+        # The busy timeout: how long a writer waits for the write lock.
+        engine = create_async_engine(aurl, connect_args={"timeout": timeouts.statement},
                                      json_deserializer=orjson.loads)
 
         @event.listens_for(engine.sync_engine, "connect")
@@ -100,10 +68,21 @@ def create_engine(url: str, pool_size: int = 10) -> AsyncEngine:
             conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get("mol_write", False) else "BEGIN")
 
         return engine
+    raw = asyncpg_args(url, timeouts)
+    sizes = PoolSizes.of(pool_size, raw is not None)
     # JSON columns are decoded with orjson (listings decode two per row).
-    return create_async_engine(aurl, pool_size=pool_size, max_overflow=pool_size,
-                               json_deserializer=orjson.loads,
-                               pool_pre_ping=False)
+    common: dict[str, Any] = {"pool_size": sizes.engine, "max_overflow": sizes.engine_overflow,
+                              "pool_timeout": timeouts.statement,
+                              "json_deserializer": orjson.loads, "pool_pre_ping": False}
+    if raw is not None:
+        import asyncpg
+
+        # Our own connect: the URL's libpq parameters reach asyncpg as a libpq DSN.
+        async def connect() -> Any:
+            return await asyncpg.connect(**raw)
+
+        return create_async_engine("postgresql+asyncpg://", async_creator=connect, **common)
+    return create_async_engine(aurl, connect_args=psycopg_args(url, timeouts), **common)
 
 
 @dataclass
@@ -250,18 +229,20 @@ def datetime_value(value: Any) -> datetime | None:
 class Database:
     """The engine plus factories for read and write units of work."""
 
-    def __init__(self, url: str, pool_size: int = 10) -> None:
+    def __init__(self, url: str, pool_size: int = 10, timeouts: Timeouts | None = None,
+                 ) -> None:
         self.url = url
         self.postgres = not is_sqlite(url)
-        self.engine = create_engine(url, pool_size)
+        self.timeouts = timeouts or Timeouts()
+        self.engine = create_engine(url, pool_size, self.timeouts)
         self._write_engine = self.engine.execution_options(mol_write=True)
         # Single-statement reads run without BEGIN/ROLLBACK round trips: AUTOCOMMIT on
         # Postgres; on SQLite the driver already autocommits and the begin hook stands down.
         self._read_engine = (self.engine.execution_options(mol_autocommit=True)
                              if not self.postgres else
                              self.engine.execution_options(isolation_level="AUTOCOMMIT"))
-        self._pool_size = pool_size
-        self._raw_args = _asyncpg_args(url) if self.postgres else None
+        self._raw_args = asyncpg_args(url, self.timeouts) if self.postgres else None
+        self.pool_sizes = PoolSizes.of(pool_size, self._raw_args is not None)
         self._raw_pools: dict[bool, Any] = {}
         self._raw_lock = asyncio.Lock()
 
@@ -295,7 +276,7 @@ class Database:
         """
         if self._raw_args is not None:
             pool = self._raw_pools.get(generic_plans) or await self._open_raw_pool(generic_plans)
-            async with pool.acquire() as raw:
+            async with pool.acquire(timeout=self.timeouts.statement) as raw:
                 yield Reader(self.engine.dialect, raw=raw)
             return
         async with self._read_engine.connect() as conn:
@@ -306,11 +287,15 @@ class Database:
 
         async with self._raw_lock:
             if generic_plans not in self._raw_pools:
-                settings = {**READ_SESSION, **({"plan_cache_mode": "force_generic_plan"}
-                                               if generic_plans else {})}
+                args = dict(self._raw_args or {})
+                settings = {**args.pop("server_settings"), **READ_SESSION,
+                            **({"plan_cache_mode": "force_generic_plan"}
+                               if generic_plans else {})}
+                size = (self.pool_sizes.search_reads if generic_plans
+                        else self.pool_sizes.reads)
                 self._raw_pools[generic_plans] = await asyncpg.create_pool(
-                    **(self._raw_args or {}), min_size=1, max_size=self._pool_size,
-                    init=_text_timestamps, reset=_keep_session, server_settings=settings)
+                    **args, min_size=1, max_size=size, init=_text_timestamps,
+                    reset=_keep_session, server_settings=settings)
         return self._raw_pools[generic_plans]
 
     async def ping(self) -> None:
@@ -338,22 +323,6 @@ async def _text_timestamps(conn: Any) -> None:
 async def _keep_session(_conn: Any) -> None:
     """Read connections change no session state, so releasing one costs no reset query
     (asyncpg still rolls back a transaction left open)."""
-
-
-def _asyncpg_args(url: str) -> dict[str, Any] | None:
-    """asyncpg.connect() arguments for a Postgres URL using asyncpg, else None (psycopg
-    URLs keep SQLAlchemy's read path)."""
-    parsed = make_url(async_url(url))
-    if parsed.get_driver_name() != "asyncpg":
-        return None
-    args: dict[str, Any] = parsed.translate_connect_args(username="user")
-    query = dict(parsed.query)
-    ssl = query.pop("ssl", None) or query.pop("sslmode", None)
-    if ssl is not None:
-        args["ssl"] = ssl
-    if query:
-        raise DatabaseUrlError(f"unsupported options in database URL: {sorted(query)}")
-    return args
 
 
 def migrations_dir() -> Path:

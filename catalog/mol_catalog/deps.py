@@ -33,10 +33,11 @@ class Catalog:
     metrics: CatalogMetrics = field(default_factory=CatalogMetrics)
     names: NameSample = field(default_factory=NameSample)  # picks a search's first step
 
-    def base_url(self, request: Request) -> str:
-        if self.settings.public_url:
-            return self.settings.public_url.rstrip("/")
-        return str(request.base_url).rstrip("/")
+    @property
+    def download_base(self) -> str:
+        """PUBLIC_URL, or "" for relative download URLs that clients join to the catalog
+        URL; never the request's Host header, which any caller can set."""
+        return (self.settings.public_url or "").rstrip("/")
 
 
 async def get_catalog(request: Request) -> Catalog:

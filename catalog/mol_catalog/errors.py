@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import orjson
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -76,6 +77,33 @@ class ValidationFailed(CatalogError):
     error = "ValidationError"
 
 
+class Unavailable(CatalogError):
+    """The database or the blob store cannot be reached; the request may be retried."""
+
+    status = 503
+    error = "Unavailable"
+
+
+class BackendTimeout(CatalogError):
+    """The database or the blob store did not answer in time (its timeout setting)."""
+
+    status = 504
+    error = "Timeout"
+
+
+# Seconds a client should wait before retrying a 503/504 (an outage, not the request).
+RETRY_AFTER_SECONDS = 5
+
+
+def error_headers(exc: CatalogError) -> dict[str, str] | None:
+    """Headers of an error response: the auth challenge of a 401, Retry-After of 503/504."""
+    if exc.status == 401:
+        return {"WWW-Authenticate": "Bearer"}
+    if exc.status in (503, 504):
+        return {"Retry-After": str(RETRY_AFTER_SECONDS)}
+    return None
+
+
 def json_bytes(body: Any) -> bytes:
     """Compact JSON (orjson: the listing's 50 items encode ~10x faster than with json)."""
     return orjson.dumps(body, default=str)
@@ -87,6 +115,9 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
                     headers=headers)
 
 
+INTERNAL_ERROR = {"error": "InternalError", "detail": "internal error (see the catalog's log)"}
+
+
 def error_body(exc: CatalogError) -> bytes:
     return json_bytes(exc.body())
 
@@ -94,5 +125,32 @@ def error_body(exc: CatalogError) -> bytes:
 async def catalog_error_handler(request: Request, exc: Exception) -> Response:
     """The one handler: every CatalogError becomes its status and JSON body."""
     assert isinstance(exc, CatalogError)
-    headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-    return json_response(exc.body(), exc.status, headers)
+    return json_response(exc.body(), exc.status, error_headers(exc))
+
+
+async def unexpected_error_handler(request: Request, exc: Exception) -> Response:
+    """Anything not a CatalogError: a 500 in the same JSON shape (the server logs it)."""
+    return json_response(INTERNAL_ERROR, 500)
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx answer: a machine-readable ``error`` and a ``detail`` for people."""
+
+    model_config = ConfigDict(extra="allow")
+
+    error: str = Field(examples=["NotFound"])
+    detail: str = Field(examples=["unknown adapter 'acme/coding'"])
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    status: {"model": ErrorBody, "description": description} for status, description in (
+        (400, "Bad input: the detail names the field and the rule"),
+        (401, "Missing, malformed or revoked bearer token"),
+        (403, "The token lacks the scope the call needs"),
+        (404, "No such adapter, version, alias, blob, profile or path"),
+        (409, "Conflicts with the current state (yanked version, alias target, content)"),
+        (413, "Upload larger than MAX_UPLOAD_BYTES"),
+        (422, "Request validation failed, or the adapter does not fit its base"),
+        (500, "Unexpected failure (logged by the catalog)"),
+    )
+}

@@ -20,10 +20,10 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from fastapi import FastAPI
-from starlette.requests import Request
 from starlette.types import Receive, Scope, Send
 
-from mol_catalog.errors import CatalogError, error_body, json_bytes
+from mol_catalog.errors import INTERNAL_ERROR, CatalogError, error_body, error_headers, json_bytes
+from mol_catalog.outages import backend_error
 
 log = logging.getLogger("mol_catalog")
 
@@ -64,6 +64,14 @@ class CatalogApp(FastAPI):
     """Answers ``GET /v1/resolve/<ns>/<name@ref>`` and ``GET /v1/adapters`` itself; every
     other request (and the lifespan) goes through FastAPI as usual."""
 
+    def openapi(self) -> dict[str, Any]:
+        """FastAPI's schema plus what ``mol_catalog.openapi`` documents."""
+        if self.openapi_schema is None:
+            from mol_catalog.openapi import document
+
+            document(super().openapi())
+        return self.openapi_schema or {}
+
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and not scope.get("root_path"):
             found = _match(self, scope)
@@ -95,8 +103,7 @@ def _resolve(app: FastAPI, scope: Scope, ns: str, name_ref: str) -> Answer:
 
     catalog = app.state.catalog
     profile = _query(scope).get("profile")
-    return lambda: answer(catalog, ns, name_ref, profile, _authorization(scope),
-                          lambda: catalog.base_url(Request(scope)))
+    return lambda: answer(catalog, ns, name_ref, profile, _authorization(scope))
 
 
 def _list(app: FastAPI, scope: Scope) -> Answer | None:
@@ -114,6 +121,12 @@ def _list(app: FastAPI, scope: Scope) -> Answer | None:
                                cursor)
 
 
+def _error(exc: CatalogError, headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:
+    """Status and body of an error; its headers are added to ``headers``."""
+    headers += [(k.lower().encode(), v.encode()) for k, v in (error_headers(exc) or {}).items()]
+    return exc.status, error_body(exc)
+
+
 async def _respond(send: Send, answer: Answer) -> int:
     """Run the answer and send it; returns the status sent."""
     headers: list[tuple[bytes, bytes]] = [JSON_HEADER]
@@ -121,14 +134,15 @@ async def _respond(send: Send, answer: Answer) -> int:
         body = await answer()
         status = 200
     except CatalogError as exc:
-        status, body = exc.status, error_body(exc)
-        if status == 401:
-            headers.append((b"www-authenticate", b"Bearer"))
-    except Exception:
-        # What FastAPI's error middleware would do, in the catalog's error format.
-        log.exception("request failed")
-        status, body = 500, json_bytes({"error": "InternalError",
-                                        "detail": "internal error (see the catalog's log)"})
+        status, body = _error(exc, headers)
+    except Exception as exc:
+        outage = backend_error(exc)
+        if outage is not None:  # as the app's outage handler answers
+            status, body = _error(outage, headers)
+        else:
+            # What FastAPI's error middleware would do, in the catalog's error format.
+            log.exception("request failed")
+            status, body = 500, json_bytes(INTERNAL_ERROR)
     headers.append((b"content-length", str(len(body)).encode()))
     start: dict[str, Any] = {"type": "http.response.start", "status": status, "headers": headers}
     await send(start)

@@ -164,6 +164,17 @@ class VersionBlob(Base):
     )
 
 
+class BlobDeletion(Base):
+    """A blob gc deleted: a publish that checked the blob present before this row's id
+    stores it again before it commits (see blob_gc)."""
+
+    __tablename__ = "blob_deletions"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    digest: Mapped[str] = mapped_column(String(71), index=True)
+    deleted_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class Alias(Base):
     __tablename__ = "aliases"
 

@@ -2,21 +2,47 @@
 
 from __future__ import annotations
 
+import ipaddress
 import os
 
 from mol_catalog.db import is_sqlite, migrate
 from mol_catalog.settings import CatalogSettings
 
 
+class InsecureBind(ValueError):
+    """Auth off on an address other machines can reach, without the explicit opt-in."""
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() in ("localhost", "localhost."):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a hostname may resolve to anything
+
+
+def check_exposure(host: str, auth_enabled: bool, insecure: bool) -> None:
+    """Without auth every caller is admin: only loopback, unless forced as insecure."""
+    if auth_enabled or insecure or is_loopback(host):
+        return
+    raise InsecureBind(
+        f"refusing to serve without authentication on {host}: anyone who can reach it "
+        "could publish, yank and delete. Listen on 127.0.0.1, keep auth on "
+        "(MOL_CATALOG_ADMIN_TOKEN sets a bootstrap admin token), or pass --insecure-no-auth "
+        "to accept the risk.")
+
+
 def serve(host: str = "127.0.0.1", port: int = 8080, db: str | None = None,
           blobs: str | None = None, workers: int = 1, auth: bool | None = None,
-          migrate_db: bool | None = None) -> None:
+          migrate_db: bool | None = None, insecure: bool = False) -> None:
     """Run the service; arguments override the MOL_CATALOG_* environment.
 
     The database is migrated to head first (always on SQLite so ``mol up`` just works;
     on Postgres unless MOL_CATALOG_MIGRATE=false). With ``workers > 1`` uvicorn runs
     ``app_factory`` in each worker, which reads the settings from the environment, so
-    the overrides are exported there.
+    the overrides are exported there. Auth off is refused on a non-loopback address
+    unless ``insecure`` (:class:`InsecureBind`).
     """
     import uvicorn
 
@@ -29,6 +55,7 @@ def serve(host: str = "127.0.0.1", port: int = 8080, db: str | None = None,
         overrides["MOL_CATALOG_AUTH"] = "on" if auth else "off"
     os.environ.update(overrides)
     settings = CatalogSettings()
+    check_exposure(host, settings.auth_enabled, insecure)
     if migrate_db is None:
         migrate_db = settings.migrate
     if migrate_db or is_sqlite(settings.db_url):

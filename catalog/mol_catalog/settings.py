@@ -24,7 +24,17 @@ class CatalogSettings(BaseSettings):
     public_url: str | None = None
     migrate: bool = True
     presign_seconds: int = 3600
-    pool_size: int = 10
+    # Postgres connections per worker, plus as many overflow: the most a worker opens.
+    pool_size: int = Field(default=10, ge=2)
+    # Seconds a database statement (or the wait for a pooled connection) may take, and
+    # opening a connection, before the request is answered 504/503.
+    db_timeout: float = Field(default=30.0, gt=0)
+    db_connect_timeout: float = Field(default=10.0, gt=0)
+    # Leftovers of killed publishes (temp upload folders, partial blobs) older than this
+    # are removed at start; gc uses its own grace period.
+    leftover_grace_seconds: float = Field(default=3600.0, ge=0)
+    # Seconds per S3 attempt (connect, and between bytes read); a call makes two at most.
+    s3_timeout: float = Field(default=20.0, gt=0)
     # Ids a search for a common term scans in key order before the trigram index takes
     # over; 0: the index only.
     search_window: int = Field(default=20_000, ge=0)

@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
-from urllib.parse import quote, urljoin
+from urllib.parse import quote, urlsplit
 
 import httpx
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -27,7 +27,14 @@ from mol_platform.model_folder import (
     adapter_files,
     read_base_model_folder,
 )
-from mol_platform.refs import AdapterRef, check_name
+from mol_platform.refs import (
+    AdapterRef,
+    check_alias,
+    check_name,
+    check_namespace,
+    check_scope,
+    check_tag,
+)
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 
@@ -81,7 +88,20 @@ def split_adapter(adapter: str) -> tuple[str, str]:
     namespace, sep, name = adapter.partition("/")
     if not sep:
         raise ValueError(f"invalid adapter name {adapter!r}: expected namespace/name")
-    return check_name(namespace, "namespace"), check_name(name, "adapter name")
+    return check_namespace(namespace), check_name(name, "adapter name")
+
+
+def join_url(catalog_url: str, url: str) -> str:
+    """A download URL as the catalog gave it (absolute with PUBLIC_URL or S3, else a path
+    such as ``/v1/blobs/sha256/<hex>``), made absolute against the catalog URL."""
+    if urlsplit(url).scheme:
+        return url
+    return catalog_url.rstrip("/") + "/" + url.lstrip("/")
+
+
+def _origin(url: str) -> tuple[str, str]:
+    parts = urlsplit(url)
+    return parts.scheme.lower(), parts.netloc.lower()
 
 
 def _q(value: str) -> str:
@@ -109,8 +129,23 @@ def _profile_body(base_model: str, max_lora_rank: int, max_loras: int, engine: s
     return body
 
 
+def _absolute_files(resolved: dict[str, Any], catalog_url: str) -> dict[str, Any]:
+    """A resolve answer with every file URL made absolute (see ``join_url``)."""
+    for f in resolved.get("files") or []:
+        if isinstance(f, dict) and isinstance(f.get("url"), str):
+            f["url"] = join_url(catalog_url, f["url"])
+    return resolved
+
+
+def _token_body(name: str, scopes: Sequence[str]) -> dict[str, Any]:
+    for scope in scopes:
+        check_scope(scope)
+    return {"name": name, "scopes": list(scopes)}
+
+
 def _alias_path(adapter: str, alias: str) -> str:
     namespace, name = split_adapter(adapter)
+    check_alias(alias)
     return f"/v1/adapters/{namespace}/{name}/aliases/{_q(alias)}"
 
 
@@ -205,6 +240,10 @@ class CatalogClient:
         The multipart body is streamed from disk; ``progress(sent, total)`` sees each chunk.
         """
         namespace, name = split_adapter(adapter)
+        if alias is not None:
+            check_alias(alias)
+        for tag in tags:
+            check_tag(tag)
         files = adapter_files(folder)
         fields: list[tuple[str, str]] = []
         for key, value in (("base", base), ("alias", alias), ("source", source),
@@ -224,7 +263,7 @@ class CatalogClient:
         """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict."""
         path, params = _resolve_call(ref, profile)
         result: dict[str, Any] = self._json("GET", path, params=params)
-        return result
+        return _absolute_files(result, self.url)
 
     def list_adapters(self, *, base: str | None = None, tag: str | None = None,
                       q: str | None = None, namespace: str | None = None,
@@ -273,8 +312,7 @@ class CatalogClient:
 
     def create_token(self, name: str, scopes: Sequence[str]) -> dict[str, Any]:
         """Create a token; the answer's ``token`` is shown only this once."""
-        result: dict[str, Any] = self._json("POST", "/v1/tokens",
-                                            json={"name": name, "scopes": list(scopes)})
+        result: dict[str, Any] = self._json("POST", "/v1/tokens", json=_token_body(name, scopes))
         return result
 
     def list_tokens(self) -> list[dict[str, Any]]:
@@ -288,6 +326,15 @@ class CatalogClient:
         """Delete blobs no version references, older than the grace period."""
         result: dict[str, Any] = self._json("POST", "/v1/admin/gc",
                                             params={"grace_seconds": grace_seconds})
+        return result
+
+    def verify(self, sample: int | None = None, content: bool = True) -> dict[str, Any]:
+        """Check that referenced blobs are stored whole (admin): ``{"referenced",
+        "checked", "ok", "missing", "corrupt"}``; ``sample`` checks that many at random."""
+        params: dict[str, Any] = {"content": "true" if content else "false"}
+        if sample is not None:
+            params["sample"] = sample
+        result: dict[str, Any] = self._json("POST", "/v1/admin/verify", params=params)
         return result
 
     def events(self, after: int = 0, limit: int = 100) -> dict[str, Any]:
@@ -326,7 +373,7 @@ class AsyncCatalogClient:
 
     def absolute_url(self, url: str) -> str:
         """A download URL as the catalog gave it (absolute, or relative to the catalog)."""
-        return urljoin(self.url + "/", url)
+        return join_url(self.url, url)
 
     async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
         """One call; raises CatalogError on a non-2xx answer or a transport failure."""
@@ -347,7 +394,7 @@ class AsyncCatalogClient:
         """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict."""
         path, params = _resolve_call(ref, profile)
         result: dict[str, Any] = await self._json("GET", path, params=params)
-        return result
+        return _absolute_files(result, self.url)
 
     async def events(self, after: int = 0, limit: int = 100) -> dict[str, Any]:
         """One page of the change feed: ``{"items": [...], "last": N}``."""
@@ -376,8 +423,8 @@ class AsyncCatalogClient:
 
     async def create_token(self, name: str, scopes: Sequence[str]) -> dict[str, Any]:
         """Create a token; the answer's ``token`` is shown only this once."""
-        result: dict[str, Any] = await self._json(
-            "POST", "/v1/tokens", json={"name": name, "scopes": list(scopes)})
+        result: dict[str, Any] = await self._json("POST", "/v1/tokens",
+                                                  json=_token_body(name, scopes))
         return result
 
     async def list_tokens(self) -> list[dict[str, Any]]:
@@ -395,8 +442,14 @@ class AsyncCatalogClient:
         a partial file when this raises.
         """
         digest = hashlib.sha256()
+        target = self.absolute_url(url)
+        request = self._http.build_request("GET", target)
+        if _origin(target) != _origin(self.url):
+            # A presigned object-store URL: the catalog's token is not for that host.
+            request.headers.pop("Authorization", None)
         try:
-            async with self._http.stream("GET", self.absolute_url(url)) as response:
+            response = await self._http.send(request, stream=True)
+            try:
                 if response.is_error:
                     await response.aread()
                     raise _error_from(response)
@@ -404,6 +457,8 @@ class AsyncCatalogClient:
                     async for block in response.aiter_bytes(chunk):
                         digest.update(block)
                         out.write(block)
+            finally:
+                await response.aclose()
         except httpx.TransportError as exc:
             raise CatalogError(0, "ConnectionError",
                                f"cannot download {url} from {self.url}: {exc}") from None

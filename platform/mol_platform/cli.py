@@ -57,26 +57,53 @@ def _root(
 @app.command()
 def up(
     file: Annotated[
-        Path | None,
-        typer.Option("-f", "--file", help="A MoLDeployment manifest (deploy/examples/*.yaml)."),
-    ] = None,
-    data_dir: Annotated[
         Path,
-        typer.Option(help="Where the embedded catalog keeps its SQLite file and blobs."),
-    ] = Path(".mol"),
-    catalog_port: Annotated[int, typer.Option(help="Port for the catalog.")] = 8080,
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+        typer.Option("-f", "--file", help="The MoLDeployment to run (its engine flags, experts, "
+                     "router and canary)."),
+    ] = Path("deploy/examples/macaron-local.yaml"),
+    catalog_only: Annotated[
+        bool, typer.Option("--catalog-only", help="Start only the catalog (seconds, no engine).")
+    ] = False,
     demo: Annotated[
         bool,
-        typer.Option(help="Build the demo model and publish its adapters as demo/<name>@stable."),
+        typer.Option(help="With --catalog-only: publish the demo adapters as demo/<name>@stable "
+                     "(the full stack always does)."),
     ] = False,
+    data_dir: Annotated[
+        Path, typer.Option(help="Where the catalog, the demo files, the adapter cache and the "
+                           "logs are kept; a second `mol up` reuses them.")
+    ] = Path(".mol"),
+    host: Annotated[str, typer.Option(
+        help="Address the catalog and the router listen on. Beyond loopback the catalog "
+        "requires a token: an admin token is made and printed.")] = "127.0.0.1",
+    catalog_port: Annotated[int, typer.Option(help="Port for the catalog.")] = 8080,
+    router_port: Annotated[int, typer.Option(help="Port for the router (the endpoint).")] = 8000,
+    engine_port: Annotated[int, typer.Option(help="Port for the vLLM engine (127.0.0.1).")] = 8001,
+    engine_venv: Annotated[
+        Path | None,
+        typer.Option(help="A venv with vLLM and mol-platform (default: $MOL_ENGINE_VENV, else "
+                     "this Python if it has vLLM). `make engine` builds one."),
+    ] = None,
 ) -> None:
-    """Run the platform locally on the embedded default (SQLite, local blobs); Ctrl-C stops all."""
-    from mol_platform.local import run_local
+    """Run the platform on this machine: catalog, vLLM engine, router; Ctrl-C stops all.
 
-    raise typer.Exit(
-        run_local(file=file, data_dir=data_dir, catalog_port=catalog_port, host=host, demo=demo)
-    )
+    The catalog runs on the embedded default (SQLite and a blob folder in --data-dir);
+    the demo model's adapters are built and published; the engine serves them through
+    the resolver plugin with the flags the operator would give it; the router is the
+    OpenAI-compatible endpoint. `make demo` prepares the engine venv and runs this.
+    """
+    from mol_platform.local import run_supervised
+    from mol_platform.local_stack import Ports, start_catalog_only, start_stack
+
+    (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    if catalog_only:
+        code = run_supervised(lambda sup: start_catalog_only(
+            sup, host=host, port=catalog_port, data_dir=data_dir, demo=demo))
+    else:
+        ports = Ports(catalog=catalog_port, engine=engine_port, router=router_port)
+        code = run_supervised(lambda sup: start_stack(
+            sup, file=file, host=host, ports=ports, data_dir=data_dir, engine_venv=engine_venv))
+    raise typer.Exit(code)
 
 
 @demo_app.command("build")

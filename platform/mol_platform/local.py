@@ -1,23 +1,47 @@
 """``mol up``: the embedded default, run as the same processes the chart runs.
 
-Each component is started as ``python -m mol_platform <verb>`` so the local mode and
-the cluster run the same code; this module only supervises: start, wait for health,
-print how to call what is running, and stop everything on Ctrl-C or when one exits.
+Each component is started as a process (``python -m mol_platform catalog serve``,
+the engine through its launcher in the engine venv, ``mol router serve``) so the local
+mode and the cluster run the same code, and ``mol_platform`` never imports a
+component. This module supervises: start in order, wait for health (with progress),
+print how to call what is running, and on Ctrl-C, SIGTERM or the exit of any
+component stop everything, process groups included, so nothing is left behind.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import FrameType
 
 import httpx
 import typer
+
+from mol_platform.catalog_client import CatalogError
+from mol_platform.procs import start_group, stop_process_group, tail
+
+LOOPBACK_NAMES = {"localhost", "127.0.0.1", "::1"}
+
+
+class UpError(RuntimeError):
+    """``mol up`` cannot go on; the message says what to do."""
+
+
+class Stopped(BaseException):
+    """SIGTERM or SIGINT arrived: stop everything and exit 0."""
+
+
+def say(message: str) -> None:
+    typer.echo(f"mol up: {message}", err=True)
 
 
 @dataclass
@@ -25,100 +49,146 @@ class Service:
     name: str
     argv: list[str]
     health_url: str
-    hint: str
+    hint: str = ""
     env: dict[str, str] = field(default_factory=dict)
+    log_path: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
 
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
-def _mol(*args: str) -> list[str]:
+
+def mol_argv(*args: str) -> list[str]:
+    """A ``mol`` verb run with this interpreter (works without the console script)."""
     return [sys.executable, "-m", "mol_platform", *args]
 
 
-def wait_healthy(svc: Service, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if svc.proc is not None and svc.proc.poll() is not None:
-            return False
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(svc.health_url, timeout=1.0).status_code == 200:
-                return True
-        time.sleep(0.2)
-    return False
+def catalog_argv(host: str, port: int, data_dir: Path, *, auth: bool) -> list[str]:
+    """``mol catalog serve`` on the embedded default (SQLite + a blob folder in data_dir)."""
+    data_dir = data_dir.resolve()
+    argv = mol_argv("catalog", "serve", "--host", host, "--port", str(port),
+                    "--db", f"sqlite:///{data_dir / 'catalog.db'}",
+                    "--blobs", f"file://{data_dir / 'blobs'}")
+    return argv if auth else [*argv, "--no-auth"]
 
 
-def stop_all(services: list[Service], grace: float = 10.0) -> None:
-    for svc in reversed(services):
-        if svc.proc is not None and svc.proc.poll() is None:
-            svc.proc.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for svc in services:
-        if svc.proc is None:
-            continue
+def is_loopback(host: str) -> bool:
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_port_free(host: str, port: int, option: str) -> None:
+    """Fail early, naming the fix, when something already listens on host:port."""
+    if not 0 < port < 65536:
+        raise UpError(f"{option} {port} is not a port (1-65535)")
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
-            svc.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            svc.proc.kill()
-            svc.proc.wait()
+            sock.bind((host, port))
+        except OSError as exc:
+            raise UpError(f"port {port} on {host} is in use ({exc.strerror}): stop what runs "
+                          f"there (another `mol up`?) or pick another with {option} N") from None
 
 
-def _seed(catalog_url: str, data_dir: Path) -> str:
-    """Publish the demo adapters; returns what to tell the user."""
-    try:
-        from mol_platform.local_seed import seed_demo
-    except ImportError as exc:
-        return f"(demo not seeded: needs pip install 'mol-platform[demo]': {exc})"
-    result = seed_demo(catalog_url, data_dir / "demo")
-    lines = [f"demo      base {result.base}, serving profile '{result.profile}'"]
-    for ref, version in result.adapters.items():
-        lines.append(f"          {ref} -> v{version}")
-    first = next(iter(result.adapters), "demo/chat@stable")
-    lines.append(f"          curl '{catalog_url}/v1/resolve/{first}?profile={result.profile}'")
-    return "\n".join(lines)
+def wait_healthy(svc: Service, timeout: float,
+                 progress: Callable[[float], None] | None = None) -> None:
+    """Poll the health URL; ``progress(elapsed)`` is called about every 5 s."""
+    start = time.monotonic()
+    next_report = start + 5.0
+    with httpx.Client(timeout=1.0) as client:
+        while True:
+            if not svc.alive():
+                log = f"; last lines of {svc.log_path}:\n{tail(svc.log_path)}" \
+                    if svc.log_path else ""
+                raise UpError(f"{svc.name} exited while starting{log}")
+            with contextlib.suppress(httpx.HTTPError):
+                if client.get(svc.health_url).status_code == 200:
+                    return
+            now = time.monotonic()
+            if now - start > timeout:
+                raise UpError(f"{svc.name} not healthy after {timeout:.0f}s at {svc.health_url}")
+            if progress is not None and now >= next_report:
+                progress(now - start)
+                next_report = now + 5.0
+            time.sleep(0.25)
 
 
-def run_local(
-    *, file: Path | None, data_dir: Path, catalog_port: int, host: str, demo: bool = False
-) -> int:
-    data_dir.mkdir(parents=True, exist_ok=True)
-    db = data_dir.resolve() / "catalog.db"
-    blobs = data_dir.resolve() / "blobs"
-    catalog_url = f"http://{host}:{catalog_port}"
-    services = [
-        Service(
-            name="catalog",
-            argv=_mol("catalog", "serve", "--host", host, "--port", str(catalog_port),
-                      "--db", f"sqlite:///{db}", "--blobs", f"file://{blobs}", "--no-auth"),
-            health_url=f"{catalog_url}/healthz",
-            hint=(f"catalog   {catalog_url}  (SQLite {db}, blobs {blobs})\n"
-                  f"          curl {catalog_url}/v1/adapters\n"
-                  f"          MOL_CATALOG_URL={catalog_url} mol catalog ls\n"
-                  f"          API docs: {catalog_url}/docs"),
-        ),
-    ]
-    if file is not None:
-        typer.echo(f"mol up: {file}: the local engine and router are not built yet in this "
-                   "release; starting the catalog only.", err=True)
-    try:
-        for svc in services:
-            typer.echo(f"mol up: starting {svc.name} ...", err=True)
-            svc.proc = subprocess.Popen(svc.argv, env={**os.environ, **svc.env})
-            if not wait_healthy(svc, timeout=60):
-                typer.echo(f"mol up: {svc.name} did not become healthy; stopping.", err=True)
-                stop_all(services)
-                return 1
-        seeded = _seed(catalog_url, data_dir) if demo else ""
-        typer.echo("\nMoL Platform is up (embedded default). Running:")
-        for svc in services:
-            typer.echo(svc.hint)
-        if seeded:
-            typer.echo(seeded)
-        typer.echo("\nCtrl-C stops everything.")
-        while all(s.proc is not None and s.proc.poll() is None for s in services):
+class Supervisor:
+    """Starts services in order and stops them in reverse, whatever happens."""
+
+    def __init__(self) -> None:
+        self.services: list[Service] = []
+
+    def start(self, svc: Service, *, timeout: float = 60.0,
+              progress: Callable[[float], None] | None = None) -> None:
+        say(f"starting {svc.name} ...")
+        env = {**os.environ, **svc.env}
+        self.services.append(svc)
+        svc.proc = start_group(svc.argv, env=env, log_path=svc.log_path)
+        wait_healthy(svc, timeout, progress)
+
+    def restart(self, name: str, *, timeout: float = 600.0) -> Service:
+        """Stop one service's whole process group and start it again (same argv and env)."""
+        svc = next(s for s in self.services if s.name == name)
+        if svc.proc is not None:
+            stop_process_group(svc.proc, grace=15.0)
+        svc.proc = start_group(svc.argv, env={**os.environ, **svc.env}, log_path=svc.log_path)
+        wait_healthy(svc, timeout)
+        return svc
+
+    def stop(self) -> None:
+        for svc in reversed(self.services):
+            if svc.proc is not None:
+                with contextlib.suppress(Exception):
+                    stop_process_group(svc.proc, grace=15.0)
+        self.services.clear()
+
+    def watch(self) -> str:
+        """Block until a service exits; returns its name."""
+        while True:
+            for svc in self.services:
+                if not svc.alive():
+                    return svc.name
             time.sleep(0.5)
-        typer.echo("mol up: a component exited; stopping the rest.", err=True)
-        stop_all(services)
-        return 1
-    except KeyboardInterrupt:
-        typer.echo("\nmol up: stopping ...", err=True)
-        stop_all(services)
-        return 0
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Turn SIGTERM (and SIGINT) into :class:`Stopped` in the main thread."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def run_supervised(body: Callable[[Supervisor], str]) -> int:
+    """Run ``body`` (starts services, returns what to print), then watch until stopped."""
+    sup = Supervisor()
+    with stop_on_signals():
+        try:
+            try:
+                typer.echo(body(sup) + "\n\nCtrl-C stops everything.")
+                gone = sup.watch()
+                say(f"{gone} exited; stopping the rest.")
+                return 1
+            except (UpError, CatalogError, OSError, ValueError) as exc:
+                say(str(exc))
+                return 1
+            finally:
+                signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish stopping first
+                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                if sup.services:
+                    say("stopping ...")
+                sup.stop()
+        except Stopped:
+            return 0

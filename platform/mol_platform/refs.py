@@ -17,23 +17,26 @@ NAME_PATTERN = r"[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?"
 ALIAS_PATTERN = r"[a-z][a-z0-9_-]{0,62}"
 DIGEST_PATTERN = r"sha256:[0-9a-f]{64}"
 VERSION_PATTERN = r"v[1-9][0-9]{0,9}"
+MAX_VERSION = 2**31 - 1  # the catalog's version column is a 32-bit integer
 DNS_LABEL_PATTERN = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 
-NAME_RE = re.compile(rf"^{NAME_PATTERN}$")
-DNS_LABEL_RE = re.compile(rf"^{DNS_LABEL_PATTERN}$")
+# Compiled without anchors: every check below uses ``fullmatch`` (``$`` would accept a
+# trailing newline, and "acme\n" is a name nothing can resolve).
+NAME_RE = re.compile(NAME_PATTERN)
+DNS_LABEL_RE = re.compile(DNS_LABEL_PATTERN)
 REF_RE = re.compile(
-    rf"^(?P<namespace>{NAME_PATTERN})/(?P<name>{NAME_PATTERN})"
-    rf"@(?P<ref>{DIGEST_PATTERN}|{VERSION_PATTERN}|{ALIAS_PATTERN})$"
+    rf"(?P<namespace>{NAME_PATTERN})/(?P<name>{NAME_PATTERN})"
+    rf"@(?P<ref>{DIGEST_PATTERN}|{VERSION_PATTERN}|{ALIAS_PATTERN})"
 )
-
-
-_VERSIONISH = re.compile(r"^v[0-9]+$")
-_VERSION = re.compile(rf"^{VERSION_PATTERN}$")
-
-
-def is_valid_alias(value: str) -> bool:
-    """Aliases are names like ``stable``; ``vN`` and digests are not aliases."""
-    return bool(re.fullmatch(ALIAS_PATTERN, value)) and not _VERSIONISH.match(value)
+ALIAS_RE = re.compile(ALIAS_PATTERN)
+_VERSIONISH = re.compile(r"v[0-9]+")
+_VERSION = re.compile(VERSION_PATTERN)
+# Words a reference reserves: ``@latest`` always means the newest ready version.
+RESERVED_ALIASES = frozenset({"latest"})
+SCOPE_WORDS = ("read", "admin")
+SCOPE_KINDS = ("read", "publish")
+NAME_RULE = "use 1-63 lowercase letters, digits, '.', '_' or '-', starting and ending with " \
+    "a letter or digit"
 
 
 class RefError(ValueError):
@@ -41,16 +44,57 @@ class RefError(ValueError):
 
 
 def is_valid_name(value: str) -> bool:
-    return bool(NAME_RE.match(value)) and ".." not in value
+    return NAME_RE.fullmatch(value) is not None and ".." not in value
 
 
 def check_name(value: str, what: str = "name") -> str:
+    """Adapter, base-model and serving-profile names (``what`` names the kind in errors)."""
     if not is_valid_name(value):
-        raise RefError(
-            f"invalid {what} {value!r}: use 1-63 lowercase letters, digits, '.', '_' or '-', "
-            "starting and ending with a letter or digit"
-        )
+        raise RefError(f"invalid {what} {value!r}: {NAME_RULE}")
     return value
+
+
+def check_namespace(value: str) -> str:
+    return check_name(value, "namespace")
+
+
+def check_tag(value: str) -> str:
+    return check_name(value, "tag")
+
+
+def alias_problem(value: str) -> str | None:
+    """Why ``value`` cannot be an alias, or None when it can."""
+    if value in RESERVED_ALIASES:
+        return f"'{value}' is reserved: @{value} always means the newest ready version"
+    if value.startswith("sha256:") or re.fullmatch(DIGEST_PATTERN, value):
+        return "it reads as a digest reference (@sha256:...), which names content"
+    if _VERSIONISH.fullmatch(value):
+        return f"it reads as a version reference (@{value}); aliases must not look like vN"
+    if ALIAS_RE.fullmatch(value) is None:
+        return ("use a lowercase letter first, then lowercase letters, digits, '-' or '_' "
+                "(at most 63 characters)")
+    return None
+
+
+def is_valid_alias(value: str) -> bool:
+    """Aliases are names like ``stable``; ``latest``, ``vN`` and digests are references."""
+    return alias_problem(value) is None
+
+
+def check_alias(value: str) -> str:
+    problem = alias_problem(value)
+    if problem is not None:
+        raise RefError(f"invalid alias {value!r}: {problem}")
+    return value
+
+
+def check_scope(value: str) -> str:
+    """A token scope: ``read``, ``admin``, ``read:<namespace>`` or ``publish:<namespace>``."""
+    kind, sep, ns = value.partition(":")
+    if value in SCOPE_WORDS or (sep and kind in SCOPE_KINDS and is_valid_name(ns)):
+        return value
+    raise RefError(f"invalid scope {value!r}: use read, read:<namespace>, "
+                   "publish:<namespace> or admin")
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +107,15 @@ class AdapterRef:
 
     @classmethod
     def parse(cls, text: str) -> AdapterRef:
-        m = REF_RE.match(text)
+        m = REF_RE.fullmatch(text)
         # An alias may not look like a version: `v0` or `v01` would be ambiguous.
         ref = m["ref"] if m is not None else ""
-        if m is None or ".." in text or (_VERSIONISH.match(ref) and not _VERSION.match(ref)):
+        if m is None or ".." in text or (_VERSIONISH.fullmatch(ref) and (
+                not _VERSION.fullmatch(ref) or int(ref[1:]) > MAX_VERSION)):
             raise RefError(
                 f"invalid adapter reference {text!r}: expected namespace/name@ref where ref is "
-                "an alias (e.g. stable, latest), a version (v3) or a digest (sha256:<64 hex>)"
+                "an alias (e.g. stable, latest), a version (v1 to "
+                f"v{MAX_VERSION}) or a digest (sha256:<64 hex>)"
             )
         return cls(m["namespace"], m["name"], m["ref"])
 
@@ -80,7 +126,7 @@ class AdapterRef:
     @property
     def version(self) -> int | None:
         """The version number when the ref is ``vN``, else None."""
-        if re.fullmatch(VERSION_PATTERN, self.ref):
+        if _VERSION.fullmatch(self.ref):
             return int(self.ref[1:])
         return None
 

@@ -19,9 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
-MIB = 1024 * 1024
-DEFAULT_MAX_HEADER_BYTES = 100 * MIB
+# The library's limits: a header of at most 100,000,000 bytes, JSON nested at most 127
+# levels (serde_json's recursion limit), sizes in 64-bit integers.
+DEFAULT_MAX_HEADER_BYTES = 100_000_000
+MAX_DEPTH = 127
+U64_MAX = 2**64 - 1
 METADATA_KEY = "__metadata__"
+ENTRY_FIELDS = ("dtype", "shape", "data_offsets")
 
 # Size of one element in bits, per safetensors dtype.
 DTYPE_BITS: dict[str, int] = {
@@ -31,6 +35,8 @@ DTYPE_BITS: dict[str, int] = {
     "F8_E5M2": 8,
     "F8_E4M3": 8,
     "F8_E8M0": 8,
+    "F8_E4M3FNUZ": 8,
+    "F8_E5M2FNUZ": 8,
     "I16": 16,
     "U16": 16,
     "F16": 16,
@@ -41,6 +47,7 @@ DTYPE_BITS: dict[str, int] = {
     "F64": 64,
     "I64": 64,
     "U64": 64,
+    "C64": 64,
     "F4": 4,
     "F6_E2M3": 6,
     "F6_E3M2": 6,
@@ -86,70 +93,197 @@ def _header_length(prefix: bytes, file_size: int, max_header_bytes: int) -> int:
     return int(length)
 
 
-def _int_list(value: Any) -> list[int] | None:
-    """The value as a list of non-negative ints, or None (bools are not ints here)."""
-    if not isinstance(value, list):
-        return None
-    if not all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value):
-        return None
-    return list(value)
+class _Obj(list[tuple[str, Any]]):
+    """A JSON object as its key/value pairs in order: duplicates stay visible."""
 
 
-def _entry(name: str, raw: Any, data_size: int) -> TensorInfo:
-    if not isinstance(raw, dict):
-        raise HeaderError(f"tensor {name!r}: entry must be an object, got {type(raw).__name__}")
-    dtype = raw.get("dtype")
-    if not isinstance(dtype, str) or dtype not in DTYPE_BITS:
-        raise HeaderError(
-            f"tensor {name!r}: unknown dtype {dtype!r} (expected one of "
-            f"{', '.join(sorted(DTYPE_BITS))})"
-        )
-    shape = _int_list(raw.get("shape"))
-    if shape is None:
-        raise HeaderError(
-            f"tensor {name!r}: shape must be a list of non-negative integers, "
-            f"got {raw.get('shape')!r}"
-        )
-    offsets = _int_list(raw.get("data_offsets"))
-    if offsets is None or len(offsets) != 2:
-        raise HeaderError(
-            f"tensor {name!r}: data_offsets must be [begin, end] non-negative integers, "
-            f"got {raw.get('data_offsets')!r}"
-        )
-    begin, end = offsets
-    if begin > end or end > data_size:
-        raise HeaderError(
-            f"tensor {name!r}: data_offsets [{begin}, {end}] outside the data section "
-            f"of {data_size} bytes"
-        )
-    bits = math.prod(shape) * DTYPE_BITS[dtype]
-    expected = (bits + 7) // 8
-    if end - begin != expected:
-        raise HeaderError(
-            f"tensor {name!r}: data_offsets span {end - begin} bytes but dtype {dtype} with "
-            f"shape {shape} needs {expected} bytes"
-        )
-    return TensorInfo(name=name, dtype=dtype, shape=tuple(shape), data_offsets=(begin, end))
+class _Number(float):
+    """A JSON number that is not a non-negative 64-bit integer (``-0``, ``-3``, ``2**64``,
+    ``1.5``): valid JSON, but not a dimension or an offset."""
+
+
+def _parse_int(text: str) -> int | float:
+    # float() first: it bounds the magnitude without int()'s 4300-digit limit.
+    if math.isinf(float(text)):
+        raise HeaderError(f"header has a number out of range ({text[:20]}...)")
+    value = int(text)
+    return value if not text.startswith("-") and value <= U64_MAX else _Number(value)
+
+
+def _parse_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise HeaderError(f"header has a number out of range ({text[:20]})")
+    return _Number(value)
+
+
+def _parse_constant(text: str) -> Any:
+    raise HeaderError(f"header is not JSON: {text} is not a JSON value")
+
+
+def _check_tree(doc: Any) -> None:
+    """Nesting at most MAX_DEPTH levels and no lone UTF-16 surrogates in any string,
+    as the library's JSON parser demands."""
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            if any(0xD800 <= ord(c) <= 0xDFFF for c in value):
+                raise HeaderError("header has a string with a lone UTF-16 surrogate escape")
+            continue
+        if not isinstance(value, list):
+            continue
+        if depth > MAX_DEPTH:
+            raise HeaderError(f"header is nested more than {MAX_DEPTH} levels deep")
+        pairs = value if isinstance(value, _Obj) else ()
+        for key, _ in pairs:
+            stack.append((key, depth))
+        items = (v for _, v in pairs) if isinstance(value, _Obj) else iter(value)
+        stack.extend((item, depth + 1) for item in items)
+
+
+def _usize(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= U64_MAX
+
+
+def _fields(name: str, raw: Any) -> tuple[Any, Any, Any]:
+    """(dtype, shape, data_offsets) of an entry: an object or a 3-element array."""
+    if isinstance(raw, _Obj):
+        found: dict[str, Any] = {}
+        for key, value in raw:
+            if key in ENTRY_FIELDS:
+                if key in found:
+                    raise HeaderError(f"tensor {name!r}: field {key!r} appears twice")
+                found[key] = value
+        missing = [k for k in ENTRY_FIELDS if k not in found]
+        if missing:
+            raise HeaderError(f"tensor {name!r}: missing field {missing[0]!r}")
+        return found["dtype"], found["shape"], found["data_offsets"]
+    if isinstance(raw, list):
+        if len(raw) != len(ENTRY_FIELDS):
+            raise HeaderError(f"tensor {name!r}: an array entry needs exactly 3 elements "
+                              "(dtype, shape, data_offsets)")
+        return raw[0], raw[1], raw[2]
+    kind = "null" if raw is None else type(raw).__name__
+    raise HeaderError(f"tensor {name!r}: entry must be an object, got {kind}")
+
+
+def _dtype(name: str, raw: Any) -> str:
+    if isinstance(raw, _Obj) and len(raw) == 1 and raw[0][1] is None:
+        raw = raw[0][0]  # {"F32": null}: the library's enum also reads this form
+    if not isinstance(raw, str) or raw not in DTYPE_BITS:
+        raise HeaderError(f"tensor {name!r}: unknown dtype {raw!r} (expected one of "
+                          f"{', '.join(sorted(DTYPE_BITS))})")
+    return raw
+
+
+def _entry(name: str, raw: Any) -> TensorInfo:
+    raw_dtype, shape, offsets = _fields(name, raw)
+    dtype = _dtype(name, raw_dtype)
+    if not isinstance(shape, list) or isinstance(shape, _Obj) or not all(
+            _usize(d) for d in shape):
+        raise HeaderError(f"tensor {name!r}: shape must be a list of non-negative integers, "
+                          f"got {_show(shape)}")
+    if (not isinstance(offsets, list) or isinstance(offsets, _Obj) or len(offsets) != 2
+            or not all(_usize(o) for o in offsets)):
+        raise HeaderError(f"tensor {name!r}: data_offsets must be [begin, end] non-negative "
+                          f"integers, got {_show(offsets)}")
+    return TensorInfo(name=name, dtype=dtype, shape=tuple(shape),
+                      data_offsets=(offsets[0], offsets[1]))
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, _Obj):
+        return repr(dict(value))
+    return repr(float(value) if isinstance(value, _Number) else value)
+
+
+def _metadata(raw: Any) -> None:
+    if raw is None:
+        return
+    if not isinstance(raw, _Obj) or not all(isinstance(v, str) for _, v in raw):
+        raise HeaderError(f"{METADATA_KEY} must be an object of strings")
+
+
+def _byte_size(info: TensorInfo) -> int:
+    """The bytes ``dtype`` x ``shape`` needs, with the library's 64-bit overflow checks."""
+    count = 1
+    for dim in info.shape:
+        count *= dim
+        if count > U64_MAX:
+            raise HeaderError(f"tensor {info.name!r}: shape {list(info.shape)} is too large")
+    bits = count * DTYPE_BITS[info.dtype]
+    if bits > U64_MAX:
+        raise HeaderError(f"tensor {info.name!r}: shape {list(info.shape)} is too large")
+    if bits % 8:
+        raise HeaderError(f"tensor {info.name!r}: {info.dtype} with shape {list(info.shape)} "
+                          "does not end on a byte boundary")
+    return bits // 8
+
+
+def _check_layout(tensors: Mapping[str, TensorInfo], data_size: int) -> None:
+    """Tensors, in offset order, tile the data section from 0 to its end exactly."""
+    end = 0
+    previous: TensorInfo | None = None
+    for info in sorted(tensors.values(), key=lambda t: t.data_offsets):
+        begin, stop = info.data_offsets
+        if begin < end:
+            assert previous is not None
+            raise HeaderError(f"tensors {previous.name!r} and {info.name!r} overlap "
+                              f"(data_offsets {list(previous.data_offsets)} and "
+                              f"[{begin}, {stop}])")
+        if begin > end:
+            raise HeaderError(f"tensor {info.name!r}: gap of {begin - end} bytes before it "
+                              f"(data_offsets [{begin}, {stop}], previous tensor ends at {end})")
+        if stop < begin:
+            raise HeaderError(f"tensor {info.name!r}: data_offsets [{begin}, {stop}] end "
+                              "before they begin")
+        needed = _byte_size(info)
+        if stop - begin != needed:
+            raise HeaderError(f"tensor {info.name!r}: data_offsets span {stop - begin} bytes "
+                              f"but dtype {info.dtype} with shape {list(info.shape)} needs "
+                              f"{needed} bytes")
+        end, previous = stop, info
+    if end > data_size:
+        raise HeaderError(f"file is truncated: the tensors need {end} bytes of data, the file "
+                          f"has {data_size}")
+    if end < data_size:
+        raise HeaderError(f"{data_size - end} trailing bytes after the last tensor's data "
+                          f"(the tensors cover {end} of {data_size} bytes)")
 
 
 def parse_header(raw: bytes, file_size: int) -> dict[str, TensorInfo]:
-    """Parse the JSON header bytes of a file of ``file_size`` bytes (length prefix excluded)."""
+    """Parse the JSON header bytes of a file of ``file_size`` bytes (length prefix excluded).
+
+    Accepts exactly what the ``safetensors`` library loads (its JSON rules included:
+    no NaN, no lone surrogates, nesting limit, no duplicate fields) so that nothing the
+    catalog stores fails later in the engine.
+    """
     data_size = file_size - 8 - len(raw)
     try:
-        doc = json.loads(raw.decode("utf-8"))
+        doc = json.loads(raw.decode("utf-8"), object_pairs_hook=_Obj, parse_int=_parse_int,
+                         parse_float=_parse_float, parse_constant=_parse_constant)
     except UnicodeDecodeError as exc:
         raise HeaderError(f"header is not UTF-8 text: {exc.reason} at byte {exc.start}") from None
     except json.JSONDecodeError as exc:
         raise HeaderError(f"header is not JSON: {exc.msg} at byte {exc.pos}") from None
     except RecursionError:
-        raise HeaderError("header is not JSON a reader accepts: nested too deeply") from None
-    if not isinstance(doc, dict):
-        raise HeaderError(f"header must be a JSON object, got {type(doc).__name__}")
+        raise HeaderError(f"header is nested more than {MAX_DEPTH} levels deep") from None
+    if not isinstance(doc, _Obj):
+        kind = "null" if doc is None else type(doc).__name__
+        raise HeaderError(f"header must be a JSON object, got {kind}")
+    _check_tree(doc)
     tensors: dict[str, TensorInfo] = {}
-    for name, entry in doc.items():
+    seen_metadata = False
+    for name, entry in doc:
         if name == METADATA_KEY:
-            continue
-        tensors[name] = _entry(name, entry, data_size)
+            if seen_metadata:
+                raise HeaderError(f"{METADATA_KEY} appears twice")
+            seen_metadata = True
+            _metadata(entry)
+        else:
+            tensors[name] = _entry(name, entry)  # a repeated name: the last entry wins
+    _check_layout(tensors, data_size)
     return tensors
 
 

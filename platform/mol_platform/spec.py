@@ -185,7 +185,7 @@ class ExpertSpec(_Model):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not DNS_LABEL_RE.match(v):
+        if not DNS_LABEL_RE.fullmatch(v):
             raise ValueError(
                 f"expert name {v!r} must be a DNS label: lowercase letters, digits and '-', "
                 "at most 63 characters"
@@ -293,7 +293,7 @@ class ObjectMeta(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not DNS_LABEL_RE.match(v):
+        if not DNS_LABEL_RE.fullmatch(v):
             raise ValueError(f"metadata.name {v!r} must be a DNS label (lowercase, digits, '-')")
         return v
 

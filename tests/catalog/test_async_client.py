@@ -89,6 +89,21 @@ async def test_unreachable_catalog_is_status_zero(tmp_path: Path) -> None:
 
 def test_relative_download_urls_join_the_catalog_url() -> None:
     cat = AsyncCatalogClient("http://catalog.example:8080/prefix")
-    assert cat.absolute_url("/v1/blobs/x") == "http://catalog.example:8080/v1/blobs/x"
+    # Catalog paths are relative to the catalog URL, prefix included.
+    assert cat.absolute_url("/v1/blobs/x") == "http://catalog.example:8080/prefix/v1/blobs/x"
     assert cat.absolute_url("v1/blobs/x") == "http://catalog.example:8080/prefix/v1/blobs/x"
     assert cat.absolute_url("https://s3.example/b?sig=1") == "https://s3.example/b?sig=1"
+
+
+async def test_downloads_send_the_token_only_to_the_catalog(tmp_path: Path) -> None:
+    seen: list[tuple[str, str | None]] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append((request.url.host, request.headers.get("Authorization")))
+        return httpx.Response(200, content=b"blob")
+
+    async with AsyncCatalogClient("http://catalog.test", ADMIN,
+                                  transport=httpx.MockTransport(answer)) as cat:
+        await cat.download("/v1/blobs/sha256/ab", tmp_path / "a")
+        await cat.download("https://bucket.s3.example/ab?X-Amz-Signature=x", tmp_path / "b")
+    assert seen == [("catalog.test", f"Bearer {ADMIN}"), ("bucket.s3.example", None)]

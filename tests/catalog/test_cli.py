@@ -307,7 +307,7 @@ def test_environment_settings_and_option_override(server: str, base: str) -> Non
 COMMANDS = [["serve"], ["publish"], ["resolve"], ["ls"], ["show"], ["alias", "set"],
             ["alias", "history"], ["yank"], ["base", "register"], ["base", "show"],
             ["profile", "set"], ["token", "create"], ["token", "list"], ["token", "revoke"],
-            ["gc"]]
+            ["gc"], ["verify"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) for c in COMMANDS])

@@ -12,14 +12,8 @@ from datetime import UTC, datetime
 import pytest
 from sqlalchemy import String, bindparam, select
 
-from mol_catalog.db import (
-    Database,
-    DatabaseUrlError,
-    Prepared,
-    _asyncpg_args,
-    async_url,
-    migrate,
-)
+from mol_catalog.db import Database, Prepared, migrate
+from mol_catalog.db_urls import DatabaseUrlError, Timeouts, async_url, asyncpg_args
 from mol_catalog.models import Namespace
 from mol_platform.testing.postgres import PostgresCluster, fresh_database
 
@@ -48,15 +42,21 @@ def test_unknown_databases_are_refused() -> None:
 
 
 def test_asyncpg_arguments_come_from_the_url() -> None:
-    args = _asyncpg_args("postgresql://u:p%40ss@db.example:6543/catalog?ssl=require")
-    assert args == {"user": "u", "password": "p@ss", "host": "db.example", "port": 6543,
-                    "database": "catalog", "ssl": "require"}
-    assert _asyncpg_args("postgresql+asyncpg://u@h/c")["user"] == "u"  # type: ignore[index]
+    url = ("postgresql://u:p%40ss@db.example:6543/catalog?ssl=require&application_name=x"
+           "&connect_timeout=3&keepalives=1")
+    args = asyncpg_args(url, Timeouts(statement=7, connect=9))
+    assert args == {
+        "dsn": "postgresql://u:p%40ss@db.example:6543/catalog?application_name=x&sslmode=require",
+        "timeout": 3.0, "command_timeout": 7,
+        "server_settings": {"statement_timeout": "7000"}}
+    plain = asyncpg_args("postgresql+asyncpg://u@h/c", Timeouts(statement=7, connect=9))
+    assert plain is not None
+    assert (plain["dsn"], plain["timeout"]) == ("postgresql://u@h/c", 9)
     # psycopg URLs and SQLite keep SQLAlchemy's read path.
-    assert _asyncpg_args("postgresql+psycopg://u@h/c") is None
-    assert _asyncpg_args("sqlite:///x.db") is None
-    with pytest.raises(DatabaseUrlError, match="application_name"):
-        _asyncpg_args("postgresql://u@h/c?application_name=x")
+    assert asyncpg_args("postgresql+psycopg://u@h/c", Timeouts()) is None
+    assert asyncpg_args("sqlite:///x.db", Timeouts()) is None
+    with pytest.raises(DatabaseUrlError, match="connect_timeout"):
+        asyncpg_args("postgresql://u@h/c?connect_timeout=soon", Timeouts())
 
 
 async def _rows(db: Database, generic: bool = False) -> list[tuple[object, ...]]:

@@ -40,6 +40,8 @@ def test_postgres_upgrade_downgrade_upgrade(postgres_cluster: PostgresCluster) -
     assert tables == set(Base.metadata.tables)
     assert {"ix_adapters_full_name_trgm", "ix_adapters_search_scan",
             "ix_adapter_tags_tag_base_name_adapter_id", "ix_adapters_base_name_id"} <= indexes
+    downgrade(url, "0003")  # 0004 -> 0003: blob_deletions goes
+    assert "blob_deletions" not in _tables_and_indexes(url)[0]
     downgrade(url, "-1")  # 0003 -> 0002: the search-scan index goes, the trigram index stays
     assert {"ix_adapters_search_scan", "ix_adapters_full_name_trgm"} & _tables_and_indexes(
         url)[1] == {"ix_adapters_full_name_trgm"}

@@ -138,7 +138,7 @@ async def test_second_version_moves_tags_and_alias(client: httpx.AsyncClient,
     assert [(v["version"], v["parent"]) for v in versions] == [(2, 1), (1, None)]
 
 
-async def test_referenced_blob_is_not_uploaded_again(make_client: Any, model: Any,
+async def test_referenced_blob_is_checked_not_uploaded_again(make_client: Any, model: Any,
                                                      s3_server: Any, s3_bucket: str,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     import boto3
@@ -165,7 +165,8 @@ async def test_referenced_blob_is_not_uploaded_again(make_client: Any, model: An
     calls.clear()
     r = await client.post("/v1/adapters/acme/other/versions", files=model.files(second))
     assert r.status_code == 201, r.text
-    assert calls == ["PutObject"]  # the weights only: the config is referenced by v1
+    # The weights are written; the config, referenced by v1, is only checked (a HEAD).
+    assert sorted(calls) == ["HeadObject", "PutObject"]
     res = (await client.get("/v1/resolve/acme/other@v1")).json()
     cfg_url = next(f["url"] for f in res["files"] if f["path"] == "adapter_config.json")
     async with httpx.AsyncClient() as http:

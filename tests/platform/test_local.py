@@ -1,5 +1,5 @@
-"""`mol up` (what `make demo` runs): starts the embedded default, says how to call it,
-and Ctrl-C stops everything it started."""
+"""`mol up --catalog-only --demo`: starts the embedded catalog, says how to call it, and
+Ctrl-C stops everything it started (reuse of the data dir: test_mol_up.py)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,8 @@ def _read_until(proc: subprocess.Popen[str], marker: str, timeout: float) -> str
 @contextmanager
 def mol_up(data_dir: Path, port: int) -> Iterator[subprocess.Popen[str]]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mol_platform", "up", "--demo", "--catalog-port", str(port),
+        [sys.executable, "-m", "mol_platform", "up", "--catalog-only", "--demo",
+         "--catalog-port", str(port),
          "--data-dir", str(data_dir)],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         start_new_session=True, env={**os.environ, "MOL_CATALOG_TOKEN": ""},
@@ -78,11 +79,3 @@ def test_mol_up_demo_serves_and_ctrl_c_stops_everything(tmp_path: Path) -> None:
         assert ctrl_c(proc) == 0
         assert not port_open(port)
 
-
-def test_mol_up_restarts_on_the_same_data(tmp_path: Path) -> None:
-    """A second `mol up --demo` on the same data dir finds what it published (still v1)."""
-    for _ in range(2):
-        with mol_up(tmp_path / "data", free_port()) as proc:
-            out = _read_until(proc, READY, timeout=120)
-            assert "demo/ui@stable -> v1" in out
-            assert ctrl_c(proc) == 0

@@ -1,8 +1,21 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from mol_platform.refs import AdapterRef, RefError, check_name, is_valid_name
+from mol_platform.refs import (
+    MAX_VERSION,
+    AdapterRef,
+    RefError,
+    check_alias,
+    check_name,
+    check_namespace,
+    check_scope,
+    check_tag,
+    is_valid_alias,
+    is_valid_name,
+)
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -60,3 +73,60 @@ def test_invalid_names(name: str) -> None:
     assert not is_valid_name(name)
     with pytest.raises(RefError, match="invalid name"):
         check_name(name)
+
+
+# A `$` anchor accepts a trailing newline: every validator must match the whole string.
+@pytest.mark.parametrize("check", [check_name, check_namespace, check_tag, check_alias,
+                                   check_scope])
+def test_validators_refuse_trailing_newline(check: Callable[[str], str]) -> None:
+    good = "read:acme" if check is check_scope else "acme"
+    assert check(good) == good
+    for bad in (good + "\n", "\n" + good, good + "\r\n", good + "\x00"):
+        with pytest.raises(RefError):
+            check(bad)
+
+
+def test_reference_with_trailing_newline_is_refused() -> None:
+    with pytest.raises(RefError):
+        AdapterRef.parse("acme/chat@stable\n")
+    with pytest.raises(RefError):
+        AdapterRef.parse("acme/chat\n@v1")
+
+
+@pytest.mark.parametrize(("alias", "why"), [
+    ("latest", "reserved"),
+    ("v2", "version reference"),
+    ("v0", "version reference"),
+    ("v01", "version reference"),
+    ("sha256:" + "ab" * 32, "digest reference"),
+    ("sha256:abc", "digest reference"),
+    ("Stable", "lowercase letter first"),
+    ("2fast", "lowercase letter first"),
+])
+def test_aliases_that_read_as_references_say_why(alias: str, why: str) -> None:
+    assert not is_valid_alias(alias)
+    with pytest.raises(RefError, match=why):
+        check_alias(alias)
+
+
+@pytest.mark.parametrize("alias", ["stable", "canary", "v", "v2-rc", "vnext", "prod_eu"])
+def test_valid_aliases(alias: str) -> None:
+    assert check_alias(alias) == alias
+
+
+@pytest.mark.parametrize("scope", ["read", "admin", "read:acme", "publish:a.b"])
+def test_valid_scopes(scope: str) -> None:
+    assert check_scope(scope) == scope
+
+
+@pytest.mark.parametrize("scope", ["write", "admin:acme", "read:", "publish", "publish:A",
+                                   "read:a..b", "read:acme:x", ":acme"])
+def test_invalid_scopes(scope: str) -> None:
+    with pytest.raises(RefError, match="invalid scope"):
+        check_scope(scope)
+
+
+def test_version_beyond_the_column_range_is_not_a_reference() -> None:
+    assert AdapterRef.parse(f"acme/chat@v{MAX_VERSION}").version == MAX_VERSION
+    with pytest.raises(RefError, match="v1 to"):
+        AdapterRef.parse(f"acme/chat@v{MAX_VERSION + 1}")

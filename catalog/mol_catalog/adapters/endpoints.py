@@ -10,12 +10,33 @@ from starlette.responses import Response
 
 from mol_catalog.adapters import publish as pipeline
 from mol_catalog.adapters import service
-from mol_catalog.adapters.schemas import AliasPut, YankBody
+from mol_catalog.adapters.schemas import (
+    AdapterOut,
+    AdapterPageOut,
+    AliasHistoryOut,
+    AliasOut,
+    AliasPut,
+    PublishOut,
+    VersionOut,
+    VersionPageOut,
+    YankBody,
+    YankOut,
+)
 from mol_catalog.adapters.uploads import FIELDS, FILE_PARTS, receive_upload
 from mol_catalog.auth import Principal
 from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
-from mol_catalog.errors import BadRequest, CatalogError, json_response
-from mol_catalog.util import clamp_limit, decode_cursor, encode_cursor, valid_name
+from mol_catalog.errors import CatalogError, json_response
+from mol_catalog.util import (
+    checked,
+    clamp_limit,
+    clean_text,
+    decode_cursor,
+    encode_cursor,
+    valid_alias,
+    valid_name,
+    version_number,
+)
+from mol_platform import refs
 
 router = APIRouter(tags=["adapters"])
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
@@ -33,14 +54,9 @@ def _full(ns: str, name: str) -> str:
     return f"{valid_name(ns, 'namespace')}/{valid_name(name, 'adapter name')}"
 
 
-def _number(text: str) -> int:
-    value = text.removeprefix("v")
-    if not value.isdigit() or int(value) < 1:
-        raise BadRequest(f"invalid version {text!r}: use a number such as 3 or v3")
-    return int(value)
-
-
-@router.post("/v1/adapters/{ns}/{name}/versions", status_code=201, openapi_extra=PUBLISH_BODY)
+@router.post("/v1/adapters/{ns}/{name}/versions", status_code=201, openapi_extra=PUBLISH_BODY,
+             response_model=PublishOut, responses={200: {
+                 "model": PublishOut, "description": "Identical content already published"}})
 async def publish_version(ns: str, name: str, request: Request, catalog: CatalogDep,
                           who: PrincipalDep) -> Response:
     """Publish a version (multipart). 201 new, 200 identical content already published."""
@@ -59,7 +75,7 @@ async def publish_version(ns: str, name: str, request: Request, catalog: Catalog
     return json_response(body, 201 if created else 200)
 
 
-@router.get("/v1/adapters")
+@router.get("/v1/adapters", response_model=AdapterPageOut)
 async def list_adapters(request: Request, base: str | None = None, tag: str | None = None,
                         q: str | None = None, namespace: str | None = None, limit: int = 50,
                         cursor: str | None = None) -> Response:
@@ -79,12 +95,16 @@ async def list_answer(catalog: Catalog, authorization: str | None, base: str | N
     """The listing response body; raises CatalogError (401/403/400) like any endpoint."""
     who = await principal_for(catalog, authorization)
     limit = clamp_limit(limit)
-    after = decode_cursor(cursor, 1)
+    after = decode_cursor(cursor)
     namespaces = who.readable_namespaces()
     if namespace is not None:
         valid_name(namespace, "namespace")
         who.require_read(namespace)
         namespaces = {namespace}
+    clean_text(base, "base")
+    clean_text(q, "q")
+    if tag is not None:
+        checked(refs.check_tag, tag)
     search = bool(q) and tag is None
     rare = False
     if search:
@@ -93,7 +113,7 @@ async def list_answer(catalog: Catalog, authorization: str | None, base: str | N
     async with catalog.db.read(generic_plans=search) as conn:
         items, last = await service.list_adapters(
             conn, base=base, tag=tag, q=q, namespaces=namespaces,
-            after=int(after[0]) if after else None, limit=limit,
+            after=after, limit=limit,
             window=catalog.settings.search_window, rare=rare)
     # Timestamps stay datetimes: orjson writes them as RFC 3339 in UTC ("Z").
     return orjson.dumps({"items": items,
@@ -101,7 +121,7 @@ async def list_answer(catalog: Catalog, authorization: str | None, base: str | N
                         option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC)
 
 
-@router.get("/v1/adapters/{ns}/{name}")
+@router.get("/v1/adapters/{ns}/{name}", response_model=AdapterOut)
 async def get_adapter(ns: str, name: str, catalog: CatalogDep, who: PrincipalDep) -> Response:
     who.require_read(ns)
     async with catalog.db.unit(write=False) as uow:
@@ -109,30 +129,30 @@ async def get_adapter(ns: str, name: str, catalog: CatalogDep, who: PrincipalDep
     return json_response(out)
 
 
-@router.get("/v1/adapters/{ns}/{name}/versions")
+@router.get("/v1/adapters/{ns}/{name}/versions", response_model=VersionPageOut)
 async def list_versions(ns: str, name: str, catalog: CatalogDep, who: PrincipalDep,
                         limit: int = 50, cursor: str | None = None) -> Response:
     """Versions, newest first."""
     who.require_read(ns)
     limit = clamp_limit(limit)
-    before = decode_cursor(cursor, 1)
+    before = decode_cursor(cursor)
     async with catalog.db.unit(write=False) as uow:
         items, last = await service.versions(uow, _full(ns, name),
-                                             int(before[0]) if before else None, limit)
+                                             before, limit)
     return json_response({"items": items,
                           "next_cursor": encode_cursor(last) if last is not None else None})
 
 
-@router.get("/v1/adapters/{ns}/{name}/versions/{version}")
+@router.get("/v1/adapters/{ns}/{name}/versions/{version}", response_model=VersionOut)
 async def get_version(ns: str, name: str, version: str, catalog: CatalogDep,
                       who: PrincipalDep) -> Response:
     who.require_read(ns)
     async with catalog.db.unit(write=False) as uow:
-        out = await service.version_detail(uow, _full(ns, name), _number(version))
+        out = await service.version_detail(uow, _full(ns, name), version_number(version))
     return json_response(out)
 
 
-@router.put("/v1/adapters/{ns}/{name}/aliases/{alias}")
+@router.put("/v1/adapters/{ns}/{name}/aliases/{alias}", response_model=AliasOut)
 async def set_alias(ns: str, name: str, alias: str, body: AliasPut, catalog: CatalogDep,
                     who: PrincipalDep) -> Response:
     """Move an alias (history kept); 409 when the version is yanked."""
@@ -142,21 +162,22 @@ async def set_alias(ns: str, name: str, alias: str, body: AliasPut, catalog: Cat
     return json_response(out)
 
 
-@router.get("/v1/adapters/{ns}/{name}/aliases/{alias}/history")
+@router.get("/v1/adapters/{ns}/{name}/aliases/{alias}/history",
+            response_model=AliasHistoryOut)
 async def alias_history(ns: str, name: str, alias: str, catalog: CatalogDep,
                         who: PrincipalDep, limit: int = Query(100, ge=1, le=1000)) -> Response:
     """Every move of the alias, newest first."""
     who.require_read(ns)
     async with catalog.db.unit(write=False) as uow:
-        items = await service.alias_history(uow, _full(ns, name), alias, limit)
+        items = await service.alias_history(uow, _full(ns, name), valid_alias(alias), limit)
     return json_response({"items": items})
 
 
-@router.post("/v1/adapters/{ns}/{name}/versions/{version}/yank")
+@router.post("/v1/adapters/{ns}/{name}/versions/{version}/yank", response_model=YankOut)
 async def yank_version(ns: str, name: str, version: str, body: YankBody, catalog: CatalogDep,
                        who: PrincipalDep) -> Response:
     """Yank a version; 409 while an alias points at it."""
     who.require_publish(ns)
     async with catalog.db.unit() as uow:
-        out = await service.yank(uow, _full(ns, name), _number(version), body.reason)
+        out = await service.yank(uow, _full(ns, name), version_number(version), body.reason)
     return json_response(out)

@@ -8,8 +8,8 @@ that gc removes after its grace period; a version row never points at a missing 
 from __future__ import annotations
 
 import asyncio
-import json
 import weakref
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +25,19 @@ from mol_catalog.adapters.uploads import (
     Upload,
 )
 from mol_catalog.base_models import service as base_service
+from mol_catalog.blob_gc import BlobsGone
 from mol_catalog.db import Database
 from mol_catalog.deps import Catalog
 from mol_catalog.errors import BadRequest, Incompatible, InvalidFile
-from mol_catalog.util import valid_name
+from mol_catalog.util import (
+    checked,
+    clean_text,
+    load_json,
+    valid_alias,
+    valid_name,
+    version_number,
+)
+from mol_platform import refs
 from mol_platform.compat import AdapterConfigError, AdapterInfo, BaseShapes, check_base
 from mol_platform.safetensors_header import HeaderError, TensorInfo, header_shapes, read_header
 
@@ -39,10 +48,7 @@ def _read_config(upload: Upload) -> dict[str, Any]:
     f = upload.files[CONFIG_FILE]
     if f.size > MAX_CONFIG_BYTES:
         raise InvalidFile(f"{CONFIG_FILE} is {f.size} bytes; at most {MAX_CONFIG_BYTES} allowed")
-    try:
-        config = json.loads(f.read_bytes())
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidFile(f"{CONFIG_FILE} is not valid JSON: {exc}") from None
+    config = load_json(f.read_bytes(), CONFIG_FILE, InvalidFile)
     if not isinstance(config, dict):
         raise InvalidFile(f"{CONFIG_FILE} must be a JSON object")
     return config
@@ -51,22 +57,16 @@ def _read_config(upload: Upload) -> dict[str, Any]:
 def _options(fields: dict[str, str]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if fields.get("alias"):
-        out["alias"] = service.check_alias(fields["alias"])
+        out["alias"] = valid_alias(fields["alias"])
     if fields.get("parent"):
-        text = fields["parent"].removeprefix("v")
-        if not text.isdigit() or int(text) < 1:
-            raise BadRequest(f"parent must be a version number, got {fields['parent']!r}")
-        out["parent"] = int(text)
+        out["parent"] = version_number(fields["parent"], "parent")
     if fields.get("source"):
-        out["source"] = fields["source"][:2000]
+        out["source"] = clean_text(fields["source"][:2000], "source")
     if "tags" in fields:
         tags = [t.strip() for t in fields["tags"].split(",") if t.strip()]
-        out["tags"] = sorted({valid_name(t, "tag") for t in tags})
+        out["tags"] = sorted({checked(refs.check_tag, t) for t in tags})
     if fields.get("labels"):
-        try:
-            labels = json.loads(fields["labels"])
-        except ValueError:
-            labels = None
+        labels = load_json(fields["labels"], "labels")
         if not isinstance(labels, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in labels.items()
         ):
@@ -120,23 +120,36 @@ def _read_header(weights: StoredFile) -> dict[str, TensorInfo]:
 
 
 async def _store_blobs(catalog: Catalog, upload: Upload,
-                       base_model_id: int) -> list[publish_sql.Profile]:
-    """Write the files not already referenced by a stored version, concurrently; returns
-    the base's profiles, read by the same statement.
+                       base_model_id: int) -> publish_sql.Precheck:
+    """Make sure every file of the upload is in the store, concurrently; returns what was
+    read before: the newest blob deletion id (see blob_gc) and the base's profiles.
 
-    Skipping a referenced blob is gc-safe: versions are immutable and never deleted, so
-    their ``version_blobs`` rows stay, and gc deletes only blobs no version references.
-    A blob referenced by a committed version is therefore stored and stays stored. (A
-    shared ``adapter_config.json`` would otherwise cost a conditional PUT and its 412 on
-    every publish.)
+    A blob a stored version references is only checked (a HEAD or a stat: cheaper than
+    a write-once PUT answered 412, for the config file many adapters share) and written
+    again when it is gone from the store; the others are written once. Either way a
+    publish leaves its blobs present.
     """
-    files = list(upload.files.values())
     async with catalog.db.read() as conn:
-        known, profiles = await publish_sql.precheck(
-            conn, sorted({f.digest for f in files}), base_model_id)
-    await asyncio.gather(*(catalog.blobs.put(f.digest, f.source, f.size)
-                           for f in files if f.digest not in known))
-    return profiles
+        pre = await publish_sql.precheck(conn, upload.digests(), base_model_id)
+    await _put(catalog, upload, set(upload.digests()), pre.referenced)
+    return pre
+
+
+async def _put(catalog: Catalog, upload: Upload, digests: set[str],
+               referenced: frozenset[str] | set[str] = frozenset()) -> None:
+    files = {f.digest: f for f in upload.files.values() if f.digest in digests}
+
+    async def one(f: StoredFile) -> None:
+        if f.digest in referenced and await catalog.blobs.exists(f.digest):
+            return
+        await catalog.blobs.put(f.digest, f.source, f.size)
+
+    await asyncio.gather(*(one(f) for f in files.values()))
+
+
+# Runs between storing the blobs and the transaction that references them; tests set it
+# to interleave a gc there (on Postgres they hold the adapter's row lock instead).
+after_store: Callable[[], Awaitable[None]] | None = None
 
 
 async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
@@ -155,7 +168,8 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
         info = AdapterInfo.from_files(config, header)
     except AdapterConfigError as exc:
         raise InvalidFile(f"{CONFIG_FILE}: {exc}") from None
-    base = await _find_base(catalog, upload.fields.get("base") or _default_base(info))
+    base_ref = clean_text(upload.fields.get("base"), "base") or _default_base(info)
+    base = await _find_base(catalog, base_ref)
     reasons = check_base(info, base.shapes)
     if reasons:
         for r in reasons:
@@ -165,16 +179,24 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
             + "; ".join(r.message for r in reasons),
             reasons=[{"code": r.code, "message": r.message} for r in reasons],
         )
-    profiles = await _store_blobs(catalog, upload, base.id)
+    pre = await _store_blobs(catalog, upload, base.id)
+    if after_store is not None:
+        await after_store()
     namespaces = _NAMESPACES.setdefault(catalog.db, {})
     req = PublishRequest(namespace=namespace, name=name, upload=upload, info=info, config=config,
                          tensors=header_shapes(header), base_model_id=base.id,
-                         base_ref=base.ref, created_by=created_by, **options)
+                         base_ref=base.ref, created_by=created_by, blobs_after=pre.deletions,
+                         **options)
     for attempt in range(RETRIES):
         req.verdict_reasons.clear()
         try:
             async with catalog.db.unit() as uow:
-                body, created = await service.publish(uow, req, profiles, namespaces)
+                body, created = await service.publish(uow, req, pre.profiles, namespaces)
+        except BlobsGone as gone:
+            # gc deleted a blob this publish had stored: store it again, then retry.
+            req.blobs_after = gone.after
+            await _put(catalog, upload, gone.digests)
+            continue
         except IntegrityError:
             # A concurrent publish to the same adapter won the race (same content,
             # same number or a new namespace/adapter row): retry on the new state.

@@ -25,6 +25,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from mol_catalog.blob_gc import WATERMARK
 from mol_catalog.db import Prepared, ReadConn, json_value
 from mol_catalog.models import (
     Adapter,
@@ -69,14 +70,17 @@ _DELETE_TAGS = delete(ADAPTER_TAGS).where(ADAPTER_TAGS.c.adapter_id == bindparam
 _INSERTS = {t.name: insert(t) for t in (VERSION_BLOBS, ADAPTER_TAGS, VERDICTS, ALIASES,
                                         ALIAS_HISTORY)}
 PROFILES = cast(Table, ServingProfile.__table__)
-# Before the transaction, one statement: whether each of the upload's two blobs is
-# already referenced by a version (one index probe each: EXISTS, not DISTINCT, since a
-# shared config file may be referenced by millions of versions) and the profiles of the
-# base revision. The one-row derived table keeps a row when the base has no profile.
+# Before the blobs are stored, one statement: the newest blob deletion id (see
+# blob_gc: the publish's transaction looks for deletions of its blobs past it), whether
+# each of the upload's two blobs is already referenced by a version (one index probe
+# each: EXISTS, not DISTINCT, since a shared config file may be referenced by millions
+# of versions) and the profiles of the base revision. The one-row derived table keeps a
+# row when the base has no profile.
 _ONE = select(literal_column("1").label("one")).subquery("one")
 _PRECHECK = Prepared(
     select(PROFILES.c.id, PROFILES.c.name, PROFILES.c.max_lora_rank,
            PROFILES.c.supported_modules, PROFILES.c.generation,
+           WATERMARK.label("deletions"),
            exists().where(VERSION_BLOBS.c.digest == bindparam("a")).label("a"),
            exists().where(VERSION_BLOBS.c.digest == bindparam("b")).label("b"))
     .select_from(_ONE.outerjoin(PROFILES,
@@ -161,16 +165,21 @@ class Profile:
     generation: int
 
 
-async def precheck(conn: ReadConn, digests: Sequence[str],
-                   base_model_id: int) -> tuple[set[str], list[Profile]]:
-    """(the digests a stored version already references, the base's profiles by name).
+@dataclass(frozen=True)
+class Precheck:
+    deletions: int  # the newest blob deletion id
+    referenced: set[str]  # the upload's digests a stored version already references
+    profiles: list[Profile]  # the base revision's, by name
 
-    ``digests`` are the upload's (one or two: a publish has exactly two files)."""
+
+async def precheck(conn: ReadConn, digests: Sequence[str], base_model_id: int) -> Precheck:
+    """What a publish reads before it stores its blobs (one or two ``digests``: a publish
+    has exactly two files)."""
     if not 1 <= len(digests) <= 2:
         raise ValueError(f"expected one or two digests, got {len(digests)}")
     a, b = digests[0], digests[-1]
     rows = await _PRECHECK.all(conn, a=a, b=b, base_model_id=base_model_id)
-    known = {d for d, hit in zip((a, b), rows[0][5:], strict=True) if hit}
+    referenced = {d for d, hit in zip((a, b), rows[0][6:], strict=True) if hit}
     profiles = [Profile(r[0], r[1], r[2], json_value(r[3]), r[4])
                 for r in rows if r[0] is not None]
-    return known, profiles
+    return Precheck(int(rows[0][5]), referenced, profiles)

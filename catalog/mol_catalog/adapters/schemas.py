@@ -8,15 +8,17 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from mol_catalog.adapters.uploads import Upload
+from mol_catalog.util import ResponseBody, Text
 from mol_platform.compat import AdapterInfo
+from mol_platform.refs import MAX_VERSION
 
 
 class AliasPut(BaseModel):
-    version: int = Field(ge=1)
+    version: int = Field(ge=1, le=MAX_VERSION)
 
 
 class YankBody(BaseModel):
-    reason: str = Field(min_length=1, max_length=2000)
+    reason: Text = Field(min_length=1, max_length=2000)
 
 
 @dataclass
@@ -37,8 +39,104 @@ class PublishRequest:
     tags: list[str] | None = None
     labels: dict[str, str] | None = None
     created_by: str | None = None
+    # The newest blob deletion id seen before the blobs were stored (blob_gc.guard).
+    blobs_after: int = 0
     verdict_reasons: dict[str, list[str]] = field(default_factory=dict)
 
     @property
     def full_name(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+class ReasonOut(ResponseBody):
+    code: str
+    message: str
+
+
+class VerdictOut(ResponseBody):
+    compatible: bool
+    reasons: list[ReasonOut]
+
+
+class PublishOut(ResponseBody):
+    adapter: str
+    version: int
+    digest: str
+    created: bool
+    status: str
+    base: str
+    verdicts: dict[str, VerdictOut]
+
+
+class AdapterItemOut(ResponseBody):
+    adapter: str
+    namespace: str
+    name: str
+    base: str
+    tags: list[str]
+    labels: dict[str, str]
+    latest_version: int | None
+    updated_at: str | None
+
+
+class AdapterPageOut(ResponseBody):
+    items: list[AdapterItemOut]
+    next_cursor: str | None
+
+
+class AdapterOut(AdapterItemOut):
+    aliases: dict[str, int]
+
+
+class VersionItemOut(ResponseBody):
+    version: int
+    digest: str
+    status: str
+    rank: int
+    alpha: float
+    target_modules: list[str]
+    size: int
+    parent: int | None
+    source: str | None
+    created_by: str | None
+    created_at: str | None
+    yank_reason: str | None
+
+
+class VersionPageOut(ResponseBody):
+    items: list[VersionItemOut]
+    next_cursor: str | None
+
+
+class FileOut(ResponseBody):
+    path: str
+    digest: str
+    size: int
+
+
+class VersionOut(VersionItemOut):
+    adapter: str
+    base: str
+    files: list[FileOut]
+    verdicts: dict[str, VerdictOut]
+
+
+class YankOut(VersionItemOut):
+    adapter: str
+
+
+class AliasOut(ResponseBody):
+    alias: str
+    version: int
+    previous: int | None
+
+
+class AliasMoveOut(ResponseBody):
+    version: int
+    previous: int | None
+    changed_by: str | None
+    changed_at: str | None
+
+
+class AliasHistoryOut(ResponseBody):
+    items: list[AliasMoveOut]

@@ -2,32 +2,20 @@
 
 from __future__ import annotations
 
-import re
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from mol_catalog import blob_gc
 from mol_catalog.adapters import publish_sql as sql
 from mol_catalog.adapters import repository as repo
 from mol_catalog.adapters.schemas import PublishRequest
 from mol_catalog.db import ReadConn, UnitOfWork
 from mol_catalog.errors import BadRequest, Conflict, NotFound
 from mol_catalog.models import Adapter, Alias, AliasHistory, Version, utcnow
-from mol_catalog.util import iso
+from mol_catalog.util import iso, valid_alias
 from mol_platform.compat import ServingProfileSpec, check_profile
-from mol_platform.refs import ALIAS_PATTERN
-
-ALIAS_RE = re.compile(rf"^{ALIAS_PATTERN}$")
-
-
-def check_alias(name: str) -> str:
-    if not ALIAS_RE.match(name):
-        raise BadRequest(f"invalid alias {name!r}: lowercase letter first, then letters, digits, "
-                         "'-' or '_' (at most 63)")
-    if name == "latest":
-        raise BadRequest("alias 'latest' is reserved: it always means the newest ready version")
-    return name
 
 
 def adapter_item(row: Adapter, base: str) -> dict[str, Any]:
@@ -82,7 +70,12 @@ async def publish(uow: UnitOfWork, req: PublishRequest, profiles: list[sql.Profi
     if found is not None and found.existing is not None:
         existing = await repo.version_by_number(uow.session, found.id, found.existing)
         assert existing is not None
-        return await _published_body(uow, req.full_name, existing, created=False), False
+        applied, changed = await _apply_to_existing(uow, req, existing)
+        body = await _published_body(uow, req.full_name, existing, created=False)
+        return {**body, "applied": applied, "changed": changed}, False
+    # A new version references the blobs: none may have been removed by gc since the
+    # publish stored them, and none may be until this commits.
+    await blob_gc.guard(conn, uow.postgres, req.upload.digests(), req.blobs_after)
     count = found.version_count if found is not None else 0
     if req.parent is not None and not 1 <= req.parent <= count:
         raise BadRequest(f"parent version {req.parent} does not exist in {req.full_name!r}")
@@ -167,6 +160,43 @@ async def _judge_new_version(conn: AsyncConnection, req: PublishRequest,
     return verdicts
 
 
+async def _apply_to_existing(uow: UnitOfWork, req: PublishRequest,
+                             v: Version) -> tuple[dict[str, Any], list[str]]:
+    """Same content again: the version stays, the form's alias, tags and labels apply
+    (a pipeline re-running "publish and tag prod" gets prod). Returns (what the form
+    asked for, now in effect; which of them changed anything)."""
+    applied: dict[str, Any] = {}
+    changed: list[str] = []
+    if req.alias is None and req.tags is None and req.labels is None:
+        return applied, changed
+    row = await get_adapter(uow, req.full_name)  # locked by the publish's first statement
+    if req.alias is not None:
+        applied["alias"] = req.alias
+        current = await repo.alias(uow.session, row.id, req.alias)
+        if current is None or current.version != v.number:
+            if v.status == "yanked":
+                raise Conflict(f"{req.full_name} v{v.number} (same content) is yanked "
+                               f"({v.yank_reason}): alias {req.alias!r} may not point at it")
+            await _move_alias(uow, row, req.alias, v, req.created_by)
+            changed.append("alias")
+    if req.tags is not None:
+        applied["tags"] = req.tags
+        if list(row.tags or []) != req.tags:
+            row.tags = req.tags
+            await sql.set_tags(await uow.session.connection(), row.id, req.tags,
+                               row.base_name, row.base_model_id, fresh=False)
+            changed.append("tags")
+    if req.labels is not None:
+        applied["labels"] = req.labels
+        if dict(row.labels or {}) != req.labels:
+            row.labels = req.labels
+            changed.append("labels")
+    if changed:
+        row.updated_at = utcnow()
+        await uow.session.flush()
+    return applied, changed
+
+
 async def _published_body(uow: UnitOfWork, full_name: str, v: Version,
                           created: bool) -> dict[str, Any]:
     return {"adapter": full_name, "version": v.number, "digest": v.digest,
@@ -194,7 +224,7 @@ async def _move_alias(uow: UnitOfWork, row: Adapter, name: str, v: Version,
 
 async def set_alias(uow: UnitOfWork, full_name: str, name: str, number: int,
                     who: str | None) -> dict[str, Any]:
-    check_alias(name)
+    valid_alias(name)
     row = await get_adapter(uow, full_name, lock=uow.postgres)
     v = await get_version(uow, row, number)
     if v.status == "yanked":

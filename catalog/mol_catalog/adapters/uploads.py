@@ -23,6 +23,7 @@ from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
 from mol_catalog.errors import BadRequest, PayloadTooLarge
+from mol_catalog.leftovers import upload_dir_prefix
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -71,9 +72,13 @@ class Upload:
         lines = "".join(f"{f.digest}  {p}\n" for p, f in sorted(self.files.items()))
         return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
 
+    def digests(self) -> list[str]:
+        """The files' digests, sorted, each once."""
+        return sorted({f.digest for f in self.files.values()})
+
     def spill_dir(self) -> Path:
         if self.tmpdir is None:
-            self.tmpdir = Path(tempfile.mkdtemp(prefix="mol-publish-"))
+            self.tmpdir = Path(tempfile.mkdtemp(prefix=upload_dir_prefix()))
         return self.tmpdir
 
     def cleanup(self) -> None:

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from mol_catalog.auth import Principal
 from mol_catalog.base_models import service
-from mol_catalog.base_models.schemas import BaseModelCreate
+from mol_catalog.base_models.schemas import BaseModelCreate, BaseModelDetailOut, BaseModelOut
 from mol_catalog.deps import Catalog, get_catalog, get_principal
 from mol_catalog.errors import json_response
 
@@ -19,7 +19,8 @@ CatalogDep = Annotated[Catalog, Depends(get_catalog)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-@router.post("/v1/base-models", status_code=201)
+@router.post("/v1/base-models", status_code=201, response_model=BaseModelOut, responses={
+    200: {"model": BaseModelOut, "description": "Identical content already registered"}})
 async def register_base_model(body: BaseModelCreate, catalog: CatalogDep,
                               who: PrincipalDep) -> Response:
     """Register a revision (admin). 201 new, 200 identical content, 409 other content."""
@@ -35,7 +36,7 @@ async def register_base_model(body: BaseModelCreate, catalog: CatalogDep,
     raise AssertionError("unreachable")
 
 
-@router.get("/v1/base-models/{name}")
+@router.get("/v1/base-models/{name}", response_model=BaseModelDetailOut)
 async def get_base_model(name: str, catalog: CatalogDep, who: PrincipalDep) -> Response:
     """Any authenticated caller may read base models (they belong to no namespace)."""
     async with catalog.db.unit(write=False) as uow:

@@ -2,14 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, Field
+
+from mol_catalog.util import MAX_BIGINT, ResponseBody, Text
+
+REVISION_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+Dim = Annotated[int, Field(ge=0, le=MAX_BIGINT)]
 
 
 class BaseModelCreate(BaseModel):
     name: str
-    revision: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-    architecture: str | None = Field(default=None, max_length=128)
+    revision: str = Field(min_length=1, max_length=128, pattern=rf"^{REVISION_PATTERN}$")
+    architecture: Text | None = Field(default=None, max_length=128)
+    config: dict[str, Any]
+    tensors: dict[Text, list[Dim]]
+
+
+class BaseRevisionOut(ResponseBody):
+    revision: str
+    architecture: str | None
     config: dict[str, Any]
     tensors: dict[str, list[int]]
+    num_layers: int
+    created_at: str | None
+
+
+class BaseModelOut(BaseRevisionOut):
+    name: str
+
+
+class BaseModelDetailOut(ResponseBody):
+    name: str
+    current: str
+    revisions: list[BaseRevisionOut]

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from typing import Any
 
 from mol_catalog.base_models import repository
-from mol_catalog.base_models.schemas import BaseModelCreate
+from mol_catalog.base_models.schemas import REVISION_PATTERN, BaseModelCreate
 from mol_catalog.db import UnitOfWork
-from mol_catalog.errors import BadRequest, Conflict, NotFound, UnknownBaseModel
+from mol_catalog.errors import BadRequest, Conflict, InvalidName, NotFound, UnknownBaseModel
 from mol_catalog.models import BaseModel
-from mol_catalog.util import iso, valid_name
+from mol_catalog.util import check_json, iso, valid_name
 from mol_platform.compat import BaseModelError, BaseShapes
+
+MAX_LAYERS = 100_000  # far beyond any model; keeps layer numbers plain 64-bit integers
 
 
 def shapes_of(row: BaseModel) -> BaseShapes:
@@ -31,6 +34,9 @@ def parse_ref(text: str) -> tuple[str, str | None]:
     """``name@revision`` or ``name`` -> (name, revision or None)."""
     name, _, revision = text.partition("@")
     valid_name(name, "base model name")
+    if revision and re.fullmatch(REVISION_PATTERN, revision) is None:
+        raise InvalidName(f"invalid base model revision {revision[:140]!r}: letters, digits, "
+                          "'.', '_' or '-', starting with a letter or digit, at most 128")
     return name, (revision or None)
 
 
@@ -52,10 +58,14 @@ async def find(uow: UnitOfWork, ref: str) -> BaseModel:
 async def register(uow: UnitOfWork, body: BaseModelCreate) -> tuple[dict[str, Any], bool]:
     """Store a revision; (record, created). Same content again is a no-op, other content 409."""
     valid_name(body.name, "base model name")
+    check_json(body.config, "config")
     try:
         shapes = BaseShapes.from_config_and_tensors(body.config, body.tensors)
     except BaseModelError as exc:
         raise BadRequest(f"base model {body.name}@{body.revision}: {exc}") from None
+    if shapes.num_layers > MAX_LAYERS:
+        raise BadRequest(f"base model {body.name}@{body.revision}: {shapes.num_layers} layers "
+                         f"(at most {MAX_LAYERS})")
     architecture = body.architecture or shapes.architecture
     canonical = json.dumps({"architecture": architecture, "config": body.config,
                             "tensors": body.tensors}, sort_keys=True, separators=(",", ":"))

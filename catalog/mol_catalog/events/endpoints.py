@@ -12,14 +12,16 @@ from mol_catalog.auth import Principal
 from mol_catalog.deps import Catalog, get_catalog, get_principal
 from mol_catalog.errors import json_response
 from mol_catalog.events import service
+from mol_catalog.events.schemas import EventPageOut
+from mol_catalog.util import MAX_BIGINT
 
 router = APIRouter(tags=["events"])
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-@router.get("/v1/events")
-async def events(catalog: CatalogDep, who: PrincipalDep, after: int = Query(0, ge=0),
+@router.get("/v1/events", response_model=EventPageOut)
+async def events(catalog: CatalogDep, who: PrincipalDep, after: int = Query(0, ge=0, le=MAX_BIGINT),
                  limit: int = Query(100, ge=1, le=1000),
                  wait: float = Query(0.0, ge=0.0, le=30.0)) -> Response:
     """Events with id > after, in id order; ``wait`` seconds long-polls when there are none."""

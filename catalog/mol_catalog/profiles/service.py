@@ -76,6 +76,7 @@ async def put(uow: UnitOfWork, name: str, body: ProfilePut) -> tuple[dict[str, A
 
 
 async def get(uow: UnitOfWork, name: str) -> dict[str, Any]:
+    valid_name(name, "serving profile name")
     row = await repository.get(uow.session, name)
     if row is None:
         raise NotFound(f"unknown serving profile {name!r}")

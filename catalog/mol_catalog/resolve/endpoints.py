@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
@@ -13,14 +12,16 @@ from mol_catalog.auth import Principal
 from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
 from mol_catalog.errors import BadRequest, NotFound, json_bytes
 from mol_catalog.resolve import repository, service
+from mol_catalog.resolve.schemas import ResolveOut
+from mol_catalog.util import valid_name
 
 router = APIRouter(tags=["resolve"])
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
-HEX_RE = re.compile(r"^[0-9a-f]{64}$")
+HEX_RE = re.compile(r"[0-9a-f]{64}")
 
 
-@router.get("/v1/resolve/{ns}/{name_ref}")
+@router.get("/v1/resolve/{ns}/{name_ref}", response_model=ResolveOut)
 async def resolve(ns: str, name_ref: str, request: Request, profile: str | None = None) -> Response:
     """``name_ref`` is ``name@ref`` with ref = alias | latest | vN | sha256:<hex>.
 
@@ -28,36 +29,44 @@ async def resolve(ns: str, name_ref: str, request: Request, profile: str | None 
     with the same ``answer``; this route documents the endpoint and serves the rest.
     """
     catalog: Catalog = request.app.state.catalog
-    body = await answer(catalog, ns, name_ref, profile, request.headers.get("authorization"),
-                        lambda: catalog.base_url(request))
+    body = await answer(catalog, ns, name_ref, profile, request.headers.get("authorization"))
     return Response(body, media_type="application/json")
 
 
 async def answer(catalog: Catalog, ns: str, name_ref: str, profile: str | None,
-                 authorization: str | None, base_url: Callable[[], str]) -> bytes:
+                 authorization: str | None) -> bytes:
     """The resolve response body; raises CatalogError (401/403/404/400) like any endpoint."""
     who = await principal_for(catalog, authorization)
     ref = service.parse(ns, name_ref)
+    if profile is not None:
+        valid_name(profile, "serving profile name")
     who.require_read(ref.namespace)
     out = await service.resolve(catalog.db, ref, profile)
     blobs = catalog.blobs
-    base = base_url() if blobs.serves_downloads else ""
+    base = catalog.download_base if blobs.serves_downloads else ""
     out["files"] = [{**f, "url": blobs.download_url(f["digest"], base)} for f in out["files"]]
     return json_bytes(out)
 
 
-@router.get("/v1/blobs/sha256/{hexdigest}")
+@router.get("/v1/blobs/sha256/{hexdigest}", response_class=Response, responses={200: {
+    "description": "The blob's bytes",
+    "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}}}})
 async def download_blob(hexdigest: str, catalog: CatalogDep, who: PrincipalDep) -> Response:
-    """Stream a blob (the local store's download URL); needs read on a namespace using it."""
-    if not HEX_RE.match(hexdigest):
+    """Stream a blob (the local store's download URL); needs read on a namespace using it.
+
+    A blob the caller may not read is answered exactly like a missing one: a 403 would
+    confirm the content exists and name the namespace holding it.
+    """
+    if not HEX_RE.fullmatch(hexdigest):
         raise BadRequest("a blob is addressed by 64 lowercase hex digits of its sha256")
     digest = f"sha256:{hexdigest}"
+    missing = NotFound(f"no blob {digest}")
     if not who.can_read():
         async with catalog.db.unit(write=False) as uow:
             namespaces = await repository.blob_namespaces(uow.session, digest)
         if not any(who.can_read(ns) for ns in namespaces):
-            who.require_read(namespaces[0] if namespaces else None)
+            raise missing
     if not await catalog.blobs.exists(digest):
-        raise NotFound(f"no blob {digest}")
+        raise missing
     return StreamingResponse(catalog.blobs.read(digest), media_type="application/octet-stream",
                              headers={"ETag": f'"{digest}"'})

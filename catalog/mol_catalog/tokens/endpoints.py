@@ -4,21 +4,22 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Path
 from starlette.responses import Response
 
 from mol_catalog.auth import Principal
 from mol_catalog.deps import Catalog, get_catalog, get_principal
 from mol_catalog.errors import json_response
 from mol_catalog.tokens import service
-from mol_catalog.tokens.schemas import TokenCreate
+from mol_catalog.tokens.schemas import TokenCreate, TokenCreatedOut, TokenListOut
+from mol_catalog.util import MAX_BIGINT
 
 router = APIRouter(tags=["tokens"])
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-@router.post("/v1/tokens", status_code=201)
+@router.post("/v1/tokens", status_code=201, response_model=TokenCreatedOut)
 async def create_token(body: TokenCreate, catalog: CatalogDep, who: PrincipalDep) -> Response:
     who.require_admin()
     async with catalog.db.unit() as uow:
@@ -26,7 +27,7 @@ async def create_token(body: TokenCreate, catalog: CatalogDep, who: PrincipalDep
     return json_response(out, 201)
 
 
-@router.get("/v1/tokens")
+@router.get("/v1/tokens", response_model=TokenListOut)
 async def list_tokens(catalog: CatalogDep, who: PrincipalDep) -> Response:
     who.require_admin()
     async with catalog.db.unit(write=False) as uow:
@@ -34,8 +35,9 @@ async def list_tokens(catalog: CatalogDep, who: PrincipalDep) -> Response:
     return json_response({"items": items})
 
 
-@router.delete("/v1/tokens/{token_id}", status_code=204)
-async def revoke_token(token_id: int, catalog: CatalogDep, who: PrincipalDep) -> Response:
+@router.delete("/v1/tokens/{token_id}", status_code=204, response_class=Response)
+async def revoke_token(token_id: Annotated[int, Path(ge=1, le=MAX_BIGINT)], catalog: CatalogDep,
+                       who: PrincipalDep) -> Response:
     who.require_admin()
     async with catalog.db.unit() as uow:
         await service.revoke(uow, token_id)

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from mol_catalog.auth import new_token, token_hash, valid_scope
+from mol_catalog.auth import new_token, token_hash
 from mol_catalog.db import UnitOfWork
-from mol_catalog.errors import BadRequest, NotFound
+from mol_catalog.errors import NotFound
 from mol_catalog.models import Token, utcnow
 from mol_catalog.tokens import repository
-from mol_catalog.util import iso
+from mol_catalog.util import checked, iso
+from mol_platform import refs
 
 
 def _public(row: Token) -> dict[str, Any]:
@@ -18,9 +19,8 @@ def _public(row: Token) -> dict[str, Any]:
 
 
 async def create(uow: UnitOfWork, name: str, scopes: list[str]) -> dict[str, Any]:
-    bad = [s for s in scopes if not valid_scope(s)]
-    if bad:
-        raise BadRequest(f"invalid scopes {bad}: use read, read:<ns>, publish:<ns> or admin")
+    for scope in scopes:
+        checked(refs.check_scope, scope)
     token = new_token()
     row = await repository.insert(uow.session, name, token_hash(token), sorted(set(scopes)))
     body = _public(row)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,10 @@ from pathlib import Path
 import httpx
 
 from mol_platform.engine.args import cpu_env, lora_flags, runtime_env
+from mol_platform.procs import group_members, stop_process_group, tail
+
+__all__ = ["Engine", "EngineError", "find_engine_venv", "group_members", "running_engine",
+           "stop_process_group"]
 from mol_platform.testing.net import free_port
 
 ENGINE_VENV_ENV = "MOL_ENGINE_VENV"
@@ -43,7 +46,7 @@ class Engine:
     log_path: Path
 
     def log_tail(self, lines: int = 40) -> str:
-        return _tail(self.log_path, lines)
+        return tail(self.log_path, lines)
 
 
 def repo_root() -> Path | None:
@@ -211,7 +214,7 @@ def _wait_healthy(
             if code is not None:
                 raise EngineError(
                     f"vLLM engine exited with code {code} before becoming healthy; "
-                    f"log {log_path}, last lines:\n{_tail(log_path)}"
+                    f"log {log_path}, last lines:\n{tail(log_path)}"
                 )
             with contextlib.suppress(httpx.HTTPError):
                 if client.get(f"{base_url}/health").status_code == 200:
@@ -219,56 +222,6 @@ def _wait_healthy(
             if time.monotonic() > deadline:
                 raise EngineError(
                     f"vLLM engine not healthy after {timeout:.0f}s at {base_url}; "
-                    f"log {log_path}, last lines:\n{_tail(log_path)}"
+                    f"log {log_path}, last lines:\n{tail(log_path)}"
                 )
             time.sleep(0.5)
-
-
-def stop_process_group(proc: subprocess.Popen[bytes], grace: float = 20.0) -> None:
-    """SIGTERM the engine's process group, SIGKILL what is left, reap the leader."""
-    pgid = proc.pid  # start_new_session: the leader's pid is the group id
-    _signal_group(pgid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        _signal_group(pgid, signal.SIGKILL)
-        proc.wait(timeout=grace)
-    # Workers may outlive the leader: wait for the group to empty, then insist.
-    deadline = time.monotonic() + grace
-    while live := group_members(pgid):
-        if time.monotonic() > deadline:
-            raise EngineError(f"engine processes {live} (group {pgid}) survived SIGKILL")
-        late = time.monotonic() > deadline - grace / 2
-        _signal_group(pgid, signal.SIGKILL if late else signal.SIGTERM)
-        time.sleep(0.2)
-
-
-def group_members(pgid: int) -> list[int]:
-    """Pids of live (not zombie) processes in a process group, read from /proc."""
-    members = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            text = stat.read_text()
-        except OSError:
-            continue
-        # pid (comm) state ppid pgrp ...: comm may contain spaces and parentheses.
-        fields = text[text.rindex(")") + 2 :].split()
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            members.append(int(stat.parent.name))
-    return members
-
-
-def _signal_group(pgid: int, sig: signal.Signals) -> bool:
-    try:
-        os.killpg(pgid, sig)
-    except ProcessLookupError:
-        return False
-    return True
-
-
-def _tail(path: Path, lines: int = 40) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError as exc:
-        return f"(no log: {exc})"
-    return "\n".join(text.splitlines()[-lines:])

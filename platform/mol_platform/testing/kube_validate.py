@@ -4,7 +4,7 @@ Built-in kinds (Deployment, Service, ConfigMap, PodDisruptionBudget, ...) go thr
 ``kubernetes_validate`` in strict mode (unknown fields are errors). Custom resources
 go through ``jsonschema`` against their CRD's ``openAPIV3Schema``, found in the CRD
 folders (``$MOL_CRD_DIRS``, ``os.pathsep``-separated; else the third-party CRDs in
-``../shared/schemas/crds`` beside the clone and the chart's ``charts/mol-platform/crds``).
+``../shared/schemas/crds`` beside the clone and the chart's ``charts/mol-platform/files/crds``).
 CRD schemas are made strict the way an API server with ``fieldValidation=Strict``
 behaves: an object schema with ``properties`` rejects unknown fields unless it says
 ``x-kubernetes-preserve-unknown-fields``; ``nullable`` allows null.
@@ -24,7 +24,7 @@ import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SHARED_CRDS = REPO_ROOT.parent / "shared" / "schemas" / "crds"
-CHART_CRDS = REPO_ROOT / "charts" / "mol-platform" / "crds"
+CHART_CRDS = REPO_ROOT / "charts" / "mol-platform" / "files" / "crds"
 
 
 class ManifestError(ValueError):

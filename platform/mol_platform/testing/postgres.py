@@ -143,16 +143,38 @@ class PostgresCluster:
         try:
             self._init()
             self._log = self.log_file.open("wb")
-            self._proc = subprocess.Popen(
-                self._argv("postgres", "-D", str(self.data_dir)),
-                cwd=self.base_dir, env=self._env(), stdout=self._log, stderr=subprocess.STDOUT,
-            )
-            self._started = True
-            self._wait_ready(timeout)
+            self._launch(timeout)
         except BaseException:
             self.stop()
             raise
         return self
+
+    def _launch(self, timeout: float) -> None:
+        self._proc = subprocess.Popen(
+            self._argv("postgres", "-D", str(self.data_dir)),
+            cwd=self.base_dir, env=self._env(), stdout=self._log, stderr=subprocess.STDOUT,
+        )
+        self._started = True
+        self._wait_ready(timeout)
+
+    def halt(self) -> None:
+        """Stop the server as a crash or an outage would (immediate shutdown: clients'
+        connections drop), keeping its files for ``resume()``."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            raise InfraError("the cluster is not running")
+        proc.send_signal(signal.SIGQUIT)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def resume(self, timeout: float = 60.0) -> None:
+        """Start a halted server again on the same port and data."""
+        if self._proc is not None or self.base_dir is None:
+            raise InfraError("the cluster is not halted")
+        self._launch(timeout)
 
     def _wait_ready(self, timeout: float) -> None:
         assert self._proc is not None

@@ -68,7 +68,8 @@ class S3Server:
     def start(self) -> S3Server:
         if self._server is not None:
             raise InfraError("the S3 server is already started")
-        server = ThreadedMotoServer(ip_address=LOOPBACK, port=0, verbose=False)
+        # A restart (stop, start) keeps the port; moto's state lives in this process.
+        server = ThreadedMotoServer(ip_address=LOOPBACK, port=self.port, verbose=False)
         server.start()
         self._server = server
         self.port = server.get_host_and_port()[1]

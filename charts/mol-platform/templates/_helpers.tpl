@@ -1,0 +1,119 @@
+{{/* Names, labels and shared pod settings. */}}
+{{- define "mol.name" -}}
+{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "mol.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "mol.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+app.kubernetes.io/name: {{ include "mol.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: mol-platform
+{{- end -}}
+
+{{/* Selector labels of one component: include "mol.selector" (list . "catalog") */}}
+{{- define "mol.selector" -}}
+{{- $ctx := index . 0 -}}
+app.kubernetes.io/name: {{ include "mol.name" $ctx }}
+app.kubernetes.io/instance: {{ $ctx.Release.Name }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "mol.image" -}}
+{{- $img := index . 0 -}}{{- $ctx := index . 1 -}}
+{{- printf "%s:%s" $img.repository (default $ctx.Chart.AppVersion $img.tag) -}}
+{{- end -}}
+
+{{- define "mol.catalogName" -}}{{ include "mol.fullname" . }}-catalog{{- end -}}
+{{- define "mol.operatorName" -}}{{ include "mol.fullname" . }}-operator{{- end -}}
+
+{{/* In-cluster URL of the catalog (or the external one when catalog.enabled=false). */}}
+{{- define "mol.catalogUrl" -}}
+{{- if .Values.catalog.enabled -}}
+{{- printf "http://%s.%s.svc:%d" (include "mol.catalogName" .) .Release.Namespace (int .Values.catalog.service.port) -}}
+{{- else -}}
+{{- required "catalog.externalUrl is required when catalog.enabled=false" .Values.catalog.externalUrl -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Secret holding the catalog admin token (shared by the catalog and the operator). */}}
+{{- define "mol.adminTokenSecret" -}}
+{{- default (printf "%s-admin-token" (include "mol.fullname" .)) .Values.adminToken.existingSecret -}}
+{{- end -}}
+
+{{- define "mol.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 10001
+runAsGroup: 10001
+fsGroup: 10001
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "mol.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+runAsNonRoot: true
+capabilities:
+  drop: [ALL]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- /*
+Least privilege: exactly the kinds the operator reads and renders. It must hold every
+permission it grants routers (EndpointSlices), or Kubernetes refuses the Role.
+*/}}
+{{- define "mol.operatorRules" -}}
+- apiGroups: [mol.dev]
+  resources: [moldeployments]
+  verbs: [get, list, watch, patch, update]
+- apiGroups: [mol.dev]
+  resources: [moldeployments/status, moldeployments/finalizers]
+  verbs: [get, patch, update]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [""]
+  resources: [services, configmaps, secrets, serviceaccounts]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [policy]
+  resources: [poddisruptionbudgets]
+  verbs: [get, list, watch, create, patch, update, delete]
+- apiGroups: [monitoring.coreos.com]
+  resources: [servicemonitors]
+  verbs: [get, list, watch, create, patch, update, delete]
+{{- if .Values.keda.enabled }}
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
+  verbs: [get, list, watch, create, patch, update, delete]
+{{- end }}
+{{- if .Values.kserve.enabled }}
+- apiGroups: [serving.kserve.io]
+  resources: [llminferenceservices]
+  verbs: [get, list, watch, create, patch, update, delete]
+{{- end }}
+{{- end }}

@@ -1,0 +1,256 @@
+"""Grafana dashboards of MoL Platform, built with grafana-foundation-sdk.
+
+The JSON the chart ships (``charts/mol-platform/files/dashboards/*.json``) is generated
+from this file; edit here, then run ``python deploy/grafana/dashboards.py`` (a test
+fails when the committed JSON is stale). Every query names only metrics the platform
+exports (DESIGN.md) or vLLM's own, so the chart's tests can evaluate each one against a
+real Prometheus.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from grafana_foundation_sdk.builders import dashboard, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh
+
+OUT = Path(__file__).resolve().parents[2] / "charts" / "mol-platform" / "files" / "dashboards"
+DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
+RATE = "$__rate_interval"
+DEP = 'deployment=~"$deployment"'
+
+
+@dataclass(frozen=True)
+class Query:
+    expr: str
+    legend: str = ""
+    instant: bool = False
+
+
+def _target(q: Query, ref: str) -> prometheus.Dataquery:
+    t = prometheus.Dataquery().expr(q.expr).ref_id(ref).datasource(DS)
+    if q.legend:
+        t = t.legend_format(q.legend)
+    return t.instant() if q.instant else t.range()
+
+
+PanelBuilder = timeseries.Panel | stat.Panel | table.Panel
+
+
+def _panel(kind: Callable[[], PanelBuilder], title: str, unit: str, queries: list[Query],
+           w: int = 12, h: int = 8) -> PanelBuilder:
+    p = kind().title(title).unit(unit).datasource(DS).height(h).span(w)
+    for i, q in enumerate(queries):
+        p = p.with_target(_target(q, chr(ord("A") + i)))
+    return p
+
+
+def ts(title: str, unit: str, *queries: Query, w: int = 12) -> PanelBuilder:
+    return _panel(timeseries.Panel, title, unit, list(queries), w)
+
+
+def quantiles(metric: str, by: str, selector: str, qs: tuple[float, ...] = (0.5, 0.95)
+              ) -> list[Query]:
+    """``histogram_quantile`` per ``by`` labels, one query per quantile."""
+    labels = "{{" + "}} {{".join(by.split(", ")) + "}}"
+    return [Query(f"histogram_quantile({q}, sum by (le, {by}) "
+                  f"(rate({metric}_bucket{{{selector}}}[{RATE}])))", f"p{int(q * 100)} {labels}")
+            for q in qs]
+
+
+def _base(uid: str, title: str, tags: list[str]) -> dashboard.Dashboard:
+    d = (dashboard.Dashboard(title).uid(uid).tags(["mol-platform", *tags]).refresh("30s")
+         .time("now-1h", "now").timezone("browser").editable())
+    d = d.with_variable(dashboard.DatasourceVariable("datasource").label("Data source")
+                        .type("prometheus"))
+    return d
+
+
+def _deployment_var(d: dashboard.Dashboard, metric: str = "mol_router_requests_total"
+                    ) -> dashboard.Dashboard:
+    return d.with_variable(
+        dashboard.QueryVariable("deployment").label("MoLDeployment").datasource(DS)
+        .query(f"label_values({metric}, deployment)").multi(True).include_all(True)
+        .all_value(".*").refresh(VariableRefresh.ON_TIME_RANGE_CHANGED))
+
+
+def overview() -> dashboard.Dashboard:
+    req = "mol_router_requests_total"
+    d = _deployment_var(_base("mol-overview", "MoL overview", ["router"]))
+    panels = [
+        ts("Requests/s by expert and adapter version", "reqps",
+           Query(f"sum by (expert, version) (rate({req}{{{DEP}}}[{RATE}]))",
+                 "{{expert}} v{{version}}")),
+        ts("Requests/s by adapter", "reqps",
+           Query(f"sum by (adapter, version) (rate({req}{{{DEP}}}[{RATE}]))",
+                 "{{adapter}} v{{version}}")),
+        ts("Error rate (5xx) by expert", "percentunit",
+           Query(f'sum by (expert) (rate({req}{{{DEP},code=~"5.."}}[{RATE}])) / '
+                 f"sum by (expert) (rate({req}{{{DEP}}}[{RATE}]))", "{{expert}}")),
+        ts("Latency p50 / p95 by expert and version", "s",
+           *quantiles("mol_router_request_duration_seconds", "expert, version", DEP)),
+        ts("Time to first token p50 / p95", "s",
+           *quantiles("mol_router_time_to_first_token_seconds", "expert, version", DEP)),
+        ts("Route decisions by mode", "reqps",
+           Query(f"sum by (mode, expert) (rate(mol_router_route_decisions_total[{RATE}]))",
+                 "{{mode}} -> {{expert}}")),
+        ts("Handoffs", "reqps",
+           Query(f'sum by (from, to) (rate(mol_router_handoffs_total[{RATE}]))',
+                 "{{from}} -> {{to}}")),
+        ts("Tokens/s by tenant", "short",
+           Query(f"sum by (tenant, kind) (rate(mol_router_tokens_total{{{DEP}}}[{RATE}]))",
+                 "{{tenant}} {{kind}}")),
+        ts("Pending requests and ready engines", "short",
+           Query(f"sum by (deployment) (mol_router_pending_requests{{{DEP}}})",
+                 "pending {{deployment}}"),
+           Query(f"min by (deployment) (mol_router_ready_endpoints{{{DEP}}})",
+                 "ready {{deployment}}")),
+        ts("Rate-limited requests (429)", "reqps",
+           Query(f'sum by (deployment) (rate({req}{{{DEP},code="429"}}[{RATE}]))',
+                 "{{deployment}}")),
+    ]
+    for p in panels:
+        d = d.with_panel(p)
+    return d
+
+
+def canary() -> dashboard.Dashboard:
+    d = _deployment_var(_base("mol-canary", "MoL canary", ["canary"]))
+    d = d.with_variable(
+        dashboard.QueryVariable("expert").label("Expert").datasource(DS)
+        .query('label_values(mol_canary_weight{deployment=~"$deployment"}, expert)')
+        .multi(True).include_all(True).all_value(".*"))
+    for name, default, label in (("max_error_rate", "0.02", "analysis.maxErrorRate"),
+                                 ("max_latency_ratio", "1.25", "analysis.maxLatencyRatio")):
+        d = d.with_variable(dashboard.TextBoxVariable(name).label(label).default_value(default))
+    sel = f'{DEP},expert=~"$expert"'
+    req = "mol_router_requests_total"
+    lat = "mol_router_request_duration_seconds"
+    p95 = (f"histogram_quantile(0.95, sum by (le, expert, version) "
+           f"(rate({lat}_bucket{{{sel}}}[{RATE}])))")
+    panels = [
+        ts("Canary weight (% of the expert's traffic)", "percent",
+           Query(f"max by (deployment, expert) (mol_canary_weight{{{sel}}})",
+                 "{{deployment}}/{{expert}}"), w=24),
+        ts("Error rate by version, against the analysis threshold", "percentunit",
+           Query(f'sum by (expert, version) (rate({req}{{{sel},code=~"5.."}}[{RATE}])) / '
+                 f"sum by (expert, version) (rate({req}{{{sel}}}[{RATE}]))",
+                 "{{expert}} v{{version}}"),
+           Query("vector($max_error_rate)", "maxErrorRate")),
+        ts("Mean latency by version", "s",
+           Query(f"sum by (expert, version) (rate({lat}_sum{{{sel}}}[{RATE}])) / "
+                 f"sum by (expert, version) (rate({lat}_count{{{sel}}}[{RATE}]))",
+                 "{{expert}} v{{version}}")),
+        ts("p95 latency by version", "s", *quantiles(lat, "expert, version", sel, (0.95,))),
+        ts("Requests/s by version", "reqps",
+           Query(f"sum by (expert, version) (rate({req}{{{sel}}}[{RATE}]))",
+                 "{{expert}} v{{version}}")),
+        ts("Slowest/fastest version p95 ratio, against the analysis threshold", "none",
+           Query(f"max by (expert) ({p95}) / min by (expert) ({p95})", "{{expert}}"),
+           Query("vector($max_latency_ratio)", "maxLatencyRatio")),
+        ts("Canary transitions (1h)", "short",
+           Query("sum by (result) (increase(mol_operator_canary_transitions_total[1h]))",
+                 "{{result}}")),
+    ]
+    for p in panels:
+        d = d.with_panel(p)
+    return d
+
+
+def lora_fleet() -> dashboard.Dashboard:
+    d = _base("mol-lora-fleet", "MoL LoRA fleet", ["vllm", "lora"])
+    panels: list[PanelBuilder] = [
+        _panel(table.Panel, "Adapters running per replica (newest vllm:lora_requests_info)",
+               "none", [Query("topk by (instance) (1, vllm:lora_requests_info)", instant=True)],
+               w=24),
+        ts("Adapter loads seen by the router", "short",
+           Query(f"sum by (deployment) (rate(mol_router_adapter_loads_total[{RATE}]))",
+                 "{{deployment}}")),
+        ts("Adapter loads per request", "percentunit",
+           Query(f"sum by (deployment) (rate(mol_router_adapter_loads_total[{RATE}])) / "
+                 f"sum by (deployment) (rate(mol_router_requests_total[{RATE}]))",
+                 "{{deployment}}")),
+        ts("Requests waiting per replica", "short",
+           Query("sum by (instance) (vllm:num_requests_waiting)", "{{instance}}")),
+        ts("Requests running per replica", "short",
+           Query("sum by (instance) (vllm:num_requests_running)", "{{instance}}")),
+        ts("KV-cache usage per replica", "percentunit",
+           Query("max by (instance) (vllm:kv_cache_usage_perc)", "{{instance}}")),
+    ]
+    for p in panels:
+        d = d.with_panel(p)
+    return d
+
+
+def catalog() -> dashboard.Dashboard:
+    d = _base("mol-catalog", "MoL adapter catalog", ["catalog"])
+    dur = "mol_catalog_request_duration_seconds"
+    panels = [
+        ts("Publishes/s by result", "reqps",
+           Query(f"sum by (result) (rate(mol_catalog_publishes_total[{RATE}]))", "{{result}}")),
+        ts("Resolve latency p50 / p99", "s",
+           *quantiles(dur, "route", 'route=~"/v1/resolve.*"', (0.5, 0.99))),
+        ts("Compatibility rejections by reason", "short",
+           Query(f"sum by (reason) (rate(mol_catalog_compat_rejections_total[{RATE}]))",
+                 "{{reason}}")),
+        ts("Requests/s by route and code", "reqps",
+           Query(f"sum by (route, code) (rate(mol_catalog_requests_total[{RATE}]))",
+                 "{{route}} {{code}}")),
+        ts("5xx ratio", "percentunit",
+           Query(f'(sum(rate(mol_catalog_requests_total{{code=~"5.."}}[{RATE}])) or vector(0)) / '
+                 f"sum(rate(mol_catalog_requests_total[{RATE}]))", "5xx")),
+    ]
+    for p in panels:
+        d = d.with_panel(p)
+    return d
+
+
+def operator() -> dashboard.Dashboard:
+    d = _base("mol-operator", "MoL operator", ["operator"])
+    panels = [
+        ts("Reconciles/s by result", "reqps",
+           Query(f"sum by (result) (rate(mol_operator_reconcile_total[{RATE}]))", "{{result}}")),
+        ts("Reconciles not done (invalid spec, retried)/s", "reqps",
+           Query(f'sum by (result) (rate(mol_operator_reconcile_total{{result!="ok"}}[{RATE}]))',
+                 "{{result}}")),
+        ts("Reconcile duration p50 / p99", "s",
+           *quantiles("mol_operator_reconcile_duration_seconds", "job", "", (0.5, 0.99))),
+        ts("Canary transitions by result", "short",
+           Query(f"sum by (result) (increase(mol_operator_canary_transitions_total[{RATE}]))",
+                 "{{result}}")),
+    ]
+    for p in panels:
+        d = d.with_panel(p)
+    return d
+
+
+DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
+    "mol-overview": overview, "mol-canary": canary, "mol-lora-fleet": lora_fleet,
+    "mol-catalog": catalog, "mol-operator": operator,
+}
+
+
+def render() -> dict[str, str]:
+    """File name -> JSON text, deterministic (sorted keys, fixed indent)."""
+    out = {}
+    for name, build in DASHBOARDS.items():
+        data = json.loads(JSONEncoder(sort_keys=True).encode(build().build()))
+        out[f"{name}.json"] = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    return out
+
+
+def main() -> int:
+    OUT.mkdir(parents=True, exist_ok=True)
+    for name, text in render().items():
+        (OUT / name).write_text(text)
+        print(f"wrote {OUT / name}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

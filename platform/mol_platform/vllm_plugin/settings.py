@@ -1,0 +1,29 @@
+"""The resolver plugin's settings, read from the engine's environment (``MOL_*``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_CACHE_BYTES = 10 * 1024**3
+
+
+def default_cache_dir() -> Path:
+    return Path.home() / ".cache" / "mol-platform" / "adapters"
+
+
+class ResolverSettings(BaseSettings):
+    """``MOL_CATALOG_URL`` unset means the plugin is off (the engine serves only what it
+    was started with); the same engine install then behaves exactly like plain vLLM."""
+
+    model_config = SettingsConfigDict(env_prefix="MOL_", extra="ignore")
+
+    catalog_url: str | None = None
+    catalog_token: str | None = None
+    serving_profile: str | None = None
+    adapter_cache_dir: Path = Field(default_factory=default_cache_dir)
+    adapter_cache_bytes: int = Field(default=DEFAULT_CACHE_BYTES, gt=0)
+    # Seconds for one catalog call (downloads stream with the same idle timeout).
+    catalog_timeout: float = Field(default=30.0, gt=0)

@@ -1,0 +1,184 @@
+"""The Helm chart: lint, render, schemas of what it renders, values validation, and
+that it runs only real `mol` verbs with real flags and settings."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import pytest
+import yaml
+
+from mol_catalog.settings import CatalogSettings
+from mol_operator.crd import crd_yaml
+from mol_operator.settings import OperatorSettings
+from mol_platform.testing.kube_validate import (
+    SHARED_CRDS,
+    validate_builtin,
+    validate_custom_resource,
+)
+from mol_platform.testing.prometheus import promtool_check_rules
+
+from .conftest import CHART, FULL, VALUE_SETS, render
+
+# Custom resources validated against their CRD schema; built-ins via kubernetes-validate.
+CUSTOM = {"ServiceMonitor", "PodMonitor", "PrometheusRule", "ScaledObject"}
+# Gateway API objects: no schema beside the repo; their fields are checked below.
+UNCHECKED = {"HTTPRoute"}
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_strict_lint_passes(name: str) -> None:
+    report = helm.lint(str(CHART), VALUE_SETS[name], strict=True)
+    problems = [m for m in report["messages"] if m["severity"] >= 2]
+    assert report["errors"] == [], report
+    assert problems == [], report
+
+
+@pytest.mark.parametrize("name", sorted(VALUE_SETS))
+def test_every_rendered_object_matches_its_schema(chart: helm.Chart, name: str) -> None:
+    objects = render(chart, VALUE_SETS[name])
+    assert objects
+    if not SHARED_CRDS.is_dir():
+        pytest.fail(f"{SHARED_CRDS} is missing: the CRD schemas must sit beside the clone")
+    for obj in objects:
+        if obj["kind"] in CUSTOM:
+            validate_custom_resource(obj)
+        elif obj["kind"] not in UNCHECKED:
+            validate_builtin(obj)
+
+
+def test_full_values_render_what_they_ask_for(chart: helm.Chart) -> None:
+    kinds = {(o["kind"], o["metadata"]["name"]) for o in render(chart, FULL)}
+    assert ("PrometheusRule", "mol-mol-platform") in kinds
+    assert ("Ingress", "macaron-router") in kinds
+    assert ("HTTPRoute", "macaron-router") in kinds
+    assert ("Job", "mol-mol-platform-catalog-migrate-1") in kinds
+    # Namespaced RBAC only, one Role per watched namespace.
+    roles = [o for o in render(chart, FULL) if o["kind"] in ("Role", "ClusterRole")]
+    assert {(r["kind"], r["metadata"].get("namespace")) for r in roles} == {
+        ("Role", "team-a"), ("Role", "team-b")}
+    # Secrets are referenced, never rendered from values.
+    assert not [o for o in render(chart, FULL) if o["kind"] == "Secret"]
+
+
+def test_defaults_generate_an_admin_token_and_keep_crd_on_uninstall(chart: helm.Chart) -> None:
+    objects = render(chart, {})
+    secret = next(o for o in objects if o["kind"] == "Secret")
+    assert secret["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+    crd = next(o for o in objects if o["kind"] == "CustomResourceDefinition")
+    assert crd["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
+
+
+def test_chart_crd_is_the_operators(chart: helm.Chart) -> None:
+    shipped = (CHART / "files" / "crds" / "moldeployments.mol.dev.yaml").read_text()
+    assert yaml.safe_load(shipped) == yaml.safe_load(crd_yaml()), (
+        "the chart's CRD drifted: mol operator crd > "
+        "charts/mol-platform/files/crds/moldeployments.mol.dev.yaml")
+    rendered = next(o for o in render(chart, {}) if o["kind"] == "CustomResourceDefinition")
+    assert rendered["spec"] == yaml.safe_load(shipped)["spec"]
+
+
+def test_pods_are_locked_down(chart: helm.Chart) -> None:
+    for obj in render(chart, FULL):
+        if obj["kind"] not in ("Deployment", "Job"):
+            continue
+        pod = obj["spec"]["template"]["spec"]
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+        for c in pod["containers"]:
+            sc = c["securityContext"]
+            assert sc["readOnlyRootFilesystem"] is True, obj["metadata"]["name"]
+            assert sc["allowPrivilegeEscalation"] is False
+            assert sc["capabilities"]["drop"] == ["ALL"]
+            assert c["resources"]["requests"], obj["metadata"]["name"]
+
+
+@pytest.mark.parametrize("bad", [
+    {"router": {"replicas": -1}},
+    {"catalog": {"workers": "two"}},
+    {"unknown": True},
+    {"catalog": {"database": {"password": "x"}}},
+    {"operator": {"watchNamespaces": ["Not_A_Namespace"]}},
+    {"catalog": {"blobs": {"url": "gs://bucket"}}},
+    {"monitoring": {"serviceMonitors": {"interval": "often"}}},
+])
+def test_values_schema_refuses_bad_values(chart: helm.Chart, bad: dict[str, Any]) -> None:
+    with pytest.raises(helm.HelmValuesError):
+        chart.validate_schema(bad)
+
+
+def test_values_schema_covers_every_default_value() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    defaults = yaml.safe_load((CHART / "values.yaml").read_text())
+
+    def walk(values: dict[str, Any], node: dict[str, Any], path: str) -> None:
+        assert node.get("additionalProperties") is False, f"{path or '<root>'} is open"
+        for key, value in values.items():
+            assert key in node["properties"], f"{path}.{key} has no schema"
+            sub = node["properties"][key]
+            if isinstance(value, dict) and sub.get("additionalProperties") is False:
+                walk(value, sub, f"{path}.{key}")
+
+    walk(defaults, schema, "")
+
+
+def test_alert_rules_pass_promtool() -> None:
+    promtool_check_rules(CHART / "files" / "prometheus" / "mol-alerts.rules.yaml")
+
+
+def _mol_commands(objects: list[dict[str, Any]]) -> list[list[str]]:
+    out = []
+    for obj in objects:
+        if obj["kind"] in ("Deployment", "Job"):
+            for c in obj["spec"]["template"]["spec"]["containers"]:
+                out.append([str(a) for a in c["args"]])
+    return out
+
+
+def test_every_command_is_a_real_mol_verb_with_real_flags(chart: helm.Chart) -> None:
+    seen = set()
+    for name in VALUE_SETS:
+        for args in _mol_commands(render(chart, VALUE_SETS[name])):
+            verb = [a for a in args if not a.startswith("-")][:2]
+            if tuple(verb) in seen:
+                continue
+            seen.add(tuple(verb))
+            helped = subprocess.run([sys.executable, "-m", "mol_platform", *verb, "--help"],
+                                    capture_output=True, text=True, timeout=120)
+            assert helped.returncode == 0, (verb, helped.stderr)
+            for flag in (a for a in args if a.startswith("--")):
+                assert re.search(rf"(^|\s){re.escape(flag)}\b", helped.stdout), (verb, flag)
+    assert {("catalog", "serve"), ("catalog", "migrate"), ("operator", "run")} <= seen
+
+
+def test_every_setting_the_chart_sets_exists(chart: helm.Chart) -> None:
+    known = {f"MOL_CATALOG_{k.upper()}" for k in CatalogSettings.model_fields} | {
+        f"MOL_OPERATOR_{k.upper()}" for k in OperatorSettings.model_fields}
+    for name in VALUE_SETS:
+        for obj in render(chart, VALUE_SETS[name]):
+            if obj["kind"] not in ("Deployment", "Job"):
+                continue
+            for c in obj["spec"]["template"]["spec"]["containers"]:
+                for env in c.get("env", []):
+                    if env["name"].startswith("MOL_"):
+                        assert env["name"] in known, (obj["metadata"]["name"], env["name"])
+
+
+def test_dashboards_are_generated_from_source() -> None:
+    source = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards.py"
+    run = subprocess.run([sys.executable, "-c",
+                          "import json, runpy, sys; m = runpy.run_path(sys.argv[1]); "
+                          "print(json.dumps(m['render']()))", str(source)],
+                         capture_output=True, text=True, timeout=120, check=True)
+    expected: dict[str, str] = json.loads(run.stdout)
+    folder = CHART / "files" / "dashboards"
+    assert sorted(p.name for p in folder.glob("*.json")) == sorted(expected)
+    for file, text in expected.items():
+        assert (folder / file).read_text() == text, (
+            f"{file} is stale: run python deploy/grafana/dashboards.py")
