@@ -182,3 +182,58 @@ def test_dashboards_are_generated_from_source() -> None:
     for file, text in expected.items():
         assert (folder / file).read_text() == text, (
             f"{file} is stale: run python deploy/grafana/dashboards.py")
+
+
+# What the operator reads besides what it renders: its own resource, pods to warm,
+# EndpointSlices it grants routers, events, namespaces (cluster scope), optional CRDs.
+READ_OR_EVENTS = {("mol.dev", "moldeployments"), ("mol.dev", "moldeployments/status"),
+                  ("mol.dev", "moldeployments/finalizers"), ("", "pods"),
+                  ("discovery.k8s.io", "endpointslices"), ("", "events"),
+                  ("events.k8s.io", "events"), ("", "namespaces"),
+                  ("apiextensions.k8s.io", "customresourcedefinitions")}
+WRITE_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
+
+
+def _rendered_kinds() -> set[tuple[str, str]]:
+    """(API group, plural) of everything the operator's builders render, all variants."""
+    from mol_operator.builders import Defaults, Facts, build_all
+    from mol_platform.spec import MoLDeployment
+
+    base = yaml.safe_load((Path(__file__).resolve().parents[2]
+                           / "deploy/examples/macaron.yaml").read_text())
+    plurals = {"Deployment": "deployments", "Service": "services", "ConfigMap": "configmaps",
+               "Secret": "secrets", "ServiceAccount": "serviceaccounts", "Role": "roles",
+               "RoleBinding": "rolebindings", "PodDisruptionBudget": "poddisruptionbudgets",
+               "ScaledObject": "scaledobjects", "ServiceMonitor": "servicemonitors",
+               "LLMInferenceService": "llminferenceservices"}
+    kinds = set()
+    for extra in ({}, {"replicas": None, "autoscaling": {"minReplicas": 0, "maxReplicas": 2}},
+                  {"serving": {"mode": "kserve"}}):
+        data = {**base, "spec": {**base["spec"], **extra}}
+        facts = Facts(obj=MoLDeployment.model_validate(data), uid="u", token="t", token_id=1,
+                      token_scopes=("read:demo",),
+                      defaults=Defaults(prometheus_url="http://prometheus:9090"))
+        for o in build_all(facts):
+            group = o["apiVersion"].rpartition("/")[0]
+            kinds.add((group, plurals[o["kind"]]))
+    return kinds
+
+
+def test_operator_rbac_is_what_it_renders_and_nothing_more(chart: helm.Chart) -> None:
+    role = next(o for o in render(chart, {"keda": {"enabled": True},
+                                          "kserve": {"enabled": True}})
+                if o["kind"] == "ClusterRole")
+    granted: dict[tuple[str, str], set[str]] = {}
+    for rule in role["rules"]:
+        for group in rule["apiGroups"]:
+            for res in rule["resources"]:
+                granted.setdefault((group, res), set()).update(rule["verbs"])
+    rendered = _rendered_kinds()
+    for kind in rendered:
+        assert granted.get(kind, set()) >= WRITE_VERBS, f"the operator cannot write {kind}"
+    extra = set(granted) - rendered - READ_OR_EVENTS
+    assert not extra, f"granted but never rendered or read: {sorted(extra)}"
+    for kind, verbs in granted.items():
+        if kind in READ_OR_EVENTS - {("mol.dev", "moldeployments"),
+                                     ("mol.dev", "moldeployments/status")}:
+            assert not verbs & {"create", "delete"} or kind[1] == "events", (kind, verbs)
