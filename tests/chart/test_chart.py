@@ -78,8 +78,8 @@ def test_defaults_generate_an_admin_token_and_keep_crd_on_uninstall(chart: helm.
 def test_chart_crd_is_the_operators(chart: helm.Chart) -> None:
     shipped = (CHART / "files" / "crds" / "moldeployments.mol.dev.yaml").read_text()
     assert yaml.safe_load(shipped) == yaml.safe_load(crd_yaml()), (
-        "the chart's CRD drifted: mol operator crd > "
-        "charts/mol-platform/files/crds/moldeployments.mol.dev.yaml")
+        "the CRD drifted: mol operator crd > deploy/crds/moldeployments.mol.dev.yaml "
+        "(the chart links to that file)")
     rendered = next(o for o in render(chart, {}) if o["kind"] == "CustomResourceDefinition")
     assert rendered["spec"] == yaml.safe_load(shipped)["spec"]
 
