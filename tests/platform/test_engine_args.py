@@ -59,7 +59,9 @@ DEFAULTS = make_spec()
     ],
 )
 def test_engine_fields_map_to_flags(engine, expected):
-    launch = engine_args(make_spec(engine=engine))
+    # A replica needs at least as many GPUs as the model is sharded over.
+    gpus = {"gpusPerReplica": engine.get("tensorParallelSize", 1)}
+    launch = engine_args(make_spec(engine=engine, nodePool=gpus))
     assert "--enable-lora" in launch.flags
     for flag, value in expected.items():
         assert flag_value(launch.flags, flag) == value, flag
