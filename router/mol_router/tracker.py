@@ -48,7 +48,7 @@ def _remember(lru: OrderedDict[str, None], name: str, capacity: int, keep: Itera
     return new
 
 
-@dataclass
+@dataclass(slots=True)
 class _Engine:
     metrics: EngineMetrics = field(default_factory=EngineMetrics)
     inflight: int = 0
@@ -58,6 +58,10 @@ class _Engine:
     """At least one health check passed: until then the engine is not ready."""
     failures: int = 0
     ejected_until: float | None = None
+    # Frozen views reused across snapshots until their source changes, so the stats
+    # rebuilt on every request's begin and end copy no adapter sets.
+    running_view: frozenset[str] = frozenset()
+    sent_view: frozenset[str] = frozenset()
 
     @property
     def slots(self) -> int:
@@ -70,14 +74,8 @@ class _Engine:
     def stats(self) -> EngineStats:
         m = self.metrics
         return EngineStats(
-            running=m.running,
-            waiting=m.waiting,
-            kv_cache_usage=m.kv_cache_usage,
-            max_lora=m.max_lora,
-            running_adapters=frozenset(m.running_adapters),
-            recent_adapters=frozenset(self.sent),
-            inflight=self.inflight,
-            healthy=self.ready,
+            m.running, m.waiting, m.kv_cache_usage, m.max_lora, self.running_view,
+            self.sent_view, self.inflight, self.probed and self.ejected_until is None,
         )
 
 
@@ -141,7 +139,9 @@ class EngineTracker:
         return [u for u, e in self._engines.items() if e.ready]
 
     def _refresh(self, endpoint: str, engine: _Engine) -> None:
-        snap = dict(self._snapshot)
+        """Replace one engine's entry in a new snapshot (snapshots already handed out
+        stay as they were)."""
+        snap = self._snapshot.copy()
         snap[endpoint] = engine.stats()
         self._snapshot = snap
 
@@ -154,7 +154,12 @@ class EngineTracker:
             return
         engine.inflight += 1
         if adapter is not None:
-            _remember(engine.sent, adapter, engine.slots, ())
+            sent = engine.sent
+            if adapter in sent:
+                sent.move_to_end(adapter)  # same set: the frozen view stays valid
+            else:
+                _remember(sent, adapter, engine.slots, ())
+                engine.sent_view = frozenset(sent)
         self._refresh(endpoint, engine)
 
     def end(self, endpoint: str, adapter: str | None) -> None:
@@ -193,6 +198,7 @@ class EngineTracker:
             return
         engine.metrics = metrics
         running = metrics.running_adapters
+        engine.running_view = frozenset(running)
         for adapter in running:
             if _remember(engine.seen, adapter, engine.slots, running):
                 self._on_adapter_load(endpoint)
