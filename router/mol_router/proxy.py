@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,14 +31,13 @@ from mol_router.tenants import OPEN, Tenant
 from mol_router.upstream import Upstreams
 
 log = logging.getLogger("mol.router")
-_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 _RID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
 
 def _request_id(value: str | None) -> str:
-    if value and len(value) <= 128 and all(c in _RID_OK for c in value):
+    if value and len(value) <= 128 and _RID_OK.issuperset(value):
         return value
-    return os.urandom(16).hex()
+    return f"{random.getrandbits(128):032x}"  # a label, not a secret: no syscall needed
 
 
 @dataclass(slots=True)
@@ -248,8 +247,10 @@ class GenerationProxy:
         self.rt.metrics.count_tokens(tenant.name, served.choice.expert, prompt, completion)
         tenant.spend_tokens(prompt + completion)
 
-    def _headers(self, served: Served, rid: str) -> dict[str, str]:
-        h = {"x-request-id": rid, "x-mol-expert": served.choice.expert,
+    def _headers(self, served: Served, rid: str,
+                 content_type: str = "application/json") -> dict[str, str]:
+        h = {"Content-Type": content_type, "x-request-id": rid,
+             "x-mol-expert": served.choice.expert,
              "x-mol-adapter-version": served.resolved.name}
         if served.choice.canary:
             h["x-mol-canary"] = "true"
@@ -301,8 +302,7 @@ class GenerationProxy:
                                   f"{data[:300].decode('utf-8', 'replace')}", "upstream_error")
             if status != 200:  # the engine's own 4xx (vLLM bodies are OpenAI-style)
                 return web.Response(status=status, body=data,
-                                    headers={**self._headers(served, headers["X-Request-Id"]),
-                                             "Content-Type": "application/json"})
+                                    headers=self._headers(served, headers["X-Request-Id"]))
             try:
                 obj = orjson.loads(data)
             except orjson.JSONDecodeError:
@@ -322,8 +322,7 @@ class GenerationProxy:
                                 "total_tokens": served.prompt + served.completion}
                 data = orjson.dumps(obj)
             return web.Response(status=200, body=data,
-                                headers={**self._headers(served, headers["X-Request-Id"]),
-                                         "Content-Type": "application/json"})
+                                headers=self._headers(served, headers["X-Request-Id"]))
 
     # --- streams ----------------------------------------------------------------------
 
@@ -364,14 +363,14 @@ class GenerationProxy:
                         502, f"the engine answered {resp.status}", "upstream_error")
                     return web.Response(
                         status=status, body=message,
-                        headers={**self._headers(served, headers["X-Request-Id"]),
-                                 "Content-Type": "application/json"}), status
+                        headers=self._headers(served, headers["X-Request-Id"])), status
                 await self._stream_error(out, status, f"the engine answered {resp.status}",
                                          "upstream_error")
                 return out, status
             if out is None:
                 out = web.StreamResponse(status=200, headers={
-                    **_SSE_HEADERS, **self._headers(served, headers["X-Request-Id"])})
+                    **self._headers(served, headers["X-Request-Id"], "text/event-stream"),
+                    "Cache-Control": "no-cache"})
                 await out.prepare(request)
             hop = StreamHop(keep_usage=keep_usage and not handoff_on, handoff_on=bool(offered),
                             continuation=hops > 0, rewrite_id=first_id, targets=offered,

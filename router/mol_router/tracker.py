@@ -111,6 +111,7 @@ class EngineTracker:
         self._on_adapter_load = on_adapter_load or (lambda _endpoint: None)
         self._engines: dict[str, _Engine] = {}
         self._snapshot: dict[str, EngineStats] = {}
+        self._ready: list[str] = []
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._timeout = aiohttp.ClientTimeout(total=probe_timeout)
@@ -125,6 +126,7 @@ class EngineTracker:
         added = any(u not in self._engines for u in wanted)
         self._engines = engines
         self._snapshot = {u: e.stats() for u, e in engines.items()}
+        self._ready = [u for u, e in engines.items() if e.ready]
         if added:
             self._wake.set()
 
@@ -136,14 +138,19 @@ class EngineTracker:
         return self._snapshot
 
     def ready_endpoints(self) -> list[str]:
-        return [u for u, e in self._engines.items() if e.ready]
+        """The ready endpoints in tracking order; kept between readiness changes, so
+        callers must not mutate it."""
+        return self._ready
 
     def _refresh(self, endpoint: str, engine: _Engine) -> None:
         """Replace one engine's entry in a new snapshot (snapshots already handed out
-        stay as they were)."""
+        stay as they were); every readiness change passes here."""
         snap = self._snapshot.copy()
-        snap[endpoint] = engine.stats()
+        old = snap.get(endpoint)
+        stats = snap[endpoint] = engine.stats()
         self._snapshot = snap
+        if old is None or old.healthy != stats.healthy:
+            self._ready = [u for u, e in self._engines.items() if e.ready]
 
     # Bookkeeping from the proxy.
 
