@@ -60,12 +60,6 @@ class GenerationProxy:
         self.rt = runtime
         self.up = Upstreams(runtime)
 
-    async def chat(self, request: web.BaseRequest) -> web.StreamResponse:
-        return await self.handle(request, "/v1/chat/completions", chat=True)
-
-    async def completions(self, request: web.BaseRequest) -> web.StreamResponse:
-        return await self.handle(request, "/v1/completions", chat=False)
-
     # --- the request ---------------------------------------------------------------
 
     async def handle(self, request: web.BaseRequest, path: str, *, chat: bool

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import aiohttp
 from aiohttp import ClientResponse
+from yarl import URL
 
 from mol_router.errors import RouterError
 from mol_router.policy import RouteRequest
@@ -23,12 +24,24 @@ from mol_router.state import Runtime
 
 log = logging.getLogger("mol.router.upstream")
 _QUEUE_POLL = 0.05
+_URL_LIMIT = 4096
 
 
 class Upstreams:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.pending = 0
+        self._urls: dict[tuple[str, str], URL] = {}
+
+    def _url(self, endpoint: str, path: str) -> URL:
+        """Parsed once per endpoint and path (parsing a URL string costs more than the
+        rest of building the upstream request)."""
+        url = self._urls.get((endpoint, path))
+        if url is None:
+            if len(self._urls) >= _URL_LIMIT:  # endpoints come and go: stay bounded
+                self._urls.clear()
+            url = self._urls[(endpoint, path)] = URL(endpoint + path)
+        return url
 
     async def _ready(self) -> list[str]:
         """Ready endpoints, waiting for one in the bounded queue when there are none."""
@@ -85,8 +98,8 @@ class Upstreams:
             tried.add(endpoint)
             tracker.begin(endpoint, route.adapter)
             try:
-                resp = await session.post(endpoint + path, data=payload, headers=headers,
-                                          timeout=limit)
+                resp = await session.post(self._url(endpoint, path), data=payload,
+                                          headers=headers, timeout=limit)
             except TimeoutError:
                 tracker.end(endpoint, route.adapter)
                 tracker.record_failure(endpoint)
