@@ -25,6 +25,7 @@ from mol_router.state import Runtime
 log = logging.getLogger("mol.router.upstream")
 _QUEUE_POLL = 0.05
 _URL_LIMIT = 4096
+_NONE_TRIED: frozenset[str] = frozenset()
 
 
 class Upstreams:
@@ -43,13 +44,10 @@ class Upstreams:
             url = self._urls[(endpoint, path)] = URL(endpoint + path)
         return url
 
-    async def _ready(self) -> list[str]:
-        """Ready endpoints, waiting for one in the bounded queue when there are none."""
+    async def _wait_ready(self) -> list[str]:
+        """Ready endpoints once there are some, waiting in the bounded queue."""
         tracker = self.rt.tracker
         assert tracker is not None
-        ready = tracker.ready_endpoints()
-        if ready:
-            return ready
         limits = self.rt.limits
         retry = max(1.0, limits.queue)
         if self.pending >= limits.queue_limit or limits.queue <= 0:
@@ -91,8 +89,11 @@ class Upstreams:
         error: RouterError | None = None
         attempts = rt.limits.max_attempts
         for attempt in range(attempts):
-            ready = await self._ready() if not tried else tracker.ready_endpoints()
-            endpoint = rt.policy.pick(ready, tracker.snapshot(), route, frozenset(tried))
+            ready = tracker.ready_endpoints()
+            if not ready and not tried:
+                ready = await self._wait_ready()
+            endpoint = rt.policy.pick(ready, tracker.snapshot(), route,
+                                      frozenset(tried) if tried else _NONE_TRIED)
             if endpoint is None:
                 break
             tried.add(endpoint)
