@@ -62,6 +62,13 @@ class _Engine:
     # rebuilt on every request's begin and end copy no adapter sets.
     running_view: frozenset[str] = frozenset()
     sent_view: frozenset[str] = frozenset()
+    # Stats differ between a request's begin and end only in ``inflight``: keep them by
+    # that count until anything else changes (``changed``), so most refreshes build none.
+    by_inflight: dict[int, EngineStats] = field(default_factory=dict)
+
+    def changed(self) -> None:
+        """Something other than ``inflight`` that the stats show has changed."""
+        self.by_inflight.clear()
 
     @property
     def slots(self) -> int:
@@ -72,11 +79,14 @@ class _Engine:
         return self.probed and self.ejected_until is None
 
     def stats(self) -> EngineStats:
-        m = self.metrics
-        return EngineStats(
-            m.running, m.waiting, m.kv_cache_usage, m.max_lora, self.running_view,
-            self.sent_view, self.inflight, self.probed and self.ejected_until is None,
-        )
+        stats = self.by_inflight.get(self.inflight)
+        if stats is None:
+            m = self.metrics
+            stats = self.by_inflight[self.inflight] = EngineStats(
+                m.running, m.waiting, m.kv_cache_usage, m.max_lora, self.running_view,
+                self.sent_view, self.inflight, self.probed and self.ejected_until is None,
+            )
+        return stats
 
 
 class EngineTracker:
@@ -167,6 +177,7 @@ class EngineTracker:
             else:
                 _remember(sent, adapter, engine.slots, ())
                 engine.sent_view = frozenset(sent)
+                engine.changed()
         self._refresh(endpoint, engine)
 
     def end(self, endpoint: str, adapter: str | None) -> None:
@@ -185,6 +196,7 @@ class EngineTracker:
         engine.failures += 1
         if engine.ejected_until is None and engine.failures >= self.eject_after_failures:
             engine.ejected_until = time.monotonic() + self.readmit_after
+            engine.changed()
             log.warning(
                 "engine %s ejected after %d consecutive failures; re-checked in %.0f s",
                 endpoint, engine.failures, self.readmit_after,
@@ -206,6 +218,7 @@ class EngineTracker:
         engine.metrics = metrics
         running = metrics.running_adapters
         engine.running_view = frozenset(running)
+        engine.changed()
         for adapter in running:
             if _remember(engine.seen, adapter, engine.slots, running):
                 self._on_adapter_load(endpoint)
@@ -222,6 +235,7 @@ class EngineTracker:
             if engine.ejected_until is not None:
                 log.info("engine %s re-admitted: health check passed", endpoint)
             engine.probed, engine.failures, engine.ejected_until = True, 0, None
+            engine.changed()
             self._refresh(endpoint, engine)
         elif engine.ejected_until is not None:
             engine.ejected_until = time.monotonic() + self.readmit_after
