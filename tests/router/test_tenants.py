@@ -127,7 +127,8 @@ def test_key_lookup_remembers_only_valid_headers_and_forgets_on_reload() -> None
                                                 {"tenant": "ops", "key": OPS}]})
     table = tenants.KeyTable(both)
     first = table.lookup(f"Bearer {ACME}")
-    assert first is not None and first.name == "acme"
+    assert first is not None
+    assert first.name == "acme"
     assert table.lookup(f"Bearer {ACME}") is first  # the remembered answer
     assert table.lookup(f"bearer  {ACME} ") is first  # same key, other spelling
     assert table.lookup("Bearer sk-wrong-0123456789abcdef") is None

@@ -231,19 +231,24 @@ def test_stats_between_begin_and_end_follow_scrapes_and_health() -> None:
     t.end(url, A)
     idle = t.snapshot()[url]
     t.begin(url, A)
-    assert t.snapshot()[url] is busy and busy.inflight == 1 and idle.inflight == 0
+    assert t.snapshot()[url] is busy
+    assert busy.inflight == 1
+    assert idle.inflight == 0
     t.observe(url, EngineMetrics(running=3, max_lora=2, running_adapters=(B,)))
     s = t.snapshot()[url]
     assert (s.running, s.running_adapters, s.inflight) == (3, {B}, 1)
     t.end(url, A)
-    assert t.snapshot()[url].running == 3 and t.snapshot()[url].inflight == 0
+    assert t.snapshot()[url].running == 3
+    assert t.snapshot()[url].inflight == 0
     t.begin(url, C)
     assert t.snapshot()[url].recent_adapters == {A, C}
     t.end(url, C)
     t.record_failure(url)  # ejected
-    assert t.snapshot()[url].healthy is False and t.ready_endpoints() == []
+    assert t.snapshot()[url].healthy is False
+    assert t.ready_endpoints() == []
     t.record_health(url, True)
-    assert t.snapshot()[url].healthy is True and t.ready_endpoints() == [url]
+    assert t.snapshot()[url].healthy is True
+    assert t.ready_endpoints() == [url]
 
 
 def test_settings_are_range_checked() -> None:
