@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 import orjson
@@ -33,8 +34,11 @@ class RouterHandler:
         self.rt = runtime
         proxy = GenerationProxy(runtime)
         self.routes: dict[tuple[str, str], Handler] = {
-            ("POST", "/v1/chat/completions"): proxy.chat,
-            ("POST", "/v1/completions"): proxy.completions,
+            # partials, not wrapper coroutines: one frame less on every resume
+            ("POST", "/v1/chat/completions"): partial(proxy.handle,
+                                                      path="/v1/chat/completions", chat=True),
+            ("POST", "/v1/completions"): partial(proxy.handle, path="/v1/completions",
+                                                 chat=False),
             ("GET", "/v1/models"): self.models,
             ("GET", "/metrics"): self.metrics,
             ("GET", "/healthz"): self.healthz,

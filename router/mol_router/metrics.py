@@ -62,6 +62,10 @@ class RouterMetrics:
             "mol_router_config_reloads", "Config file reloads by result (ok, invalid).",
             ["result"], registry=r)
         self._children: dict[tuple[Any, ...], Any] = {}
+        # Per-request metrics: one lookup on a plain tuple key, children created once.
+        self._done: dict[tuple[str, str, str, int], tuple[Any, Any]] = {}
+        self._tokens: dict[tuple[str, str], tuple[Any, Any]] = {}
+        self._decided: dict[tuple[str, str], Any] = {}
         self.pending_child = self.pending.labels(deployment)
         self.ready_child = self.ready.labels(deployment)
         self.loads_child = self.adapter_loads.labels(deployment)
@@ -75,22 +79,36 @@ class RouterMetrics:
 
     def request_done(self, expert: str, adapter: str, version: str, code: int,
                      seconds: float) -> None:
-        d = self.deployment
-        self._child(self.requests, d, expert, adapter, version, str(code)).inc()
-        self._child(self.duration, d, expert, version).observe(seconds)
+        key = (expert, adapter, version, code)
+        pair = self._done.get(key)
+        if pair is None:
+            d = self.deployment
+            pair = self._done[key] = (
+                self.requests.labels(d, expert, adapter, version, str(code)),
+                self.duration.labels(d, expert, version))
+        pair[0].inc()
+        pair[1].observe(seconds)
 
     def first_token(self, expert: str, version: str, seconds: float) -> None:
         self._child(self.ttft, self.deployment, expert, version).observe(seconds)
 
     def count_tokens(self, tenant: str, expert: str, prompt: int, completion: int) -> None:
-        d = self.deployment
+        pair = self._tokens.get((tenant, expert))
+        if pair is None:
+            d = self.deployment
+            pair = self._tokens[(tenant, expert)] = (
+                self.tokens.labels(d, tenant, expert, "prompt"),
+                self.tokens.labels(d, tenant, expert, "completion"))
         if prompt:
-            self._child(self.tokens, d, tenant, expert, "prompt").inc(prompt)
+            pair[0].inc(prompt)
         if completion:
-            self._child(self.tokens, d, tenant, expert, "completion").inc(completion)
+            pair[1].inc(completion)
 
     def decision(self, mode: str, expert: str) -> None:
-        self._child(self.decisions, mode, expert).inc()
+        child = self._decided.get((mode, expert))
+        if child is None:
+            child = self._decided[(mode, expert)] = self.decisions.labels(mode, expert)
+        child.inc()
 
     def upstream_error(self, reason: str) -> None:
         self._child(self.upstream_errors, self.deployment, reason).inc()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
+import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,14 +31,14 @@ from mol_router.tenants import OPEN, Tenant
 from mol_router.upstream import Upstreams
 
 log = logging.getLogger("mol.router")
-_SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+_NO_TARGETS: frozenset[str] = frozenset()
 _RID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 
 
 def _request_id(value: str | None) -> str:
-    if value and len(value) <= 128 and all(c in _RID_OK for c in value):
+    if value and len(value) <= 128 and _RID_OK.issuperset(value):
         return value
-    return os.urandom(16).hex()
+    return f"{random.getrandbits(128):032x}"  # a label, not a secret: no syscall needed
 
 
 @dataclass(slots=True)
@@ -61,12 +61,6 @@ class GenerationProxy:
         self.rt = runtime
         self.up = Upstreams(runtime)
 
-    async def chat(self, request: web.BaseRequest) -> web.StreamResponse:
-        return await self.handle(request, "/v1/chat/completions", chat=True)
-
-    async def completions(self, request: web.BaseRequest) -> web.StreamResponse:
-        return await self.handle(request, "/v1/completions", chat=False)
-
     # --- the request ---------------------------------------------------------------
 
     async def handle(self, request: web.BaseRequest, path: str, *, chat: bool
@@ -78,12 +72,17 @@ class GenerationProxy:
         code = 200
         try:
             tenant = self._tenant(request)
-            body = await self._body(request, chat)
+            body, head = self._body_now(request, chat)
+            if body is None:
+                body = await self._body(request, chat, head)
             user = body.get("user") if isinstance(body.get("user"), str) else None
             user = user or request.headers.get("x-mol-user")
             routing = rt.routing
             headers = {"Content-Type": "application/json", "X-Request-Id": rid}
-            choice = await self._choose(routing, body, chat, user, headers)
+            choice = routing.select(body.get("router"), body.get("model"), user)
+            if choice is None:
+                choice = await self._classify(routing, body, chat, user, headers)
+            rt.metrics.decision(choice.mode, choice.expert)
             if choice.mode == "adapter" and not tenant.may_use(choice.ref.split("/", 1)[0]):
                 rt.metrics.rejected("forbidden")
                 raise RouterError(403, f"this API key may not use adapters of namespace "
@@ -135,22 +134,30 @@ class GenerationProxy:
                               f"{wait:.1f} s", "rate_limit_exceeded", retry_after=wait)
         return tenant
 
-    async def _body(self, request: web.BaseRequest, chat: bool) -> dict[str, Any]:
-        limits = self.rt.limits
-        limit = limits.body_limit
-        if request.content_length is not None and request.content_length > limit:
+    def _body_now(self, request: web.BaseRequest, chat: bool
+                  ) -> tuple[dict[str, Any] | None, bytes]:
+        """The body when it came whole with the headers (the usual case: no timer, no
+        coroutine); else None and what has arrived, for :meth:`_body` to continue."""
+        length = request.content_length
+        if length is None:
+            return None, b""
+        limit = self.rt.limits.body_limit
+        if length > limit:
             self.rt.metrics.rejected("too_large")
-            raise RouterError(413, f"request body of {request.content_length} bytes is over "
+            raise RouterError(413, f"request body of {length} bytes is over "
                               f"the limit of {limit} bytes", "body_too_large")
         content = request.content
-        if request.content_length is not None:
-            # Usually the whole body came with the headers: no timer needed then.
-            data = content.read_nowait()
-            if content.at_eof() or len(data) >= request.content_length:
-                return _parse_body(data, chat)
-            chunks, size = [data], len(data)
-        else:
-            chunks, size = [], 0
+        data = content.read_nowait()
+        if content.at_eof() or len(data) >= length:
+            return _parse_body(data, chat), data
+        return None, data
+
+    async def _body(self, request: web.BaseRequest, chat: bool, head: bytes
+                    ) -> dict[str, Any]:
+        limits = self.rt.limits
+        limit = limits.body_limit
+        content = request.content
+        chunks, size = ([head], len(head)) if head else ([], 0)
         try:
             async with asyncio.timeout(limits.body_read):
                 while True:
@@ -171,15 +178,12 @@ class GenerationProxy:
             raise RouterError(400, f"malformed request body: {exc}", "invalid_body") from None
         return _parse_body(b"".join(chunks) if len(chunks) != 1 else chunks[0], chat)
 
-    async def _choose(self, routing: Routing, body: dict[str, Any], chat: bool,
-                      user: str | None, headers: dict[str, str]) -> Choice:
-        choice = routing.select(body.get("router"), body.get("model"), user)
-        if choice is None:
-            picked = await classify(self.rt, self.up, body, chat, headers)
-            mode = "classifier" if picked is not None else "fallback"
-            choice = routing.expert_choice(picked or routing.config.default, mode, user)
-        self.rt.metrics.decision(choice.mode, choice.expert)
-        return choice
+    async def _classify(self, routing: Routing, body: dict[str, Any], chat: bool,
+                        user: str | None, headers: dict[str, str]) -> Choice:
+        """``model: auto``: the classifier expert picks, the default when it cannot."""
+        picked = await classify(self.rt, self.up, body, chat, headers)
+        mode = "classifier" if picked is not None else "fallback"
+        return routing.expert_choice(picked or routing.config.default, mode, user)
 
     async def _resolve(self, choice: Choice) -> tuple[Choice, Resolved]:
         """The immutable adapter for a choice. A canary that cannot be served (unknown,
@@ -248,8 +252,10 @@ class GenerationProxy:
         self.rt.metrics.count_tokens(tenant.name, served.choice.expert, prompt, completion)
         tenant.spend_tokens(prompt + completion)
 
-    def _headers(self, served: Served, rid: str) -> dict[str, str]:
-        h = {"x-request-id": rid, "x-mol-expert": served.choice.expert,
+    def _headers(self, served: Served, rid: str,
+                 content_type: str = "application/json") -> dict[str, str]:
+        h = {"Content-Type": content_type, "x-request-id": rid,
+             "x-mol-expert": served.choice.expert,
              "x-mol-adapter-version": served.resolved.name}
         if served.choice.canary:
             h["x-mol-canary"] = "true"
@@ -257,20 +263,17 @@ class GenerationProxy:
             h["x-mol-handoffs"] = ">".join(served.path)
         return h
 
-    async def _send_hop(self, path: str, body: dict[str, Any], served: Served, hops: int,
-                        handoff_on: bool, client_tools: list[Any] | None, user: str | None,
-                        headers: dict[str, str]
-                        ) -> tuple[aiohttp.ClientResponse, str, frozenset[str]]:
-        """Send the body to the current expert; also the handoff targets offered."""
+    def _hop(self, body: dict[str, Any], served: Served, hops: int, handoff_on: bool,
+             client_tools: list[Any] | None, user: str | None
+             ) -> tuple[bytes, RouteRequest, frozenset[str]]:
+        """The body for the current expert, its route, and the handoff targets offered
+        (sent with ``self.up.send``)."""
         offered = (self._offer(body, served, hops, client_tools) if handoff_on
-                   else frozenset[str]())
+                   else _NO_TARGETS)
         adapter = served.resolved.name
         body["model"] = adapter
         payload = orjson.dumps(body)
-        resp, endpoint = await self.up.send(
-            path, payload, headers, RouteRequest(adapter, user, len(payload) // 4),
-            self.rt.limits.upstream)
-        return resp, endpoint, offered
+        return payload, RouteRequest(adapter, user, len(payload) // 4), offered
 
     # --- whole responses -----------------------------------------------------------------
 
@@ -282,8 +285,10 @@ class GenerationProxy:
         hops = 0
         while True:
             adapter = served.resolved.name
-            resp, endpoint, offered = await self._send_hop(
-                path, body, served, hops, handoff_on, client_tools, user, headers)
+            payload, route, offered = self._hop(body, served, hops, handoff_on,
+                                                client_tools, user)
+            resp, endpoint = await self.up.send(path, payload, headers, route,
+                                                self.rt.limits.upstream)
             complete = False
             try:
                 data = await resp.read()
@@ -301,8 +306,7 @@ class GenerationProxy:
                                   f"{data[:300].decode('utf-8', 'replace')}", "upstream_error")
             if status != 200:  # the engine's own 4xx (vLLM bodies are OpenAI-style)
                 return web.Response(status=status, body=data,
-                                    headers={**self._headers(served, headers["X-Request-Id"]),
-                                             "Content-Type": "application/json"})
+                                    headers=self._headers(served, headers["X-Request-Id"]))
             try:
                 obj = orjson.loads(data)
             except orjson.JSONDecodeError:
@@ -322,8 +326,7 @@ class GenerationProxy:
                                 "total_tokens": served.prompt + served.completion}
                 data = orjson.dumps(obj)
             return web.Response(status=200, body=data,
-                                headers={**self._headers(served, headers["X-Request-Id"]),
-                                         "Content-Type": "application/json"})
+                                headers=self._headers(served, headers["X-Request-Id"]))
 
     # --- streams ----------------------------------------------------------------------
 
@@ -346,8 +349,10 @@ class GenerationProxy:
         while True:
             adapter = served.resolved.name
             try:
-                resp, endpoint, offered = await self._send_hop(
-                    path, body, served, hops, handoff_on, client_tools, user, headers)
+                payload, route, offered = self._hop(body, served, hops, handoff_on,
+                                                    client_tools, user)
+                resp, endpoint = await self.up.send(path, payload, headers, route,
+                                                    rt.limits.upstream)
             except RouterError as exc:
                 if out is None:
                     raise
@@ -364,14 +369,14 @@ class GenerationProxy:
                         502, f"the engine answered {resp.status}", "upstream_error")
                     return web.Response(
                         status=status, body=message,
-                        headers={**self._headers(served, headers["X-Request-Id"]),
-                                 "Content-Type": "application/json"}), status
+                        headers=self._headers(served, headers["X-Request-Id"])), status
                 await self._stream_error(out, status, f"the engine answered {resp.status}",
                                          "upstream_error")
                 return out, status
             if out is None:
                 out = web.StreamResponse(status=200, headers={
-                    **_SSE_HEADERS, **self._headers(served, headers["X-Request-Id"])})
+                    **self._headers(served, headers["X-Request-Id"], "text/event-stream"),
+                    "Cache-Control": "no-cache"})
                 await out.prepare(request)
             hop = StreamHop(keep_usage=keep_usage and not handoff_on, handoff_on=bool(offered),
                             continuation=hops > 0, rewrite_id=first_id, targets=offered,

@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from mol_platform.catalog_client import AsyncCatalogClient, CatalogError
@@ -36,10 +36,11 @@ class Resolved:
     digest: str
     compatible: bool
     reasons: tuple[dict[str, Any], ...] = ()
+    name: str = field(init=False, compare=False)
+    """``ns/name@vN``, built once: every proxied request reads it several times."""
 
-    @property
-    def name(self) -> str:
-        return f"{self.adapter}@v{self.version}"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", f"{self.adapter}@v{self.version}")
 
 
 class Unresolved(Exception):

@@ -127,7 +127,9 @@ class Runtime:
                                          limit_per_host=self.settings.max_connections_per_engine,
                                          ttl_dns_cache=60, enable_cleanup_closed=True)
         self.session = aiohttp.ClientSession(
-            connector=connector, auto_decompress=False,
+            # no cookie jar: nothing an engine sets may ride along on other tenants'
+            # requests, and skipping the jar saves work on every request
+            connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
             skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
             timeout=aiohttp.ClientTimeout(total=None))
         cfg = self.config

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from mol_platform.router_config import ApiKey, ApiKeysFile
 
 ANONYMOUS = "anonymous"
+_SEEN_LIMIT = 4096
 
 
 class Bucket:
@@ -85,6 +86,7 @@ class KeyTable:
     def __init__(self, keys: ApiKeysFile | None, previous: KeyTable | None = None) -> None:
         self.enabled = keys is not None
         self._by_digest: dict[str, Tenant] = {}
+        self._seen: dict[str, Tenant] = {}
         old: Mapping[str, Tenant] = previous._by_digest if previous is not None else {}
         for spec in keys.keys if keys is not None else ():
             digest = spec.key_sha256 or _digest(spec.key or "")
@@ -99,7 +101,19 @@ class KeyTable:
                 spec)
 
     def lookup(self, authorization: str | None) -> Tenant | None:
-        """The tenant for an ``Authorization: Bearer <key>`` header, or None."""
-        if not authorization or authorization[:7].lower() != "bearer ":
+        """The tenant for an ``Authorization: Bearer <key>`` header, or None. Headers
+        of known keys are remembered (bounded), so a client's repeated requests skip
+        the parse and the hash."""
+        if not authorization:
             return None
-        return self._by_digest.get(_digest(authorization[7:].strip()))
+        tenant = self._seen.get(authorization)
+        if tenant is not None:
+            return tenant
+        if authorization[:7].lower() != "bearer ":
+            return None
+        tenant = self._by_digest.get(_digest(authorization[7:].strip()))
+        if tenant is not None:
+            if len(self._seen) >= _SEEN_LIMIT:
+                self._seen.clear()
+            self._seen[authorization] = tenant
+        return tenant

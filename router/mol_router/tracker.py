@@ -48,7 +48,7 @@ def _remember(lru: OrderedDict[str, None], name: str, capacity: int, keep: Itera
     return new
 
 
-@dataclass
+@dataclass(slots=True)
 class _Engine:
     metrics: EngineMetrics = field(default_factory=EngineMetrics)
     inflight: int = 0
@@ -58,6 +58,17 @@ class _Engine:
     """At least one health check passed: until then the engine is not ready."""
     failures: int = 0
     ejected_until: float | None = None
+    # Frozen views reused across snapshots until their source changes, so the stats
+    # rebuilt on every request's begin and end copy no adapter sets.
+    running_view: frozenset[str] = frozenset()
+    sent_view: frozenset[str] = frozenset()
+    # Stats differ between a request's begin and end only in ``inflight``: keep them by
+    # that count until anything else changes (``changed``), so most refreshes build none.
+    by_inflight: dict[int, EngineStats] = field(default_factory=dict)
+
+    def changed(self) -> None:
+        """Something other than ``inflight`` that the stats show has changed."""
+        self.by_inflight.clear()
 
     @property
     def slots(self) -> int:
@@ -68,17 +79,14 @@ class _Engine:
         return self.probed and self.ejected_until is None
 
     def stats(self) -> EngineStats:
-        m = self.metrics
-        return EngineStats(
-            running=m.running,
-            waiting=m.waiting,
-            kv_cache_usage=m.kv_cache_usage,
-            max_lora=m.max_lora,
-            running_adapters=frozenset(m.running_adapters),
-            recent_adapters=frozenset(self.sent),
-            inflight=self.inflight,
-            healthy=self.ready,
-        )
+        stats = self.by_inflight.get(self.inflight)
+        if stats is None:
+            m = self.metrics
+            stats = self.by_inflight[self.inflight] = EngineStats(
+                m.running, m.waiting, m.kv_cache_usage, m.max_lora, self.running_view,
+                self.sent_view, self.inflight, self.probed and self.ejected_until is None,
+            )
+        return stats
 
 
 class EngineTracker:
@@ -113,6 +121,7 @@ class EngineTracker:
         self._on_adapter_load = on_adapter_load or (lambda _endpoint: None)
         self._engines: dict[str, _Engine] = {}
         self._snapshot: dict[str, EngineStats] = {}
+        self._ready: list[str] = []
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
         self._timeout = aiohttp.ClientTimeout(total=probe_timeout)
@@ -127,6 +136,7 @@ class EngineTracker:
         added = any(u not in self._engines for u in wanted)
         self._engines = engines
         self._snapshot = {u: e.stats() for u, e in engines.items()}
+        self._ready = [u for u, e in engines.items() if e.ready]
         if added:
             self._wake.set()
 
@@ -138,12 +148,19 @@ class EngineTracker:
         return self._snapshot
 
     def ready_endpoints(self) -> list[str]:
-        return [u for u, e in self._engines.items() if e.ready]
+        """The ready endpoints in tracking order; kept between readiness changes, so
+        callers must not mutate it."""
+        return self._ready
 
     def _refresh(self, endpoint: str, engine: _Engine) -> None:
-        snap = dict(self._snapshot)
-        snap[endpoint] = engine.stats()
+        """Replace one engine's entry in a new snapshot (snapshots already handed out
+        stay as they were); every readiness change passes here."""
+        snap = self._snapshot.copy()
+        old = snap.get(endpoint)
+        stats = snap[endpoint] = engine.stats()
         self._snapshot = snap
+        if old is None or old.healthy != stats.healthy:
+            self._ready = [u for u, e in self._engines.items() if e.ready]
 
     # Bookkeeping from the proxy.
 
@@ -154,7 +171,13 @@ class EngineTracker:
             return
         engine.inflight += 1
         if adapter is not None:
-            _remember(engine.sent, adapter, engine.slots, ())
+            sent = engine.sent
+            if adapter in sent:
+                sent.move_to_end(adapter)  # same set: the frozen view stays valid
+            else:
+                _remember(sent, adapter, engine.slots, ())
+                engine.sent_view = frozenset(sent)
+                engine.changed()
         self._refresh(endpoint, engine)
 
     def end(self, endpoint: str, adapter: str | None) -> None:
@@ -173,6 +196,7 @@ class EngineTracker:
         engine.failures += 1
         if engine.ejected_until is None and engine.failures >= self.eject_after_failures:
             engine.ejected_until = time.monotonic() + self.readmit_after
+            engine.changed()
             log.warning(
                 "engine %s ejected after %d consecutive failures; re-checked in %.0f s",
                 endpoint, engine.failures, self.readmit_after,
@@ -193,6 +217,8 @@ class EngineTracker:
             return
         engine.metrics = metrics
         running = metrics.running_adapters
+        engine.running_view = frozenset(running)
+        engine.changed()
         for adapter in running:
             if _remember(engine.seen, adapter, engine.slots, running):
                 self._on_adapter_load(endpoint)
@@ -209,6 +235,7 @@ class EngineTracker:
             if engine.ejected_until is not None:
                 log.info("engine %s re-admitted: health check passed", endpoint)
             engine.probed, engine.failures, engine.ejected_until = True, 0, None
+            engine.changed()
             self._refresh(endpoint, engine)
         elif engine.ejected_until is not None:
             engine.ejected_until = time.monotonic() + self.readmit_after

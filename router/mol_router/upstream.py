@@ -16,6 +16,7 @@ from collections.abc import Mapping
 
 import aiohttp
 from aiohttp import ClientResponse
+from yarl import URL
 
 from mol_router.errors import RouterError
 from mol_router.policy import RouteRequest
@@ -23,20 +24,30 @@ from mol_router.state import Runtime
 
 log = logging.getLogger("mol.router.upstream")
 _QUEUE_POLL = 0.05
+_URL_LIMIT = 4096
+_NONE_TRIED: frozenset[str] = frozenset()
 
 
 class Upstreams:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.pending = 0
+        self._urls: dict[tuple[str, str], URL] = {}
 
-    async def _ready(self) -> list[str]:
-        """Ready endpoints, waiting for one in the bounded queue when there are none."""
+    def _url(self, endpoint: str, path: str) -> URL:
+        """Parsed once per endpoint and path (parsing a URL string costs more than the
+        rest of building the upstream request)."""
+        url = self._urls.get((endpoint, path))
+        if url is None:
+            if len(self._urls) >= _URL_LIMIT:  # endpoints come and go: stay bounded
+                self._urls.clear()
+            url = self._urls[(endpoint, path)] = URL(endpoint + path)
+        return url
+
+    async def _wait_ready(self) -> list[str]:
+        """Ready endpoints once there are some, waiting in the bounded queue."""
         tracker = self.rt.tracker
         assert tracker is not None
-        ready = tracker.ready_endpoints()
-        if ready:
-            return ready
         limits = self.rt.limits
         retry = max(1.0, limits.queue)
         if self.pending >= limits.queue_limit or limits.queue <= 0:
@@ -78,15 +89,18 @@ class Upstreams:
         error: RouterError | None = None
         attempts = rt.limits.max_attempts
         for attempt in range(attempts):
-            ready = await self._ready() if not tried else tracker.ready_endpoints()
-            endpoint = rt.policy.pick(ready, tracker.snapshot(), route, frozenset(tried))
+            ready = tracker.ready_endpoints()
+            if not ready and not tried:
+                ready = await self._wait_ready()
+            endpoint = rt.policy.pick(ready, tracker.snapshot(), route,
+                                      frozenset(tried) if tried else _NONE_TRIED)
             if endpoint is None:
                 break
             tried.add(endpoint)
             tracker.begin(endpoint, route.adapter)
             try:
-                resp = await session.post(endpoint + path, data=payload, headers=headers,
-                                          timeout=limit)
+                resp = await session.post(self._url(endpoint, path), data=payload,
+                                          headers=headers, timeout=limit)
             except TimeoutError:
                 tracker.end(endpoint, route.adapter)
                 tracker.record_failure(endpoint)

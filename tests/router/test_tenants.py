@@ -117,3 +117,25 @@ async def test_keys_file_changes_are_picked_up(router_config: Any, start_router:
             assert r.status == 200
             async with http.post(url, json={"messages": MSG}, headers=_auth(ACME)) as r:
                 assert r.status == 401  # revoked with the file
+
+
+def test_key_lookup_remembers_only_valid_headers_and_forgets_on_reload() -> None:
+    from mol_platform.router_config import ApiKeysFile
+    from mol_router import tenants
+
+    both = ApiKeysFile.model_validate({"keys": [{"tenant": "acme", "key": ACME},
+                                                {"tenant": "ops", "key": OPS}]})
+    table = tenants.KeyTable(both)
+    first = table.lookup(f"Bearer {ACME}")
+    assert first is not None
+    assert first.name == "acme"
+    assert table.lookup(f"Bearer {ACME}") is first  # the remembered answer
+    assert table.lookup(f"bearer  {ACME} ") is first  # same key, other spelling
+    assert table.lookup("Bearer sk-wrong-0123456789abcdef") is None
+    assert table.lookup("Bearer sk-wrong-0123456789abcdef") is None
+    assert table.lookup(ACME) is None  # no scheme
+    assert len(table._seen) == 2  # only the valid headers were remembered
+    ops_only = tenants.KeyTable(ApiKeysFile.model_validate(
+        {"keys": [{"tenant": "ops", "key": OPS}]}), previous=table)
+    assert ops_only.lookup(f"Bearer {ACME}") is None  # a removed key stops working
+    assert ops_only.lookup(f"Bearer {OPS}") is table.lookup(f"Bearer {OPS}")  # buckets kept

@@ -216,6 +216,41 @@ async def test_bookkeeping_and_endpoint_changes(engines: list[FakeEngine]) -> No
         assert t.snapshot()[e1.url].inflight == 0
 
 
+def test_stats_between_begin_and_end_follow_scrapes_and_health() -> None:
+    """Stats are reused while only the in-flight count moves; a scrape, a new adapter
+    or a health change in between shows in the next snapshot."""
+    from mol_router.engine_metrics import EngineMetrics
+
+    session: aiohttp.ClientSession = None  # type: ignore[assignment]
+    t = EngineTracker(session, scrape_interval=60, eject_after_failures=1)
+    url = "http://engine:8000"
+    t.set_endpoints([url])
+    t.record_health(url, True)
+    t.begin(url, A)
+    busy = t.snapshot()[url]
+    t.end(url, A)
+    idle = t.snapshot()[url]
+    t.begin(url, A)
+    assert t.snapshot()[url] is busy
+    assert busy.inflight == 1
+    assert idle.inflight == 0
+    t.observe(url, EngineMetrics(running=3, max_lora=2, running_adapters=(B,)))
+    s = t.snapshot()[url]
+    assert (s.running, s.running_adapters, s.inflight) == (3, {B}, 1)
+    t.end(url, A)
+    assert t.snapshot()[url].running == 3
+    assert t.snapshot()[url].inflight == 0
+    t.begin(url, C)
+    assert t.snapshot()[url].recent_adapters == {A, C}
+    t.end(url, C)
+    t.record_failure(url)  # ejected
+    assert t.snapshot()[url].healthy is False
+    assert t.ready_endpoints() == []
+    t.record_health(url, True)
+    assert t.snapshot()[url].healthy is True
+    assert t.ready_endpoints() == [url]
+
+
 def test_settings_are_range_checked() -> None:
     session: aiohttp.ClientSession = None  # type: ignore[assignment]
     with pytest.raises(ValueError, match="scrape_interval"):

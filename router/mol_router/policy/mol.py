@@ -52,6 +52,8 @@ class MolAffinity(EligibleFirst):
         return math.ceil(self.load_factor * mean + self.slack)
 
     def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
+        if len(candidates) == 1:  # every rule below would pick it
+            return candidates[0][0]
         by_name = dict(candidates)
         adapter = request.adapter
         order = ranking(adapter if adapter is not None else "", list(by_name))
