@@ -29,7 +29,9 @@ pytestmark = pytest.mark.e2e
 MAX_LORAS, MAX_CPU_LORAS = 2, 4
 MAX_MODEL_LEN = 1024  # the engine fixture's --max-model-len
 EXTRA_ADAPTERS = {"diff-agent": "agent", "diff-ui": "ui"}  # name -> demo adapter
-PROMPT_TOKENS, OUTPUT = 121, 16  # of each concurrent request
+# Of each concurrent request: long enough (~1 s on the real engine) for every
+# scheduler state to last several scrapes, also on a quiet fast machine.
+PROMPT_TOKENS, OUTPUT = 121, 200
 
 DELIBERATE = {
     # metric families: model FLOP/byte estimates need a model; the simulator has none.
@@ -256,9 +258,13 @@ def run_over_adapters(url: str, adapters: dict[str, str]) -> list[dict[str, Any]
                 observed.append(scrape(metrics))
                 time.sleep(0.02)
 
+    together = threading.Barrier(2 + len(adapters))
+
     def one(model: str) -> None:
         body = {"model": model, "prompt": prompt, "max_tokens": OUTPUT, "ignore_eos": True}
-        r = httpx.post(url + C, json=body, timeout=120)
+        with httpx.Client(timeout=120) as c:
+            together.wait()  # all four arrive at once: two must wait for a LoRA slot
+            r = c.post(url + C, json=body)
         assert r.status_code == 200, r.text
 
     with httpx.Client(base_url=url, timeout=60) as client:
@@ -326,8 +332,8 @@ def test_scheduler_metrics_mean_the_same(engine, sim_config, demo_assets, cache_
         "idle: no adapter listed",
     }
     real_seen = run_over_adapters(engine.base_url, adapters)
-    # Tokens 60 ms apart: each state lasts long enough to be scraped on a busy machine.
-    with SimulatorCluster(config=replace(sim_config, itl_s=0.06)) as cluster:
+    # Tokens 10 ms apart (2 s a request): each state lasts many scrapes, also when busy.
+    with SimulatorCluster(config=replace(sim_config, itl_s=0.01)) as cluster:
         sim_seen = run_over_adapters(cluster.urls[0], adapters)
     for name, seen in (("real engine", real_seen), ("simulator", sim_seen)):
         facts = scheduler_facts(seen, blocks, block_size)
