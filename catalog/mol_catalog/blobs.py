@@ -99,15 +99,23 @@ class LocalBlobStore:
         return await asyncio.to_thread(self._put_sync, source, target)
 
     def _put_sync(self, source: Path | bytes, target: Path) -> bool:
-        tmp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}")
-        if isinstance(source, bytes):
-            tmp.write_bytes(source)
-        else:
-            shutil.copyfile(source, tmp)
-        if target.exists():
-            tmp.unlink()
-            return False
-        os.replace(tmp, target)
+        # A gc with a zero grace period may remove a partial file while it is written
+        # (it cannot tell it from a crash's leftover): write it again.
+        for attempt in range(3):
+            tmp = target.with_name(f".{target.name}.{os.getpid()}.{time.monotonic_ns()}")
+            try:
+                if isinstance(source, bytes):
+                    tmp.write_bytes(source)
+                else:
+                    shutil.copyfile(source, tmp)
+                if target.exists():
+                    tmp.unlink(missing_ok=True)
+                    return False
+                os.replace(tmp, target)
+                break
+            except FileNotFoundError:
+                if attempt == 2 or (not isinstance(source, bytes) and not source.exists()):
+                    raise
         return True
 
     async def exists(self, digest: str) -> bool:
