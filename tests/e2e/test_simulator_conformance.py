@@ -335,9 +335,14 @@ def test_scheduler_metrics_mean_the_same(engine, sim_config, demo_assets, cache_
     # Tokens 10 ms apart (2 s a request): each state lasts many scrapes, also when busy.
     with SimulatorCluster(config=replace(sim_config, itl_s=0.01)) as cluster:
         sim_seen = run_over_adapters(cluster.urls[0], adapters)
+    # On the real engine, whether a scrape lands while two requests wait for a slot
+    # depends on the machine's speed (seen both ways on a quiet 2-core machine): it must
+    # never contradict the simulator (the per-scrape checks above), but may go unseen.
+    racy = {"two run while two wait for a LoRA slot"}
     for name, seen in (("real engine", real_seen), ("simulator", sim_seen)):
         facts = scheduler_facts(seen, blocks, block_size)
-        assert facts == expected, f"{name}: missing {expected - facts}; scrapes: {trace(seen)}"
+        want = expected - racy if name == "real engine" else expected
+        assert want <= facts <= expected, f"{name}: missing {want - facts}; scrapes: {trace(seen)}"
 
 
 def trace(observed: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
