@@ -1,0 +1,61 @@
+"""The unit of work: one transaction per request, events appended at commit.
+
+Services never commit: an endpoint opens ``db.unit()``, the services add rows and
+events to it, and leaving the block commits once. Events are inserted last, right
+before COMMIT, so that event ids are allocated in commit order (gap-safe feed):
+on Postgres under a transaction-level advisory lock, on SQLite because writers are
+serialized by ``BEGIN IMMEDIATE``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from sqlalchemy import Table, bindparam, exists, func, insert, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from mol_catalog.models import Event, utcnow
+
+# Arbitrary constant: the advisory lock that orders outbox inserts on Postgres.
+EVENTS_LOCK_KEY = 0x6D6F6C5F657674  # "mol_evt"
+
+
+@dataclass
+class UnitOfWork:
+    """One transaction: a session plus the events to append when it commits."""
+
+    session: AsyncSession
+    postgres: bool
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    def emit(self, type_: str, *, adapter: str | None = None, version: int | None = None,
+             alias: str | None = None, data: dict[str, Any] | None = None) -> None:
+        self.events.append({"type": type_, "adapter": adapter, "version": version,
+                            "alias": alias, "data": data or {}})
+
+    async def commit(self) -> None:
+        await self.session.flush()
+        if self.events:
+            # Core insert on the table: no ORM bulk-insert bookkeeping per commit. On
+            # Postgres the statement takes the advisory lock itself (see _LOCKED_EVENTS).
+            now = utcnow()
+            rows = [{**e, "created_at": now} for e in self.events]
+            await self.session.execute(_LOCKED_EVENTS if self.postgres else _EVENTS_INSERT,
+                                       rows[0] if len(rows) == 1 else rows)
+            self.events = []
+        await self.session.commit()
+
+
+_EVENTS = cast(Table, Event.__table__)
+_EVENT_COLUMNS = ("type", "adapter", "version", "alias", "data", "created_at")
+_EVENTS_INSERT = insert(_EVENTS)
+# Postgres: INSERT ... SELECT :values WHERE EXISTS (SELECT pg_advisory_xact_lock(k)). The
+# uncorrelated EXISTS is a one-time filter, evaluated before the first row is formed and so
+# before nextval() allocates its id: the lock and the insert share one round trip and ids
+# still come in commit order.
+_LOCKED_EVENTS = insert(_EVENTS).from_select(
+    list(_EVENT_COLUMNS),
+    select(*(bindparam(c, type_=_EVENTS.c[c].type) for c in _EVENT_COLUMNS))
+    .where(exists(select(func.pg_advisory_xact_lock(EVENTS_LOCK_KEY)))),
+    include_defaults=False)
