@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -11,6 +10,7 @@ from typing import Any, NoReturn
 
 import typer
 
+from mol_platform import refs, spec
 from mol_platform.catalog_client import CatalogClient, CatalogError
 from mol_platform.model_folder import FolderError
 from mol_platform.refs import RefError
@@ -63,27 +63,20 @@ def print_reasons(reasons: Sequence[Any], err: bool = False) -> None:
             typer.echo(f"    - {reason}", err=err)
 
 
-_DURATION_RE = re.compile(r"(\d+)([smhd])")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
 def parse_duration(text: str) -> int:
-    """``90``, ``90s``, ``30m``, ``1h``, ``1h30m``, ``2d`` -> seconds."""
-    text = text.strip().lower()
-    if text.isdigit():
-        return int(text)
-    parts = _DURATION_RE.findall(text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise typer.BadParameter(f"{text!r} is not a duration; use e.g. 90s, 30m, 1h, 2d")
-    return sum(int(n) * _UNITS[u] for n, u in parts)
+    """``mol_platform.spec.parse_duration`` for an option: a usage error when invalid."""
+    try:
+        return spec.parse_duration(text)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def parse_version(text: str) -> int:
-    """``3`` or ``v3`` -> 3."""
-    value = text[1:] if text.lower().startswith("v") else text
-    if not value.isdigit() or int(value) < 1:
-        raise typer.BadParameter(f"{text!r} is not a version; use a number such as 3 or v3")
-    return int(value)
+    """``mol_platform.refs.parse_version`` for an argument: a usage error when invalid."""
+    try:
+        return refs.parse_version(text)
+    except RefError as exc:
+        raise typer.BadParameter(str(exc)) from None
 
 
 def human_size(size: int | None) -> str:

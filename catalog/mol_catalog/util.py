@@ -142,13 +142,11 @@ def valid_alias(value: str) -> str:
 
 
 def version_number(text: str, what: str = "version") -> int:
-    """``3`` or ``v3`` as a version number within the column's range; 400 otherwise."""
-    value = text.removeprefix("v")
-    if not (value.isascii() and value.isdigit()) or len(value) > 10 or not (
-            1 <= int(value) <= refs.MAX_VERSION):
-        raise BadRequest(f"invalid {what} {text[:40]!r}: use a number from 1 to "
-                         f"{refs.MAX_VERSION} such as 3 or v3")
-    return int(value)
+    """``3`` or ``v3`` (``refs.parse_version``); 400 otherwise."""
+    try:
+        return refs.parse_version(text, what)
+    except refs.RefError as exc:
+        raise BadRequest(str(exc)) from None
 
 
 def clamp_limit(limit: int, maximum: int = 500) -> int:

@@ -97,6 +97,17 @@ def check_scope(value: str) -> str:
                    "publish:<namespace> or admin")
 
 
+def parse_version(text: str, what: str = "version") -> int:
+    """``3`` or ``v3`` -> 3, within 1..MAX_VERSION; RefError otherwise. The one version
+    parser: the catalog's path and form fields and the CLI's arguments use it."""
+    value = text.removeprefix("v")
+    if not (value.isascii() and value.isdigit()) or len(value) > 10 or not (
+            1 <= int(value) <= MAX_VERSION):
+        raise RefError(f"invalid {what} {text[:40]!r}: use a number from 1 to "
+                       f"{MAX_VERSION} such as 3 or v3")
+    return int(value)
+
+
 @dataclass(frozen=True, slots=True)
 class AdapterRef:
     """A parsed ``namespace/name@ref``."""
@@ -111,7 +122,7 @@ class AdapterRef:
         # An alias may not look like a version: `v0` or `v01` would be ambiguous.
         ref = m["ref"] if m is not None else ""
         if m is None or ".." in text or (_VERSIONISH.fullmatch(ref) and (
-                not _VERSION.fullmatch(ref) or int(ref[1:]) > MAX_VERSION)):
+                not _VERSION.fullmatch(ref) or _version_or_none(ref) is None)):
             raise RefError(
                 f"invalid adapter reference {text!r}: expected namespace/name@ref where ref is "
                 "an alias (e.g. stable, latest), a version (v1 to "
@@ -126,9 +137,7 @@ class AdapterRef:
     @property
     def version(self) -> int | None:
         """The version number when the ref is ``vN``, else None."""
-        if _VERSION.fullmatch(self.ref):
-            return int(self.ref[1:])
-        return None
+        return _version_or_none(self.ref) if _VERSION.fullmatch(self.ref) else None
 
     @property
     def digest(self) -> str | None:
@@ -141,3 +150,10 @@ class AdapterRef:
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}@{self.ref}"
+
+
+def _version_or_none(ref: str) -> int | None:
+    try:
+        return parse_version(ref)
+    except RefError:
+        return None

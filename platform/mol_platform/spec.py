@@ -32,7 +32,10 @@ SHORT_NAME = "mold"
 
 # vLLM accepts only these for --max-lora-rank.
 ALLOWED_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+# What the CRD's interval fields accept (the schema's pattern): one number and unit.
 _DURATION_RE = re.compile(r"^([0-9]+)(s|m|h)$")
+_DURATION_PART = re.compile(r"([0-9]+)([smhd])")
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 class _Model(BaseModel):
@@ -57,11 +60,20 @@ AdapterRefStr = Annotated[str, AfterValidator(_check_ref)]
 
 
 def parse_duration(value: str) -> int:
-    """``30s`` / ``5m`` / ``1h`` -> seconds."""
-    m = _DURATION_RE.match(value)
-    if m is None:
-        raise ValueError(f"invalid duration {value!r}: use a number and s, m or h, e.g. 5m")
-    return int(m[1]) * {"s": 1, "m": 60, "h": 3600}[m[2]]
+    """A duration as people write it -> seconds: bare seconds (``90``), one unit
+    (``30s``, ``5m``, ``1h``, ``2d``) or several, largest first (``1h30m``); case and
+    surrounding blanks ignored. ``ValueError`` names the accepted forms.
+
+    The one duration parser of the platform: the CRD's intervals (whose schema allows
+    only the one-unit form) and the CLI's ``--grace`` both use it."""
+    text = value.strip().lower()
+    if text.isascii() and text.isdigit():
+        return int(text)
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"invalid duration {value[:40]!r}: use seconds or a number with s, "
+                         "m, h or d, e.g. 90, 30s, 5m, 1h30m, 2d")
+    return sum(int(n) * _DURATION_UNITS[u] for n, u in parts)
 
 
 class BaseModelSpec(_Model):
@@ -168,7 +180,8 @@ class CanarySpec(_Model):
     @field_validator("interval")
     @classmethod
     def _interval(cls, v: str) -> str:
-        parse_duration(v)
+        if _DURATION_RE.fullmatch(v) is None:
+            raise ValueError(f"invalid duration {v[:40]!r}: use a number and s, m or h, e.g. 5m")
         return v
 
     @property

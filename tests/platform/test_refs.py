@@ -15,6 +15,7 @@ from mol_platform.refs import (
     check_tag,
     is_valid_alias,
     is_valid_name,
+    parse_version,
 )
 
 DIGEST = "sha256:" + "ab" * 32
@@ -130,3 +131,16 @@ def test_version_beyond_the_column_range_is_not_a_reference() -> None:
     assert AdapterRef.parse(f"acme/chat@v{MAX_VERSION}").version == MAX_VERSION
     with pytest.raises(RefError, match="v1 to"):
         AdapterRef.parse(f"acme/chat@v{MAX_VERSION + 1}")
+
+
+@pytest.mark.parametrize(("text", "number"),
+                         [("3", 3), ("v3", 3), (f"v{MAX_VERSION}", MAX_VERSION)])
+def test_parse_version(text: str, number: int) -> None:
+    assert parse_version(text) == number
+
+
+@pytest.mark.parametrize("text", ["0", "v0", "", "v", "V3", "3.0", "+3", "٣",
+                                  str(MAX_VERSION + 1), "1" * 11])
+def test_parse_version_refuses(text: str) -> None:
+    with pytest.raises(RefError, match="such as 3 or v3"):
+        parse_version(text)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from mol_platform.spec import MoLDeployment, MoLDeploymentSpec, parse_duration
+from mol_platform.spec import CanarySpec, MoLDeployment, MoLDeploymentSpec, parse_duration
 
 EXAMPLE = Path(__file__).parents[2] / "deploy" / "examples" / "macaron.yaml"
 
@@ -129,7 +129,9 @@ def test_wrong_kind_rejected() -> None:
                                       "spec": BASE})
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("5m", 300), ("2h", 7200)])
+@pytest.mark.parametrize(("text", "seconds"), [
+    ("30s", 30), ("5m", 300), ("2h", 7200), ("90", 90), ("2d", 172800), ("1h30m", 5400),
+    (" 1H ", 3600)])
 def test_parse_duration(text: str, seconds: int) -> None:
     assert parse_duration(text) == seconds
 
@@ -137,6 +139,17 @@ def test_parse_duration(text: str, seconds: int) -> None:
 def test_parse_duration_rejects_garbage() -> None:
     with pytest.raises(ValueError, match="invalid duration"):
         parse_duration("soon")
+    for bad in ("", "5x", "1h 30m", "m5", "-5s", "٣s"):
+        with pytest.raises(ValueError, match="invalid duration"):
+            parse_duration(bad)
+
+
+def test_canary_interval_keeps_the_schema_form() -> None:
+    """The CRD's pattern allows one number and unit; the validator says so too."""
+    with pytest.raises(ValueError, match="use a number and s, m or h"):
+        CanarySpec.model_validate({"adapter": "acme/chat@v1", "interval": "1h30m"})
+    assert CanarySpec.model_validate({"adapter": "acme/chat@v1",
+                                      "interval": "2m"}).interval_seconds == 120
 
 
 @pytest.mark.parametrize(("gpus", "tp", "ok"), [
