@@ -23,32 +23,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any
 
-from sqlalchemy import Table, bindparam, exists, func, insert, select
-from sqlalchemy.ext.asyncio import AsyncConnection
-
+from mol_catalog import blob_repository as repo
 from mol_catalog import leftovers
 from mol_catalog.blobs import BlobStore
-from mol_catalog.db import Database
-from mol_catalog.models import BlobDeletion, VersionBlob, utcnow
-
-BATCH = 500
-# The advisory lock class of blob digests ("molb"); the second key is from the digest.
-LOCK_CLASS = 0x6D6F6C62
-
-DELETIONS = cast(Table, BlobDeletion.__table__)
-VERSION_BLOBS = cast(Table, VersionBlob.__table__)
-_REFERENCED = select(exists().where(VERSION_BLOBS.c.digest == bindparam("digest")))
-_RECORD = insert(DELETIONS)
-_GONE = (select(DELETIONS.c.digest, DELETIONS.c.id)
-         .where(DELETIONS.c.id > bindparam("after"),
-                DELETIONS.c.digest.in_(bindparam("digests", expanding=True))))
-_LOCK = select(func.pg_advisory_xact_lock(LOCK_CLASS, bindparam("key")))
-_LOCK_SHARED_2 = select(func.pg_advisory_xact_lock_shared(LOCK_CLASS, bindparam("k1")),
-                        func.pg_advisory_xact_lock_shared(LOCK_CLASS, bindparam("k2")))
-# What precheck reads before a publish stores its blobs.
-WATERMARK = select(func.coalesce(func.max(DELETIONS.c.id), 0)).scalar_subquery()
+from mol_catalog.db import Database, UnitOfWork
+from mol_catalog.models import utcnow
 
 
 class BlobsGone(Exception):
@@ -61,32 +42,24 @@ class BlobsGone(Exception):
         self.after = after
 
 
-def lock_key(digest: str) -> int:
-    """A signed 32-bit key from the digest's first hex digits."""
-    return int.from_bytes(bytes.fromhex(digest[7:15]), "big", signed=True)
-
-
-async def guard(conn: AsyncConnection, postgres: bool, digests: Sequence[str],
-                after: int) -> None:
+async def guard(uow: UnitOfWork, digests: Sequence[str], after: int) -> None:
     """In a publishing transaction: lock the digests against gc until commit and raise
     BlobsGone when gc deleted one of them after ``after`` (a deletion id)."""
-    if postgres:
-        keys = sorted({lock_key(d) for d in digests})
-        await conn.execute(_LOCK_SHARED_2, {"k1": keys[0], "k2": keys[-1]})
-    rows = (await conn.execute(_GONE, {"after": after, "digests": list(digests)})).all()
+    if uow.postgres:
+        await repo.lock_shared(uow.conn, digests)
+    rows = await repo.deleted_since(uow.conn, after, digests)
     if rows:
-        raise BlobsGone({r[0] for r in rows}, max(int(r[1]) for r in rows))
+        raise BlobsGone({d for d, _ in rows}, max(i for _, i in rows))
 
 
 async def _delete_if_orphan(db: Database, blobs: BlobStore, digest: str) -> bool:
     async with db.unit() as uow:
-        conn = await uow.session.connection()
-        if db.postgres:
-            await conn.execute(_LOCK, {"key": lock_key(digest)})
-        if (await conn.execute(_REFERENCED, {"digest": digest})).scalar():
+        if uow.postgres:
+            await repo.lock(uow.conn, digest)
+        if await repo.is_referenced(uow.conn, digest):
             return False
         await blobs.delete(digest)
-        await conn.execute(_RECORD, {"digest": digest, "deleted_at": utcnow()})
+        await repo.record_deletion(uow.conn, digest, utcnow())
     return True
 
 
@@ -97,12 +70,9 @@ async def collect(db: Database, blobs: BlobStore, grace_seconds: float) -> dict[
     listed = await blobs.list()
     old = [b.digest for b in listed if b.modified < cutoff]
     referenced: set[str] = set()
-    async with db.unit(write=False) as uow:
-        for i in range(0, len(old), BATCH):
-            chunk = old[i:i + BATCH]
-            rows = await uow.session.execute(
-                select(VersionBlob.digest).where(VersionBlob.digest.in_(chunk)).distinct())
-            referenced.update(rows.scalars())
+    async with db.read() as conn:
+        for i in range(0, len(old), repo.BATCH):
+            referenced |= await repo.referenced_among(conn, old[i:i + repo.BATCH])
     # The candidates are checked again, one by one, under their lock.
     deleted = sorted([d for d in old if d not in referenced
                       and await _delete_if_orphan(db, blobs, d)])

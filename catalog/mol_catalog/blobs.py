@@ -13,7 +13,7 @@ import base64
 import os
 import shutil
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -389,9 +389,3 @@ def open_blob_store(url: str, endpoint_url: str | None = None,
     if parsed.scheme == "":
         return LocalBlobStore(Path(url))
     raise BlobUrlError(f"unsupported blob URL {url!r}: use file:///dir or s3://bucket/prefix")
-
-
-def iter_file(path: Path) -> Iterator[bytes]:
-    with path.open("rb") as fh:
-        while chunk := fh.read(CHUNK):
-            yield chunk

@@ -64,9 +64,9 @@ async def principal_for(catalog: Catalog, authorization: str | None) -> Principa
     if not hit:
         from mol_catalog.tokens.repository import find_active
 
-        async with catalog.db.unit(write=False) as uow:
-            row = await find_active(uow.session, digest)
-        principal = Principal(row.name, frozenset(row.scopes)) if row is not None else None
+        async with catalog.db.read() as conn:
+            row = await find_active(conn, digest)
+        principal = Principal(row[0], frozenset(row[1])) if row is not None else None
         catalog.tokens.put(digest, principal)
     if principal is None:
         raise Unauthorized("invalid or revoked token")

@@ -44,7 +44,7 @@ class Namespace(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class BaseModel(Base):
+class BaseLLM(Base):
     """One revision of a base model: its config and per-tensor shapes (never weights)."""
 
     __tablename__ = "base_models"

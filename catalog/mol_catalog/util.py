@@ -1,4 +1,4 @@
-"""Small helpers shared by the domains: timestamps, cursors, names."""
+"""Small helpers shared by the domains: cursors, names, checked text and JSON."""
 
 from __future__ import annotations
 
@@ -6,22 +6,12 @@ import base64
 import json
 import math
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from mol_catalog.errors import BadRequest, CatalogError, InvalidName
 from mol_platform import refs
-
-
-def iso(value: datetime | None) -> str | None:
-    """RFC 3339 in UTC (SQLite hands back naive datetimes; they are UTC)."""
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
 
 def encode_cursor(*values: Any) -> str:

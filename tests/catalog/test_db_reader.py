@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from sqlalchemy import String, bindparam, select
+from sqlalchemy import String, bindparam, insert, select
 
 from mol_catalog.db import Database, Prepared, migrate
 from mol_catalog.db_urls import DatabaseUrlError, Timeouts, async_url, asyncpg_args
@@ -76,8 +76,9 @@ async def test_raw_and_sqlalchemy_reads_agree(postgres_cluster: PostgresCluster)
     raw, sa = Database(url, pool_size=2), Database(url.replace("+asyncpg", "+psycopg"), 2)
     try:
         async with raw.unit() as uow:
-            uow.session.add_all([Namespace(name="acme", created_at=STAMP),
-                                 Namespace(name="beta"), Namespace(name="gamma")])
+            await uow.conn.execute(insert(Namespace), [
+                {"name": "acme", "created_at": STAMP},
+                *({"name": n, "created_at": datetime.now(UTC)} for n in ("beta", "gamma"))])
         expected = await _rows(sa)
         assert [r[:2] for r in expected] == [(1, "acme"), (2, "beta")]
         # timestamptz as text on the raw path: the same aware datetimes, microseconds kept
@@ -104,7 +105,7 @@ async def test_sqlite_reads(tmp_path: object) -> None:
     db = Database(url)
     try:
         async with db.unit() as uow:
-            uow.session.add_all([Namespace(name="beta"), Namespace(name="acme")])
+            await uow.conn.execute(insert(Namespace), [{"name": "beta"}, {"name": "acme"}])
         assert [r[:2] for r in await _rows(db)] == [(2, "acme"), (1, "beta")]
     finally:
         await db.dispose()

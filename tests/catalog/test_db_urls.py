@@ -28,10 +28,10 @@ async def test_libpq_parameters_on_every_path(postgres_cluster: PostgresCluster)
         url = _with_params(base.replace("postgresql", scheme, 1), "mol-test")
         db = Database(url, pool_size=2)
         try:
-            async with db.unit(write=False) as uow:
-                orm = (await uow.session.execute(
+            async with db.unit() as uow:
+                written = (await uow.conn.execute(
                     text("SELECT current_setting('application_name')"))).scalar()
-            names = [orm]
+            names = [written]
             for generic in (False, True):
                 async with db.read(generic_plans=generic) as conn:
                     rows = await conn.fetch("SELECT current_setting('application_name')", ())
@@ -58,8 +58,8 @@ async def test_a_worker_opens_at_most_pool_size_plus_overflow(
 
     async def hold(i: int) -> None:
         if i % 3 == 0:
-            async with db.unit(write=i % 2 == 0) as uow:
-                await uow.session.execute(text("SELECT pg_sleep(0.05)"))
+            async with db.unit() as uow:
+                await uow.conn.execute(text("SELECT pg_sleep(0.05)"))
         else:
             async with db.read(generic_plans=i % 3 == 1) as conn:
                 await conn.fetch("SELECT pg_sleep(0.05)", ())

@@ -15,12 +15,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from sqlalchemy import insert
 from sqlalchemy.dialects import sqlite
 
 from mol_catalog.adapters import repository as repo
 from mol_catalog.adapters.sample import NameSample
 from mol_catalog.db import Database, Reader, migrate
-from mol_catalog.models import Adapter, BaseModel, Namespace
+from mol_catalog.models import Adapter, BaseLLM, Namespace
 
 
 class _Recorder:
@@ -74,13 +75,15 @@ async def _db_with(tmp_path: Path, names: list[str]) -> Database:
 
 async def _add(db: Database, names: list[str]) -> None:
     async with db.unit() as uow:
-        base = BaseModel(name="b", revision=f"r{len(names)}", architecture="x", config={},
-                         tensors={}, shapes={}, content_digest="sha256:" + "0" * 64)
-        ns = Namespace(name=f"ns{len(names)}")
-        uow.session.add_all([base, ns])
-        await uow.session.flush()
-        uow.session.add_all([Adapter(namespace_id=ns.id, name=n, full_name=f"{ns.name}/{n}",
-                                     base_model_id=base.id, base_name="b") for n in names])
+        base_id = (await uow.conn.execute(insert(BaseLLM).returning(BaseLLM.id), {
+            "name": "b", "revision": f"r{len(names)}", "architecture": "x", "config": {},
+            "tensors": {}, "shapes": {}, "content_digest": "sha256:" + "0" * 64})).scalar_one()
+        ns = f"ns{len(names)}"
+        ns_id = (await uow.conn.execute(insert(Namespace).returning(Namespace.id),
+                                        {"name": ns})).scalar_one()
+        await uow.conn.execute(insert(Adapter), [
+            {"namespace_id": ns_id, "name": n, "full_name": f"{ns}/{n}",
+             "base_model_id": base_id, "base_name": "b"} for n in names])
 
 
 async def test_sample_loads_refreshes_and_survives_failures(tmp_path: Path,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-import orjson
 from fastapi import APIRouter, Depends, Query, Request
 from starlette.responses import Response
 
@@ -25,7 +24,7 @@ from mol_catalog.adapters.schemas import (
 from mol_catalog.adapters.uploads import FIELDS, FILE_PARTS, receive_upload
 from mol_catalog.auth import Principal
 from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
-from mol_catalog.errors import CatalogError, json_response
+from mol_catalog.errors import CatalogError, json_bytes, json_response
 from mol_catalog.util import (
     checked,
     clamp_limit,
@@ -115,17 +114,15 @@ async def list_answer(catalog: Catalog, authorization: str | None, base: str | N
             conn, base=base, tag=tag, q=q, namespaces=namespaces,
             after=after, limit=limit,
             window=catalog.settings.search_window, rare=rare)
-    # Timestamps stay datetimes: orjson writes them as RFC 3339 in UTC ("Z").
-    return orjson.dumps({"items": items,
-                         "next_cursor": encode_cursor(last) if last is not None else None},
-                        option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC)
+    return json_bytes({"items": items,
+                       "next_cursor": encode_cursor(last) if last is not None else None})
 
 
 @router.get("/v1/adapters/{ns}/{name}", response_model=AdapterOut)
 async def get_adapter(ns: str, name: str, catalog: CatalogDep, who: PrincipalDep) -> Response:
     who.require_read(ns)
-    async with catalog.db.unit(write=False) as uow:
-        out = await service.describe(uow, _full(ns, name))
+    async with catalog.db.read() as conn:
+        out = await service.describe(conn, _full(ns, name))
     return json_response(out)
 
 
@@ -136,8 +133,8 @@ async def list_versions(ns: str, name: str, catalog: CatalogDep, who: PrincipalD
     who.require_read(ns)
     limit = clamp_limit(limit)
     before = decode_cursor(cursor)
-    async with catalog.db.unit(write=False) as uow:
-        items, last = await service.versions(uow, _full(ns, name),
+    async with catalog.db.read() as conn:
+        items, last = await service.versions(conn, _full(ns, name),
                                              before, limit)
     return json_response({"items": items,
                           "next_cursor": encode_cursor(last) if last is not None else None})
@@ -147,8 +144,8 @@ async def list_versions(ns: str, name: str, catalog: CatalogDep, who: PrincipalD
 async def get_version(ns: str, name: str, version: str, catalog: CatalogDep,
                       who: PrincipalDep) -> Response:
     who.require_read(ns)
-    async with catalog.db.unit(write=False) as uow:
-        out = await service.version_detail(uow, _full(ns, name), version_number(version))
+    async with catalog.db.read() as conn:
+        out = await service.version_detail(conn, _full(ns, name), version_number(version))
     return json_response(out)
 
 
@@ -168,8 +165,8 @@ async def alias_history(ns: str, name: str, alias: str, catalog: CatalogDep,
                         who: PrincipalDep, limit: int = Query(100, ge=1, le=1000)) -> Response:
     """Every move of the alias, newest first."""
     who.require_read(ns)
-    async with catalog.db.unit(write=False) as uow:
-        items = await service.alias_history(uow, _full(ns, name), valid_alias(alias), limit)
+    async with catalog.db.read() as conn:
+        items = await service.alias_history(conn, _full(ns, name), valid_alias(alias), limit)
     return json_response({"items": items})
 
 

@@ -13,8 +13,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy.exc import IntegrityError
-
 from mol_catalog.adapters import publish_sql, service
 from mol_catalog.adapters.schemas import PublishRequest
 from mol_catalog.adapters.uploads import (
@@ -104,9 +102,9 @@ async def _find_base(catalog: Catalog, ref: str) -> _Base:
     hit = cache.get(ref)
     if hit is not None:
         return hit
-    async with catalog.db.unit(write=False) as uow:
-        row = await base_service.find(uow, ref)
-    base = _Base(row.id, f"{row.name}@{row.revision}", base_service.shapes_of(row))
+    async with catalog.db.read() as conn:
+        row = await base_service.find(conn, ref)
+    base = _Base(row.id, row.ref, base_service.shapes_of(row))
     if "@" in ref and len(cache) < MAX_CACHED_BASES:  # a bare name means "newest": not kept
         cache[ref] = base
     return base
@@ -188,21 +186,19 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
                          base_ref=base.ref, created_by=created_by, blobs_after=pre.deletions,
                          **options)
     for attempt in range(RETRIES):
-        req.verdict_reasons.clear()
         try:
-            async with catalog.db.unit() as uow:
-                body, created = await service.publish(uow, req, pre.profiles, namespaces)
+            # A concurrent publish to the same adapter may win a race on a unique key
+            # (same content, same number or a new namespace/adapter row): the retry
+            # sees the new state.
+            body, created = await catalog.db.transact(
+                lambda uow: service.publish(uow, req, pre.profiles, namespaces),
+                attempts=RETRIES, pause=0.01)
         except BlobsGone as gone:
             # gc deleted a blob this publish had stored: store it again, then retry.
-            req.blobs_after = gone.after
-            await _put(catalog, upload, gone.digests)
-            continue
-        except IntegrityError:
-            # A concurrent publish to the same adapter won the race (same content,
-            # same number or a new namespace/adapter row): retry on the new state.
             if attempt == RETRIES - 1:
                 raise
-            await asyncio.sleep(0.01 * (attempt + 1))
+            req.blobs_after = gone.after
+            await _put(catalog, upload, gone.digests)
             continue
         for codes in req.verdict_reasons.values():
             for code in codes:

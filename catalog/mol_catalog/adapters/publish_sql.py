@@ -1,9 +1,11 @@
-"""SQL of the publish transaction: prebuilt Core statements, no ORM flushes.
+"""Writes of adapters, versions, tags and aliases (the publish transaction's and the
+others'), plus the two reads only the publish path makes.
 
-Statements are built once at import with bind parameters, so each execution skips
-statement construction and cache-key generation and goes straight to the compiled
-form. Every function is one round trip (``executemany`` for rows of one table);
-``precheck`` runs before the transaction, on an autocommit connection.
+Writes are Core statements built once at import with bind parameters, executed on the
+unit of work's connection: each execution skips statement construction and cache-key
+generation and goes straight to the compiled form. Every function is one round trip
+(``executemany`` for rows of one table); ``precheck`` runs before the transaction, on a
+read connection.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import (
-    Row,
+    String,
     Table,
     bindparam,
     delete,
@@ -25,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from mol_catalog.blob_gc import WATERMARK
+from mol_catalog.blob_repository import WATERMARK
 from mol_catalog.db import Prepared, ReadConn, json_value
 from mol_catalog.models import (
     Adapter,
@@ -33,43 +35,43 @@ from mol_catalog.models import (
     Alias,
     AliasHistory,
     Namespace,
-    ServingProfile,
-    Verdict,
     Version,
     VersionBlob,
 )
+from mol_catalog.profiles.repository import PROFILE_COLUMNS, PROFILES, ProfileRow
 
 ADAPTERS = cast(Table, Adapter.__table__)
 VERSIONS = cast(Table, Version.__table__)
 VERSION_BLOBS = cast(Table, VersionBlob.__table__)
 ADAPTER_TAGS = cast(Table, AdapterTag.__table__)
-VERDICTS = cast(Table, Verdict.__table__)
 ALIASES = cast(Table, Alias.__table__)
 ALIAS_HISTORY = cast(Table, AliasHistory.__table__)
 NAMESPACES = cast(Table, Namespace.__table__)
 
 _EXISTING = (select(Version.number)
-             .where(Version.adapter_id == Adapter.id, Version.digest == bindparam("digest"))
+             .where(Version.adapter_id == Adapter.id,
+                    Version.digest == bindparam("digest", type_=String))
              .scalar_subquery())
 _ALIAS_VERSION = (select(Alias.version)
-                  .where(Alias.adapter_id == Adapter.id, Alias.name == bindparam("alias"))
+                  .where(Alias.adapter_id == Adapter.id,
+                         Alias.name == bindparam("alias", type_=String))
                   .scalar_subquery())
 # FOR UPDATE OF adapters on Postgres; SQLite has no row locks (its writers are
 # serialized by BEGIN IMMEDIATE) and renders none.
-_TARGET = (select(Adapter.id, Adapter.version_count, Adapter.base_model_id, Adapter.tags,
-                  _EXISTING.label("existing"), _ALIAS_VERSION.label("alias_version"))
-           .where(Adapter.full_name == bindparam("full_name"))
-           .with_for_update(of=ADAPTERS))
+_TARGET = Prepared(
+    select(Adapter.id, Adapter.version_count, Adapter.base_model_id, Adapter.tags,
+           _EXISTING.label("existing"), _ALIAS_VERSION.label("alias_version"))
+    .where(Adapter.full_name == bindparam("full_name", type_=String))
+    .with_for_update(of=ADAPTERS))
 MAX_CACHED_NAMESPACES = 4096
-_NAMESPACE = select(Namespace.id).where(Namespace.name == bindparam("name"))
+_NAMESPACE = Prepared(select(Namespace.id).where(
+    Namespace.name == bindparam("name", type_=String)))
 _INSERT_NAMESPACE = insert(NAMESPACES).returning(NAMESPACES.c.id)
 _INSERT_ADAPTER = insert(ADAPTERS).returning(ADAPTERS.c.id)
 _UPDATE_ADAPTER = update(ADAPTERS).where(ADAPTERS.c.id == bindparam("b_id"))
 _INSERT_VERSION = insert(VERSIONS).returning(VERSIONS.c.id)
 _DELETE_TAGS = delete(ADAPTER_TAGS).where(ADAPTER_TAGS.c.adapter_id == bindparam("adapter_id"))
-_INSERTS = {t.name: insert(t) for t in (VERSION_BLOBS, ADAPTER_TAGS, VERDICTS, ALIASES,
-                                        ALIAS_HISTORY)}
-PROFILES = cast(Table, ServingProfile.__table__)
+_INSERTS = {t.name: insert(t) for t in (VERSION_BLOBS, ADAPTER_TAGS, ALIASES, ALIAS_HISTORY)}
 # Before the blobs are stored, one statement: the newest blob deletion id (see
 # blob_gc: the publish's transaction looks for deletions of its blobs past it), whether
 # each of the upload's two blobs is already referenced by a version (one index probe
@@ -78,9 +80,7 @@ PROFILES = cast(Table, ServingProfile.__table__)
 # row when the base has no profile.
 _ONE = select(literal_column("1").label("one")).subquery("one")
 _PRECHECK = Prepared(
-    select(PROFILES.c.id, PROFILES.c.name, PROFILES.c.max_lora_rank,
-           PROFILES.c.supported_modules, PROFILES.c.generation,
-           WATERMARK.label("deletions"),
+    select(*PROFILE_COLUMNS, WATERMARK.label("deletions"),
            exists().where(VERSION_BLOBS.c.digest == bindparam("a")).label("a"),
            exists().where(VERSION_BLOBS.c.digest == bindparam("b")).label("b"))
     .select_from(_ONE.outerjoin(PROFILES,
@@ -88,14 +88,29 @@ _PRECHECK = Prepared(
     .order_by(PROFILES.c.name))
 _UPDATE_ALIAS = update(ALIASES).where(ALIASES.c.adapter_id == bindparam("b_adapter_id"),
                                       ALIASES.c.name == bindparam("b_name"))
+_UPDATE_VERSION = update(VERSIONS).where(VERSIONS.c.id == bindparam("b_id"))
 
 
-async def target(conn: AsyncConnection, full_name: str, digest: str,
-                 alias: str | None) -> Row[Any] | None:
+@dataclass(frozen=True)
+class Target:
+    """The adapter a publish goes to, as its first statement read it."""
+
+    id: int
+    version_count: int
+    base_model_id: int
+    tags: list[str]
+    existing: int | None  # the number of a version with the same content
+    alias_version: int | None  # where the form's alias points now
+
+
+async def target(conn: ReadConn, full_name: str, digest: str,
+                 alias: str | None) -> Target | None:
     """The adapter row (locked on Postgres) with, in the same statement, the number of a
     version that already has this content and the current version of ``alias``."""
-    return (await conn.execute(_TARGET, {"full_name": full_name, "digest": digest,
-                                         "alias": alias})).first()
+    r = await _TARGET.first(conn, full_name=full_name, digest=digest, alias=alias)
+    if r is None:
+        return None
+    return Target(int(r[0]), int(r[1]), int(r[2]), json_value(r[3]) or [], r[4], r[5])
 
 
 async def namespace_id(conn: AsyncConnection, name: str, cache: dict[str, int]) -> int:
@@ -105,7 +120,8 @@ async def namespace_id(conn: AsyncConnection, name: str, cache: dict[str, int]) 
     hit = cache.get(name)
     if hit is not None:
         return hit
-    found = (await conn.execute(_NAMESPACE, {"name": name})).scalar()
+    row = await _NAMESPACE.first(conn, name=name)
+    found = row[0] if row is not None else None
     if found is not None:
         if len(cache) < MAX_CACHED_NAMESPACES:
             cache[name] = int(found)
@@ -144,32 +160,30 @@ async def set_tags(conn: AsyncConnection, adapter_id: int, tags: list[str], base
          "base_model_id": base_model_id} for t in tags])
 
 
-async def point_alias(conn: AsyncConnection, adapter_id: int, name: str, number: int,
-                      exists: bool, now: Any) -> None:
-    if exists:
+async def move_alias(conn: AsyncConnection, adapter_id: int, name: str, number: int,
+                     previous: int | None, who: str | None, now: Any) -> None:
+    """Point the alias at ``number`` (``previous``: where it pointed, None when it is
+    new) and append the move to its history."""
+    if previous is not None:
         await conn.execute(_UPDATE_ALIAS, {"b_adapter_id": adapter_id, "b_name": name,
                                            "version": number, "updated_at": now})
     else:
         await insert_rows(conn, ALIASES, [{"adapter_id": adapter_id, "name": name,
                                            "version": number, "updated_at": now}])
+    await insert_rows(conn, ALIAS_HISTORY, [{
+        "adapter_id": adapter_id, "alias": name, "version": number, "previous": previous,
+        "changed_by": who, "changed_at": now}])
 
 
-@dataclass(frozen=True)
-class Profile:
-    """A serving profile of the publish's base revision, as the precheck read it."""
-
-    id: int
-    name: str
-    max_lora_rank: int
-    supported_modules: list[str] | None
-    generation: int
+async def update_version(conn: AsyncConnection, version_id: int, values: dict[str, Any]) -> None:
+    await conn.execute(_UPDATE_VERSION, {"b_id": version_id, **values})
 
 
 @dataclass(frozen=True)
 class Precheck:
     deletions: int  # the newest blob deletion id
     referenced: set[str]  # the upload's digests a stored version already references
-    profiles: list[Profile]  # the base revision's, by name
+    profiles: list[ProfileRow]  # the base revision's, by name
 
 
 async def precheck(conn: ReadConn, digests: Sequence[str], base_model_id: int) -> Precheck:
@@ -179,7 +193,7 @@ async def precheck(conn: ReadConn, digests: Sequence[str], base_model_id: int) -
         raise ValueError(f"expected one or two digests, got {len(digests)}")
     a, b = digests[0], digests[-1]
     rows = await _PRECHECK.all(conn, a=a, b=b, base_model_id=base_model_id)
-    referenced = {d for d, hit in zip((a, b), rows[0][6:], strict=True) if hit}
-    profiles = [Profile(r[0], r[1], r[2], json_value(r[3]), r[4])
-                for r in rows if r[0] is not None]
-    return Precheck(int(rows[0][5]), referenced, profiles)
+    width = len(PROFILE_COLUMNS)
+    referenced = {d for d, hit in zip((a, b), rows[0][width + 1:], strict=True) if hit}
+    profiles = [ProfileRow.of(r) for r in rows if r[0] is not None]
+    return Precheck(int(rows[0][width]), referenced, profiles)

@@ -1,9 +1,15 @@
-"""SQL for namespaces, adapters, versions, tags and aliases."""
+"""Reads of adapters, versions, aliases and listings: ``Prepared`` statements.
+
+Every function takes a read connection (``Database.read()``) or a unit of work's
+connection; the domain's writes are in ``publish_sql``.
+"""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import (
@@ -14,139 +20,163 @@ from sqlalchemy import (
     String,
     any_,
     bindparam,
-    delete,
     func,
-    insert,
     literal_column,
     select,
-    update,
 )
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.orm import aliased
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.functions import FunctionElement
 
-from mol_catalog.db import Prepared, ReadConn, datetime_value, json_text
+from mol_catalog.db import Prepared, ReadConn, datetime_value, json_text, json_value
 from mol_catalog.models import (
     Adapter,
     AdapterTag,
     Alias,
     AliasHistory,
-    BaseModel,
+    BaseLLM,
     Namespace,
     ServingProfile,
     Verdict,
     Version,
-    VersionBlob,
 )
+from mol_platform.refs import MAX_VERSION
 
 
-async def namespace_id(session: AsyncSession, name: str, create: bool) -> int | None:
-    found = (await session.execute(select(Namespace.id).where(Namespace.name == name))).scalar()
-    if found is None and create:
-        row = Namespace(name=name)
-        session.add(row)
-        await session.flush()
-        return row.id
-    return found
+@dataclass(frozen=True)
+class AdapterRow:
+    """What the write paths need of an adapter."""
+
+    id: int
+    full_name: str
+    base_model_id: int
+    base_name: str
+    tags: list[str]
+    labels: dict[str, str]
 
 
-async def adapter(session: AsyncSession, full_name: str, lock: bool = False) -> Adapter | None:
-    stmt = select(Adapter).where(Adapter.full_name == full_name)
-    if lock:
-        stmt = stmt.with_for_update()
-    return (await session.execute(stmt)).scalar_one_or_none()
+@dataclass(frozen=True)
+class VersionRow:
+    id: int
+    number: int
+    digest: str
+    status: str
+    rank: int
+    alpha: float
+    target_modules: list[str]
+    size: int
+    parent: int | None
+    source: str | None
+    created_by: str | None
+    created_at: datetime | None
+    yank_reason: str | None
+    files: list[dict[str, Any]]
+    base_model_id: int
+
+    @classmethod
+    def of(cls, r: Sequence[Any]) -> VersionRow:
+        return cls(int(r[0]), int(r[1]), r[2], r[3], int(r[4]), float(r[5]), json_value(r[6]),
+                   int(r[7]), r[8], r[9], r[10], datetime_value(r[11]), r[12],
+                   json_value(r[13]), int(r[14]))
 
 
-async def add(session: AsyncSession, row: Any) -> None:
-    session.add(row)
-    await session.flush()
+_FULL_NAME = Adapter.full_name == bindparam("full_name", type_=String)
+_ADAPTER_ID = bindparam("adapter_id", type_=BigInteger)
+_ADAPTER_ROW = select(Adapter.id, Adapter.full_name, Adapter.base_model_id, Adapter.base_name,
+                      Adapter.tags, Adapter.labels).where(_FULL_NAME)
+_ADAPTER = Prepared(_ADAPTER_ROW)
+# FOR UPDATE on Postgres; SQLite renders none (its writers are serialized by BEGIN IMMEDIATE).
+_ADAPTER_LOCKED = Prepared(_ADAPTER_ROW.with_for_update())
+_VERSION_ROW = select(Version.id, Version.number, Version.digest, Version.status, Version.rank,
+                      Version.alpha, Version.target_modules, Version.size, Version.parent,
+                      Version.source, Version.created_by, Version.created_at,
+                      Version.yank_reason, Version.files, Version.base_model_id)
+_VERSION_BY_NUMBER = _VERSION_ROW.where(Version.adapter_id == _ADAPTER_ID,
+                                        Version.number == bindparam("number", type_=Integer))
+_VERSION = Prepared(_VERSION_BY_NUMBER)
+_VERSION_LOCKED = Prepared(_VERSION_BY_NUMBER.with_for_update())
+_VERSIONS_PAGE = Prepared(_VERSION_ROW.where(
+    Version.adapter_id == _ADAPTER_ID, Version.number < bindparam("before", type_=BigInteger))
+    .order_by(Version.number.desc()).limit(bindparam("limit", type_=Integer)))
+_NEWEST_READY = Prepared(select(func.max(Version.number)).where(
+    Version.adapter_id == _ADAPTER_ID, Version.status == "ready"))
+_ALIASES = Prepared(select(Alias.name, Alias.version).where(Alias.adapter_id == _ADAPTER_ID)
+                    .order_by(Alias.name))
+_ALIAS = Prepared(select(Alias.version).where(Alias.adapter_id == _ADAPTER_ID,
+                                              Alias.name == bindparam("name", type_=String)))
+_ALIASES_AT = Prepared(select(Alias.name).where(
+    Alias.adapter_id == _ADAPTER_ID, Alias.version == bindparam("number", type_=Integer))
+    .order_by(Alias.name))
+_ALIAS_HISTORY = Prepared(
+    select(AliasHistory.version, AliasHistory.previous, AliasHistory.changed_by,
+           AliasHistory.changed_at)
+    .where(AliasHistory.adapter_id == _ADAPTER_ID,
+           AliasHistory.alias == bindparam("name", type_=String))
+    .order_by(AliasHistory.id.desc()).limit(bindparam("limit", type_=Integer)))
+_VERDICTS = Prepared(
+    select(ServingProfile.name, Verdict.compatible, Verdict.reasons)
+    .join(ServingProfile, ServingProfile.id == Verdict.profile_id)
+    .where(Verdict.version_id == bindparam("version_id", type_=BigInteger),
+           Verdict.profile_generation == ServingProfile.generation)
+    .order_by(ServingProfile.name))
 
 
-async def version_by_digest(session: AsyncSession, adapter_id: int, digest: str) -> Version | None:
-    return (await session.execute(
-        select(Version).where(Version.adapter_id == adapter_id, Version.digest == digest)
-    )).scalar_one_or_none()
+async def adapter(conn: ReadConn, full_name: str, lock: bool = False) -> AdapterRow | None:
+    r = await (_ADAPTER_LOCKED if lock else _ADAPTER).first(conn, full_name=full_name)
+    if r is None:
+        return None
+    return AdapterRow(int(r[0]), r[1], int(r[2]), r[3], json_value(r[4]) or [],
+                      json_value(r[5]) or {})
 
 
-async def version_by_number(session: AsyncSession, adapter_id: int, number: int,
-                            lock: bool = False) -> Version | None:
-    stmt = select(Version).where(Version.adapter_id == adapter_id, Version.number == number)
-    if lock:
-        stmt = stmt.with_for_update()
-    return (await session.execute(stmt)).scalar_one_or_none()
+async def version_by_number(conn: ReadConn, adapter_id: int, number: int,
+                            lock: bool = False) -> VersionRow | None:
+    r = await (_VERSION_LOCKED if lock else _VERSION).first(conn, adapter_id=adapter_id,
+                                                            number=number)
+    return VersionRow.of(r) if r is not None else None
 
 
-async def add_version_blobs(session: AsyncSession, version_id: int, digests: set[str]) -> None:
-    await session.execute(insert(VersionBlob),
-                          [{"digest": d, "version_id": version_id} for d in sorted(digests)])
+async def newest_ready(conn: ReadConn, adapter_id: int) -> int | None:
+    r = await _NEWEST_READY.first(conn, adapter_id=adapter_id)
+    return None if r is None or r[0] is None else int(r[0])
 
 
-async def replace_tags(session: AsyncSession, row: Adapter) -> None:
-    await session.execute(delete(AdapterTag).where(AdapterTag.adapter_id == row.id))
-    if row.tags:
-        await session.execute(insert(AdapterTag), [
-            {"tag": t, "adapter_id": row.id, "base_name": row.base_name,
-             "base_model_id": row.base_model_id} for t in row.tags
-        ])
+async def aliases(conn: ReadConn, adapter_id: int) -> dict[str, int]:
+    return {r[0]: int(r[1]) for r in await _ALIASES.all(conn, adapter_id=adapter_id)}
 
 
-async def newest_ready(session: AsyncSession, adapter_id: int) -> int | None:
-    return (await session.execute(
-        select(func.max(Version.number)).where(Version.adapter_id == adapter_id,
-                                                Version.status == "ready")
-    )).scalar()
+async def alias(conn: ReadConn, adapter_id: int, name: str) -> int | None:
+    """The version the alias points at, None when there is no such alias."""
+    r = await _ALIAS.first(conn, adapter_id=adapter_id, name=name)
+    return int(r[0]) if r is not None else None
 
 
-async def aliases(session: AsyncSession, adapter_id: int) -> dict[str, int]:
-    rows = await session.execute(select(Alias.name, Alias.version)
-                                 .where(Alias.adapter_id == adapter_id).order_by(Alias.name))
-    return {name: version for name, version in rows}
+async def aliases_at(conn: ReadConn, adapter_id: int, number: int) -> list[str]:
+    return [r[0] for r in await _ALIASES_AT.all(conn, adapter_id=adapter_id, number=number)]
 
 
-async def alias(session: AsyncSession, adapter_id: int, name: str) -> Alias | None:
-    return await session.get(Alias, (adapter_id, name))
+async def alias_history(conn: ReadConn, adapter_id: int, name: str,
+                        limit: int) -> list[tuple[int, int | None, str | None, datetime | None]]:
+    """(version, previous, changed_by, changed_at), newest first."""
+    return [(int(r[0]), r[1], r[2], datetime_value(r[3]))
+            for r in await _ALIAS_HISTORY.all(conn, adapter_id=adapter_id, name=name,
+                                              limit=limit)]
 
 
-async def aliases_at(session: AsyncSession, adapter_id: int, number: int) -> list[str]:
-    rows = await session.execute(select(Alias.name).where(
-        Alias.adapter_id == adapter_id, Alias.version == number).order_by(Alias.name))
-    return list(rows.scalars())
+async def versions_page(conn: ReadConn, adapter_id: int, before: int | None,
+                        limit: int) -> list[VersionRow]:
+    """Newest first, below ``before`` (a version number) when given."""
+    rows = await _VERSIONS_PAGE.all(conn, adapter_id=adapter_id,
+                                    before=before if before is not None else MAX_VERSION + 1,
+                                    limit=limit)
+    return [VersionRow.of(r) for r in rows]
 
 
-async def alias_history(session: AsyncSession, adapter_id: int, name: str,
-                        limit: int) -> Sequence[AliasHistory]:
-    return (await session.execute(
-        select(AliasHistory).where(AliasHistory.adapter_id == adapter_id,
-                                   AliasHistory.alias == name)
-        .order_by(AliasHistory.id.desc()).limit(limit)
-    )).scalars().all()
-
-
-async def versions_page(session: AsyncSession, adapter_id: int, before: int | None,
-                        limit: int) -> Sequence[Version]:
-    stmt = select(Version).where(Version.adapter_id == adapter_id)
-    if before is not None:
-        stmt = stmt.where(Version.number < before)
-    stmt = stmt.order_by(Version.number.desc()).limit(limit)
-    return (await session.execute(stmt)).scalars().all()
-
-
-async def verdicts_for_version(session: AsyncSession,
-                               version_id: int) -> list[tuple[Any, ...]]:
-    return [tuple(r) for r in (await session.execute(
-        select(ServingProfile.name, Verdict.compatible, Verdict.reasons,
-               Verdict.profile_generation, ServingProfile.generation)
-        .join(ServingProfile, ServingProfile.id == Verdict.profile_id)
-        .where(Verdict.version_id == version_id).order_by(ServingProfile.name)
-    )).all()]
-
-
-async def base_ref(session: AsyncSession, base_model_id: int) -> str:
-    row = (await session.execute(select(BaseModel.name, BaseModel.revision)
-                                 .where(BaseModel.id == base_model_id))).one()
-    return f"{row[0]}@{row[1]}"
+async def verdicts_for_version(conn: ReadConn, version_id: int) -> dict[str, Any]:
+    """The version's verdicts that are current (judged at their profile's generation)."""
+    return {r[0]: {"compatible": bool(r[1]), "reasons": json_value(r[2])}
+            for r in await _VERDICTS.all(conn, version_id=version_id)}
 
 
 # How many ids a search scans in key order before it hands over to the trigram index.
@@ -199,13 +229,17 @@ def _search_term() -> Any:
     return Adapter.full_name.like(bindparam("q", type_=String), escape="\\")
 
 
+def _item_columns(row: Any = Adapter) -> list[Any]:
+    """The columns ``_listing_item`` takes, after the adapter id."""
+    return [row.full_name, row.tags, row.labels, row.latest_version, row.updated_at,
+            BaseLLM.name, BaseLLM.revision]
+
+
 def _listing_statement(tag: bool, base: str, q: bool, after: bool, namespaces: int) -> Prepared:
     """Keyset page ordered by adapter id. With a tag the (tag, base, adapter) side table
     drives the scan; otherwise the adapters indexes by base or namespace. ``base`` is
     "id", "name" or "" (no base filter); ``namespaces`` is how many names to allow (0: all)."""
-    stmt = select(Adapter.id, Adapter.full_name, Adapter.tags, Adapter.labels,
-                  Adapter.latest_version, Adapter.updated_at, BaseModel.name,
-                  BaseModel.revision)
+    stmt = select(Adapter.id, *_item_columns())
     key: Any
     if tag:
         stmt = (stmt.select_from(AdapterTag)
@@ -214,7 +248,7 @@ def _listing_statement(tag: bool, base: str, q: bool, after: bool, namespaces: i
     else:
         stmt = stmt.select_from(Adapter)
         key = Adapter.id
-    stmt = stmt.join(BaseModel, BaseModel.id == Adapter.base_model_id)
+    stmt = stmt.join(BaseLLM, BaseLLM.id == Adapter.base_model_id)
     stmt = stmt.where(*_filters(tag, base, namespaces))
     if q:
         stmt = stmt.where(_search_term())
@@ -251,11 +285,10 @@ def _window_statement(base: str, namespaces: int) -> Prepared:
          .limit(bindparam("limit", type_=Integer))).subquery("w")
     row = aliased(Adapter, name="a")
     return Prepared(
-        select(w.c.id, row.full_name, row.tags, row.labels, row.latest_version, row.updated_at,
-               BaseModel.name, BaseModel.revision)
+        select(w.c.id, *_item_columns(row))
         .select_from(w)
         .join(row, row.id == w.c.id)
-        .join(BaseModel, BaseModel.id == w.c.base_model_id)
+        .join(BaseLLM, BaseLLM.id == w.c.base_model_id)
         .order_by(w.c.id))
 
 
@@ -347,6 +380,16 @@ async def list_adapters(conn: ReadConn, *, after: int | None, limit: int,
     return [(row[0], _listing_item(*row[1:])) for row in rows]
 
 
+_ITEM = Prepared(select(Adapter.id, *_item_columns())
+                 .join(BaseLLM, BaseLLM.id == Adapter.base_model_id).where(_FULL_NAME))
+
+
+async def adapter_item(conn: ReadConn, full_name: str) -> tuple[int, dict[str, Any]] | None:
+    """(adapter id, the adapter as listings show it)."""
+    row = await _ITEM.first(conn, full_name=full_name)
+    return (int(row[0]), _listing_item(*row[1:])) if row is not None else None
+
+
 def _listing_item(full_name: str, tags: Any, labels: Any, latest_version: int | None,
                   updated_at: Any, base_name: str, revision: str) -> dict[str, Any]:
     """A listing item as the API returns it. The stored JSON of tags and labels goes out
@@ -356,8 +399,3 @@ def _listing_item(full_name: str, tags: Any, labels: Any, latest_version: int | 
             "base": f"{base_name}@{revision}", "tags": json_text(tags, "[]"),
             "labels": json_text(labels, "{}"), "latest_version": latest_version,
             "updated_at": datetime_value(updated_at)}
-
-
-async def touch_adapter(session: AsyncSession, adapter_id: int, **values: Any) -> None:
-    await session.execute(update(Adapter).where(Adapter.id == adapter_id).values(**values))
-

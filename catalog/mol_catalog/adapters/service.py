@@ -2,80 +2,73 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime
 from typing import Any
-
-from sqlalchemy.ext.asyncio import AsyncConnection
 
 from mol_catalog import blob_gc
 from mol_catalog.adapters import publish_sql as sql
 from mol_catalog.adapters import repository as repo
+from mol_catalog.adapters.repository import AdapterRow, VersionRow
 from mol_catalog.adapters.schemas import PublishRequest
+from mol_catalog.base_models import repository as base_repo
 from mol_catalog.db import ReadConn, UnitOfWork
 from mol_catalog.errors import BadRequest, Conflict, NotFound
-from mol_catalog.models import Adapter, Alias, AliasHistory, Version, utcnow
-from mol_catalog.util import iso, valid_alias
-from mol_platform.compat import ServingProfileSpec, check_profile
+from mol_catalog.models import utcnow
+from mol_catalog.profiles import repository as profiles_repo
+from mol_catalog.profiles import service as profiles
+from mol_catalog.profiles.repository import ProfileRow
+from mol_catalog.util import valid_alias
 
 
-def adapter_item(row: Adapter, base: str) -> dict[str, Any]:
-    namespace, _, name = row.full_name.partition("/")
-    return {"adapter": row.full_name, "namespace": namespace, "name": name, "base": base,
-            "tags": list(row.tags or []), "labels": dict(row.labels or {}),
-            "latest_version": row.latest_version, "updated_at": iso(row.updated_at)}
-
-
-def version_item(v: Version) -> dict[str, Any]:
+def version_item(v: VersionRow) -> dict[str, Any]:
     return {"version": v.number, "digest": v.digest, "status": v.status, "rank": v.rank,
             "alpha": v.alpha, "target_modules": list(v.target_modules), "size": v.size,
             "parent": v.parent, "source": v.source, "created_by": v.created_by,
-            "created_at": iso(v.created_at), "yank_reason": v.yank_reason}
+            "created_at": v.created_at, "yank_reason": v.yank_reason}
 
 
-async def get_adapter(uow: UnitOfWork, full_name: str, lock: bool = False) -> Adapter:
-    row = await repo.adapter(uow.session, full_name, lock=lock)
+async def get_adapter(conn: ReadConn, full_name: str, lock: bool = False) -> AdapterRow:
+    row = await repo.adapter(conn, full_name, lock=lock)
     if row is None:
         raise NotFound(f"unknown adapter {full_name!r}")
     return row
 
 
-async def get_version(uow: UnitOfWork, row: Adapter, number: int, lock: bool = False) -> Version:
-    v = await repo.version_by_number(uow.session, row.id, number, lock=lock)
+async def get_version(conn: ReadConn, row: AdapterRow, number: int,
+                      lock: bool = False) -> VersionRow:
+    v = await repo.version_by_number(conn, row.id, number, lock=lock)
     if v is None:
         raise NotFound(f"adapter {row.full_name!r} has no version {number}")
     return v
 
 
-async def stored_verdicts(uow: UnitOfWork, version_id: int) -> dict[str, Any]:
-    rows = await repo.verdicts_for_version(uow.session, version_id)
-    return {r[0]: {"compatible": r[1], "reasons": r[2]} for r in rows if r[3] == r[4]}
-
-
-async def publish(uow: UnitOfWork, req: PublishRequest, profiles: list[sql.Profile],
+async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[ProfileRow],
                   namespaces: dict[str, int]) -> tuple[dict[str, Any], bool]:
     """Insert the version (blobs are already stored). Same content again: the existing one.
 
-    ``profiles`` are the base revision's profiles, read before the transaction: a profile
+    ``base_profiles`` are the base revision's profiles, read before the transaction: a profile
     changed since is judged again on resolve (its verdict's generation is stale), a new
     one on its first resolve. ``namespaces`` caches namespace ids (never deleted).
 
-    Core statements on the unit's connection, no ORM flushes: one SELECT finds the
+    Core statements on the unit's connection: one SELECT finds the
     adapter (locked on Postgres), a version with the same content and the alias's
     current target; then one INSERT or UPDATE per table (executemany for blobs, tags
     and verdicts). The response is built from what was written, not read back.
     """
-    conn = await uow.session.connection()
+    conn = uow.conn
+    req.verdict_reasons.clear()
     digest = req.upload.manifest_digest()
     found = await sql.target(conn, req.full_name, digest, req.alias)
     if found is not None and found.existing is not None:
-        existing = await repo.version_by_number(uow.session, found.id, found.existing)
+        existing = await repo.version_by_number(conn, found.id, found.existing)
         assert existing is not None
         applied, changed = await _apply_to_existing(uow, req, existing)
-        body = await _published_body(uow, req.full_name, existing, created=False)
+        body = await _published_body(conn, req.full_name, existing, created=False)
         return {**body, "applied": applied, "changed": changed}, False
     # A new version references the blobs: none may have been removed by gc since the
     # publish stored them, and none may be until this commits.
-    await blob_gc.guard(conn, uow.postgres, req.upload.digests(), req.blobs_after)
+    await blob_gc.guard(uow, req.upload.digests(), req.blobs_after)
     count = found.version_count if found is not None else 0
     if req.parent is not None and not 1 <= req.parent <= count:
         raise BadRequest(f"parent version {req.parent} does not exist in {req.full_name!r}")
@@ -118,24 +111,20 @@ async def publish(uow: UnitOfWork, req: PublishRequest, profiles: list[sql.Profi
     await sql.insert_rows(conn, sql.VERSION_BLOBS, [
         {"digest": d, "version_id": version_id} for d in sorted({f.digest for f in
                                                                  req.upload.files.values()})])
-    verdicts = await _judge_new_version(conn, req, profiles, version_id, now)
+    verdicts = await _judge_new_version(uow, req, base_profiles, version_id, now)
     uow.emit("version.published", adapter=req.full_name, version=number,
              data={"digest": digest, "base": req.base_ref})
     if req.alias is not None:
         previous = found.alias_version if found is not None else None
-        await sql.point_alias(conn, adapter_id, req.alias, number,
-                              exists=previous is not None, now=now)
-        await sql.insert_rows(conn, sql.ALIAS_HISTORY, [{
-            "adapter_id": adapter_id, "alias": req.alias, "version": number,
-            "previous": previous, "changed_by": req.created_by, "changed_at": now}])
+        await sql.move_alias(conn, adapter_id, req.alias, number, previous, req.created_by, now)
         uow.emit("alias.moved", adapter=req.full_name, version=number, alias=req.alias,
                  data={"previous": previous, "digest": digest})
     return {"adapter": req.full_name, "version": number, "digest": digest, "created": True,
             "status": "ready", "base": req.base_ref, "verdicts": verdicts}, True
 
 
-async def _judge_new_version(conn: AsyncConnection, req: PublishRequest,
-                             profiles: list[sql.Profile], version_id: int,
+async def _judge_new_version(uow: UnitOfWork, req: PublishRequest,
+                             base_profiles: list[ProfileRow], version_id: int,
                              now: datetime) -> dict[str, Any]:
     """Verdicts for every profile of the version's base revision, stored in one statement.
 
@@ -144,24 +133,18 @@ async def _judge_new_version(conn: AsyncConnection, req: PublishRequest,
     """
     verdicts: dict[str, Any] = {}
     rows = []
-    for p in profiles:
-        modules = tuple(p.supported_modules) if p.supported_modules is not None else None
-        spec = ServingProfileSpec(name=p.name, max_lora_rank=p.max_lora_rank,
-                                  supported_modules=modules)
-        reasons = [{"code": r.code, "message": r.message}
-                   for r in check_profile(req.info, spec)]
-        rows.append({"version_id": version_id, "profile_id": p.id,
-                     "profile_generation": p.generation, "compatible": not reasons,
-                     "reasons": reasons, "computed_at": now})
-        verdicts[p.name] = {"compatible": not reasons, "reasons": reasons}
+    for p in base_profiles:
+        ok, reasons = profiles.judge(req.info, p, req.base_model_id, None)
+        rows.append(profiles_repo.verdict_row(version_id, p, ok, reasons, now))
+        verdicts[p.name] = {"compatible": ok, "reasons": reasons}
         if reasons:
             req.verdict_reasons[p.name] = [r["code"] for r in reasons]
-    await sql.insert_rows(conn, sql.VERDICTS, rows)
+    await profiles_repo.insert_verdicts(uow.conn, rows)
     return verdicts
 
 
 async def _apply_to_existing(uow: UnitOfWork, req: PublishRequest,
-                             v: Version) -> tuple[dict[str, Any], list[str]]:
+                             v: VersionRow) -> tuple[dict[str, Any], list[str]]:
     """Same content again: the version stays, the form's alias, tags and labels apply
     (a pipeline re-running "publish and tag prod" gets prod). Returns (what the form
     asked for, now in effect; which of them changed anything)."""
@@ -169,123 +152,115 @@ async def _apply_to_existing(uow: UnitOfWork, req: PublishRequest,
     changed: list[str] = []
     if req.alias is None and req.tags is None and req.labels is None:
         return applied, changed
-    row = await get_adapter(uow, req.full_name)  # locked by the publish's first statement
+    row = await get_adapter(uow.conn, req.full_name)  # locked by the publish's first statement
+    values: dict[str, Any] = {}
     if req.alias is not None:
         applied["alias"] = req.alias
-        current = await repo.alias(uow.session, row.id, req.alias)
-        if current is None or current.version != v.number:
+        current = await repo.alias(uow.conn, row.id, req.alias)
+        if current != v.number:
             if v.status == "yanked":
                 raise Conflict(f"{req.full_name} v{v.number} (same content) is yanked "
                                f"({v.yank_reason}): alias {req.alias!r} may not point at it")
-            await _move_alias(uow, row, req.alias, v, req.created_by)
+            await _move_alias(uow, row, req.alias, v, req.created_by, current)
             changed.append("alias")
     if req.tags is not None:
         applied["tags"] = req.tags
-        if list(row.tags or []) != req.tags:
-            row.tags = req.tags
-            await sql.set_tags(await uow.session.connection(), row.id, req.tags,
-                               row.base_name, row.base_model_id, fresh=False)
+        if row.tags != req.tags:
+            values["tags"] = req.tags
+            await sql.set_tags(uow.conn, row.id, req.tags, row.base_name, row.base_model_id,
+                               fresh=False)
             changed.append("tags")
     if req.labels is not None:
         applied["labels"] = req.labels
-        if dict(row.labels or {}) != req.labels:
-            row.labels = req.labels
+        if row.labels != req.labels:
+            values["labels"] = req.labels
             changed.append("labels")
     if changed:
-        row.updated_at = utcnow()
-        await uow.session.flush()
+        await sql.update_adapter(uow.conn, row.id, {**values, "updated_at": utcnow()})
     return applied, changed
 
 
-async def _published_body(uow: UnitOfWork, full_name: str, v: Version,
+async def _published_body(conn: ReadConn, full_name: str, v: VersionRow,
                           created: bool) -> dict[str, Any]:
     return {"adapter": full_name, "version": v.number, "digest": v.digest,
             "created": created, "status": v.status,
-            "base": await repo.base_ref(uow.session, v.base_model_id),
-            "verdicts": await stored_verdicts(uow, v.id)}
+            "base": await base_repo.base_ref(conn, v.base_model_id),
+            "verdicts": await repo.verdicts_for_version(conn, v.id)}
 
 
-async def _move_alias(uow: UnitOfWork, row: Adapter, name: str, v: Version,
-                      who: str | None) -> int | None:
-    current = await repo.alias(uow.session, row.id, name)
-    previous = current.version if current is not None else None
-    if current is None:
-        uow.session.add(Alias(adapter_id=row.id, name=name, version=v.number))
-    else:
-        current.version = v.number
-        current.updated_at = utcnow()
-    uow.session.add(AliasHistory(adapter_id=row.id, alias=name, version=v.number,
-                                 previous=previous, changed_by=who))
-    await uow.session.flush()
+async def _move_alias(uow: UnitOfWork, row: AdapterRow, name: str, v: VersionRow,
+                      who: str | None, previous: int | None) -> None:
+    """Point the alias at ``v`` (``previous``: where it points now, None when new)."""
+    await sql.move_alias(uow.conn, row.id, name, v.number, previous, who, utcnow())
     uow.emit("alias.moved", adapter=row.full_name, version=v.number, alias=name,
              data={"previous": previous, "digest": v.digest})
-    return previous
 
 
 async def set_alias(uow: UnitOfWork, full_name: str, name: str, number: int,
                     who: str | None) -> dict[str, Any]:
     valid_alias(name)
-    row = await get_adapter(uow, full_name, lock=uow.postgres)
-    v = await get_version(uow, row, number)
+    row = await get_adapter(uow.conn, full_name, lock=uow.postgres)
+    v = await get_version(uow.conn, row, number)
     if v.status == "yanked":
         raise Conflict(f"{full_name} v{number} is yanked ({v.yank_reason}): an alias may not "
                        "point at a yanked version")
-    previous = await _move_alias(uow, row, name, v, who)
+    previous = await repo.alias(uow.conn, row.id, name)
+    await _move_alias(uow, row, name, v, who, previous)
     return {"alias": name, "version": number, "previous": previous}
 
 
-async def alias_history(uow: UnitOfWork, full_name: str, name: str,
+async def alias_history(conn: ReadConn, full_name: str, name: str,
                         limit: int) -> list[dict[str, Any]]:
-    row = await get_adapter(uow, full_name)
-    items = await repo.alias_history(uow.session, row.id, name, limit)
-    if not items and await repo.alias(uow.session, row.id, name) is None:
+    row = await get_adapter(conn, full_name)
+    items = await repo.alias_history(conn, row.id, name, limit)
+    if not items and await repo.alias(conn, row.id, name) is None:
         raise NotFound(f"adapter {full_name!r} has no alias {name!r}")
-    return [{"version": h.version, "previous": h.previous, "changed_by": h.changed_by,
-             "changed_at": iso(h.changed_at)} for h in items]
+    return [{"version": version, "previous": previous, "changed_by": who, "changed_at": at}
+            for version, previous, who, at in items]
 
 
 async def yank(uow: UnitOfWork, full_name: str, number: int, reason: str) -> dict[str, Any]:
-    row = await get_adapter(uow, full_name, lock=uow.postgres)
-    v = await get_version(uow, row, number)
-    pointing = await repo.aliases_at(uow.session, row.id, number)
+    row = await get_adapter(uow.conn, full_name, lock=uow.postgres)
+    v = await get_version(uow.conn, row, number)
+    pointing = await repo.aliases_at(uow.conn, row.id, number)
     if pointing:
         raise Conflict(f"{full_name} v{number} is the target of alias(es) "
                        f"{', '.join(pointing)}: move them to another version first")
     if v.status != "yanked":
-        v.status = "yanked"
-        v.yank_reason = reason
-        await uow.session.flush()
-        row.latest_version = await repo.newest_ready(uow.session, row.id)
-        row.updated_at = utcnow()
-        await uow.session.flush()
+        v = dataclasses.replace(v, status="yanked", yank_reason=reason)
+        await sql.update_version(uow.conn, v.id, {"status": v.status, "yank_reason": reason})
+        await sql.update_adapter(uow.conn, row.id, {
+            "latest_version": await repo.newest_ready(uow.conn, row.id),
+            "updated_at": utcnow()})
         uow.emit("version.yanked", adapter=full_name, version=number,
                  data={"reason": reason, "digest": v.digest})
     return {"adapter": full_name, **version_item(v)}
 
 
-async def describe(uow: UnitOfWork, full_name: str) -> dict[str, Any]:
-    row = await get_adapter(uow, full_name)
-    item = adapter_item(row, await repo.base_ref(uow.session, row.base_model_id))
-    item["aliases"] = await repo.aliases(uow.session, row.id)
-    return item
+async def describe(conn: ReadConn, full_name: str) -> dict[str, Any]:
+    item = await repo.adapter_item(conn, full_name)
+    if item is None:
+        raise NotFound(f"unknown adapter {full_name!r}")
+    adapter_id, body = item
+    body["aliases"] = await repo.aliases(conn, adapter_id)
+    return body
 
 
-async def versions(uow: UnitOfWork, full_name: str, before: int | None,
+async def versions(conn: ReadConn, full_name: str, before: int | None,
                    limit: int) -> tuple[list[dict[str, Any]], int | None]:
-    row = await get_adapter(uow, full_name)
-    rows = await repo.versions_page(uow.session, row.id, before, limit + 1)
+    row = await get_adapter(conn, full_name)
+    rows = await repo.versions_page(conn, row.id, before, limit + 1)
     items = [version_item(v) for v in rows[:limit]]
     more = len(rows) > limit
     return items, (rows[limit - 1].number if more else None)
 
 
-async def version_detail(uow: UnitOfWork, full_name: str, number: int) -> dict[str, Any]:
-    row = await get_adapter(uow, full_name)
-    v = await get_version(uow, row, number)
-    out = {"adapter": full_name, **version_item(v),
-           "base": await repo.base_ref(uow.session, v.base_model_id),
-           "files": list(v.files), "verdicts": await stored_verdicts(uow, v.id)}
-    return out
+async def version_detail(conn: ReadConn, full_name: str, number: int) -> dict[str, Any]:
+    row = await get_adapter(conn, full_name)
+    v = await get_version(conn, row, number)
+    return {"adapter": full_name, **version_item(v),
+            "base": await base_repo.base_ref(conn, v.base_model_id),
+            "files": list(v.files), "verdicts": await repo.verdicts_for_version(conn, v.id)}
 
 
 async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from sqlalchemy.exc import IntegrityError
 from starlette.responses import Response
 
 from mol_catalog.auth import Principal
@@ -25,20 +24,14 @@ async def register_base_model(body: BaseModelCreate, catalog: CatalogDep,
                               who: PrincipalDep) -> Response:
     """Register a revision (admin). 201 new, 200 identical content, 409 other content."""
     who.require_admin()
-    for attempt in range(3):
-        try:
-            async with catalog.db.unit() as uow:
-                out, created = await service.register(uow, body)
-            return json_response(out, 201 if created else 200)
-        except IntegrityError:  # a concurrent registration of the same revision won
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+    # A concurrent registration of the same revision may win: the retry sees it.
+    out, created = await catalog.db.transact(lambda uow: service.register(uow, body))
+    return json_response(out, 201 if created else 200)
 
 
 @router.get("/v1/base-models/{name}", response_model=BaseModelDetailOut)
 async def get_base_model(name: str, catalog: CatalogDep, who: PrincipalDep) -> Response:
     """Any authenticated caller may read base models (they belong to no namespace)."""
-    async with catalog.db.unit(write=False) as uow:
-        out = await service.describe(uow, name)
+    async with catalog.db.read() as conn:
+        out = await service.describe(conn, name)
     return json_response(out)

@@ -2,32 +2,34 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
 from typing import Any
 
 from mol_catalog.base_models import repository
+from mol_catalog.base_models.repository import BaseRow
 from mol_catalog.base_models.schemas import REVISION_PATTERN, BaseModelCreate
-from mol_catalog.db import UnitOfWork
+from mol_catalog.db import ReadConn, UnitOfWork
 from mol_catalog.errors import BadRequest, Conflict, InvalidName, NotFound, UnknownBaseModel
-from mol_catalog.models import BaseModel
-from mol_catalog.util import check_json, iso, valid_name
+from mol_catalog.models import utcnow
+from mol_catalog.util import check_json, valid_name
 from mol_platform.compat import BaseModelError, BaseShapes
 
 MAX_LAYERS = 100_000  # far beyond any model; keeps layer numbers plain 64-bit integers
 
 
-def shapes_of(row: BaseModel) -> BaseShapes:
+def shapes_of(row: BaseRow) -> BaseShapes:
     s = row.shapes
     return BaseShapes(architecture=s["architecture"], num_layers=int(s["num_layers"]),
                       modules={k: (int(v[0]), int(v[1])) for k, v in s["modules"].items()})
 
 
-def record(row: BaseModel) -> dict[str, Any]:
+def record(row: BaseRow) -> dict[str, Any]:
     return {"name": row.name, "revision": row.revision, "architecture": row.architecture,
             "config": row.config, "tensors": row.tensors,
-            "num_layers": row.shapes["num_layers"], "created_at": iso(row.created_at)}
+            "num_layers": row.shapes["num_layers"], "created_at": row.created_at}
 
 
 def parse_ref(text: str) -> tuple[str, str | None]:
@@ -40,13 +42,13 @@ def parse_ref(text: str) -> tuple[str, str | None]:
     return name, (revision or None)
 
 
-async def find(uow: UnitOfWork, ref: str) -> BaseModel:
+async def find(conn: ReadConn, ref: str) -> BaseRow:
     """The base revision named by ``name@revision`` (or the newest revision of ``name``)."""
     name, revision = parse_ref(ref)
     if revision is None:
-        row = await repository.latest(uow.session, name)
+        row = await repository.latest(conn, name)
     else:
-        row = await repository.get(uow.session, name, revision)
+        row = await repository.get(conn, name, revision)
     if row is None:
         raise UnknownBaseModel(
             f"unknown base model {ref!r}: register it first with POST /v1/base-models "
@@ -70,25 +72,25 @@ async def register(uow: UnitOfWork, body: BaseModelCreate) -> tuple[dict[str, An
     canonical = json.dumps({"architecture": architecture, "config": body.config,
                             "tensors": body.tensors}, sort_keys=True, separators=(",", ":"))
     digest = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
-    existing = await repository.get(uow.session, body.name, body.revision)
+    existing = await repository.get(uow.conn, body.name, body.revision)
     if existing is not None:
         if existing.content_digest != digest:
             raise Conflict(f"base model {body.name}@{body.revision} is already registered with "
                            "different content: register the new content under a new revision")
         return record(existing), False
-    row = await repository.insert(uow.session, BaseModel(
-        name=body.name, revision=body.revision, architecture=architecture,
-        config=body.config, tensors=body.tensors, content_digest=digest,
-        shapes={"architecture": shapes.architecture, "num_layers": shapes.num_layers,
-                "modules": {k: list(v) for k, v in shapes.modules.items()}},
-    ))
-    uow.emit("base.registered", data={"base": f"{row.name}@{row.revision}"})
+    row = BaseRow(0, body.name, body.revision, architecture, body.config, body.tensors,
+                  {"architecture": shapes.architecture, "num_layers": shapes.num_layers,
+                   "modules": {k: list(v) for k, v in shapes.modules.items()}},
+                  digest, utcnow())
+    values = {k: v for k, v in vars(row).items() if k != "id"}
+    row = dataclasses.replace(row, id=await repository.insert_base(uow.conn, values))
+    uow.emit("base.registered", data={"base": row.ref})
     return record(row), True
 
 
-async def describe(uow: UnitOfWork, name: str) -> dict[str, Any]:
+async def describe(conn: ReadConn, name: str) -> dict[str, Any]:
     valid_name(name, "base model name")
-    rows = await repository.revisions(uow.session, name)
+    rows = await repository.revisions(conn, name)
     if not rows:
         raise NotFound(f"unknown base model {name!r}")
     revs = [{k: v for k, v in record(r).items() if k != "name"} for r in rows]

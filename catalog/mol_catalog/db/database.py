@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.exc import IntegrityError
 
 from mol_catalog.db.engines import create_engine
 from mol_catalog.db.reader import Reader
 from mol_catalog.db.unit import UnitOfWork
 from mol_catalog.db_urls import PoolSizes, Timeouts, asyncpg_args, is_sqlite
+
+T = TypeVar("T")
 
 
 class Database:
@@ -38,23 +40,30 @@ class Database:
         self._raw_lock = asyncio.Lock()
 
     @asynccontextmanager
-    async def unit(self, write: bool = True) -> AsyncIterator[UnitOfWork]:
-        """A transaction that commits once when the block ends (rolls back on error).
+    async def unit(self) -> AsyncIterator[UnitOfWork]:
+        """A write transaction that commits once when the block ends (rolls back on error).
 
-        ``write=False`` opens no transaction at all (no BEGIN/ROLLBACK round trips): each
-        statement sees the data committed when it starts, which is what Postgres' READ
-        COMMITTED gave a read-only transaction anyway.
-        """
-        bind = self._write_engine if write else self._read_engine
-        async with AsyncSession(bind, expire_on_commit=False, autoflush=False) as session:
-            uow = UnitOfWork(session, self.postgres)
+        Reads that need no transaction use ``read()`` instead."""
+        async with self._write_engine.connect() as conn, conn.begin():
+            uow = UnitOfWork(conn, self.postgres)
+            yield uow
+            await uow.append_events()
+
+    async def transact(self, work: Callable[[UnitOfWork], Awaitable[T]], attempts: int = 3,
+                       pause: float = 0.0) -> T:
+        """``work`` in a unit of work, run again in a new one (up to ``attempts`` times in
+        all, ``pause`` seconds longer each time) when a concurrent writer won a race on a
+        unique key: the next attempt sees the winner's rows."""
+        for attempt in range(attempts):
             try:
-                yield uow
-                if write:
-                    await uow.commit()
-            except BaseException:
-                await session.rollback()
-                raise
+                async with self.unit() as uow:
+                    return await work(uow)
+            except IntegrityError:
+                if attempt == attempts - 1:
+                    raise
+                if pause:
+                    await asyncio.sleep(pause * (attempt + 1))
+        raise AssertionError("unreachable")
 
     @asynccontextmanager
     async def read(self, generic_plans: bool = False) -> AsyncIterator[Reader]:

@@ -20,6 +20,11 @@ from mol_catalog.db_urls import (
 )
 
 
+def _json_text(value: Any) -> str:
+    """JSON columns as written: orjson, timestamps as RFC 3339 in UTC like responses."""
+    return orjson.dumps(value, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC).decode()
+
+
 def prepare_sqlite_path(url: str) -> None:
     """Create the folder of a SQLite file: SQLite creates the file, not its parents."""
     database = make_url(url).database
@@ -36,7 +41,7 @@ def create_engine(url: str, pool_size: int = 10, timeouts: Timeouts | None = Non
         prepare_sqlite_path(url)
         # The busy timeout: how long a writer waits for the write lock.
         engine = create_async_engine(aurl, connect_args={"timeout": timeouts.statement},
-                                     json_deserializer=orjson.loads)
+                                     json_serializer=_json_text, json_deserializer=orjson.loads)
 
         @event.listens_for(engine.sync_engine, "connect")
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
@@ -61,7 +66,8 @@ def create_engine(url: str, pool_size: int = 10, timeouts: Timeouts | None = Non
     # JSON columns are decoded with orjson (listings decode two per row).
     common: dict[str, Any] = {"pool_size": sizes.engine, "max_overflow": sizes.engine_overflow,
                               "pool_timeout": timeouts.statement,
-                              "json_deserializer": orjson.loads, "pool_pre_ping": False}
+                              "json_serializer": _json_text, "json_deserializer": orjson.loads,
+                              "pool_pre_ping": False}
     if raw is not None:
         import asyncpg
 

@@ -1,4 +1,9 @@
-"""The unit of work: one transaction per request, events appended at commit.
+"""The write style: a unit of work, one transaction per request on one connection.
+
+Writes are Core statements (``insert``/``update``/``delete`` on the tables) executed on
+``uow.conn``: SQLAlchemy's bind processing turns JSON and timestamps into what each
+backend stores, and nothing tracks objects (no ORM session, no flushes). Reads inside a
+unit are ``Prepared`` statements on the same connection (see ``mol_catalog.db.reader``).
 
 Services never commit: an endpoint opens ``db.unit()``, the services add rows and
 events to it, and leaving the block commits once. Events are inserted last, right
@@ -13,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from sqlalchemy import Table, bindparam, exists, func, insert, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from mol_catalog.models import Event, utcnow
 
@@ -23,9 +28,9 @@ EVENTS_LOCK_KEY = 0x6D6F6C5F657674  # "mol_evt"
 
 @dataclass
 class UnitOfWork:
-    """One transaction: a session plus the events to append when it commits."""
+    """One transaction: its connection plus the events to append when it commits."""
 
-    session: AsyncSession
+    conn: AsyncConnection
     postgres: bool
     events: list[dict[str, Any]] = field(default_factory=list)
 
@@ -34,17 +39,16 @@ class UnitOfWork:
         self.events.append({"type": type_, "adapter": adapter, "version": version,
                             "alias": alias, "data": data or {}})
 
-    async def commit(self) -> None:
-        await self.session.flush()
+    async def append_events(self) -> None:
+        """Insert the emitted events: the last statements before COMMIT."""
         if self.events:
             # Core insert on the table: no ORM bulk-insert bookkeeping per commit. On
             # Postgres the statement takes the advisory lock itself (see _LOCKED_EVENTS).
             now = utcnow()
             rows = [{**e, "created_at": now} for e in self.events]
-            await self.session.execute(_LOCKED_EVENTS if self.postgres else _EVENTS_INSERT,
-                                       rows[0] if len(rows) == 1 else rows)
+            await self.conn.execute(_LOCKED_EVENTS if self.postgres else _EVENTS_INSERT,
+                                    rows[0] if len(rows) == 1 else rows)
             self.events = []
-        await self.session.commit()
 
 
 _EVENTS = cast(Table, Event.__table__)

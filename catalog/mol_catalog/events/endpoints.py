@@ -27,8 +27,8 @@ async def events(catalog: CatalogDep, who: PrincipalDep, after: int = Query(0, g
     """Events with id > after, in id order; ``wait`` seconds long-polls when there are none."""
     deadline = asyncio.get_running_loop().time() + wait
     while True:
-        async with catalog.db.unit(write=False) as uow:
-            items, last = await service.feed(uow, who, after, limit)
+        async with catalog.db.read() as conn:
+            items, last = await service.feed(conn, who, after, limit)
         if items or last != after or asyncio.get_running_loop().time() >= deadline:
             return json_response({"items": items, "last": last})
         await asyncio.sleep(0.2)

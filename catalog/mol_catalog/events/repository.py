@@ -1,16 +1,21 @@
-"""SQL for the outbox."""
+"""SQL for the outbox (its inserts are the unit of work's, see ``mol_catalog.db.unit``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import BigInteger, Integer, bindparam, select
 
+from mol_catalog.db import Prepared, ReadConn
 from mol_catalog.models import Event
 
+EVENT_COLUMNS = ("id", "type", "adapter", "version", "alias", "data", "created_at")
+_AFTER = Prepared(select(*(Event.__table__.c[c] for c in EVENT_COLUMNS))
+                  .where(Event.id > bindparam("after", type_=BigInteger))
+                  .order_by(Event.id).limit(bindparam("limit", type_=Integer)))
 
-async def after(session: AsyncSession, last_id: int, limit: int) -> Sequence[Event]:
-    return (await session.execute(
-        select(Event).where(Event.id > last_id).order_by(Event.id).limit(limit)
-    )).scalars().all()
+
+async def after(conn: ReadConn, last_id: int, limit: int) -> list[Sequence[Any]]:
+    """Rows of EVENT_COLUMNS with id > ``last_id``, in id order."""
+    return await _AFTER.all(conn, after=last_id, limit=limit)

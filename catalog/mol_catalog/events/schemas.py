@@ -1,13 +1,10 @@
-"""Event types of the change feed and its response bodies."""
+"""Response bodies of the change feed."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from mol_catalog.util import ResponseBody
-
-EVENT_TYPES = ("version.published", "alias.moved", "version.yanked", "profile.set",
-               "base.registered")
 
 
 class EventOut(ResponseBody):

@@ -6,19 +6,19 @@ from __future__ import annotations
 from typing import Any
 
 from mol_catalog.auth import Principal
-from mol_catalog.db import UnitOfWork
+from mol_catalog.db import ReadConn, datetime_value, json_text
 from mol_catalog.events import repository
-from mol_catalog.util import iso
 
 
-async def feed(uow: UnitOfWork, who: Principal, after: int,
+async def feed(conn: ReadConn, who: Principal, after: int,
                limit: int) -> tuple[list[dict[str, Any]], int]:
-    rows = await repository.after(uow.session, after, limit)
-    last = rows[-1].id if rows else after
+    rows = await repository.after(conn, after, limit)
+    last = int(rows[-1][0]) if rows else after
     items = []
-    for e in rows:
-        if e.adapter is not None and not who.can_read(e.adapter.split("/", 1)[0]):
+    for event_id, type_, adapter, version, alias, data, created_at in rows:
+        if adapter is not None and not who.can_read(adapter.split("/", 1)[0]):
             continue  # other tenants' events; `last` still moves past them
-        items.append({"id": e.id, "type": e.type, "adapter": e.adapter, "version": e.version,
-                      "alias": e.alias, "data": e.data, "created_at": iso(e.created_at)})
+        items.append({"id": event_id, "type": type_, "adapter": adapter, "version": version,
+                      "alias": alias, "data": json_text(data, "{}"),
+                      "created_at": datetime_value(created_at)})
     return items, last

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends
-from sqlalchemy.exc import IntegrityError
 from starlette.responses import Response
 
 from mol_catalog.auth import Principal
@@ -25,26 +24,20 @@ async def put_profile(profile: str, body: ProfilePut, catalog: CatalogDep,
                       who: PrincipalDep) -> Response:
     """Declare or change a profile (admin); verdicts for it are computed on demand."""
     who.require_admin()
-    for attempt in range(3):
-        try:
-            async with catalog.db.unit() as uow:
-                out, created = await service.put(uow, profile, body)
-            return json_response(out, 201 if created else 200)
-        except IntegrityError:
-            if attempt == 2:
-                raise
-    raise AssertionError("unreachable")
+    # A concurrent first declaration of the same name may win: the retry updates it.
+    out, created = await catalog.db.transact(lambda uow: service.put(uow, profile, body))
+    return json_response(out, 201 if created else 200)
 
 
 @router.get("/v1/serving-profiles", response_model=ProfileListOut)
 async def list_profiles(catalog: CatalogDep, who: PrincipalDep) -> Response:
-    async with catalog.db.unit(write=False) as uow:
-        items = await service.list_profiles(uow)
+    async with catalog.db.read() as conn:
+        items = await service.list_profiles(conn)
     return json_response({"items": items})
 
 
 @router.get("/v1/serving-profiles/{profile}", response_model=ProfileOut)
 async def get_profile(profile: str, catalog: CatalogDep, who: PrincipalDep) -> Response:
-    async with catalog.db.unit(write=False) as uow:
-        out = await service.get(uow, profile)
+    async with catalog.db.read() as conn:
+        out = await service.get(conn, profile)
     return json_response(out)

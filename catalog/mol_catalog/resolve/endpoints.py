@@ -62,8 +62,8 @@ async def download_blob(hexdigest: str, catalog: CatalogDep, who: PrincipalDep) 
     digest = f"sha256:{hexdigest}"
     missing = NotFound(f"no blob {digest}")
     if not who.can_read():
-        async with catalog.db.unit(write=False) as uow:
-            namespaces = await repository.blob_namespaces(uow.session, digest)
+        async with catalog.db.read() as conn:
+            namespaces = await repository.blob_namespaces(conn, digest)
         if not any(who.can_read(ns) for ns in namespaces):
             raise missing
     if not await catalog.blobs.exists(digest):

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import Integer, String, and_, bindparam, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import BigInteger, Integer, String, and_, bindparam, select
 
 from mol_catalog.db import Prepared, ReadConn, json_value
 from mol_catalog.models import (
     Adapter,
     Alias,
-    BaseModel,
+    BaseLLM,
     Namespace,
     ServingProfile,
     Verdict,
@@ -28,7 +27,7 @@ def _resolve_statement(kind: str, profile: bool) -> Prepared:
     """One indexed statement per ref kind (alias, number, digest, latest) x profile or not."""
     cols: list[Any] = [Version.id, Version.number, Version.digest, Version.status,
                        Version.yank_reason, Version.files, Version.base_model_id,
-                       BaseModel.name.label("base_name"), BaseModel.revision]
+                       BaseLLM.name.label("base_name"), BaseLLM.revision]
     if profile:
         cols += [ServingProfile.id.label("profile_id"),
                  ServingProfile.generation.label("profile_generation"),
@@ -48,7 +47,7 @@ def _resolve_statement(kind: str, profile: bool) -> Prepared:
     else:
         stmt = stmt.join(Version, and_(Version.adapter_id == Adapter.id,
                                        Version.number == Adapter.latest_version))
-    stmt = stmt.join(BaseModel, BaseModel.id == Version.base_model_id)
+    stmt = stmt.join(BaseLLM, BaseLLM.id == Version.base_model_id)
     if profile:
         stmt = stmt.outerjoin(
             ServingProfile, ServingProfile.name == bindparam("profile", type_=String)
@@ -100,13 +99,28 @@ async def adapter_exists(conn: ReadConn, full_name: str) -> bool:
     return await _EXISTS.first(conn, full_name=full_name) is not None
 
 
-async def blob_namespaces(session: AsyncSession, digest: str) -> list[str]:
-    rows = await session.execute(
-        select(Namespace.name).distinct()
-        .select_from(VersionBlob)
-        .join(Version, Version.id == VersionBlob.version_id)
-        .join(Adapter, Adapter.id == Version.adapter_id)
-        .join(Namespace, Namespace.id == Adapter.namespace_id)
-        .where(VersionBlob.digest == digest)
-    )
-    return list(rows.scalars())
+_BLOB_NAMESPACES = Prepared(
+    select(Namespace.name).distinct()
+    .select_from(VersionBlob)
+    .join(Version, Version.id == VersionBlob.version_id)
+    .join(Adapter, Adapter.id == Version.adapter_id)
+    .join(Namespace, Namespace.id == Adapter.namespace_id)
+    .where(VersionBlob.digest == bindparam("digest", type_=String)))
+
+
+async def blob_namespaces(conn: ReadConn, digest: str) -> list[str]:
+    """The namespaces whose versions reference the blob."""
+    return [r[0] for r in await _BLOB_NAMESPACES.all(conn, digest=digest)]
+
+
+_FACTS = Prepared(select(Version.base_model_id, Version.adapter_config, Version.tensors)
+                  .where(Version.id == bindparam("id", type_=BigInteger)))
+
+
+async def version_facts(conn: ReadConn, version_id: int,
+                        ) -> tuple[int, dict[str, Any], dict[str, Any]] | None:
+    """(base model id, adapter_config, tensor shapes) of a version: what a verdict needs."""
+    row = await _FACTS.first(conn, id=version_id)
+    if row is None:
+        return None
+    return int(row[0]), json_value(row[1]), json_value(row[2])

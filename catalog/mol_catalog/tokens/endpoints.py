@@ -30,8 +30,8 @@ async def create_token(body: TokenCreate, catalog: CatalogDep, who: PrincipalDep
 @router.get("/v1/tokens", response_model=TokenListOut)
 async def list_tokens(catalog: CatalogDep, who: PrincipalDep) -> Response:
     who.require_admin()
-    async with catalog.db.unit(write=False) as uow:
-        items = await service.list_tokens(uow)
+    async with catalog.db.read() as conn:
+        items = await service.list_tokens(conn)
     return json_response({"items": items})
 
 

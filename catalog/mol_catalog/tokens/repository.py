@@ -2,38 +2,63 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
+from typing import Any, cast
 
-from sqlalchemy import select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import BigInteger, String, Table, bindparam, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
+from mol_catalog.db import Prepared, ReadConn, datetime_value, json_value
 from mol_catalog.models import Token
 
-
-async def find_active(session: AsyncSession, digest: str) -> Token | None:
-    return (await session.execute(
-        select(Token).where(Token.token_hash == digest, Token.revoked_at.is_(None))
-    )).scalar_one_or_none()
+TOKENS = cast(Table, Token.__table__)
 
 
-async def insert(session: AsyncSession, name: str, digest: str, scopes: list[str]) -> Token:
-    row = Token(name=name, token_hash=digest, scopes=scopes)
-    session.add(row)
-    await session.flush()
-    return row
+@dataclass(frozen=True)
+class TokenRow:
+    id: int
+    name: str
+    scopes: list[str]
+    created_at: datetime | None
+    revoked_at: datetime | None
+
+    @classmethod
+    def of(cls, row: Any) -> TokenRow:
+        return cls(int(row[0]), row[1], json_value(row[2]), datetime_value(row[3]),
+                   datetime_value(row[4]))
 
 
-async def list_all(session: AsyncSession) -> list[Token]:
-    return list((await session.execute(select(Token).order_by(Token.id))).scalars())
+_ACTIVE = Prepared(select(Token.name, Token.scopes).where(
+    Token.token_hash == bindparam("digest", type_=String), Token.revoked_at.is_(None)))
+_ALL = Prepared(select(Token.id, Token.name, Token.scopes, Token.created_at, Token.revoked_at)
+                .order_by(Token.id))
+_EXISTS = Prepared(select(Token.id).where(Token.id == bindparam("id", type_=BigInteger)))
+_INSERT = insert(TOKENS).returning(TOKENS.c.id)
 
 
-async def revoke(session: AsyncSession, token_id: int, when: datetime) -> bool:
-    result = await session.execute(
-        update(Token).where(Token.id == token_id, Token.revoked_at.is_(None))
-        .values(revoked_at=when)
-    )
-    return bool(getattr(result, "rowcount", 0))
+async def find_active(conn: ReadConn, digest: str) -> tuple[str, list[str]] | None:
+    """(name, scopes) of the unrevoked token with this hash."""
+    row = await _ACTIVE.first(conn, digest=digest)
+    return (row[0], json_value(row[1])) if row is not None else None
 
 
-async def exists(session: AsyncSession, token_id: int) -> bool:
-    return (await session.execute(select(Token.id).where(Token.id == token_id))).first() is not None
+async def insert_token(conn: AsyncConnection, name: str, digest: str, scopes: list[str],
+                       now: datetime) -> int:
+    return int((await conn.execute(_INSERT, {"name": name, "token_hash": digest,
+                                             "scopes": scopes, "created_at": now})).scalar_one())
+
+
+async def list_all(conn: ReadConn) -> list[TokenRow]:
+    return [TokenRow.of(r) for r in await _ALL.all(conn)]
+
+
+async def revoke(conn: AsyncConnection, token_id: int, when: datetime) -> bool:
+    result = await conn.execute(update(TOKENS).where(TOKENS.c.id == token_id,
+                                                     TOKENS.c.revoked_at.is_(None))
+                                .values(revoked_at=when))
+    return bool(result.rowcount)
+
+
+async def exists(conn: ReadConn, token_id: int) -> bool:
+    return await _EXISTS.first(conn, id=token_id) is not None

@@ -5,36 +5,39 @@ from __future__ import annotations
 from typing import Any
 
 from mol_catalog.auth import new_token, token_hash
-from mol_catalog.db import UnitOfWork
+from mol_catalog.db import ReadConn, UnitOfWork
 from mol_catalog.errors import NotFound
-from mol_catalog.models import Token, utcnow
+from mol_catalog.models import utcnow
 from mol_catalog.tokens import repository
-from mol_catalog.util import checked, iso
+from mol_catalog.tokens.repository import TokenRow
+from mol_catalog.util import checked
 from mol_platform import refs
 
 
-def _public(row: Token) -> dict[str, Any]:
+def _public(row: TokenRow) -> dict[str, Any]:
     return {"id": row.id, "name": row.name, "scopes": list(row.scopes),
-            "created_at": iso(row.created_at), "revoked_at": iso(row.revoked_at)}
+            "created_at": row.created_at, "revoked_at": row.revoked_at}
 
 
 async def create(uow: UnitOfWork, name: str, scopes: list[str]) -> dict[str, Any]:
     for scope in scopes:
         checked(refs.check_scope, scope)
     token = new_token()
-    row = await repository.insert(uow.session, name, token_hash(token), sorted(set(scopes)))
-    body = _public(row)
+    now = utcnow()
+    kept = sorted(set(scopes))
+    token_id = await repository.insert_token(uow.conn, name, token_hash(token), kept, now)
+    body = _public(TokenRow(token_id, name, kept, now, None))
     del body["revoked_at"]
     body["token"] = token
     return body
 
 
-async def list_tokens(uow: UnitOfWork) -> list[dict[str, Any]]:
-    return [_public(r) for r in await repository.list_all(uow.session)]
+async def list_tokens(conn: ReadConn) -> list[dict[str, Any]]:
+    return [_public(r) for r in await repository.list_all(conn)]
 
 
 async def revoke(uow: UnitOfWork, token_id: int) -> None:
-    if not await repository.revoke(uow.session, token_id, utcnow()) and not (
-        await repository.exists(uow.session, token_id)
+    if not await repository.revoke(uow.conn, token_id, utcnow()) and not (
+        await repository.exists(uow.conn, token_id)
     ):
-            raise NotFound(f"no token with id {token_id}")
+        raise NotFound(f"no token with id {token_id}")
