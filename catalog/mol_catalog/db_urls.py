@@ -101,8 +101,10 @@ def psycopg_args(url: str, timeouts: Timeouts) -> dict[str, Any]:
     """psycopg (libpq) takes the URL's parameters itself; add the timeouts it lacks."""
     query = make_url(url).query
     options = str(query.get("options", ""))
+    # Timestamps come back in UTC, as on asyncpg (see ``db.values.datetime_value``).
     args: dict[str, Any] = {"options": f"{options} -c statement_timeout="
-                                       f"{int(timeouts.statement * 1000)}".strip()}
+                                       f"{int(timeouts.statement * 1000)} -c TimeZone=UTC"
+                                       .strip()}
     if "connect_timeout" not in query:
         args["connect_timeout"] = max(1, round(timeouts.connect))
     return args

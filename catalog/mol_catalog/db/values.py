@@ -6,7 +6,7 @@ timestamps as their stored text (naive, UTC) and its booleans as 0/1.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, cast
 
 import orjson
@@ -23,16 +23,16 @@ def json_text(value: Any, default: str) -> orjson.Fragment:
     """A JSON column passed through to an orjson-encoded response, never decoded."""
     if value is None:
         return orjson.Fragment(default)
-    if not isinstance(value, str | bytes):  # a driver that decodes JSON itself (psycopg)
-        value = orjson.dumps(value)
-    return orjson.Fragment(value)
+    try:
+        return orjson.Fragment(value)
+    except TypeError:  # a driver that decodes JSON itself (psycopg)
+        return orjson.Fragment(orjson.dumps(value))
 
 
 def datetime_value(value: Any) -> datetime | None:
-    """A timestamp in UTC (naive from SQLite, which hands back its stored text). Responses
-    encode it with orjson (``errors.json_bytes``): the one timestamp format."""
+    """A timestamp in UTC (naive from SQLite, which hands back its stored text; Postgres
+    sessions run in UTC). Responses encode it with orjson (``errors.json_bytes``): the one
+    timestamp format."""
     if isinstance(value, str):
         return datetime.fromisoformat(value)
-    if value is not None and value.utcoffset():  # a session in another time zone
-        return cast(datetime, value.astimezone(UTC))
     return cast(datetime | None, value)
