@@ -1,4 +1,8 @@
-"""The catalog's tables (SQLAlchemy 2 typed ORM).
+"""The catalog's tables, declared with SQLAlchemy 2's typed mapping.
+
+The classes only declare tables (for Alembic and for the columns of Core statements):
+repositories read with ``Prepared`` statements and write with Core statements, never
+through ORM sessions (see docs/catalog.md, "Reaching the database").
 
 Table and column names are stable: the benchmark bulk-loads them with COPY and
 docs/catalog.md lists them. Change them only together with a migration.
@@ -45,7 +49,8 @@ class Namespace(Base):
 
 
 class BaseLLM(Base):
-    """One revision of a base model: its config and per-tensor shapes (never weights)."""
+    """One revision of a base model: its config and per-tensor shapes (never weights).
+    (Not ``BaseModel``: that is pydantic's, used by every schema module.)"""
 
     __tablename__ = "base_models"
     __table_args__ = (UniqueConstraint("name", "revision", name="uq_base_models_name_revision"),)
