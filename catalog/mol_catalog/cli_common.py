@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from enum import StrEnum
+from typing import Annotated, Any, NoReturn
 
 import typer
+import yaml
 
 from mol_platform.catalog_client import CatalogClient, CatalogError
 from mol_platform.model_folder import FolderError
@@ -43,8 +45,34 @@ def catalog(ctx: typer.Context) -> Iterator[CatalogClient]:
         fail(str(exc))
 
 
-def print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, sort_keys=True))
+class Output(StrEnum):
+    """What a verb prints on stdout: ``text`` for people, ``json``/``yaml`` for scripts."""
+
+    text = "text"
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOption = Annotated[Output, typer.Option(
+    "-o", "--output", case_sensitive=False,
+    help="Output format: text (tables and lines, the default), json or yaml (the API's "
+    "answer, for scripts and jq/yq).")]
+
+
+def print_data(data: Any, output: Output) -> None:
+    """``data`` as one JSON or YAML document on stdout."""
+    if output is Output.yaml:
+        typer.echo(yaml.safe_dump(data, sort_keys=True, allow_unicode=True).rstrip("\n"))
+    else:
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def emit(output: Output, data: Any, text: Callable[[], None]) -> None:
+    """Print ``data`` as asked, or call ``text`` for the human form."""
+    if output is Output.text:
+        text()
+    else:
+        print_data(data, output)
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -84,6 +112,27 @@ def parse_version(text: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise typer.BadParameter(f"{text!r} is not a version; use a number such as 3 or v3")
     return int(value)
+
+
+_LABEL_KEY = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?")
+
+
+def parse_labels(pairs: Sequence[str]) -> dict[str, str]:
+    """``["team=search", "tier=gold"]`` -> a dict; keys like Kubernetes label keys."""
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not _LABEL_KEY.fullmatch(key):
+            raise typer.BadParameter(
+                f"{pair!r}: expected KEY=VALUE, KEY of letters, digits and . _ / - (at most "
+                "63, starting and ending alphanumeric), e.g. team=search", param_hint="--label")
+        if key in labels:
+            raise typer.BadParameter(f"label {key!r} given twice", param_hint="--label")
+        if len(value) > 256:
+            raise typer.BadParameter(f"label {key!r}: value longer than 256 characters",
+                                     param_hint="--label")
+        labels[key] = value
+    return labels
 
 
 def human_size(size: int | None) -> str:

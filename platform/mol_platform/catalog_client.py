@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -143,6 +143,17 @@ def _token_body(name: str, scopes: Sequence[str]) -> dict[str, Any]:
     return {"name": name, "scopes": list(scopes)}
 
 
+def _download_request(http: httpx.Client | httpx.AsyncClient, catalog_url: str,
+                      url: str) -> httpx.Request:
+    """A GET of a file URL the catalog gave; a presigned object-store URL (another
+    origin) goes without the catalog's token, which is not for that host."""
+    target = join_url(catalog_url, url)
+    request = http.build_request("GET", target)
+    if _origin(target) != _origin(catalog_url):
+        request.headers.pop("Authorization", None)
+    return request
+
+
 def _alias_path(adapter: str, alias: str) -> str:
     namespace, name = split_adapter(adapter)
     check_alias(alias)
@@ -229,6 +240,14 @@ class CatalogClient:
                                             json=body)
         return result
 
+    def list_profiles(self) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self._json("GET", "/v1/serving-profiles").get("items", [])
+        return items
+
+    def get_profile(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = self._json("GET", f"/v1/serving-profiles/{_q(name)}")
+        return result
+
     # --- adapters ---------------------------------------------------------------------
 
     def publish(self, folder: Path, adapter: str, *, base: str | None = None,
@@ -308,6 +327,41 @@ class CatalogClient:
             json={"reason": reason})
         return result
 
+    def delete_version(self, adapter: str, version: int) -> dict[str, Any]:
+        """Delete one version for good (admin): its aliases go, its blobs at the next gc."""
+        namespace, name = split_adapter(adapter)
+        result: dict[str, Any] = self._json(
+            "DELETE", f"/v1/adapters/{namespace}/{name}/versions/{int(version)}")
+        return result
+
+    def download(self, url: str, dest: Path, *, progress: Callable[[int], None] | None = None,
+                 chunk: int = 1 << 20) -> str:
+        """Stream one file to ``dest`` (absolute or catalog-relative URL); its sha256 hex.
+
+        ``progress(n)`` sees each block's size. The caller verifies the digest and moves
+        the file into place: ``dest`` may hold a partial file when this raises.
+        """
+        digest = hashlib.sha256()
+        request = _download_request(self._http, self.url, url)
+        try:
+            response = self._http.send(request, stream=True)
+            try:
+                if response.is_error:
+                    response.read()
+                    raise _error_from(response)
+                with dest.open("wb") as out:
+                    for block in response.iter_bytes(chunk):
+                        digest.update(block)
+                        out.write(block)
+                        if progress is not None:
+                            progress(len(block))
+            finally:
+                response.close()
+        except httpx.TransportError as exc:
+            raise CatalogError(0, "ConnectionError",
+                               f"cannot download {url} from {self.url}: {exc}") from None
+        return digest.hexdigest()
+
     # --- tokens, gc, events -------------------------------------------------------------
 
     def create_token(self, name: str, scopes: Sequence[str]) -> dict[str, Any]:
@@ -337,10 +391,13 @@ class CatalogClient:
         result: dict[str, Any] = self._json("POST", "/v1/admin/verify", params=params)
         return result
 
-    def events(self, after: int = 0, limit: int = 100) -> dict[str, Any]:
-        """One page of the change feed: ``{"items": [...], "last": N}``."""
-        result: dict[str, Any] = self._json("GET", "/v1/events",
-                                            params={"after": after, "limit": limit})
+    def events(self, after: int = 0, limit: int = 100, wait: float = 0.0) -> dict[str, Any]:
+        """One page of the change feed: ``{"items": [...], "last": N}``; with ``wait``
+        (at most 30 s) the catalog holds the call until an event comes or time runs out."""
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if wait:
+            params["wait"] = wait
+        result: dict[str, Any] = self._json("GET", "/v1/events", params=params)
         return result
 
 
@@ -442,11 +499,7 @@ class AsyncCatalogClient:
         a partial file when this raises.
         """
         digest = hashlib.sha256()
-        target = self.absolute_url(url)
-        request = self._http.build_request("GET", target)
-        if _origin(target) != _origin(self.url):
-            # A presigned object-store URL: the catalog's token is not for that host.
-            request.headers.pop("Authorization", None)
+        request = _download_request(self._http, self.url, url)
         try:
             response = await self._http.send(request, stream=True)
             try:
