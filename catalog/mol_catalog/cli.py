@@ -87,7 +87,7 @@ def serve(
 
     Prints where it listens and on which database (password left out) and blob store.
 
-    Example: mol catalog serve --db sqlite:///.mol/catalog.db --blobs file:///.mol/blobs
+    Example: mol catalog serve --db sqlite:///.mol/catalog.db --blobs .mol/blobs
     """
     from mol_catalog.server import InsecureBind
     from mol_catalog.server import serve as run_server
