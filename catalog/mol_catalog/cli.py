@@ -9,7 +9,7 @@ stderr and exit 1.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -24,11 +24,13 @@ from mol_catalog.cli_common import (
     human_size,
     parse_labels,
     parse_version,
+    plain,
     print_reasons,
     print_table,
 )
 from mol_catalog.cli_versions import register_versions
 from mol_catalog.logs import LogFormat, LogLevel
+from mol_platform.catalog_models import AdapterDetail, Published, VersionItem
 from mol_platform.refs import AdapterRef
 
 app = typer.Typer(
@@ -158,25 +160,19 @@ def publish(
     emit(output, result, lambda: _print_published(name, alias, result))
 
 
-def _print_published(name: str, alias: str | None, result: dict[str, Any]) -> None:
-    version, digest = result.get("version"), result.get("digest")
-    if result.get("created", True):
+def _print_published(name: str, alias: str | None, result: Published) -> None:
+    version, digest = result.version, result.digest
+    if result.created:
         typer.echo(f"published {name} v{version} ({digest})")
     else:
         typer.echo(f"already published: {name} v{version} ({digest}) has the same content")
     if alias:
         typer.echo(f"alias {alias} -> v{version}")
-    _print_verdicts(result.get("verdicts") or {})
-
-
-def _print_verdicts(verdicts: dict[str, Any]) -> None:
-    if not verdicts:
+    if not result.verdicts:
         typer.echo("no serving profile for this base yet")
-        return
-    for profile, verdict in sorted(verdicts.items()):
-        ok = bool(verdict.get("compatible"))
-        typer.echo(f"  {profile}: {'compatible' if ok else 'incompatible'}")
-        print_reasons(verdict.get("reasons") or [])
+    for profile, verdict in sorted(result.verdicts.items()):
+        typer.echo(f"  {profile}: {'compatible' if verdict.compatible else 'incompatible'}")
+        print_reasons(verdict.reasons)
 
 
 @app.command()
@@ -196,24 +192,22 @@ def resolve(
     """
     with catalog(ctx) as client:
         result = client.resolve(ref, profile)
-    verdict = result.get("verdict") or None
+    verdict = result.verdict
 
     def text() -> None:
-        status = result.get("status", "ready")
-        typer.echo(f"{ref} -> {result.get('adapter')}@v{result.get('version')} "
-                   f"({result.get('digest')})")
-        typer.echo(f"base: {result.get('base')}  status: {status}")
-        for f in result.get("files") or []:
-            typer.echo(f"  {f.get('path')}  {human_size(f.get('size'))}  {f.get('digest')}")
+        typer.echo(f"{ref} -> {result.adapter}@v{result.version} ({result.digest})")
+        typer.echo(f"base: {result.base}  status: {result.status}")
+        for f in result.files:
+            typer.echo(f"  {f.path}  {human_size(f.size)}  {f.digest}")
         if verdict is not None:
-            ok = bool(verdict.get("compatible"))
+            ok = verdict.compatible
             typer.echo(f"verdict ({profile}): {'compatible' if ok else 'incompatible'}")
 
     emit(output, result, text)
-    if verdict is not None and not verdict.get("compatible"):
+    if verdict is not None and not verdict.compatible:
         typer.echo(f"mol catalog: {ref} is incompatible with serving profile {profile}:",
                    err=True)
-        print_reasons(verdict.get("reasons") or [], err=True)
+        print_reasons(verdict.reasons, err=True)
         raise typer.Exit(1)
 
 
@@ -240,11 +234,11 @@ def list_adapters(
         emit(output, items, lambda: None)
     elif quiet:
         for item in items:
-            typer.echo(item.get("adapter"))
+            typer.echo(item.adapter)
     else:
         print_table(["ADAPTER", "LATEST", "BASE", "TAGS", "UPDATED"], [
-            [i.get("adapter"), f"v{i.get('latest_version')}", i.get("base"),
-             ",".join(i.get("tags") or []), i.get("updated_at")] for i in items])
+            [i.adapter, f"v{i.latest_version}" if i.latest_version else "-", i.base,
+             ",".join(i.tags), i.updated_at] for i in items])
 
 
 @app.command()
@@ -260,20 +254,18 @@ def show(
     with catalog(ctx) as client:
         info = client.get_adapter(adapter)
         versions = list(client.versions(adapter))
-    emit(output, {**info, "versions": versions}, lambda: _print_adapter(info, versions))
+    emit(output, {**plain(info), "versions": versions}, lambda: _print_adapter(info, versions))
 
 
-def _print_adapter(info: dict[str, Any], versions: list[dict[str, Any]]) -> None:
-    typer.echo(f"{info.get('adapter')}  base: {info.get('base')}  "
-               f"tags: {','.join(info.get('tags') or []) or '-'}")
-    labels = info.get("labels") or {}
-    typer.echo("labels: " + (", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "-"))
-    aliases = info.get("aliases") or {}
-    typer.echo("aliases: " + (", ".join(f"{a} -> v{v}" for a, v in sorted(aliases.items()))
+def _print_adapter(info: AdapterDetail, versions: list[VersionItem]) -> None:
+    typer.echo(f"{info.adapter}  base: {info.base}  tags: {','.join(info.tags) or '-'}")
+    typer.echo("labels: " + (", ".join(f"{k}={v}" for k, v in sorted(info.labels.items()))
+                             or "-"))
+    typer.echo("aliases: " + (", ".join(f"{a} -> v{v}" for a, v in sorted(info.aliases.items()))
                               or "-"))
     print_table(["VERSION", "STATUS", "RANK", "SIZE", "DIGEST", "CREATED"], [
-        [f"v{v.get('version')}", v.get("status"), v.get("rank"), human_size(v.get("size")),
-         v.get("digest"), v.get("created_at")] for v in versions])
+        [f"v{v.version}", v.status, v.rank, human_size(v.size), v.digest, v.created_at]
+        for v in versions])
 
 
 @alias_app.command("set")
@@ -295,10 +287,9 @@ def alias_set(
     number = parse_version(version)
     with catalog(ctx) as client:
         result = client.set_alias(parsed.adapter, parsed.ref, number)
-    previous = result.get("previous")
-    was = f" (was v{previous})" if previous is not None else ""
+    was = f" (was v{result.previous})" if result.previous is not None else ""
     emit(output, result, lambda: typer.echo(
-        f"{parsed.adapter}@{parsed.ref} -> v{result.get('version', number)}{was}"))
+        f"{parsed.adapter}@{parsed.ref} -> v{result.version}{was}"))
 
 
 @alias_app.command("history")
@@ -315,9 +306,8 @@ def alias_history(
     with catalog(ctx) as client:
         items = client.alias_history(parsed.adapter, parsed.ref)
     emit(output, items, lambda: print_table(["VERSION", "PREVIOUS", "CHANGED_BY", "CHANGED_AT"], [
-        [f"v{i['version']}" if i.get("version") else "(removed)",
-         f"v{i['previous']}" if i.get("previous") else "-",
-         i.get("changed_by"), i.get("changed_at")] for i in items]))
+        [f"v{i.version}" if i.version else "(removed)",
+         f"v{i.previous}" if i.previous else "-", i.changed_by, i.changed_at] for i in items]))
 
 
 @app.command()
@@ -340,7 +330,7 @@ def yank(
     with catalog(ctx) as client:
         version = parsed.version
         if version is None:
-            version = int(client.resolve(str(parsed))["version"])
+            version = client.resolve(str(parsed)).version
         result = client.yank(parsed.adapter, version, reason)
     emit(output, result, lambda: typer.echo(f"yanked {parsed.adapter} v{version}: {reason}"))
 

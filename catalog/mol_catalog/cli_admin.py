@@ -15,6 +15,7 @@ from mol_catalog.cli_common import (
     parse_duration,
     print_table,
 )
+from mol_platform.catalog_models import GcReport, Profile, VerifyReport
 from mol_platform.model_folder import read_base_model_folder
 
 base_app = typer.Typer(help="Register base models (shapes only, never weights).",
@@ -49,7 +50,7 @@ def base_register(
         rev = revision or folder_info.default_revision()
         record = client.register_base(folder, name, rev)
     emit(output, record, lambda: typer.echo(
-        f"base model {record.get('name', name)}@{record.get('revision', rev)} "
+        f"base model {record.name}@{record.revision} "
         f"registered ({folder_info.architecture}, {len(folder_info.tensors)} tensors)"))
 
 
@@ -66,8 +67,8 @@ def base_show(
     with catalog(ctx) as client:
         record = client.get_base(name)
     emit(output, record, lambda: print_table(["REVISION", "ARCHITECTURE", "TENSORS", "CREATED"], [
-        [r.get("revision"), r.get("architecture"), len(r.get("tensors") or {}),
-         r.get("created_at")] for r in record.get("revisions", [])]))
+        [r.revision, r.architecture, len(r.tensors), r.created_at]
+        for r in record.revisions]))
 
 
 @profile_app.command("set")
@@ -99,15 +100,14 @@ def profile_set(
                                     max_loras=max_loras, engine=engine,
                                     supported_modules=supported_module)
     emit(output, record, lambda: typer.echo(
-        f"serving profile {record.get('name', name)}: base {base}, max LoRA rank "
+        f"serving profile {record.name}: base {base}, max LoRA rank "
         f"{max_lora_rank}, max LoRAs {max_loras}, engine {engine}"))
 
 
-def _profile_row(p: dict[str, Any]) -> list[Any]:
-    modules = p.get("supported_modules")
-    return [p.get("name"), p.get("base_model"), p.get("engine"), p.get("max_lora_rank"),
-            p.get("max_loras"), "all" if modules is None else ",".join(modules),
-            p.get("generation"), p.get("updated_at")]
+def _profile_row(p: Profile) -> list[Any]:
+    modules = "all" if p.supported_modules is None else ",".join(p.supported_modules)
+    return [p.name, p.base_model, p.engine, p.max_lora_rank, p.max_loras, modules,
+            p.generation, p.updated_at]
 
 
 PROFILE_COLUMNS = ["NAME", "BASE", "ENGINE", "MAX_RANK", "MAX_LORAS", "MODULES", "GENERATION",
@@ -156,9 +156,9 @@ def token_create(
     """
     with catalog(ctx) as client:
         record = client.create_token(name, scope)
-    typer.echo(f"token {record.get('name')} (id {record.get('id')}, scopes "
-               f"{', '.join(record.get('scopes') or [])}) - shown only once", err=True)
-    emit(output, record, lambda: typer.echo(record.get("token")))
+    typer.echo(f"token {record.name} (id {record.id}, scopes {', '.join(record.scopes)}) - "
+               "shown only once", err=True)
+    emit(output, record, lambda: typer.echo(record.token))
 
 
 @token_app.command("list")
@@ -170,8 +170,8 @@ def token_list(ctx: typer.Context, output: OutputOption = Output.text) -> None:
     with catalog(ctx) as client:
         items = client.list_tokens()
     emit(output, items, lambda: print_table(["ID", "NAME", "SCOPES", "CREATED", "REVOKED"], [
-        [t.get("id"), t.get("name"), ",".join(t.get("scopes") or []), t.get("created_at"),
-         t.get("revoked_at") or "-"] for t in items]))
+        [t.id, t.name, ",".join(t.scopes), t.created_at, t.revoked_at or "-"]
+        for t in items]))
 
 
 @token_app.command("revoke")
@@ -207,11 +207,10 @@ def gc(
     emit(output, result, lambda: _print_gc(result))
 
 
-def _print_gc(result: dict[str, Any]) -> None:
-    deleted = result.get("deleted") or []
-    typer.echo(f"deleted {len(deleted)} blobs, kept {result.get('kept', 0)}; removed "
-               f"{result.get('leftovers_removed', 0)} leftovers of interrupted publishes")
-    for digest in deleted:
+def _print_gc(result: GcReport) -> None:
+    typer.echo(f"deleted {len(result.deleted)} blobs, kept {result.kept}; removed "
+               f"{result.leftovers_removed} leftovers of interrupted publishes")
+    for digest in result.deleted:
         typer.echo(f"  {digest}")
 
 
@@ -257,18 +256,16 @@ def verify(
     with catalog(ctx) as client:
         report = client.verify(sample, content)
     emit(output, report, lambda: _print_verify(report))
-    if not report.get("ok", False):
+    if not report.ok:
         raise typer.Exit(1)
 
 
-def _print_verify(report: dict[str, Any]) -> None:
-    typer.echo(f"checked {report.get('checked', 0)} of {report.get('referenced', 0)} "
-               f"referenced blobs: {len(report.get('missing') or [])} missing, "
-               f"{len(report.get('corrupt') or [])} damaged")
-    for bad in [*(report.get("missing") or []), *(report.get("corrupt") or [])]:
-        more = bad.get("version_count", 0) - len(bad.get("versions") or [])
-        typer.echo(f"  {bad.get('digest')}: {bad.get('reason')}; used by "
-                   f"{', '.join(bad.get('versions') or [])}"
+def _print_verify(report: VerifyReport) -> None:
+    typer.echo(f"checked {report.checked} of {report.referenced} referenced blobs: "
+               f"{len(report.missing)} missing, {len(report.corrupt)} damaged")
+    for bad in [*report.missing, *report.corrupt]:
+        more = bad.version_count - len(bad.versions)
+        typer.echo(f"  {bad.digest}: {bad.reason}; used by {', '.join(bad.versions)}"
                    + (f" and {more} more" if more > 0 else ""))
 
 

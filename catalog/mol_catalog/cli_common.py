@@ -12,8 +12,10 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 import yaml
+from pydantic import BaseModel
 
 from mol_platform.catalog_client import CatalogClient, CatalogError
+from mol_platform.catalog_models import Reason
 from mol_platform.model_folder import FolderError
 from mol_platform.refs import RefError
 from mol_platform.safetensors_header import HeaderError
@@ -59,8 +61,20 @@ OutputOption = Annotated[Output, typer.Option(
     "answer, for scripts and jq/yq).")]
 
 
+def plain(data: Any) -> Any:
+    """Typed answers (pydantic models, lists and dicts of them) as JSON-ready values."""
+    if isinstance(data, BaseModel):
+        return data.model_dump(mode="json")
+    if isinstance(data, list | tuple):
+        return [plain(item) for item in data]
+    if isinstance(data, dict):
+        return {key: plain(value) for key, value in data.items()}
+    return data
+
+
 def print_data(data: Any, output: Output) -> None:
     """``data`` as one JSON or YAML document on stdout."""
+    data = plain(data)
     if output is Output.yaml:
         typer.echo(yaml.safe_dump(data, sort_keys=True, allow_unicode=True).rstrip("\n"))
     else:
@@ -83,12 +97,9 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
-def print_reasons(reasons: Sequence[Any], err: bool = False) -> None:
+def print_reasons(reasons: Sequence[Reason], err: bool = False) -> None:
     for reason in reasons:
-        if isinstance(reason, dict):
-            typer.echo(f"    - [{reason.get('code', '?')}] {reason.get('message', '')}", err=err)
-        else:
-            typer.echo(f"    - {reason}", err=err)
+        typer.echo(f"    - [{reason.code}] {reason.message}", err=err)
 
 
 _DURATION_RE = re.compile(r"(\d+)([smhd])")

@@ -5,13 +5,14 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 import yaml
 
-from mol_catalog.cli_common import Output, OutputOption, catalog, emit, fail
+from mol_catalog.cli_common import Output, OutputOption, catalog, emit, fail, plain
 from mol_platform.adapter_pull import plan, pull, total_bytes
+from mol_platform.catalog_models import Event, EventPage
 from mol_platform.refs import AdapterRef, RefError
 
 # Seconds one long-poll of the feed waits on the catalog (its most is 30).
@@ -94,37 +95,39 @@ def delete_verb(
     with catalog(ctx) as client:
         version = parsed.version
         if version is None:
-            version = int(client.resolve(str(parsed))["version"])
+            version = client.resolve(str(parsed)).version
         result = client.delete_version(parsed.adapter, version)
 
     def text() -> None:
-        removed = result.get("aliases_removed") or []
-        typer.echo(f"deleted {parsed.adapter} v{version} ({result.get('digest')})"
+        removed = result.aliases_removed
+        typer.echo(f"deleted {parsed.adapter} v{version} ({result.digest})"
                    + (f"; aliases removed: {', '.join(removed)}" if removed else ""))
 
     emit(output, result, text)
 
 
-def _event_line(e: dict[str, Any]) -> str:
-    what = e.get("adapter") or ""
-    if e.get("version") is not None:
-        what += f" v{e['version']}"
-    if e.get("alias"):
-        what += f" @{e['alias']}"
-    return f"{e.get('id')}  {e.get('type')}  {what.strip() or '-'}  {e.get('created_at')}"
+def _event_line(e: Event) -> str:
+    what = e.adapter or ""
+    if e.version is not None:
+        what += f" v{e.version}"
+    if e.alias:
+        what += f" @{e.alias}"
+    return f"{e.id}  {e.type}  {what.strip() or '-'}  {e.created_at}"
 
 
-def _print_event(e: dict[str, Any], output: Output) -> None:
+def _print_event(e: Event, output: Output) -> None:
+    data = plain(e)
     if output is Output.json:
-        typer.echo(json.dumps(e, sort_keys=True))
+        typer.echo(json.dumps(data, sort_keys=True))
     elif output is Output.yaml:
-        typer.echo("---\n" + yaml.safe_dump(e, sort_keys=True, allow_unicode=True).rstrip("\n"))
+        typer.echo("---\n" + yaml.safe_dump(data, sort_keys=True, allow_unicode=True)
+                   .rstrip("\n"))
     else:
         typer.echo(_event_line(e))
 
 
-def _print_page(page: dict[str, Any]) -> None:
-    for e in page.get("items") or []:
+def _print_page(page: EventPage) -> None:
+    for e in page.items:
         typer.echo(_event_line(e))
 
 
@@ -151,9 +154,9 @@ def events_verb(
             return
         try:
             while True:
-                for e in page.get("items") or []:
+                for e in page.items:
                     _print_event(e, output)
-                after = int(page.get("last", after))
+                after = page.last
                 page = client.events(after=after, limit=limit, wait=FOLLOW_WAIT)
         except KeyboardInterrupt:
             raise typer.Exit(0) from None

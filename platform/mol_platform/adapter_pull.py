@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,10 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from mol_platform.catalog_client import CatalogClient, CatalogError
-
-# A file path inside the version: relative, no "..", no hidden or odd names.
-_PATH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)*")
-_DIGEST = re.compile(r"sha256:([0-9a-f]{64})")
+from mol_platform.catalog_models import Resolved
+from mol_platform.vllm_plugin.cache import BlobFile, CacheError, digest_hex
 
 
 @dataclass
@@ -41,27 +38,6 @@ class Pulled:
                 "unchanged": self.unchanged}
 
 
-@dataclass(frozen=True)
-class AdapterFile:
-    path: str
-    hexdigest: str
-    size: int
-    url: str
-
-    @classmethod
-    def parse(cls, raw: Any) -> AdapterFile:
-        if not isinstance(raw, dict):
-            raise CatalogError(0, "MalformedAnswer", f"malformed file entry {raw!r}")
-        path, digest, size, url = (raw.get(k) for k in ("path", "digest", "size", "url"))
-        if not isinstance(path, str) or not _PATH.fullmatch(path) or ".." in path.split("/"):
-            raise CatalogError(0, "MalformedAnswer", f"refusing file path {path!r}")
-        found = _DIGEST.fullmatch(digest) if isinstance(digest, str) else None
-        if (found is None or not isinstance(size, int) or size < 0
-                or not isinstance(url, str)):
-            raise CatalogError(0, "MalformedAnswer", f"malformed file entry {raw!r}")
-        return cls(path, found.group(1), size, url)
-
-
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -70,26 +46,30 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _is_current(dest: Path, f: AdapterFile) -> bool:
-    return dest.is_file() and dest.stat().st_size == f.size and _sha256(dest) == f.hexdigest
+def _is_current(dest: Path, f: BlobFile) -> bool:
+    return dest.is_file() and dest.stat().st_size == f.size and _sha256(dest) == digest_hex(
+        f.digest)
 
 
-def plan(client: CatalogClient, ref: str) -> tuple[dict[str, Any], list[AdapterFile]]:
+def plan(client: CatalogClient, ref: str) -> tuple[Resolved, list[BlobFile]]:
     """The resolve answer for ``ref`` and its checked file entries."""
     answer = client.resolve(ref)
-    files = [AdapterFile.parse(raw) for raw in answer.get("files") or []]
+    try:
+        files = [BlobFile.parse(f) for f in answer.files]
+    except CacheError as exc:
+        raise CatalogError(0, "MalformedAnswer", f"{ref}: {exc}") from None
     if not files:
         raise CatalogError(0, "MalformedAnswer", f"{ref} lists no files")
     return answer, files
 
 
-def total_bytes(files: list[AdapterFile]) -> int:
+def total_bytes(files: list[BlobFile]) -> int:
     return sum(f.size for f in files)
 
 
 def pull(client: CatalogClient, ref: str, local_dir: Path, *,
          progress: Callable[[int], None] | None = None,
-         planned: tuple[dict[str, Any], list[AdapterFile]] | None = None) -> Pulled:
+         planned: tuple[Resolved, list[BlobFile]] | None = None) -> Pulled:
     """Make ``local_dir`` hold version ``ref``'s files; other files there stay.
 
     Raises :class:`CatalogError` when a download's digest differs (nothing is renamed).
@@ -97,8 +77,7 @@ def pull(client: CatalogClient, ref: str, local_dir: Path, *,
     """
     answer, files = planned or plan(client, ref)
     local_dir.mkdir(parents=True, exist_ok=True)
-    result = Pulled(str(answer.get("adapter")), int(answer.get("version") or 0),
-                    str(answer.get("digest")), local_dir.resolve())
+    result = Pulled(answer.adapter, answer.version, answer.digest, local_dir.resolve())
     for f in files:
         dest = local_dir / f.path
         if _is_current(dest, f):
@@ -112,10 +91,10 @@ def pull(client: CatalogClient, ref: str, local_dir: Path, *,
         tmp = Path(tmp_name)
         try:
             got = client.download(f.url, tmp, progress=progress)
-            if got != f.hexdigest:
+            if got != digest_hex(f.digest):
                 raise CatalogError(0, "DigestMismatch",
                                    f"{f.path}: downloaded sha256:{got}, the catalog lists "
-                                   f"sha256:{f.hexdigest}; nothing was written")
+                                   f"{f.digest}; nothing was written")
             os.replace(tmp, dest)
         finally:
             tmp.unlink(missing_ok=True)

@@ -213,6 +213,7 @@ class EventPage(CatalogModel):
 class GcReport(CatalogModel):
     deleted: list[str]
     kept: int
+    leftovers_removed: int  # temp folders and partial blobs of interrupted publishes
 
 
 class BadBlob(CatalogModel):

@@ -200,7 +200,7 @@ def test_ls_table_quiet_json_and_pages(server: str, demo: Path, base: str) -> No
     assert len(limited) == 2
     with CatalogClient(server, ADMIN) as client:
         paged = list(client.list_adapters(namespace="lst", page_size=1))
-    assert sorted(i["adapter"] for i in paged) == ["lst/agent", "lst/router", "lst/ui"]
+    assert sorted(i.adapter for i in paged) == ["lst/agent", "lst/router", "lst/ui"]
 
 
 def test_alias_history_and_yank(server: str, demo: Path, base: str) -> None:
@@ -289,7 +289,7 @@ def test_client_reports_upload_progress_and_error_fields(server: str, demo: Path
         with pytest.raises(CatalogError) as info:
             client.get_adapter("prog/missing")
         events = client.events(after=0, limit=500)
-    assert result["version"] == 1
+    assert result.version == 1
     sizes = sum(f.stat().st_size for f in folder.iterdir())
     total = seen[-1][1]
     assert seen[-1][0] == total
@@ -298,8 +298,8 @@ def test_client_reports_upload_progress_and_error_fields(server: str, demo: Path
     assert info.value.status == 404
     assert info.value.error
     assert "prog/missing" in info.value.detail
-    assert any(e["type"] == "version.published" and e["adapter"] == "prog/ui"
-               for e in events["items"])
+    assert any(e.type == "version.published" and e.adapter == "prog/ui"
+               for e in events.items)
 
 
 def test_environment_settings_and_option_override(server: str, base: str) -> None:
@@ -412,7 +412,8 @@ def test_pull_refuses_a_file_whose_digest_differs(server: str, demo: Path, base:
     with CatalogClient(server, ADMIN) as client:
         client.publish(demo / "adapters" / "agent", "pl/agent", base=base)
         answer, files = plan(client, "pl/agent@v1")
-        tampered = [replace(f, hexdigest="0" * 64) if f.path.endswith(".safetensors") else f
+        wrong = "sha256:" + "0" * 64
+        tampered = [replace(f, digest=wrong) if f.path.endswith(".safetensors") else f
                     for f in files]
         with pytest.raises(CatalogError, match="nothing was written"):
             pull(client, "pl/agent@v1", tmp_path, planned=(answer, tampered))
@@ -457,11 +458,12 @@ def test_delete_a_version_for_good(server: str, demo: Path, base: str, tmp_path:
     assert [(h["version"], h["previous"]) for h in history] == [(None, 2), (2, None)]
     assert "(removed)" in mol(server, "alias", "history", "del/x@stable").stdout
     with CatalogClient(server, ADMIN) as client:
-        feed = client.events(after=0, limit=1000)["items"]
-    (event,) = [e for e in feed if e["type"] == "version.deleted" and e["adapter"] == "del/x"]
-    assert event["version"] == 2
-    assert event["data"]["digest"] == v2["digest"]
-    assert event["data"]["aliases_removed"] == ["canary", "stable"]
+        feed = client.events(after=0, limit=1000).items
+    (event,) = [e for e in feed if e.type == "version.deleted" and e.adapter == "del/x"]
+    assert event.version == 2
+    assert event.data is not None
+    assert event.data["digest"] == v2["digest"]
+    assert event.data["aliases_removed"] == ["canary", "stable"]
     assert mol(server, "delete", "del/x@v2", "--yes").exit_code == 1  # 404 now
 
     v1 = json.loads(mol(server, "resolve", "del/x@v1", "-o", "json").stdout)
@@ -474,7 +476,7 @@ def test_delete_a_version_for_good(server: str, demo: Path, base: str, tmp_path:
 
 def test_events_follow_streams_until_ctrl_c(server: str, demo: Path, base: str) -> None:
     with CatalogClient(server, ADMIN) as client:
-        last = client.events(after=0, limit=1000)["last"]
+        last = client.events(after=0, limit=1000).last
     env = {**os.environ, "MOL_CATALOG_URL": server, "MOL_CATALOG_TOKEN": ADMIN}
     cmd = [sys.executable, "-m", "mol_platform", "catalog", "events", "--follow",
            "--after", str(last), "-o", "json"]

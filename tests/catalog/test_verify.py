@@ -56,8 +56,8 @@ def test_verify_reports_missing_and_damaged_blobs(catalog_server_auth: Any, mode
 
     with CatalogClient(live.url, live.admin_token) as client:
         again = client.publish(folders[0][0], "acme/a0")  # same files: heals the blob
-        assert again["created"] is False
-        assert client.verify()["ok"] is True
+        assert again.created is False
+        assert client.verify().ok is True
 
     shared = digest_of(folders[0][1])  # both versions' config
     path = blob_dir / shared[7:]
