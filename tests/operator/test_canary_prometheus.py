@@ -340,7 +340,7 @@ async def test_promotion(
         history = client.alias_history(adapter, "stable")
         assert client.resolve(f"{adapter}@stable").version == stable_after
     assert len(history) == stable_after  # published once; moved at most once
-    assert (history[0]["version"], history[0].get("previous")) == (
+    assert (history[0].version, history[0].previous) == (
         (2, 1) if not pinned else (1, None)
     )  # fmt: skip
     weights = list(dict.fromkeys(out.weights[EXPERT] for _, out in rounds))
