@@ -62,6 +62,11 @@ class CatalogSettings(BaseSettings):
                 return "off"
         return value
 
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lowercase(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
+
     @property
     def auth_enabled(self) -> bool:
         return self.auth == "on"

@@ -9,8 +9,11 @@ import sys
 from pathlib import Path
 
 import httpx
+import pytest
+from pydantic import ValidationError
 
 from mol_catalog.logs import redact, startup_line
+from mol_catalog.settings import CatalogSettings
 from mol_platform.testing.net import free_port, stop_process, wait_port
 
 
@@ -48,3 +51,18 @@ def test_the_start_up_line_leaves_passwords_out() -> None:
                     "auth on")
     assert redact("postgresql://db/cat?sslmode=require") == "postgresql://db/cat?sslmode=require"
     assert redact("postgresql://:pw@db/cat") == "postgresql://:***@db/cat"
+
+
+def test_log_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MOL_CATALOG_LOG_LEVEL", "WARNING")
+    monkeypatch.setenv("MOL_CATALOG_LOG_FORMAT", "json")
+    monkeypatch.setenv("MOL_CATALOG_ACCESS_LOG", "true")
+    settings = CatalogSettings()
+    assert (settings.log_level, settings.log_format, settings.access_log) == (
+        "warning", "json", True)
+    monkeypatch.setenv("MOL_CATALOG_LOG_LEVEL", "loud")
+    with pytest.raises(ValidationError, match="log_level"):
+        CatalogSettings()
+    monkeypatch.delenv("MOL_CATALOG_LOG_LEVEL")
+    monkeypatch.delenv("MOL_CATALOG_ACCESS_LOG")
+    assert (CatalogSettings().log_level, CatalogSettings().access_log) == ("info", False)
