@@ -89,11 +89,13 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def typed(model: type[M], body: Any) -> M:
-    """A JSON answer as its model; an answer of another shape is a CatalogError."""
+    """A JSON answer as its model. An answer of another shape is a CatalogError with
+    status 502, as a proxy would report a bad upstream answer: not 0 (unreachable),
+    so callers do not fall back to what they cached as if the catalog were down."""
     try:
         return model.model_validate(body)
     except ValidationError as exc:
-        raise CatalogError(0, "MalformedAnswer",
+        raise CatalogError(502, "MalformedAnswer",
                            f"unexpected answer from the catalog for {model.__name__}: "
                            f"{exc.errors(include_url=False)[:3]}") from None
 

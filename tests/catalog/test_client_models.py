@@ -10,12 +10,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from pydantic import BaseModel
 
 from mol_catalog.app import create_app
 from mol_catalog.settings import CatalogSettings
 from mol_platform import catalog_models as m
+from mol_platform.catalog_client import CatalogClient, CatalogError
 
 ADAPTER = "/v1/adapters/{ns}/{name}"
 ENDPOINTS: list[tuple[str, str, str, type[BaseModel]]] = [
@@ -116,3 +118,14 @@ def test_the_comparison_sees_a_drift() -> None:
     for other in (Renamed, Retyped, Optional):
         schema = other.model_json_schema()
         assert shape(schema, {}) != shape(expected, {}), other.__name__
+
+
+def test_an_answer_of_another_shape_is_a_catalog_error() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, json={"adapter": "acme/coding", "version": "three"})
+
+    with (CatalogClient("http://catalog.test", "t", transport=httpx.MockTransport(handler))
+          as client, pytest.raises(CatalogError) as info):
+        client.resolve("acme/coding@v3")
+    assert (info.value.status, info.value.error) == (502, "MalformedAnswer")
+    assert "version" in info.value.detail
