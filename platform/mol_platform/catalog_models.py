@@ -4,7 +4,9 @@ They mirror the response schemas in the catalog's ``/openapi.json`` field by fie
 test compares them), and live here, on the ground floor, so the router, the operator,
 the vLLM plugin and scripts get them without importing the catalog. Fields the catalog
 adds later are kept (``extra="allow"``): an older client still reads a newer catalog,
-and ``model_dump(mode="json")`` gives the whole answer back.
+and ``model_dump(mode="json")`` gives the whole answer back. The catalog keeps its own
+response classes (they carry the OpenAPI descriptions and change with the service);
+``tests/catalog/test_client_models.py`` keeps the two in step.
 """
 
 from __future__ import annotations
