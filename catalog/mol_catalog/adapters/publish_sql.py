@@ -38,7 +38,7 @@ from mol_catalog.models import (
     Version,
     VersionBlob,
 )
-from mol_catalog.profiles.repository import PROFILE_COLUMNS, PROFILES, ProfileRow
+from mol_catalog.profiles.repository import PROFILE_COLUMNS, PROFILES, VERDICTS, ProfileRow
 
 ADAPTERS = cast(Table, Adapter.__table__)
 VERSIONS = cast(Table, Version.__table__)
@@ -173,6 +173,18 @@ async def move_alias(conn: AsyncConnection, adapter_id: int, name: str, number: 
     await insert_rows(conn, ALIAS_HISTORY, [{
         "adapter_id": adapter_id, "alias": name, "version": number, "previous": previous,
         "changed_by": who, "changed_at": now}])
+
+
+async def delete_version(conn: AsyncConnection, adapter_id: int, version_id: int,
+                         number: int) -> None:
+    """Remove a version with its verdicts, blob references and the aliases at it (their
+    removals go to the alias history through ``move_alias``'s table). Its blobs stay for
+    gc."""
+    await conn.execute(delete(ALIASES).where(ALIASES.c.adapter_id == adapter_id,
+                                             ALIASES.c.version == number))
+    await conn.execute(delete(VERDICTS).where(VERDICTS.c.version_id == version_id))
+    await conn.execute(delete(VERSION_BLOBS).where(VERSION_BLOBS.c.version_id == version_id))
+    await conn.execute(delete(VERSIONS).where(VERSIONS.c.id == version_id))
 
 
 async def update_version(conn: AsyncConnection, version_id: int, values: dict[str, Any]) -> None:

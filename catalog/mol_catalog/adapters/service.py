@@ -215,8 +215,8 @@ async def alias_history(conn: ReadConn, full_name: str, name: str,
     items = await repo.alias_history(conn, row.id, name, limit)
     if not items and await repo.alias(conn, row.id, name) is None:
         raise NotFound(f"adapter {full_name!r} has no alias {name!r}")
-    return [{"version": version, "previous": previous, "changed_by": who, "changed_at": at}
-            for version, previous, who, at in items]
+    return [{"version": version or None, "previous": previous, "changed_by": who,
+             "changed_at": at} for version, previous, who, at in items]
 
 
 async def yank(uow: UnitOfWork, full_name: str, number: int, reason: str) -> dict[str, Any]:
@@ -286,3 +286,32 @@ async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,
                                     namespaces=namespaces, window=window, rare=rare)
     items = [item for _, item in rows[:limit]]
     return items, (rows[limit - 1][0] if len(rows) > limit else None)
+
+
+# AliasHistory.version is NOT NULL: a removal is stored as version 0 (never a version
+# number) and answered as null.
+ALIAS_REMOVED = 0
+
+
+async def delete_version(uow: UnitOfWork, full_name: str, number: int,
+                         who: str | None) -> dict[str, Any]:
+    """Delete one version for good, in one transaction: its aliases go (each removal in
+    the alias history), ``latest`` moves back, a ``version.deleted`` event is recorded.
+    Its blobs become unreferenced (unless another version shares them) and go at the
+    next gc; the number is never given again (``version_count`` stays)."""
+    row = await get_adapter(uow.conn, full_name, lock=uow.postgres)
+    v = await get_version(uow.conn, row, number, lock=uow.postgres)
+    if v.status == "pending":
+        raise Conflict(f"{full_name} v{number} is still being published: try again later")
+    removed = await repo.aliases_at(uow.conn, row.id, number)
+    await sql.delete_version(uow.conn, row.id, v.id, number)
+    now = utcnow()
+    await sql.insert_rows(uow.conn, sql.ALIAS_HISTORY, [
+        {"adapter_id": row.id, "alias": name, "version": ALIAS_REMOVED, "previous": number,
+         "changed_by": who, "changed_at": now} for name in removed])
+    latest = await repo.newest_ready(uow.conn, row.id)
+    await sql.update_adapter(uow.conn, row.id, {"latest_version": latest, "updated_at": now})
+    uow.emit("version.deleted", adapter=full_name, version=number,
+             data={"digest": v.digest, "aliases_removed": removed, "by": who})
+    return {"adapter": full_name, "version": number, "digest": v.digest,
+            "aliases_removed": removed, "latest_version": latest}
