@@ -149,13 +149,17 @@ class UpstreamResponse:
             await self._waiter.wait()
 
     async def next_chunk(self) -> bytes:
-        """The next piece of the body as it arrived; ``b""`` at its end."""
+        """What of the body has arrived since the last call (waiting for some); ``b""``
+        at its end. Pieces that arrived together are returned together, so a burst of
+        events from the engine costs one write to the client, not one per event."""
         while True:
-            if self._chunks:
-                data = self._chunks.popleft()
-                self._buffered -= len(data)
-                if self._buffered < _HIGH_WATER and self._conn.transport is not None:
+            chunks = self._chunks
+            if chunks:
+                data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+                chunks.clear()
+                if self._buffered > _HIGH_WATER and self._conn.transport is not None:
                     self._conn.transport.resume_reading()
+                self._buffered = 0
                 return data
             if self.done:
                 return b""

@@ -342,10 +342,13 @@ class GenerationProxy:
                             first_sent = True
                             rt.metrics.first_token(served.choice.expert, served.version,
                                                    time.perf_counter() - started)
-                        await out.write(data)
+                        if resp.done:  # the last piece: leaves with what follows it
+                            out.hold(data)
+                        else:
+                            await out.write(data)
                 rest = hop.finish()
                 if rest:
-                    await out.write(rest)
+                    out.hold(rest)
                 complete = True
             except (UpstreamBroken, TimeoutError) as exc:
                 rt.metrics.upstream_error("stream")

@@ -82,31 +82,39 @@ class Request:
         self.streamed = False
 
     def stream(self, status: int, headers: Mapping[str, str]) -> Stream:
-        """Send the head of a streamed response; the handler then returns None."""
+        """Start a streamed response (the handler then returns None). The head goes out
+        with the first bytes of the body."""
         self.streamed = True
         framing = (b"Transfer-Encoding: chunked\r\n\r\n" if self.chunked
                    else b"Connection: close\r\n\r\n")
-        self.channel.send(head(status, headers, framing))
-        return Stream(self.channel, self.chunked)
+        return Stream(self.channel, self.chunked, head(status, headers, framing))
 
 
 class Stream:
-    """The body of a streamed response, one chunk per write."""
+    """The body of a streamed response, one chunk per write. Bytes can be held back
+    to leave with the next write (the head, or the last event of an engine's answer
+    that is followed at once by the end): fewer, larger writes, nothing delayed."""
 
-    __slots__ = ("_channel", "_chunked", "ended")
+    __slots__ = ("_channel", "_chunked", "_held", "ended")
 
-    def __init__(self, channel: Channel, chunked: bool) -> None:
+    def __init__(self, channel: Channel, chunked: bool, held: bytes = b"") -> None:
         self._channel = channel
         self._chunked = chunked
+        self._held = held
         self.ended = False
 
     def _frame(self, data: bytes) -> bytes:
         return b"%x\r\n%b\r\n" % (len(data), data) if self._chunked else data
 
+    def hold(self, data: bytes) -> None:
+        """Send ``data`` with the next write or the end, which the caller makes now."""
+        self._held += self._frame(data)
+
     async def write(self, data: bytes) -> None:
         """Send ``data``; waits while the client reads slower than the engine writes.
         Raises ConnectionResetError once the client has gone."""
-        self._channel.send(self._frame(data))
+        held, self._held = self._held, b""
+        self._channel.send(held + self._frame(data) if held else self._frame(data))
         await self._channel.drain()
 
     def end(self, tail: bytes = b"") -> None:
@@ -114,7 +122,8 @@ class Stream:
         if self.ended:
             return
         self.ended = True
-        last = self._frame(tail) if tail else b""
+        last = self._held + (self._frame(tail) if tail else b"")
+        self._held = b""
         self._channel.send(last + b"0\r\n\r\n" if self._chunked else last)
 
 
