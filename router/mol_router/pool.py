@@ -296,6 +296,10 @@ class EnginePool:
             raise UpstreamUnreachable(f"connect failed: {exc.strerror or exc}") from None
         return conn
 
+    def idle_connections(self, endpoint: str) -> int:
+        target = self._targets.get(endpoint)
+        return len(target.idle) if target is not None else 0
+
     def put_back(self, endpoint: str, conn: _Connection) -> None:
         target = self._targets.get(endpoint)
         if target is None:
