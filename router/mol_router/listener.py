@@ -5,6 +5,7 @@ server's per-request layers (request objects with lazy properties, middleware, a
 logging, per-request timers) cost more CPU than the routing itself. Here a request
 costs one parse, one dict of headers, one task for the handler and one write.
 
+- Only the headers in ``READ_HEADERS`` are kept (decoded, names lower case).
 - Keep-alive and pipelining: requests on a connection are answered in order; while
   one is being handled, further complete requests wait (reading pauses).
 - The body is read whole before the handler runs, counted as it arrives: over the
@@ -34,6 +35,10 @@ from mol_router.wire import Request, Response, Waiter, closed_error
 
 log = logging.getLogger("mol.router.http")
 HEADER_LIMIT = 64 * 1024
+# The request headers the router reads; others are framing (handled by the parser)
+# or not the router's business, and are not decoded at all.
+READ_HEADERS = {h.encode(): h for h in (
+    "authorization", "content-length", "expect", "x-mol-user", "x-request-id")}
 _SWEEP = 0.1  # seconds between deadline checks
 _LINGER = 2.0  # seconds a refused client may keep sending before the close
 _IDLE, _HEADERS, _BODY, _BUSY, _LINGERING = range(5)
@@ -138,7 +143,9 @@ class Connection(asyncio.Protocol):
         self._size += len(name) + len(value) + 4
         if self._size > HEADER_LIMIT:
             self._raise(431, "request headers are over 64 KiB", "headers_too_large", None)
-        self._headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+        key = READ_HEADERS.get(name.lower())
+        if key is not None:
+            self._headers[key] = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         self._size = 0

@@ -64,7 +64,8 @@ class Channel(Protocol):
 
 class Request:
     """One parsed request with its whole body (read before the handler runs, under the
-    body limit and the body-read timeout). Header names are lower case."""
+    body limit and the body-read timeout). ``headers``: those the router reads
+    (``listener.READ_HEADERS``), names lower case."""
 
     __slots__ = ("body", "channel", "chunked", "headers", "keep_alive", "method", "path",
                  "query", "streamed")
