@@ -60,9 +60,9 @@ class _Refused(Exception):
 
 
 class Connection(asyncio.Protocol):
-    __slots__ = ("_body", "_chunked_ok", "_drain", "_headers", "_keep", "_paused",
-                 "_pipeline", "_refused", "_size", "_url", "app", "deadline", "limit",
-                 "listener", "parser", "phase", "task", "transport")
+    __slots__ = ("_body", "_drain", "_headers", "_paused", "_pipeline", "_refused",
+                 "_size", "_url", "app", "deadline", "limit", "listener", "parser", "phase",
+                 "task", "transport")
 
     def __init__(self, listener: Listener) -> None:
         self.listener = listener
@@ -77,8 +77,6 @@ class Connection(asyncio.Protocol):
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
         self._size = 0
-        self._keep = True
-        self._chunked_ok = True
         self._pipeline: deque[Request | Response] = deque()
         self._refused: Response | None = None
         self._paused = False
@@ -99,7 +97,9 @@ class Connection(asyncio.Protocol):
             self.task.cancel()  # the handler closes its upstream request
 
     def eof_received(self) -> bool:
-        return False  # a client that finished sending: close once answered (or now)
+        """The client closed its side: taken as gone (a half-close cannot be told from a
+        hang-up), so the transport closes and a request in flight is cancelled."""
+        return False
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -117,8 +117,10 @@ class Connection(asyncio.Protocol):
             self._refuse(400, "protocol upgrades are not supported", "invalid_request", None)
         except httptools.HttpParserCallbackError:
             refused, self._refused = self._refused, None
-            if refused is None:
-                raise
+            if refused is None:  # a failure of ours, not of the request
+                log.exception("failed parsing a request")
+                refused = self.app.refusal(400, "malformed HTTP request", "invalid_request",
+                                           None)
             self._queue_refusal(refused)
         except httptools.HttpParserError as exc:
             self._refuse(400, f"malformed HTTP request: {exc}", "invalid_request", None)
@@ -127,6 +129,7 @@ class Connection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         self.phase = _HEADERS
+        self.deadline = self.listener.now() + self.listener.header_read
         self._url = b""
         self._headers = {}
         self._body = []
@@ -221,8 +224,8 @@ class Connection(asyncio.Protocol):
             if not keep:
                 self._close_gently()
                 return
-        elif not request.keep_alive or not request.chunked:
-            self._close_gently()
+        elif not (request.keep_alive and request.chunked and request.stream_ended()):
+            self._close_gently()  # a stream cut short, or one only a close can end
             return
         self.task = None
         self._next()
@@ -289,7 +292,7 @@ class Connection(asyncio.Protocol):
             _, body_read = self.app.body_limits()
             self._refuse(408, f"request body not received within {body_read:g} s",
                          "body_timeout", "slow_body")
-        elif self.phase == _LINGERING:
+        elif self.phase == _LINGERING and self.task is None:
             transport.abort()
         elif self.phase in (_IDLE, _HEADERS) and self.task is None:
             transport.close()

@@ -67,8 +67,8 @@ class Request:
     body limit and the body-read timeout). ``headers``: those the router reads
     (``listener.READ_HEADERS``), names lower case."""
 
-    __slots__ = ("body", "channel", "chunked", "headers", "keep_alive", "method", "path",
-                 "query", "streamed")
+    __slots__ = ("_stream", "body", "channel", "chunked", "headers", "keep_alive", "method",
+                 "path", "query")
 
     def __init__(self, method: str, path: str, query: str, headers: dict[str, str],
                  body: bytes, channel: Channel, chunked: bool, keep_alive: bool) -> None:
@@ -80,15 +80,22 @@ class Request:
         self.channel = channel
         self.chunked = chunked  # the client speaks HTTP/1.1: chunked streams allowed
         self.keep_alive = keep_alive
-        self.streamed = False
+        self._stream: Stream | None = None
+
+    @property
+    def streamed(self) -> bool:
+        return self._stream is not None
+
+    def stream_ended(self) -> bool:
+        return self._stream is not None and self._stream.ended
 
     def stream(self, status: int, headers: Mapping[str, str]) -> Stream:
         """Start a streamed response (the handler then returns None). The head goes out
         with the first bytes of the body."""
-        self.streamed = True
         framing = (b"Transfer-Encoding: chunked\r\n\r\n" if self.chunked
                    else b"Connection: close\r\n\r\n")
-        return Stream(self.channel, self.chunked, head(status, headers, framing))
+        self._stream = Stream(self.channel, self.chunked, head(status, headers, framing))
+        return self._stream
 
 
 class Stream:
