@@ -199,3 +199,30 @@ async def test_sim_engines_keep_their_connections(router_config: Any, start_rout
                 await resp.read()
         pool = router.runtime.pool
         assert pool.idle_connections(sims.urls[0]) == 1  # one connection, reused
+
+
+async def test_connections_per_engine_are_bounded(router_config: Any, start_router: Any,
+                                                  ready: Any) -> None:
+    busy = peak = 0
+
+    async def answer(n: int, _: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal busy, peak
+        busy += 1
+        peak = max(peak, busy)
+        await asyncio.sleep(0.05)
+        busy -= 1
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(COMPLETION)
+                     + COMPLETION)
+
+    async with scripted_engine(answer) as url, \
+            start_router(router_config([url]), max_connections_per_engine=2) as router, \
+            aiohttp.ClientSession() as http:
+        await ready(router)
+
+        async def one() -> int:
+            async with http.post(router.url + "/v1/chat/completions", data=CHAT) as resp:
+                await resp.read()
+                return resp.status
+
+        assert await asyncio.gather(*(one() for _ in range(8))) == [200] * 8
+    assert peak == 2
