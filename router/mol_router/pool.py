@@ -6,13 +6,15 @@ encoding and ``Content-Length`` alike), so server-sent events pass through as th
 engine sends them. Closing a response that is not finished closes its connection,
 which is how the engine learns the client went away (vLLM aborts the request).
 
-One timer per request bounds the whole exchange (connect, head and body): when it
-fires, the connection is closed and the waiting read raises ``TimeoutError``.
+A deadline bounds each whole exchange (connect, head and body): one sweep every
+50 ms checks the requests in flight (cheaper than a timer per request); past its
+deadline a request's connection is closed and the waiting read raises ``TimeoutError``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 from collections import deque
 from collections.abc import Mapping
@@ -24,6 +26,7 @@ import httptools
 from mol_router.wire import Waiter
 
 _HIGH_WATER = 1 << 20  # bytes buffered from an engine before reading pauses
+_SWEEP = 0.05  # seconds between deadline checks
 _TARGETS_LIMIT = 4096
 
 
@@ -90,10 +93,12 @@ class UpstreamResponse:
     :meth:`close` (the connection is closed)."""
 
     __slots__ = ("_buffered", "_chunks", "_conn", "_error", "_keep", "_pool", "_slot",
-                 "_timer", "_waiter", "done", "endpoint", "headed", "status")
+                 "_waiter", "deadline", "done", "endpoint", "headed", "status")
 
-    def __init__(self, pool: EnginePool, endpoint: str, conn: _Connection) -> None:
+    def __init__(self, pool: EnginePool, endpoint: str, conn: _Connection,
+                 deadline: float) -> None:
         self._pool = pool
+        self.deadline = deadline
         self.endpoint = endpoint
         self._conn = conn
         self._chunks: deque[bytes] = deque()
@@ -101,7 +106,6 @@ class UpstreamResponse:
         self._waiter = Waiter()
         self._error: BaseException | None = None
         self._keep = False
-        self._timer: asyncio.TimerHandle | None = None
         self._slot: asyncio.Semaphore | None = None
         self.status = 0
         self.headed = False
@@ -134,7 +138,7 @@ class UpstreamResponse:
         self._waiter.wake()
 
     def timed_out(self) -> None:
-        self._timer = None
+        self._pool.inflight.discard(self)
         if not self.done:
             self._error = TimeoutError()
             self._conn.close()
@@ -180,9 +184,7 @@ class UpstreamResponse:
 
     def release(self) -> None:
         """Done with it: the connection is reused when the answer was read whole."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._pool.inflight.discard(self)
         conn = self._conn
         conn.response = None
         if self.done and self._keep and not self._chunks and not conn.closed:
@@ -222,6 +224,8 @@ class EnginePool:
     def __init__(self, limit: int = 0) -> None:
         self.limit = limit
         self._targets: dict[str, _Target] = {}
+        self.inflight: set[UpstreamResponse] = set()
+        self._sweeper: asyncio.Task[None] | None = None
 
     def _target(self, endpoint: str) -> _Target:
         target = self._targets.get(endpoint)
@@ -240,6 +244,8 @@ class EnginePool:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limit
         target = self._target(endpoint)
+        if self._sweeper is None:
+            self._sweeper = loop.create_task(self._sweep(), name="mol-router-upstream-deadlines")
         if target.slots is not None:
             await target.slots.acquire()
         extra = "".join(f"{k}: {v}\r\n" for k, v in headers.items()).encode("latin-1")
@@ -251,10 +257,10 @@ class EnginePool:
                 if conn is None:
                     conn, reused = await self._connect(target, min(
                         connect, deadline - loop.time())), False
-                response = UpstreamResponse(self, endpoint, conn)
+                response = UpstreamResponse(self, endpoint, conn, deadline)
                 conn.response = response
                 conn.seen_bytes = False
-                response._timer = loop.call_at(deadline, response.timed_out)
+                self.inflight.add(response)
                 assert conn.transport is not None
                 conn.transport.write(message)
                 try:
@@ -313,6 +319,19 @@ class EnginePool:
                 conn.close()
         self._targets.clear()
 
+    async def _sweep(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(_SWEEP)
+            now = loop.time()
+            for response in [r for r in self.inflight if r.deadline <= now]:
+                response.timed_out()
+
     async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+            self._sweeper = None
         self._drop_idle()
         await asyncio.sleep(0)  # let the transports report their close
