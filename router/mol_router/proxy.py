@@ -313,11 +313,16 @@ class GenerationProxy:
                 self._stream_error(out, exc.status, exc.message, exc.code)
                 return None, exc.status
             if resp.status != 200:
+                data, complete = b"", False
                 try:
                     data = await resp.read()
+                    complete = True
+                except (UpstreamBroken, TimeoutError):
+                    rt.metrics.upstream_error("stream")
                 finally:
-                    self.up.done(resp, endpoint, adapter, ok=resp.status < 500, complete=True)
-                status = 502 if resp.status >= 500 else resp.status
+                    self.up.done(resp, endpoint, adapter, ok=complete and resp.status < 500,
+                                 complete=complete)
+                status = 502 if resp.status >= 500 or not complete else resp.status
                 if out is None:
                     message = data if status == resp.status else error_body(
                         502, f"the engine answered {resp.status}", "upstream_error")

@@ -148,16 +148,18 @@ async def test_engine_closing_kept_alive_connections(router_config: Any, start_r
 async def test_engine_breaking_a_whole_answer_is_502(router_config: Any, start_router: Any,
                                                      ready: Any) -> None:
     async def answer(n: int, _: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 500\r\n\r\n{\"choices\"")
+        status = b"200 OK" if n == 1 else b"400 Bad Request"  # then a refused stream
+        writer.write(b"HTTP/1.1 " + status + b"\r\nContent-Length: 500\r\n\r\n{\"choices\"")
         await writer.drain()
         return False
 
     async with scripted_engine(answer) as url, \
             start_router(router_config([url])) as router, aiohttp.ClientSession() as http:
         await ready(router)
-        async with http.post(router.url + "/v1/chat/completions", data=CHAT) as resp:
-            assert resp.status == 502
-            assert (await resp.json())["error"]["code"] == "upstream_error"
+        for body in (CHAT, CHAT[:-1] + b', "stream": true}'):
+            async with http.post(router.url + "/v1/chat/completions", data=body) as resp:
+                assert resp.status == 502
+                assert (await resp.json())["error"]["code"] == "upstream_error"
 
 
 async def test_chunked_and_sized_streams_pass_event_by_event(
