@@ -113,8 +113,6 @@ class Connection(asyncio.Protocol):
             return  # the rest of a refused request
         try:
             self.parser.feed_data(data)
-        except httptools.HttpParserUpgrade:
-            self._refuse(400, "protocol upgrades are not supported", "invalid_request", None)
         except httptools.HttpParserCallbackError:
             refused, self._refused = self._refused, None
             if refused is None:  # a failure of ours, not of the request
@@ -156,6 +154,9 @@ class Connection(asyncio.Protocol):
         self.limit = limit
         self.phase = _BODY
         self.deadline = self.listener.now() + body_read
+        if self.parser.should_upgrade():  # refused before it is served: one answer
+            self._raise(400, "protocol upgrades (Upgrade: h2c, websocket, ...) are not "
+                        "supported; send plain HTTP/1.1 requests", "invalid_request", None)
         length = self._headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > limit:
             self._raise(413, f"request body of {length} bytes is over the limit of "

@@ -61,6 +61,11 @@ async def test_framing_errors_are_answered_then_the_connection_closes(
                                + b"a" * 70_000 + b"\r\n\r\n")
         assert _statuses(huge) == [431]
         assert b"headers_too_large" in huge
+        # An upgrade (h2c, websocket) is refused before it is served: one answer.
+        upgrade = await _exchange(router.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                                  b"Connection: Upgrade\r\nUpgrade: h2c\r\n\r\n")
+        assert _statuses(upgrade) == [400]
+        assert b"Upgrade" in upgrade
         # A bad request after a good one on the same connection: both answered.
         both = await _exchange(router.port, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"
                                b"GET / HTTP/1.1\r\nContent-Length: nope\r\n\r\n")
