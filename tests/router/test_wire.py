@@ -233,3 +233,28 @@ async def test_connections_per_engine_are_bounded(router_config: Any, start_rout
 
         assert await asyncio.gather(*(one() for _ in range(8))) == [200] * 8
     assert peak == 2
+
+
+async def test_a_slow_reader_gets_every_byte_of_a_large_stream(
+        router_config: Any, start_router: Any, ready: Any) -> None:
+    """Backpressure both ways: the router stops reading the engine while the client
+    does not read, and nothing is lost or reordered."""
+    events = [b'data: {"id": "x", "choices": [{"index": 0, "delta": {"content": "%06d%s"}}]}'
+              b"\n\n" % (i, b"y" * 2000) for i in range(3000)]  # ~6 MB
+
+    async def answer(n: int, _: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                     b"Content-Length: %d\r\n\r\n" % sum(map(len, events)))
+        for event in events:
+            writer.write(event)
+            await writer.drain()
+
+    async with scripted_engine(answer) as url, \
+            start_router(router_config([url])) as router, aiohttp.ClientSession() as http:
+        await ready(router)
+        body = CHAT[:-1] + b', "stream": true}'
+        async with http.post(router.url + "/v1/chat/completions", data=body) as resp:
+            assert resp.status == 200
+            await asyncio.sleep(0.5)  # the client does not read: buffers fill up
+            data = await resp.read()
+    assert data == b"".join(events)  # no [DONE] from this engine, so none added
