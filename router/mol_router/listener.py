@@ -215,6 +215,7 @@ class Connection(asyncio.Protocol):
             log.exception("unexpected failure on %s %s", request.method, request.path)
             response = None if request.streamed else self.app.refusal(
                 503, "the router failed on this request; it was logged", "router_error", None)
+        self.task = None
         transport = self.transport
         assert transport is not None
         if transport.is_closing():
@@ -228,7 +229,6 @@ class Connection(asyncio.Protocol):
         elif not (request.keep_alive and request.chunked and request.stream_ended()):
             self._close_gently()  # a stream cut short, or one only a close can end
             return
-        self.task = None
         self._next()
 
     def _next(self) -> None:

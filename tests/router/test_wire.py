@@ -72,6 +72,23 @@ async def test_framing_errors_are_answered_then_the_connection_closes(
         assert _statuses(both) == [200, 400]
 
 
+async def test_a_client_that_never_hangs_up_is_let_go(router_config: Any,
+                                                     start_router: Any) -> None:
+    """After ``Connection: close`` the router half-closes and waits for the client to
+    hang up, but not for ever (the linger time, 2 s)."""
+    async with start_router(router_config(["http://127.0.0.1:9"])) as router:
+        reader, writer = await asyncio.open_connection("127.0.0.1", router.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        assert _statuses(await asyncio.wait_for(reader.read(), 5.0)) == [200]
+        connections = router._listener.connections
+        for _ in range(80):
+            if not connections:
+                break
+            await asyncio.sleep(0.05)
+        assert not connections
+        writer.close()
+
+
 async def test_http10_and_expect_continue(router_config: Any, start_router: Any) -> None:
     async with start_router(router_config(["http://127.0.0.1:9"])) as router:
         old = await _exchange(router.port, b"GET /healthz HTTP/1.0\r\n\r\n")
