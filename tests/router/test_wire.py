@@ -146,6 +146,19 @@ async def scripted_engine(answer: Script) -> AsyncIterator[str]:
 
 
 COMPLETION = b'{"choices": [{"message": {"role": "assistant", "content": "hey"}}]}'
+STREAM_CHAT = CHAT[:-1] + b', "stream": true}'
+
+
+@asynccontextmanager
+async def routed(answer: Script, start_router: Any, router_config: Any, ready: Any,
+                 **settings: Any) -> AsyncIterator[tuple[str, aiohttp.ClientSession]]:
+    """A router (its URL) in front of one scripted engine, once it is ready, and a
+    client session."""
+    async with scripted_engine(answer) as url, \
+            start_router(router_config([url]), **settings) as router, \
+            aiohttp.ClientSession() as http:
+        await ready(router)
+        yield router.url, http
 
 
 async def test_engine_closing_kept_alive_connections(router_config: Any, start_router: Any,
@@ -158,11 +171,9 @@ async def test_engine_closing_kept_alive_connections(router_config: Any, start_r
         await writer.drain()
         return False
 
-    async with scripted_engine(answer) as url, \
-            start_router(router_config([url])) as router, aiohttp.ClientSession() as http:
-        await ready(router)
+    async with routed(answer, start_router, router_config, ready) as (url, http):
         for _ in range(6):
-            async with http.post(router.url + "/v1/chat/completions", data=CHAT) as resp:
+            async with http.post(url + "/v1/chat/completions", data=CHAT) as resp:
                 assert resp.status == 200, await resp.text()
                 assert (await resp.json())["choices"][0]["message"]["content"] == "hey"
 
@@ -175,11 +186,9 @@ async def test_engine_breaking_a_whole_answer_is_502(router_config: Any, start_r
         await writer.drain()
         return False
 
-    async with scripted_engine(answer) as url, \
-            start_router(router_config([url])) as router, aiohttp.ClientSession() as http:
-        await ready(router)
-        for body in (CHAT, CHAT[:-1] + b', "stream": true}'):
-            async with http.post(router.url + "/v1/chat/completions", data=body) as resp:
+    async with routed(answer, start_router, router_config, ready) as (url, http):
+        for body in (CHAT, STREAM_CHAT):
+            async with http.post(url + "/v1/chat/completions", data=body) as resp:
                 assert resp.status == 502
                 assert (await resp.json())["error"]["code"] == "upstream_error"
 
@@ -198,11 +207,9 @@ async def test_chunked_and_sized_streams_pass_event_by_event(
         done = b"data: [DONE]\n\n"
         writer.write(b"%x\r\n%b\r\n0\r\n\r\n" % (len(done), done))
 
-    async with scripted_engine(answer) as url, \
-            start_router(router_config([url])) as router, aiohttp.ClientSession() as http:
-        await ready(router)
-        body = CHAT[:-1] + b', "stream": true}'
-        async with http.post(router.url + "/v1/chat/completions", data=body) as resp:
+    async with routed(answer, start_router, router_config, ready) as (url, http):
+        body = STREAM_CHAT
+        async with http.post(url + "/v1/chat/completions", data=body) as resp:
             assert resp.status == 200
             first = await asyncio.wait_for(resp.content.readuntil(b"\n\n"), 5.0)
             assert b'"content":"a"' in first.replace(b" ", b"")
@@ -216,8 +223,7 @@ async def test_sim_engines_keep_their_connections(router_config: Any, start_rout
     async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims, \
             start_router(router_config(sims.urls)) as router, aiohttp.ClientSession() as http:
         await ready(router)
-        for stream in (False, True, False, True):
-            body = CHAT[:-1] + (b', "stream": true}' if stream else b"}")
+        for body in (CHAT, STREAM_CHAT, CHAT, STREAM_CHAT):
             async with http.post(router.url + "/v1/chat/completions", data=body) as resp:
                 assert resp.status == 200
                 await resp.read()
@@ -238,13 +244,11 @@ async def test_connections_per_engine_are_bounded(router_config: Any, start_rout
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(COMPLETION)
                      + COMPLETION)
 
-    async with scripted_engine(answer) as url, \
-            start_router(router_config([url]), max_connections_per_engine=2) as router, \
-            aiohttp.ClientSession() as http:
-        await ready(router)
+    async with routed(answer, start_router, router_config, ready,
+                      max_connections_per_engine=2) as (url, http):
 
         async def one() -> int:
-            async with http.post(router.url + "/v1/chat/completions", data=CHAT) as resp:
+            async with http.post(url + "/v1/chat/completions", data=CHAT) as resp:
                 await resp.read()
                 return resp.status
 
@@ -266,11 +270,9 @@ async def test_a_slow_reader_gets_every_byte_of_a_large_stream(
             writer.write(event)
             await writer.drain()
 
-    async with scripted_engine(answer) as url, \
-            start_router(router_config([url])) as router, aiohttp.ClientSession() as http:
-        await ready(router)
-        body = CHAT[:-1] + b', "stream": true}'
-        async with http.post(router.url + "/v1/chat/completions", data=body) as resp:
+    async with routed(answer, start_router, router_config, ready) as (url, http):
+        body = STREAM_CHAT
+        async with http.post(url + "/v1/chat/completions", data=body) as resp:
             assert resp.status == 200
             await asyncio.sleep(0.5)  # the client does not read: buffers fill up
             data = await resp.read()
