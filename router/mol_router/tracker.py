@@ -21,13 +21,13 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import aiohttp
 
 from mol_router.engine_metrics import EngineMetrics, parse_engine_metrics
-from mol_router.policy.stats import EngineStats
+from mol_router.policy.stats import Demand, EngineStats, FleetStats
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,8 @@ class _Engine:
     inflight: int = 0
     sent: OrderedDict[str, None] = field(default_factory=OrderedDict)
     seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    in_slots: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    """Estimated GPU slot contents: ``seen`` and ``sent`` merged, least recent first."""
     probed: bool = False
     """At least one health check passed: until then the engine is not ready."""
     failures: int = 0
@@ -62,6 +64,7 @@ class _Engine:
     # rebuilt on every request's begin and end copy no adapter sets.
     running_view: frozenset[str] = frozenset()
     sent_view: frozenset[str] = frozenset()
+    slots_view: frozenset[str] = frozenset()
     # Stats differ between a request's begin and end only in ``inflight``: keep them by
     # that count until anything else changes (``changed``), so most refreshes build none.
     by_inflight: dict[int, EngineStats] = field(default_factory=dict)
@@ -85,6 +88,7 @@ class _Engine:
             stats = self.by_inflight[self.inflight] = EngineStats(
                 m.running, m.waiting, m.kv_cache_usage, m.max_lora, self.running_view,
                 self.sent_view, self.inflight, self.probed and self.ejected_until is None,
+                self.slots_view,
             )
         return stats
 
@@ -105,6 +109,7 @@ class EngineTracker:
         readmit_after: float = 10.0,
         on_adapter_load: Callable[[str], None] | None = None,
         probe_timeout: float = 2.0,
+        demand_half_life: int = 2000,
     ) -> None:
         if scrape_interval <= 0:
             raise ValueError("scrape_interval must be > 0 seconds")
@@ -114,13 +119,16 @@ class EngineTracker:
             raise ValueError("readmit_after must be >= 0 seconds")
         if probe_timeout <= 0:
             raise ValueError("probe_timeout must be > 0 seconds")
+        if demand_half_life < 1:
+            raise ValueError("demand_half_life must be >= 1 request")
         self._session = session
         self.scrape_interval = scrape_interval
         self.eject_after_failures = eject_after_failures
         self.readmit_after = readmit_after
         self._on_adapter_load = on_adapter_load or (lambda _endpoint: None)
         self._engines: dict[str, _Engine] = {}
-        self._snapshot: dict[str, EngineStats] = {}
+        self.demand = Demand(demand_half_life)
+        self._snapshot = FleetStats(demand=self.demand)
         self._ready: list[str] = []
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -135,7 +143,7 @@ class EngineTracker:
         engines = {u: self._engines.get(u) or _Engine() for u in wanted}
         added = any(u not in self._engines for u in wanted)
         self._engines = engines
-        self._snapshot = {u: e.stats() for u, e in engines.items()}
+        self._snapshot = FleetStats({u: e.stats() for u, e in engines.items()}, self.demand)
         self._ready = [u for u, e in engines.items() if e.ready]
         if added:
             self._wake.set()
@@ -144,7 +152,8 @@ class EngineTracker:
     def endpoints(self) -> list[str]:
         return list(self._engines)
 
-    def snapshot(self) -> Mapping[str, EngineStats]:
+    def snapshot(self) -> FleetStats:
+        """Every endpoint's stats, and each adapter's share of recent requests."""
         return self._snapshot
 
     def ready_endpoints(self) -> list[str]:
@@ -155,7 +164,7 @@ class EngineTracker:
     def _refresh(self, endpoint: str, engine: _Engine) -> None:
         """Replace one engine's entry in a new snapshot (snapshots already handed out
         stay as they were); every readiness change passes here."""
-        snap = self._snapshot.copy()
+        snap = FleetStats(self._snapshot, self.demand)
         old = snap.get(endpoint)
         stats = snap[endpoint] = engine.stats()
         self._snapshot = snap
@@ -171,12 +180,16 @@ class EngineTracker:
             return
         engine.inflight += 1
         if adapter is not None:
+            self.demand.add(adapter)
             sent = engine.sent
             if adapter in sent:
                 sent.move_to_end(adapter)  # same set: the frozen view stays valid
             else:
                 _remember(sent, adapter, engine.slots, ())
                 engine.sent_view = frozenset(sent)
+                engine.changed()
+            if _remember(engine.in_slots, adapter, engine.slots, engine.running_view):
+                engine.slots_view = frozenset(engine.in_slots)
                 engine.changed()
         self._refresh(endpoint, engine)
 
@@ -222,6 +235,8 @@ class EngineTracker:
         for adapter in running:
             if _remember(engine.seen, adapter, engine.slots, running):
                 self._on_adapter_load(endpoint)
+            _remember(engine.in_slots, adapter, engine.slots, running)
+        engine.slots_view = frozenset(engine.in_slots)
         self._refresh(endpoint, engine)
 
     def record_health(self, endpoint: str, ok: bool) -> None:

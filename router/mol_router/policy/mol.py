@@ -1,21 +1,33 @@
-"""``mol-affinity``, the default: adapter affinity with rendezvous homes and bounded load.
+"""``mol-affinity``, the default: adapter affinity, rendezvous homes, eviction by
+demand and bounded load.
 
-Each adapter has a fixed preference order over the endpoints (rendezvous hashing of
-its name), the same in every router replica. A request goes to:
+vLLM keeps an adapter in its GPU slot until a newer one needs the slot (least recently
+used idle one first), and each request for an adapter that is not in a slot of the
+engine it lands on costs a load. The fleet's slots are few (replicas x ``max_loras``)
+and popularity is skewed, so the policy spends them on purpose. Each adapter has a
+fixed preference order over the endpoints (rendezvous hashing of its name), the same
+in every router replica. A request goes to:
 
 1. the least loaded endpoint where the adapter is resident (running there per
-   ``vllm:lora_requests_info``, or sent there lately by this router) whose load is
-   under the bound, so an adapter already loaded is reused and no slot is spent;
-2. else the first endpoint in the adapter's order, among the first ``candidates``
-   under the bound, that has a free adapter slot (a new copy, no wait for a slot);
-3. else the first endpoint in the adapter's order under the bound.
+   ``vllm:lora_requests_info``, or believed in a slot there) whose load is under the
+   bound: reuse, no load;
+2. else (a load is needed) the first endpoint in the adapter's order, among the first
+   ``candidates`` under the bound, that can start it now (fewer running adapters
+   than slots) without evicting anything hotter: its eviction cost, the largest
+   demand share among the idle adapters believed in its slots (0 with a slot empty),
+   is at most the adapter's own share and under ``hot_share``; failing that the one
+   of them with the lowest cost (earliest in the order on ties);
+3. else the first endpoint in its order under the bound (it waits there for a slot);
+4. else, with every endpoint over the bound, the least loaded (earliest in order).
 
-The bound is ``load_factor`` x the mean load after this request, plus ``slack``
-(consistent hashing with bounded loads): an endpoint over it is skipped, so a hot
-adapter's traffic spills down its own order onto its next homes and spreads over just
-as many engines as its load needs, while every router replica, seeing the same
-engine metrics, walks the same order and picks the same few engines. Base-model
-requests go to the least loaded endpoint.
+So hot adapters keep their slots (only colder ones are evicted for a new copy), cold
+ones churn through the slots of other cold ones, and every router replica, seeing
+the same engine metrics and a similar demand estimate, walks the same order. The
+bound is ``load_factor`` x the mean load after this request, plus ``slack``
+(consistent hashing with bounded loads): a hot adapter's traffic spills down its own
+order onto as many engines as its load needs. Base-model requests go to the least
+loaded endpoint. Without a demand estimate (stats as a plain mapping) every eviction
+costs nothing, and step 2 takes the first endpoint that can start the adapter now.
 """
 
 from __future__ import annotations
@@ -24,9 +36,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mol_router.policy.base import Candidates, EligibleFirst, Knobs
+from mol_router.policy.base import Candidates, EligibleFirst, Knobs, eligible
 from mol_router.policy.hashing import ranking
-from mol_router.policy.stats import EngineStats, RouteRequest
+from mol_router.policy.stats import Demand, EngineStats, FleetStats, RouteRequest
 
 
 def has_free_slot(s: EngineStats, adapter: str) -> bool:
@@ -34,24 +46,50 @@ def has_free_slot(s: EngineStats, adapter: str) -> bool:
     return s.max_lora <= 0 or adapter in s.running_adapters or len(s.running_adapters) < s.max_lora
 
 
+def eviction_cost(s: EngineStats, demand: Demand | None) -> float:
+    """Demand share of the most popular adapter a new load there may evict: the idle
+    ones believed in its slots (vLLM evicts the least recently used of them)."""
+    in_slots = s.slot_adapters | s.running_adapters if s.slot_adapters else s.resident
+    if demand is None or len(in_slots) < s.max_lora:
+        return 0.0
+    return max((demand.share(a) for a in in_slots - s.running_adapters), default=0.0)
+
+
 class MolAffinity(EligibleFirst):
     """``mol-affinity``: see the module docstring."""
 
     name = "mol-affinity"
-    KNOBS = ("load_factor", "slack", "candidates")
+    KNOBS = ("load_factor", "slack", "candidates", "hot_share")
 
     def __init__(self, knobs: Mapping[str, Any] | None = None) -> None:
         k = Knobs(self.name, knobs or {}, self.KNOBS)
         self.load_factor = k.get("load_factor", float, 1.25, 1.0, 100.0)
         self.slack = k.get("slack", float, 2.0, 0.0, 1_000_000.0)
-        self.candidates = k.get("candidates", int, 2, 1, 1_000_000)
+        self.candidates = k.get("candidates", int, 16, 1, 1_000_000)
+        self.hot_share = k.get("hot_share", float, 0.01, 0.0, 1.0)
+
+    def pick(
+        self,
+        endpoints: Sequence[str],
+        stats: Mapping[str, EngineStats],
+        request: RouteRequest,
+        exclude: frozenset[str] = frozenset(),
+    ) -> str | None:
+        candidates = eligible(endpoints, stats, exclude)
+        if not candidates:
+            return None
+        demand = stats.demand if isinstance(stats, FleetStats) else None
+        return self.place(candidates, request, demand)
+
+    def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
+        return self.place(candidates, request, None)
 
     def bound(self, loads: Sequence[int]) -> float:
         """Load an endpoint must stay under to take the request."""
         mean = (sum(loads) + 1) / len(loads)
         return math.ceil(self.load_factor * mean + self.slack)
 
-    def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
+    def place(self, candidates: Candidates, request: RouteRequest, demand: Demand | None) -> str:
         if len(candidates) == 1:  # every rule below would pick it
             return candidates[0][0]
         by_name = dict(candidates)
@@ -66,7 +104,15 @@ class MolAffinity(EligibleFirst):
         resident = [e for e in under if adapter in by_name[e].resident]
         if resident:
             return min(resident, key=lambda e: by_name[e].load)
+        limit = min(demand.share(adapter), self.hot_share) if demand is not None else 0.0
+        best, best_cost = None, math.inf
         for e in under[: self.candidates]:
-            if has_free_slot(by_name[e], adapter):
+            s = by_name[e]
+            if not has_free_slot(s, adapter):
+                continue
+            cost = eviction_cost(s, demand)
+            if cost <= limit:
                 return e
-        return under[0]
+            if cost < best_cost:
+                best, best_cost = e, cost
+        return best if best is not None else under[0]
