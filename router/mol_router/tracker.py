@@ -64,7 +64,7 @@ class _Engine:
     # rebuilt on every request's begin and end copy no adapter sets.
     running_view: frozenset[str] = frozenset()
     sent_view: frozenset[str] = frozenset()
-    slots_view: frozenset[str] = frozenset()
+    slots_view: tuple[str, ...] = ()
     # Stats differ between a request's begin and end only in ``inflight``: keep them by
     # that count until anything else changes (``changed``), so most refreshes build none.
     by_inflight: dict[int, EngineStats] = field(default_factory=dict)
@@ -188,8 +188,9 @@ class EngineTracker:
                 _remember(sent, adapter, engine.slots, ())
                 engine.sent_view = frozenset(sent)
                 engine.changed()
-            if _remember(engine.in_slots, adapter, engine.slots, engine.running_view):
-                engine.slots_view = frozenset(engine.in_slots)
+            if not engine.slots_view or engine.slots_view[-1] != adapter:  # order moved
+                _remember(engine.in_slots, adapter, engine.slots, engine.running_view)
+                engine.slots_view = tuple(engine.in_slots)
                 engine.changed()
         self._refresh(endpoint, engine)
 
@@ -236,7 +237,7 @@ class EngineTracker:
             if _remember(engine.seen, adapter, engine.slots, running):
                 self._on_adapter_load(endpoint)
             _remember(engine.in_slots, adapter, engine.slots, running)
-        engine.slots_view = frozenset(engine.in_slots)
+        engine.slots_view = tuple(engine.in_slots)
         self._refresh(endpoint, engine)
 
     def record_health(self, endpoint: str, ok: bool) -> None:

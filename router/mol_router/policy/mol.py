@@ -47,12 +47,19 @@ def has_free_slot(s: EngineStats, adapter: str) -> bool:
 
 
 def eviction_cost(s: EngineStats, demand: Demand | None) -> float:
-    """Demand share of the most popular adapter a new load there may evict: the idle
-    ones believed in its slots (vLLM evicts the least recently used of them)."""
-    in_slots = s.slot_adapters | s.running_adapters if s.slot_adapters else s.resident
-    if demand is None or len(in_slots) < s.max_lora:
+    """Demand share of the adapter a new load there would evict: vLLM evicts the least
+    recently used idle adapter in its slots (none while a slot is empty)."""
+    if demand is None:
         return 0.0
-    return max((demand.share(a) for a in in_slots - s.running_adapters), default=0.0)
+    if s.slot_adapters:
+        if len(s.slot_adapters) < s.max_lora:
+            return 0.0
+        victim = next((a for a in s.slot_adapters if a not in s.running_adapters), None)
+        return demand.share(victim) if victim is not None else 0.0
+    idle = s.resident - s.running_adapters
+    if len(s.resident) < s.max_lora:
+        return 0.0
+    return max((demand.share(a) for a in idle), default=0.0)
 
 
 class MolAffinity(EligibleFirst):

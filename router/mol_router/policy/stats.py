@@ -35,9 +35,10 @@ class EngineStats:
     recent_adapters: frozenset[str] = frozenset()
     inflight: int = 0
     healthy: bool = True
-    slot_adapters: frozenset[str] = frozenset()
-    """The tracker's estimate of the adapters in the engine's GPU slots: the last
-    ``max_lora`` distinct ones seen running there or sent there by this router."""
+    slot_adapters: tuple[str, ...] = ()
+    """The tracker's estimate of the adapters in the engine's GPU slots, least recently
+    used first: the last ``max_lora`` distinct ones seen running there or sent there
+    by this router."""
 
     @property
     def resident(self) -> frozenset[str]:
