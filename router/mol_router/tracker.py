@@ -6,6 +6,9 @@ router has in flight on each, remembers which adapters it sent where (so an adap
 sent a moment ago counts as resident before the next scrape shows it), ejects a
 replica after consecutive failures and re-admits it once a health check passes again
 after a delay, and estimates adapter loads for ``mol_router_adapter_loads_total``.
+It also estimates what a policy needs to spend GPU slots well: each engine's slot
+contents in least-recently-used order (what vLLM would evict next), the adapters sent
+there since the last scrape, and each adapter's share of recent requests (``demand``).
 
 An adapter load is estimated from ``vllm:lora_requests_info``: vLLM lists only the
 adapters with running requests, and keeps an idle adapter in its GPU slot until a
@@ -65,6 +68,7 @@ class _Engine:
     running_view: frozenset[str] = frozenset()
     sent_view: frozenset[str] = frozenset()
     slots_view: tuple[str, ...] = ()
+    pending: frozenset[str] = frozenset()
     # Stats differ between a request's begin and end only in ``inflight``: keep them by
     # that count until anything else changes (``changed``), so most refreshes build none.
     by_inflight: dict[int, EngineStats] = field(default_factory=dict)
@@ -88,7 +92,7 @@ class _Engine:
             stats = self.by_inflight[self.inflight] = EngineStats(
                 m.running, m.waiting, m.kv_cache_usage, m.max_lora, self.running_view,
                 self.sent_view, self.inflight, self.probed and self.ejected_until is None,
-                self.slots_view,
+                self.pending, self.slots_view,
             )
         return stats
 
@@ -188,6 +192,9 @@ class EngineTracker:
                 _remember(sent, adapter, engine.slots, ())
                 engine.sent_view = frozenset(sent)
                 engine.changed()
+            if adapter not in engine.pending:
+                engine.pending = engine.pending | {adapter}
+                engine.changed()
             if not engine.slots_view or engine.slots_view[-1] != adapter:  # order moved
                 _remember(engine.in_slots, adapter, engine.slots, engine.running_view)
                 engine.slots_view = tuple(engine.in_slots)
@@ -232,6 +239,7 @@ class EngineTracker:
         engine.metrics = metrics
         running = metrics.running_adapters
         engine.running_view = frozenset(running)
+        engine.pending = frozenset()
         engine.changed()
         for adapter in running:
             if _remember(engine.seen, adapter, engine.slots, running):

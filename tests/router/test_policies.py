@@ -183,9 +183,13 @@ def test_mol_goes_home_when_idle_and_agrees_across_instances() -> None:
         ({"h": S(running_adapters=frozenset("wxyz")), "n": S(running_adapters=frozenset("wxyz"))},
          "h"),
         # home over the bound: spill to the next in the adapter's order
-        ({"h": S(running=9), "n": S(running=1)}, "n"),
+        ({"h": S(running=14), "n": S(running=1)}, "n"),
+        # the home's last slot went to an adapter sent since the last scrape
+        ({"h": S(running_adapters=frozenset("xyz"), pending_adapters=frozenset("w")),
+          "n": S()}, "n"),
     ],
-    ids=["resident-least-loaded", "resident-over-bound", "free-slot", "all-full", "spill"],
+    ids=["resident-least-loaded", "resident-over-bound", "free-slot", "all-full", "spill",
+         "sent-since-scrape"],
 )  # fmt: skip
 def test_mol_rules(stats: dict[str, EngineStats], expected: str) -> None:
     # Name the endpoints so that "h" is the adapter's home and "n" comes next.

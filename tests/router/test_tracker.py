@@ -277,9 +277,12 @@ def test_slot_estimate_and_demand_follow_sends_and_scrapes() -> None:
     t.observe(url, EngineMetrics(max_lora=2, running_adapters=(A,)))
     t.begin(url, B)
     assert t.snapshot()[url].slot_adapters == (A, B)
+    assert t.snapshot()[url].pending_adapters == {B}  # sent since the scrape
     t.begin(url, C)  # A runs, so B (idle, least recent) leaves the estimate
     assert t.snapshot()[url].slot_adapters == (A, C)
+    assert t.snapshot()[url].pending_adapters == {B, C}
     t.observe(url, EngineMetrics(max_lora=2, running_adapters=()))
+    assert t.snapshot()[url].pending_adapters == set()  # the scrape shows them now
     t.begin(url, B)
     assert t.snapshot()[url].slot_adapters == (C, B)
     t.begin(url, B)

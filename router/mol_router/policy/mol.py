@@ -42,8 +42,13 @@ from mol_router.policy.stats import Demand, EngineStats, FleetStats, RouteReques
 
 
 def has_free_slot(s: EngineStats, adapter: str) -> bool:
-    """The adapter could start now without waiting for another adapter to drain."""
-    return s.max_lora <= 0 or adapter in s.running_adapters or len(s.running_adapters) < s.max_lora
+    """The adapter could start now without waiting for another adapter to drain: it
+    runs there, or fewer adapters than slots run there (per the last scrape, plus the
+    ones this router sent since)."""
+    if s.max_lora <= 0 or adapter in s.running_adapters:
+        return True
+    busy = s.running_adapters | s.pending_adapters if s.pending_adapters else s.running_adapters
+    return adapter in busy or len(busy) < s.max_lora
 
 
 def eviction_cost(s: EngineStats, demand: Demand | None) -> float:
@@ -71,7 +76,7 @@ class MolAffinity(EligibleFirst):
     def __init__(self, knobs: Mapping[str, Any] | None = None) -> None:
         k = Knobs(self.name, knobs or {}, self.KNOBS)
         self.load_factor = k.get("load_factor", float, 1.25, 1.0, 100.0)
-        self.slack = k.get("slack", float, 2.0, 0.0, 1_000_000.0)
+        self.slack = k.get("slack", float, 4.0, 0.0, 1_000_000.0)
         self.candidates = k.get("candidates", int, 16, 1, 1_000_000)
         self.hot_share = k.get("hot_share", float, 0.01, 0.0, 1.0)
 

@@ -35,6 +35,9 @@ class EngineStats:
     recent_adapters: frozenset[str] = frozenset()
     inflight: int = 0
     healthy: bool = True
+    pending_adapters: frozenset[str] = frozenset()
+    """Adapters this router sent there since the last scrape (most are running now,
+    though the metrics cannot show them yet)."""
     slot_adapters: tuple[str, ...] = ()
     """The tracker's estimate of the adapters in the engine's GPU slots, least recently
     used first: the last ``max_lora`` distinct ones seen running there or sent there
