@@ -36,7 +36,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from mol_router.policy.base import Candidates, EligibleFirst, Knobs, eligible
+from mol_router.policy.base import Candidates, EligibleFirst, Knobs
 from mol_router.policy.hashing import ranking
 from mol_router.policy.stats import Demand, EngineStats, FleetStats, RouteRequest
 
@@ -80,16 +80,9 @@ class MolAffinity(EligibleFirst):
         self.candidates = k.get("candidates", int, 16, 1, 1_000_000)
         self.hot_share = k.get("hot_share", float, 0.01, 0.0, 1.0)
 
-    def pick(
-        self,
-        endpoints: Sequence[str],
-        stats: Mapping[str, EngineStats],
-        request: RouteRequest,
-        exclude: frozenset[str] = frozenset(),
+    def choose_in(
+        self, candidates: Candidates, request: RouteRequest, stats: Mapping[str, EngineStats]
     ) -> str | None:
-        candidates = eligible(endpoints, stats, exclude)
-        if not candidates:
-            return None
         demand = stats.demand if isinstance(stats, FleetStats) else None
         return self.place(candidates, request, demand)
 
