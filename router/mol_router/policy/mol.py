@@ -9,14 +9,15 @@ fixed preference order over the endpoints (rendezvous hashing of its name), the 
 in every router replica. A request goes to:
 
 1. the least loaded endpoint where the adapter is resident (running there per
-   ``vllm:lora_requests_info``, or believed in a slot there) whose load is under the
-   bound: reuse, no load;
+   ``vllm:lora_requests_info``, or sent there lately by this router) whose load is
+   under the bound: reuse, no load;
 2. else (a load is needed) the first endpoint in the adapter's order, among the first
-   ``candidates`` under the bound, that can start it now (fewer running adapters
-   than slots) without evicting anything hotter: its eviction cost, the largest
-   demand share among the idle adapters believed in its slots (0 with a slot empty),
-   is at most the adapter's own share and under ``hot_share``; failing that the one
-   of them with the lowest cost (earliest in the order on ties);
+   ``candidates`` under the bound, that can start it now (fewer adapters running
+   than slots, counting those this router sent since the last scrape) without
+   evicting anything hotter: its eviction cost, the demand share of the least
+   recently used idle adapter believed in its slots (0 with a slot empty), is at
+   most the adapter's own share and at most ``hot_share``; failing that the one of
+   them with the lowest cost (earliest in the order on ties);
 3. else the first endpoint in its order under the bound (it waits there for a slot);
 4. else, with every endpoint over the bound, the least loaded (earliest in order).
 
