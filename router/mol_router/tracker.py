@@ -132,7 +132,7 @@ class EngineTracker:
         self._on_adapter_load = on_adapter_load or (lambda _endpoint: None)
         self._engines: dict[str, _Engine] = {}
         self.demand = Demand(demand_half_life)
-        self._snapshot = FleetStats(demand=self.demand)
+        self._snapshot = FleetStats.of({}, self.demand)
         self._ready: list[str] = []
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -147,7 +147,7 @@ class EngineTracker:
         engines = {u: self._engines.get(u) or _Engine() for u in wanted}
         added = any(u not in self._engines for u in wanted)
         self._engines = engines
-        self._snapshot = FleetStats({u: e.stats() for u, e in engines.items()}, self.demand)
+        self._snapshot = FleetStats.of({u: e.stats() for u, e in engines.items()}, self.demand)
         self._ready = [u for u, e in engines.items() if e.ready]
         if added:
             self._wake.set()
@@ -168,7 +168,7 @@ class EngineTracker:
     def _refresh(self, endpoint: str, engine: _Engine) -> None:
         """Replace one engine's entry in a new snapshot (snapshots already handed out
         stay as they were); every readiness change passes here."""
-        snap = FleetStats(self._snapshot, self.demand)
+        snap = FleetStats.of(self._snapshot, self.demand)
         old = snap.get(endpoint)
         stats = snap[endpoint] = engine.stats()
         self._snapshot = snap

@@ -286,7 +286,7 @@ def test_mol_loads_where_it_evicts_nothing_hotter(
     adapter: str, stats: dict[str, EngineStats], expected: str
 ) -> None:
     counts = {HOT: 500, COLD: 2, "c9": 1, **{f"c{i}": 1 for i in range(1, 9)}}
-    real = FleetStats(_named(adapter, stats), demand_of(counts))
+    real = FleetStats.of(_named(adapter, stats), demand_of(counts))
     back = {v: k for k, v in zip(stats, _named(adapter, stats), strict=True)}
     pick = make_policy("mol-affinity").pick(list(real), real, RouteRequest(adapter))
     assert pick is not None
@@ -298,7 +298,7 @@ def test_mol_agrees_across_instances_with_the_same_demand() -> None:
     names = [f"ns/a{i}@v1" for i in range(40)]
     counts = {n: 40 - i for i, n in enumerate(names)}
     base = {e: S(slot_adapters=tuple(names[4 * i: 4 * i + 4])) for i, e in enumerate(eps)}
-    one, two = FleetStats(base, demand_of(counts)), FleetStats(base, demand_of(counts))
+    one, two = FleetStats.of(base, demand_of(counts)), FleetStats.of(base, demand_of(counts))
     a, b = make_policy("mol-affinity"), make_policy("mol-affinity")
     for n in (f"ns/new{i}@v1" for i in range(30)):
         assert a.pick(eps, one, RouteRequest(n)) == b.pick(list(reversed(eps)), two,

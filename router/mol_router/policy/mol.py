@@ -84,7 +84,7 @@ class MolAffinity(EligibleFirst):
     def choose_in(
         self, candidates: Candidates, request: RouteRequest, stats: Mapping[str, EngineStats]
     ) -> str | None:
-        demand = stats.demand if isinstance(stats, FleetStats) else None
+        demand = getattr(stats, "demand", None) if isinstance(stats, FleetStats) else None
         return self.place(candidates, request, demand)
 
     def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:

@@ -131,12 +131,16 @@ class Demand:
 
 class FleetStats(dict[str, EngineStats]):
     """Per-endpoint stats plus what the router knows about the whole fleet's traffic:
-    ``demand``, each adapter's share of recent requests (None when unknown)."""
+    ``demand``, each adapter's share of recent requests (None when unknown). The
+    mapping is never changed once handed out; ``demand`` is the tracker's live
+    estimate, read at pick time. Build one with :meth:`of` (dict's own constructor
+    keeps copying cheap: the tracker makes one per request's begin and end)."""
 
     __slots__ = ("demand",)
+    demand: Demand | None
 
-    def __init__(
-        self, stats: Mapping[str, EngineStats] | None = None, demand: Demand | None = None
-    ) -> None:
-        super().__init__(stats or {})
-        self.demand = demand
+    @classmethod
+    def of(cls, stats: Mapping[str, EngineStats], demand: Demand | None) -> FleetStats:
+        snap = cls(stats)
+        snap.demand = demand
+        return snap
