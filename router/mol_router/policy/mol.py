@@ -99,17 +99,19 @@ class MolAffinity(EligibleFirst):
         if len(candidates) == 1:  # every rule below would pick it
             return candidates[0][0]
         by_name = dict(candidates)
+        loads = {e: s.load for e, s in candidates}
         adapter = request.adapter
         order = ranking(adapter if adapter is not None else "", list(by_name))
         if adapter is None:
-            return min(order, key=lambda e: by_name[e].load)
-        bound = self.bound([s.load for s in by_name.values()])
-        under = [e for e in order if by_name[e].load < bound]
+            return min(order, key=loads.__getitem__)
+        bound = self.bound(list(loads.values()))
+        under = [e for e in order if loads[e] < bound]
         if not under:  # everything is busy: least loaded, earliest home on ties
-            return min(order, key=lambda e: by_name[e].load)
-        resident = [e for e in under if adapter in by_name[e].resident]
+            return min(order, key=loads.__getitem__)
+        resident = [e for e in under if adapter in by_name[e].running_adapters
+                    or adapter in by_name[e].recent_adapters]  # fmt: skip
         if resident:
-            return min(resident, key=lambda e: by_name[e].load)
+            return min(resident, key=loads.__getitem__)
         limit = min(demand.share(adapter), self.hot_share) if demand is not None else 0.0
         best, best_cost = None, math.inf
         for e in under[: self.candidates]:
