@@ -1,7 +1,7 @@
 """Schemathesis over the whole catalog API, on SQLite + local blobs and on Postgres + S3.
 
-Every operation in /openapi.json (the hot resolve and listing GETs that ``CatalogApp``
-answers before FastAPI included) is called with generated valid and invalid input
+Every operation in /openapi.json (the hot resolve and listing GETs, lean routes
+documented from their parameter signatures, included) is called with generated valid and invalid input
 against a live server holding a base model, a profile and a published adapter. Each
 answer must be no 5xx, a documented status, content type and headers, and a body
 matching its documented schema (errors included: ``{"error", "detail"}``). Half of the

@@ -1,4 +1,4 @@
-"""The fast read path: resolve answered in front of FastAPI, prepared listing statements.
+"""The hot read path (lean routes): resolve and listing, prepared listing statements.
 
 Both backends: auth and revocation on resolve, errors and headers equal to the routed
 ones, query decoding, and listing variants (namespace-restricted, search with LIKE
