@@ -1,12 +1,13 @@
 """Schemathesis over the whole catalog API, on SQLite + local blobs and on Postgres + S3.
 
-Every operation in /openapi.json (the hot resolve and listing GETs that ``CatalogApp``
-answers before FastAPI included) is called with generated valid and invalid input
-against a live server holding a base model, a profile and a published adapter. Each
-answer must be no 5xx, a documented status, content type and headers, and a body
-matching its documented schema (errors included: ``{"error", "detail"}``). Half of the
-cases have their path parameters pointed at the stored rows so the success bodies are
-checked too. Fixed seed and example budget: the run is the same every time.
+Every operation in /openapi.json (the hot resolve and listing GETs, lean routes
+documented from their parameter signatures, included) is called with generated valid
+and invalid input against a live server holding a base model, a profile and a
+published adapter. Each answer must be no 5xx, a documented status, content type and
+headers, and a body matching its documented schema (errors included: ``{"error",
+"detail"}``). Half of the cases have their path parameters pointed at the stored rows
+so the success bodies are checked too. Fixed seed and example budget: the run is the
+same every time.
 """
 
 from __future__ import annotations
