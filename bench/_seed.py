@@ -152,10 +152,13 @@ class Rows:
             raise RuntimeError("no base model with a serving profile registered before seeding")
         self.n, self.bases, self.layout = n, bases, Layout(n)
         families = (LLAMA_8B_ALL_LINEAR_R16, *SMALL_FAMILIES)
-        # adapter_config.json bytes per (base, family, dropout); shape maps per family
-        self.config = {(b.name, f, d): json.dumps(adapter_config(b.name, f.rank, f.targets,
-                                                                 d)).encode()
-                       for b in bases for f in families for d in DROPOUTS}
+        # adapter_config.json bytes per (base, family, dropout) in use; shape maps per family
+        small = [b.name for b in bases if b.name != BIG_BASE] or [b.name for b in bases]
+        big = [BIG_BASE] if len(small) < len(bases) else small  # as base_of picks
+        used = {(b, f) for b in small for f in SMALL_FAMILIES}
+        used |= {(b, LLAMA_8B_ALL_LINEAR_R16) for b in big}
+        self.config = {(b, f, d): json.dumps(adapter_config(b, f.rank, f.targets, d)).encode()
+                       for b, f in used for d in DROPOUTS}
         self.shapes = {f: {k: list(v) for k, v in lora_shapes(f).items()} for f in families}
         self.docs = {digest_of(json.loads(c)): c.decode() for c in self.config.values()}
         self.docs |= {digest_of(m): canonical(m).decode() for m in self.shapes.values()}

@@ -204,8 +204,9 @@ class Bench:
         self.seed_seconds["ours"] = time.monotonic() - start
         self.sizes["ours"] = data_size(url)
         self.storage["ours"] = storage(url, "versions")
-        progress(f"ours: {self.storage['ours'].table_per_version:,.0f} bytes of table data and "
-                 f"{self.storage['ours'].index_per_version:,.0f} of indexes per version")
+        used = self.storage["ours"]
+        progress(f"ours: {used.table_per_version:,.0f} bytes of table data and "
+                 f"{used.index_per_version:,.0f} of indexes per version ({used.largest(9)})")
 
         server = _ours.start_catalog(url, s3_port, port, a.workers, token, self.workdir, cores)
         self.procs.append(server)
