@@ -83,3 +83,5 @@ async def test_unreadable_blob_is_a_404_naming_no_namespace(make_client: Any,
     assert missing.status_code == 404
     assert missing.json()["error"] == r.json()["error"]
     assert (await admin.get(url)).status_code == 200
+    insider = await token(admin, "team", "read:secret-team")
+    assert (await admin.get(url, headers=bearer(insider))).status_code == 200
