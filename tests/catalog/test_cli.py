@@ -16,9 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from click.testing import Result
 from safetensors.numpy import save
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from mol_catalog.cli import app
 from mol_platform.catalog_client import CatalogClient, CatalogError

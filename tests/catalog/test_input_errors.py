@@ -14,9 +14,9 @@ import pytest
 from fastapi import FastAPI
 from starlette.types import Receive, Scope, Send
 
-from catalog.test_api import ADAPTER, publish, setup_base
 from mol_catalog.app import create_app
 from mol_catalog.settings import CatalogSettings
+from tests.catalog.test_api import ADAPTER, publish, setup_base
 
 Model = Any
 
