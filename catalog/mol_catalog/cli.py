@@ -71,7 +71,7 @@ def serve(
 ) -> None:
     """Run the catalog service (REST API, /metrics, /healthz, /readyz).
 
-    Example: mol catalog serve --db sqlite:///.mol/catalog.db --blobs file:///.mol/blobs
+    Example: mol catalog serve --db sqlite:///.mol/catalog.db --blobs .mol/blobs
     """
     from mol_catalog.server import InsecureBind
     from mol_catalog.server import serve as run_server

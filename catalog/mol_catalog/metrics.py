@@ -1,4 +1,4 @@
-"""Prometheus metrics (names from DESIGN.md) and a cheap ASGI middleware that counts requests.
+"""Prometheus metrics (names from docs/design.md) and a cheap ASGI middleware that counts requests.
 
 Each app gets its own registry, so several apps in one process (tests) never clash.
 Label children are cached in dicts: a request costs two dict lookups, an increment
