@@ -59,6 +59,7 @@ class StatusOut(ResponseBody):
 class GcOut(ResponseBody):
     deleted: list[str]
     kept: int
+    leftovers_removed: int
 
 
 NO_AUTH: dict[str, Any] = {"security": []}

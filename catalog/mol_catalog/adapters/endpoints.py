@@ -16,6 +16,7 @@ from mol_catalog.adapters.schemas import (
     AliasHistoryOut,
     AliasOut,
     AliasPut,
+    DeletedOut,
     PublishOut,
     VersionOut,
     VersionPageOut,
@@ -180,4 +181,16 @@ async def yank_version(ns: str, name: str, version: str, body: YankBody, catalog
     who.require_publish(ns)
     async with catalog.db.unit() as uow:
         out = await service.yank(uow, _full(ns, name), version_number(version), body.reason)
+    return json_response(out)
+
+
+@router.delete("/v1/adapters/{ns}/{name}/versions/{version}", response_model=DeletedOut)
+async def delete_version(ns: str, name: str, version: str, catalog: CatalogDep,
+                         who: PrincipalDep) -> Response:
+    """Delete one version for good (admin); its aliases are removed, its blobs go at the
+    next gc, a ``version.deleted`` event records it."""
+    who.require_admin()
+    async with catalog.db.unit() as uow:
+        out = await service.delete_version(uow, _full(ns, name), version_number(version),
+                                           who.name)
     return json_response(out)

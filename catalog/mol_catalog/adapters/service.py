@@ -240,7 +240,7 @@ async def alias_history(uow: UnitOfWork, full_name: str, name: str,
     items = await repo.alias_history(uow.session, row.id, name, limit)
     if not items and await repo.alias(uow.session, row.id, name) is None:
         raise NotFound(f"adapter {full_name!r} has no alias {name!r}")
-    return [{"version": h.version, "previous": h.previous, "changed_by": h.changed_by,
+    return [{"version": h.version or None, "previous": h.previous, "changed_by": h.changed_by,
              "changed_at": iso(h.changed_at)} for h in items]
 
 
@@ -311,3 +311,34 @@ async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,
                                     namespaces=namespaces, window=window, rare=rare)
     items = [item for _, item in rows[:limit]]
     return items, (rows[limit - 1][0] if len(rows) > limit else None)
+
+
+# AliasHistory.version is NOT NULL: a removal is stored as version 0 (never a version
+# number) and answered as null.
+ALIAS_REMOVED = 0
+
+
+async def delete_version(uow: UnitOfWork, full_name: str, number: int,
+                         who: str | None) -> dict[str, Any]:
+    """Delete one version for good, in one transaction: its aliases go (each removal in
+    the alias history), ``latest`` moves back, a ``version.deleted`` event is recorded.
+    Its blobs become unreferenced (unless another version shares them) and go at the
+    next gc; the number is never given again (``version_count`` stays)."""
+    row = await get_adapter(uow, full_name, lock=uow.postgres)
+    v = await get_version(uow, row, number, lock=uow.postgres)
+    if v.status == "pending":
+        raise Conflict(f"{full_name} v{number} is still being published: try again later")
+    digest = v.digest
+    removed = await repo.delete_version(uow.session, row.id, v.id, number)
+    uow.session.expunge(v)
+    for name in removed:
+        uow.session.add(AliasHistory(adapter_id=row.id, alias=name, version=ALIAS_REMOVED,
+                                     previous=number, changed_by=who))
+    await uow.session.flush()
+    row.latest_version = await repo.newest_ready(uow.session, row.id)
+    row.updated_at = utcnow()
+    await uow.session.flush()
+    uow.emit("version.deleted", adapter=full_name, version=number,
+             data={"digest": digest, "aliases_removed": removed, "by": who})
+    return {"adapter": full_name, "version": number, "digest": digest,
+            "aliases_removed": removed, "latest_version": row.latest_version}
