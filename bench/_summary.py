@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
 import shlex
 import subprocess
 from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
-from typing import TYPE_CHECKING
+from typing import Protocol
 
+from _load import LoadResult, PublishResult
 from _machine import machine_info
+from _pg import Storage
 from _report import Row, render_table
-
-if TYPE_CHECKING:
-    from catalog import Bench
 
 TARGET_RESOLVE_P99_MS = 10.0
 TARGET_RESOLVE_RPS = 1200.0
@@ -22,7 +22,22 @@ GOAL_RATIO = 10.0
 TARGET_TABLE_BYTES_PER_VERSION = 2048.0
 
 
-def rows_for(bench: Bench) -> list[Row]:
+class FinishedRun(Protocol):
+    """What the summary reads of a finished run (``catalog.Bench`` is one)."""
+
+    args: argparse.Namespace
+    results: dict[str, LoadResult]
+    publish: PublishResult | None
+    notes: list[str]
+    versions: dict[str, str]
+    seed_seconds: dict[str, float]
+    sizes: dict[str, str]
+    cpu_ms: dict[str, float]
+    cpu_split: dict[str, dict[str, float]]
+    storage: dict[str, Storage]
+
+
+def rows_for(bench: FinishedRun) -> list[Row]:
     r = bench.results
 
     def get(key: str, attr: str) -> float | None:
@@ -101,7 +116,7 @@ def _wrk_version() -> str:
     return first[0].split()[1] if first and len(first[0].split()) > 1 else "?"
 
 
-def section(bench: Bench, rows: list[Row], argv: list[str], elapsed: float,
+def section(bench: FinishedRun, rows: list[Row], argv: list[str], elapsed: float,
             pg_version: str) -> str:
     a = bench.args
     cmd = f"make bench  # .venv/bin/python bench/catalog.py {shlex.join(argv)}".rstrip()

@@ -20,6 +20,7 @@ from mol_catalog.db import Database
 from mol_catalog.errors import Unauthorized
 from mol_catalog.metrics import CatalogMetrics
 from mol_catalog.settings import CatalogSettings
+from mol_catalog.tokens import service as tokens
 
 
 @dataclass
@@ -63,11 +64,7 @@ async def principal_for(catalog: Catalog, authorization: str | None) -> Principa
     digest = hash_token(token)
     hit, principal = catalog.tokens.get(digest)
     if not hit:
-        from mol_catalog.tokens.repository import find_active
-
-        async with catalog.db.unit(write=False) as uow:
-            row = await find_active(uow.session, digest)
-        principal = Principal(row.name, frozenset(row.scopes)) if row is not None else None
+        principal = await tokens.principal_of(catalog.db, digest)
         catalog.tokens.put(digest, principal)
     if principal is None:
         raise Unauthorized("invalid or revoked token")

@@ -26,11 +26,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode, checks
 
-from catalog.conftest import Model
 from mol_catalog.app import create_app
 from mol_catalog.db import migrate
 from mol_catalog.settings import CatalogSettings
 from mol_platform.testing.net import free_port
+from tests.catalog.conftest import Model
 
 ADMIN = "mol_" + "f" * 43
 AUTH = {"Authorization": f"Bearer {ADMIN}"}

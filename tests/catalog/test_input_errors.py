@@ -12,9 +12,9 @@ from typing import Any
 import httpx
 import pytest
 
-from catalog.test_api import ADAPTER, publish, setup_base
 from mol_catalog.app import create_app
 from mol_catalog.settings import CatalogSettings
+from tests.catalog.test_api import ADAPTER, publish, setup_base
 
 Model = Any
 

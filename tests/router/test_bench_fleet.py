@@ -26,7 +26,7 @@ def test_virtual_clock_jumps_to_due_timers() -> None:
             return loop.time()
 
         got = await asyncio.gather(at(300.0), at(0.5), at(60.0))
-        return loop.time(), got
+        return loop.time(), list(got)
 
     started = time.monotonic()
     now, got = run_virtual(main())

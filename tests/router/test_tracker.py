@@ -199,7 +199,7 @@ async def test_bookkeeping_and_endpoint_changes(engines: list[FakeEngine]) -> No
         t.begin(e0.url, A)
         t.begin(e0.url, None)
         s = t.snapshot()[e0.url]
-        assert (s.inflight, s.recent_adapters) == (2, {A})
+        assert (s.inflight, s.recent_adapters) == (2, frozenset({A}))
         assert before[e0.url].inflight == 0  # snapshots are never mutated
         for name in (B, C, "ns/d@v1", "ns/e@v1"):  # 4 slots assumed until max_lora is known
             t.begin(e0.url, name)
@@ -236,7 +236,7 @@ def test_stats_between_begin_and_end_follow_scrapes_and_health() -> None:
     assert idle.inflight == 0
     t.observe(url, EngineMetrics(running=3, max_lora=2, running_adapters=(B,)))
     s = t.snapshot()[url]
-    assert (s.running, s.running_adapters, s.inflight) == (3, {B}, 1)
+    assert (s.running, s.running_adapters, s.inflight) == (3, frozenset({B}), 1)
     t.end(url, A)
     assert t.snapshot()[url].running == 3
     assert t.snapshot()[url].inflight == 0

@@ -13,7 +13,7 @@ from mol_catalog.auth import Principal
 from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
 from mol_catalog.errors import BadRequest, NotFound, json_bytes
 from mol_catalog.openapi import LeanRoute, query
-from mol_catalog.resolve import repository, service
+from mol_catalog.resolve import service
 from mol_catalog.resolve.schemas import ResolveOut
 from mol_catalog.util import valid_name
 
@@ -60,11 +60,8 @@ async def download_blob(hexdigest: str, catalog: CatalogDep, who: PrincipalDep) 
         raise BadRequest("a blob is addressed by 64 lowercase hex digits of its sha256")
     digest = f"sha256:{hexdigest}"
     missing = NotFound(f"no blob {digest}")
-    if not who.can_read():
-        async with catalog.db.unit(write=False) as uow:
-            namespaces = await repository.blob_namespaces(uow.session, digest)
-        if not any(who.can_read(ns) for ns in namespaces):
-            raise missing
+    if not await service.may_read_blob(catalog.db, who, digest):
+        raise missing
     if not await catalog.blobs.exists(digest):
         raise missing
     return StreamingResponse(catalog.blobs.read(digest), media_type="application/octet-stream",

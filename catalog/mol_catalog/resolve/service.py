@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mol_catalog import shared_docs
+from mol_catalog.auth import Principal
 from mol_catalog.base_models import repository as base_repo
 from mol_catalog.base_models import service as base_service
 from mol_catalog.db import Database
@@ -71,3 +72,12 @@ async def _compute_verdict(db: Database, version_id: int, profile_name: str) -> 
                                      version.base_model_id, profile_base)
         await profiles_repo.store_verdict(uow.session, version_id, profile, ok, reasons)
     return {"compatible": ok, "reasons": reasons}
+
+
+async def may_read_blob(db: Database, who: Principal, digest: str) -> bool:
+    """Whether ``who`` may read a namespace with a version that uses the blob."""
+    if who.can_read():
+        return True
+    async with db.unit(write=False) as uow:
+        namespaces = await repository.blob_namespaces(uow.session, digest)
+    return any(who.can_read(ns) for ns in namespaces)

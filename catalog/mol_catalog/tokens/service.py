@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mol_catalog.auth import new_token, token_hash
-from mol_catalog.db import UnitOfWork
+from mol_catalog.auth import Principal, new_token, token_hash
+from mol_catalog.db import Database, UnitOfWork
 from mol_catalog.errors import NotFound
 from mol_catalog.models import Token, utcnow
 from mol_catalog.tokens import repository
@@ -38,3 +38,10 @@ async def revoke(uow: UnitOfWork, token_id: int) -> None:
         await repository.exists(uow.session, token_id)
     ):
             raise NotFound(f"no token with id {token_id}")
+
+
+async def principal_of(db: Database, digest: str) -> Principal | None:
+    """The principal of an active token's hash; None for an unknown or revoked one."""
+    async with db.unit(write=False) as uow:
+        row = await repository.find_active(uow.session, digest)
+    return Principal(row.name, frozenset(row.scopes)) if row is not None else None
