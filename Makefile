@@ -5,7 +5,8 @@ SHELL := /bin/bash
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-PACKAGES := -p mol_platform -p mol_catalog -p mol_operator -p mol_router
+# mypy checks the packages, the tests and the benchmarks in one run (shared analysis).
+TYPED := platform/mol_platform catalog/mol_catalog operator/mol_operator router/mol_router tests bench
 PYTEST_ARGS ?= -v --durations=15
 
 .PHONY: demo test deps system venv engine lint typecheck imports pytest bench bench-serve bench-operator clean
@@ -36,7 +37,7 @@ lint: venv
 	$(BIN)/ruff check .
 
 typecheck: venv
-	$(BIN)/mypy $(PACKAGES)
+	$(BIN)/mypy $(TYPED)
 
 imports: venv
 	$(BIN)/lint-imports

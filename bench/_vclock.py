@@ -13,7 +13,7 @@ import selectors
 from typing import Any
 
 
-class _JumpingSelector(selectors.DefaultSelector):  # type: ignore[misc,valid-type]
+class _JumpingSelector(selectors.DefaultSelector):
     def __init__(self, loop: VirtualTimeLoop) -> None:
         super().__init__()
         self._vloop = loop

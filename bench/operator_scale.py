@@ -39,7 +39,8 @@ import httpx
 from _machine import Proc, machine_info, quiet_check, wait_http
 from _report import write_section
 from mol_platform.catalog_client import CatalogClient
-from mol_platform.testing.kube import KubeServer, ResourceSpec
+from mol_platform.testing.kube import KubeServer
+from mol_platform.testing.kube_client import ResourceSpec
 from mol_platform.testing.lora import SyntheticLlama
 from mol_platform.testing.net import free_port, wait_port
 

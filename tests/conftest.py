@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-pytest_plugins = ["fixtures_infra"]
+pytest_plugins = ["tests.fixtures_infra"]
 
 _skipped: list[str] = []
 

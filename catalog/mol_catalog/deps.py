@@ -20,6 +20,7 @@ from mol_catalog.db import Database
 from mol_catalog.errors import Unauthorized
 from mol_catalog.metrics import CatalogMetrics
 from mol_catalog.settings import CatalogSettings
+from mol_catalog.tokens import service as tokens
 
 
 @dataclass
@@ -53,7 +54,8 @@ async def get_principal(request: Request) -> Principal:
 
 
 async def principal_for(catalog: Catalog, authorization: str | None) -> Principal:
-    """The principal of an Authorization header value (shared with the raw ASGI fast path)."""
+    """The principal of an Authorization header value (the lean routes read the header
+    themselves; dependency-injected routes come through ``get_principal``)."""
     if not catalog.settings.auth_enabled:
         return ANONYMOUS_ADMIN
     token = bearer_token(authorization)
@@ -62,11 +64,7 @@ async def principal_for(catalog: Catalog, authorization: str | None) -> Principa
     digest = hash_token(token)
     hit, principal = catalog.tokens.get(digest)
     if not hit:
-        from mol_catalog.tokens.repository import find_active
-
-        async with catalog.db.read() as conn:
-            row = await find_active(conn, digest)
-        principal = Principal(row[0], frozenset(row[1])) if row is not None else None
+        principal = await tokens.principal_of(catalog.db, digest)
         catalog.tokens.put(digest, principal)
     if principal is None:
         raise Unauthorized("invalid or revoked token")

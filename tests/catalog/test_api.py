@@ -192,11 +192,12 @@ async def test_listing_and_search(client: httpx.AsyncClient, model: Model) -> No
                                                                      "tags": "bot"})
     assert r.status_code == 201, r.text
 
-    async def collect(**params: object) -> list[str]:
+    async def collect(**params: str) -> list[str]:
         out: list[str] = []
         cursor = None
         while True:
-            q = {**params, "limit": 2, **({"cursor": cursor} if cursor else {})}
+            q: dict[str, str | int] = {**params, "limit": 2,
+                                       **({"cursor": cursor} if cursor else {})}
             page = (await client.get("/v1/adapters", params=q)).json()
             out += [i["adapter"] for i in page["items"]]
             cursor = page["next_cursor"]

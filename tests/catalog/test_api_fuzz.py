@@ -1,12 +1,13 @@
 """Schemathesis over the whole catalog API, on SQLite + local blobs and on Postgres + S3.
 
-Every operation in /openapi.json (the hot resolve and listing GETs that ``CatalogApp``
-answers before FastAPI included) is called with generated valid and invalid input
-against a live server holding a base model, a profile and a published adapter. Each
-answer must be no 5xx, a documented status, content type and headers, and a body
-matching its documented schema (errors included: ``{"error", "detail"}``). Half of the
-cases have their path parameters pointed at the stored rows so the success bodies are
-checked too. Fixed seed and example budget: the run is the same every time.
+Every operation in /openapi.json (the hot resolve and listing GETs, lean routes
+documented from their parameter signatures, included) is called with generated valid
+and invalid input against a live server holding a base model, a profile and a
+published adapter. Each answer must be no 5xx, a documented status, content type and
+headers, and a body matching its documented schema (errors included: ``{"error",
+"detail"}``). Half of the cases have their path parameters pointed at the stored rows
+so the success bodies are checked too. Fixed seed and example budget: the run is the
+same every time.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode, checks
 
-from catalog.conftest import Model
 from mol_catalog.app import create_app
 from mol_catalog.db import migrate
 from mol_catalog.settings import CatalogSettings
 from mol_platform.testing.net import free_port
+from tests.catalog.conftest import Model
 
 ADMIN = "mol_" + "f" * 43
 AUTH = {"Authorization": f"Bearer {ADMIN}"}

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from blob_helpers import assert_all_present, digest_of, store, stored
 from mol_catalog.adapters import publish as pipeline
+from tests.blob_helpers import assert_all_present, digest_of, store, stored
 
 __all__ = ["store"]  # the fixture, used by the tests below
 

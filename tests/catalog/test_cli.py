@@ -20,9 +20,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from click.testing import Result
 from safetensors.numpy import load, save
-from typer.testing import CliRunner
+from typer.testing import CliRunner, Result
 
 from mol_catalog.cli import app
 from mol_platform.adapter_pull import plan, pull

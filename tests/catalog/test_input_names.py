@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from catalog.test_api import ADAPTER, publish, setup_base
+from tests.catalog.test_api import ADAPTER, publish, setup_base
 
 Model = Any
 

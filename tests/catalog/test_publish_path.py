@@ -85,7 +85,7 @@ async def test_large_upload_spills_to_disk(make_client: Any, model: Any,
     real_mkdtemp = tempfile.mkdtemp
 
     def mkdtemp(**kwargs: Any) -> str:
-        path = real_mkdtemp(**kwargs)
+        path: str = real_mkdtemp(**kwargs)
         made.append(Path(path))
         return path
 

@@ -9,11 +9,11 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from catalog.test_api import publish, setup_base
-from catalog.test_auth import ADMIN, bearer, token
 from mol_catalog.cli import app as catalog_cli
 from mol_catalog.server import InsecureBind, check_exposure
 from mol_platform.catalog_client import CatalogClient, join_url
+from tests.catalog.test_api import publish, setup_base
+from tests.catalog.test_auth import ADMIN, bearer, token
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.5", "::1", "[::1]", "localhost"])
@@ -87,3 +87,5 @@ async def test_unreadable_blob_is_a_404_naming_no_namespace(make_client: Any,
     assert missing.status_code == 404
     assert missing.json()["error"] == r.json()["error"]
     assert (await admin.get(url)).status_code == 200
+    insider = await token(admin, "team", "read:secret-team")
+    assert (await admin.get(url, headers=bearer(insider))).status_code == 200

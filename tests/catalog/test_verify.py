@@ -11,10 +11,10 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from blob_helpers import digest_of
 from mol_catalog import blob_verify
 from mol_catalog.cli import app
 from mol_platform.catalog_client import CatalogClient
+from tests.blob_helpers import digest_of
 
 
 def _mol(live: Any, *args: str) -> Any:

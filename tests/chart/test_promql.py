@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from mol_operator.crd import crd_manifest
-from mol_platform.testing.kube import KubeServer, ResourceSpec
+from mol_platform.testing.kube import KubeServer
+from mol_platform.testing.kube_client import ResourceSpec
 from mol_platform.testing.lora import SyntheticLlama
 from mol_platform.testing.net import free_port, stop_process, wait_port
 from mol_platform.testing.prometheus import PrometheusServer

@@ -23,7 +23,8 @@ import kopf
 import pytest
 
 from mol_platform.catalog_client import CatalogClient
-from mol_platform.testing.kube import KubeServer, ResourceSpec
+from mol_platform.testing.kube import KubeServer
+from mol_platform.testing.kube_client import ResourceSpec
 from mol_platform.testing.kube_kopf import KopfRunner, quiet_kopf_logs
 from mol_platform.testing.lora import SyntheticLlama
 from mol_platform.testing.net import free_port, stop_process, wait_port

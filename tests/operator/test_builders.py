@@ -37,7 +37,7 @@ def _by_kind(objects: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, A
     return {(o["kind"], o["metadata"]["name"]): o for o in objects}
 
 
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "raw": {},
     "autoscaled-from-zero": {"replicas": None,
                              "autoscaling": {"minReplicas": 0, "maxReplicas": 4}},

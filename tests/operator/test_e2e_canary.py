@@ -68,7 +68,7 @@ def fake_router(request: pytest.FixtureRequest) -> Iterator[FakeRouter]:
 
 def _canary(obj: dict[str, Any]) -> dict[str, Any]:
     experts = obj.get("status", {}).get("experts", [])
-    coding = next((e for e in experts if e["name"] == "coding"), {})
+    coding: dict[str, Any] = next((e for e in experts if e["name"] == "coding"), {})
     return dict(coding.get("canary") or {})
 
 

@@ -91,7 +91,7 @@ def test_custom_resource_good_and_bad() -> None:
 
 @needs_crds
 def test_monitoring_and_kserve_kinds() -> None:
-    monitor = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
+    monitor: dict[str, Any] = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
                "metadata": {"name": "router"},
                "spec": {"selector": {"matchLabels": {"app": "router"}},
                         "endpoints": [{"port": "http", "interval": "15s"}]}}

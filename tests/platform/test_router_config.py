@@ -64,7 +64,7 @@ def test_default_must_be_an_expert() -> None:
         RouterConfig(
             deployment="d",
             profile="p",
-            experts=[{"name": "chat", "adapter": "a/b@v1"}],  # type: ignore[list-item]
+            experts=[{"name": "chat", "adapter": "a/b@v1"}],
             default="x",
             endpoints=["http://e"],
         )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,9 +48,13 @@ def dump(value: Any) -> str:
     return json.dumps(value)
 
 
+# safetensors ships no annotations: its (name, {dtype, shape, data}) list, typed here.
+_deserialize: Callable[[bytes], list[tuple[str, dict[str, Any]]]] = safetensors.deserialize
+
+
 def library(data: bytes) -> dict[str, tuple[str, tuple[int, ...]]] | None:
     try:
-        loaded = safetensors.deserialize(data)
+        loaded = _deserialize(data)
     except Exception:  # SafetensorError; anything else is a refusal too
         return None
     return {name: (t["dtype"], tuple(t["shape"])) for name, t in loaded}

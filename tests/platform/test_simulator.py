@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -32,7 +33,7 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-async def post(http: aiohttp.ClientSession, url: str, body: object) -> tuple[int, object]:
+async def post(http: aiohttp.ClientSession, url: str, body: object) -> tuple[int, Any]:
     async with http.post(url, json=body) as resp:
         if resp.content_type == "application/json":
             return resp.status, await resp.json()

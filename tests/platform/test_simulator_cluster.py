@@ -7,6 +7,7 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
+from typing import Any
 
 import aiohttp
 import pytest
@@ -20,7 +21,7 @@ from mol_platform.testing.simulator import (
 )
 
 
-def post_json(url: str, body: dict) -> tuple[int, dict]:
+def post_json(url: str, body: dict[str, Any]) -> tuple[int, Any]:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
     )
@@ -34,7 +35,8 @@ def post_json(url: str, body: dict) -> tuple[int, dict]:
 
 def get_status(url: str) -> int:
     with urllib.request.urlopen(url, timeout=5) as resp:
-        return resp.status
+        status: int = resp.status
+        return status
 
 
 def test_sync_cluster_runs_independent_replicas():

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
 import pytest
@@ -23,8 +24,9 @@ HANDOFF_TOOL = {
 ARGS = {"expert": "coding", "summary": "user wants a parser"}
 
 
-def chat_body(model: str, *, stream: bool = False, tools: bool = True, text: str = "hi") -> dict:
-    body: dict = {"model": model, "messages": [{"role": "user", "content": text}]}
+def chat_body(model: str, *, stream: bool = False, tools: bool = True,
+              text: str = "hi") -> dict[str, Any]:
+    body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": text}]}
     if tools:
         body["tools"] = [HANDOFF_TOOL]
     if stream:
@@ -45,7 +47,7 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-async def chat(http: aiohttp.ClientSession, url: str, body: dict) -> tuple[int, object]:
+async def chat(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> tuple[int, Any]:
     async with http.post(url + "/v1/chat/completions", json=body) as resp:
         if body.get("stream") and resp.status == 200:
             return resp.status, parse_sse(await resp.text())

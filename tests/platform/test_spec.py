@@ -28,7 +28,7 @@ BASE: dict[str, Any] = {
 def spec_with(**changes: Any) -> dict[str, Any]:
     data = copy.deepcopy(BASE)
     for dotted, value in changes.items():
-        node = data
+        node: Any = data
         *path, last = dotted.split("__")
         for key in path:
             node = node[key] if not key.isdigit() else node[int(key)]

@@ -165,8 +165,8 @@ async def test_serves_from_cache_while_the_catalog_is_down(
             assert (await _ask(http, router.url, model="demo/coding@v1")).status_code == 200
             # The catalog goes away: cached references keep working, new ones get a 503.
             stop_process(live_catalog.proc)
-            await router.runtime.resolver.refresh(["demo/chat@stable"])  # type: ignore[union-attr]
-            assert router.runtime.resolver.cached("demo/chat@stable") is not None  # type: ignore[union-attr]
+            await router.runtime.resolver.refresh(["demo/chat@stable"])
+            assert router.runtime.resolver.cached("demo/chat@stable") is not None
             r = await _ask(http, router.url)
             assert r.status_code == 200
             assert r.headers["x-mol-adapter-version"] == "demo/chat@v1"

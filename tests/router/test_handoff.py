@@ -40,7 +40,8 @@ async def test_handoff_continues_with_the_target_expert(
                 headers = resp.headers
             metrics = await (await http.get(router.url + "/metrics")).text()
         received = sims.state(0).received
-    first, second = received[0].body, received[1].body
+    first: dict[str, Any] = received[0].body
+    second: dict[str, Any] = received[1].body
     assert first["model"] == "demo/chat@v1"
     tool = _offered_tool(first)
     assert tool is not None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from sqlalchemy import BigInteger, Integer, String, and_, bindparam, select
+from sqlalchemy.orm import aliased
 
 from mol_catalog.db import Prepared, ReadConn, json_value
 from mol_catalog.models import (
@@ -13,6 +14,7 @@ from mol_catalog.models import (
     BaseLLM,
     Namespace,
     ServingProfile,
+    SharedDoc,
     Verdict,
     Version,
     VersionBlob,
@@ -113,7 +115,11 @@ async def blob_namespaces(conn: ReadConn, digest: str) -> list[str]:
     return [r[0] for r in await _BLOB_NAMESPACES.all(conn, digest=digest)]
 
 
-_FACTS = Prepared(select(Version.base_model_id, Version.adapter_config, Version.tensors)
+_CONFIG = aliased(SharedDoc)
+_SHAPES = aliased(SharedDoc)
+_FACTS = Prepared(select(Version.base_model_id, _CONFIG.body, _SHAPES.body)
+                  .join(_CONFIG, _CONFIG.digest == Version.config_digest)
+                  .join(_SHAPES, _SHAPES.digest == Version.tensors_digest)
                   .where(Version.id == bindparam("id", type_=BigInteger)))
 
 

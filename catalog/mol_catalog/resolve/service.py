@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mol_catalog.auth import Principal
 from mol_catalog.base_models import repository as base_repo
 from mol_catalog.base_models import service as base_service
 from mol_catalog.db import Database
@@ -69,3 +70,12 @@ async def _compute_verdict(db: Database, version_id: int, profile_name: str) -> 
         await profiles_repo.store_verdict(uow.conn, profiles_repo.verdict_row(
             version_id, profile, ok, reasons, utcnow()))
     return {"compatible": ok, "reasons": reasons}
+
+
+async def may_read_blob(db: Database, who: Principal, digest: str) -> bool:
+    """Whether ``who`` may read a namespace with a version that uses the blob."""
+    if who.can_read():
+        return True
+    async with db.read() as conn:
+        namespaces = await repository.blob_namespaces(conn, digest)
+    return any(who.can_read(ns) for ns in namespaces)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from mol_catalog.auth import new_token, token_hash
-from mol_catalog.db import ReadConn, UnitOfWork
+from mol_catalog.auth import Principal, new_token, token_hash
+from mol_catalog.db import Database, ReadConn, UnitOfWork
 from mol_catalog.errors import NotFound
 from mol_catalog.models import utcnow
 from mol_catalog.tokens import repository
@@ -41,3 +41,10 @@ async def revoke(uow: UnitOfWork, token_id: int) -> None:
         await repository.exists(uow.conn, token_id)
     ):
         raise NotFound(f"no token with id {token_id}")
+
+
+async def principal_of(db: Database, digest: str) -> Principal | None:
+    """The principal of an active token's hash; None for an unknown or revoked one."""
+    async with db.read() as conn:
+        row = await repository.find_active(conn, digest)
+    return Principal(row[0], frozenset(row[1])) if row is not None else None

@@ -12,46 +12,16 @@ import asyncio
 import concurrent.futures
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import aiohttp.web
 import kmock
 
-from mol_platform.testing.kube_client import AsyncKubeClient, KubeClient
+from mol_platform.testing.kube_client import AsyncKubeClient, KubeClient, ResourceSpec
 from mol_platform.testing.kube_emulator import KubeEmulator
 from mol_platform.testing.net import LOOPBACK, InfraError
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class ResourceSpec:
-    """One API resource: where it lives, what it is called, what it serves."""
-
-    group: str
-    version: str
-    plural: str
-    kind: str
-    namespaced: bool = True
-    subresources: tuple[str, ...] = ("status",)
-    shortnames: tuple[str, ...] = field(default=())
-
-    @property
-    def api_version(self) -> str:
-        return f"{self.group}/{self.version}" if self.group else self.version
-
-    def path(self, namespace: str | None = None, name: str | None = None,
-             subresource: str | None = None) -> str:
-        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
-        if self.namespaced and namespace is not None:
-            base += f"/namespaces/{namespace}"
-        base += f"/{self.plural}"
-        if name is not None:
-            base += f"/{name}"
-            if subresource:
-                base += f"/{subresource}"
-        return base
 
 
 def _r(api_version: str, plural: str, kind: str, **kw: Any) -> ResourceSpec:

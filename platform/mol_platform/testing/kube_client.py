@@ -10,12 +10,10 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import httpx
-
-if TYPE_CHECKING:
-    from mol_platform.testing.kube import ResourceSpec
 
 Body = dict[str, Any]
 PatchType = Literal["merge", "json", "strategic", "apply"]
@@ -25,6 +23,39 @@ _CONTENT_TYPES = {
     "strategic": "application/strategic-merge-patch+json",
     "apply": "application/apply-patch+yaml",
 }
+
+
+@dataclass(frozen=True)
+class ResourceSpec:
+    """One API resource: where it lives, what it is called, what it serves.
+
+    Clients build their paths from it; :class:`~mol_platform.testing.kube.KubeServer`
+    registers it to serve the resource.
+    """
+
+    group: str
+    version: str
+    plural: str
+    kind: str
+    namespaced: bool = True
+    subresources: tuple[str, ...] = ("status",)
+    shortnames: tuple[str, ...] = field(default=())
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None,
+             subresource: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace is not None:
+            base += f"/namespaces/{namespace}"
+        base += f"/{self.plural}"
+        if name is not None:
+            base += f"/{name}"
+            if subresource:
+                base += f"/{subresource}"
+        return base
 
 
 class KubeApiError(RuntimeError):

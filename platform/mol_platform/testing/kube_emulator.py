@@ -40,7 +40,9 @@ import aiohttp.web
 import attrs
 import kmock
 import yaml
-from kmock._internal import dsl, parsing, references, rendering
+
+# Not in kmock's __all__ (0.8, pinned); the reaction loop _handle reimplements raises it.
+from kmock._internal.rendering import ReactionMismatchError
 
 from mol_platform.testing.kube_patch import (
     PatchError,
@@ -52,7 +54,7 @@ from mol_platform.testing.kube_patch import (
 
 Body = dict[str, Any]
 _NS_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+)(?:/(status|finalize))?)?/?$")
-NAMESPACES = references.resource(group="", version="v1", plural="namespaces")
+NAMESPACES = kmock.resource(group="", version="v1", plural="namespaces")
 SERVER_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-mol-emulator"}
 
 
@@ -64,10 +66,22 @@ def _now() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _namespace_action(method: kmock.method, name: str | None,
+                      watch: bool) -> kmock.action | None:
+    """The Kubernetes verb of a namespaces request, as kmock names it for other resources."""
+    if method == kmock.method.GET:
+        return kmock.action.WATCH if watch else (
+            kmock.action.LIST if name is None else kmock.action.FETCH)
+    if name is None:
+        return kmock.action.CREATE if method == kmock.method.POST else None
+    return {kmock.method.PATCH: kmock.action.UPDATE,
+            kmock.method.DELETE: kmock.action.DELETE}.get(method)
+
+
 @attrs.define(frozen=True)
 class _Event:
     rv: int
-    resource: references.resource
+    resource: kmock.resource
     type: str
     obj: Body
 
@@ -102,7 +116,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     async def _parse_namespace_request(
         self, raw: aiohttp.web.BaseRequest, match: re.Match[str]
-    ) -> rendering.Request:
+    ) -> kmock.Request:
         body = await raw.read()
         data: Any = None
         if body:
@@ -111,9 +125,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
             except ValueError:
                 data = None
         name, sub = match.group(1), match.group(2)
-        path = parsing.ParsedPath("", "v1", "namespaces", None, name, sub)
         method = kmock.method(raw.method)
-        return rendering.Request(
+        return kmock.Request(
             id=len(self._requests),
             raw_request=raw,
             url=raw.url,
@@ -124,14 +137,14 @@ class KubeEmulator(kmock.KubernetesEmulator):
             data=data,
             body=body,
             text=body.decode(errors="replace"),
-            action=parsing.guess_k8s(path, method, dict(raw.query)),
+            action=_namespace_action(method, name, raw.query.get("watch") == "true"),
             resource=NAMESPACES,
             namespace=None,
             name=name,
             subresource=sub,
         )
 
-    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         # Skip KubernetesEmulator._handle (its own store logic); the fallbacks below do it.
         # kmock's RawHandler._handle asks `request in payload._source` for each reaction,
         # which replays the whole request log through the filters: quadratic in the number
@@ -147,50 +160,50 @@ class KubeEmulator(kmock.KubernetesEmulator):
             if seen and not payload._disabled.is_set():
                 try:
                     return await payload(request)
-                except rendering.ReactionMismatchError:
+                except ReactionMismatchError:
                     payload._disabled.set()
                 except NotImplementedError:
                     pass
         raise NotImplementedError("no reaction matches the request")
 
-    def _sees(self, view: Any, request: rendering.Request) -> bool | None:
+    def _sees(self, view: Any, request: kmock.Request) -> bool | None:
         """Whether a chain of plain filters (and priorities) over this root admits the
         request; None when the chain holds anything else."""
         while True:
             if view is self:
                 return True
-            if type(view) is dsl.Filter:
+            if type(view) is kmock.Filter:
                 if not view.criteria(request):
                     return False
-            elif type(view) is not dsl.Priority:
+            elif type(view) is not kmock.Priority:
                 return None
             view = view._source
 
     # -- store helpers -----------------------------------------------------------
 
-    def _info(self, request: rendering.Request) -> references.ResourceInfo:
+    def _info(self, request: kmock.Request) -> kmock.ResourceInfo:
         res = request.resource
         for known, info in self.resources.items():
-            if known == res and isinstance(info, references.ResourceInfo):
+            if known == res and isinstance(info, kmock.ResourceInfo):
                 return info
         raise _error(
             404, "NotFound",
             f"the server could not find the requested resource {res}: register it first",
         )
 
-    def _namespaced(self, request: rendering.Request) -> bool:
+    def _namespaced(self, request: kmock.Request) -> bool:
         return self._info(request).namespaced is not False
 
-    def _has_status(self, request: rendering.Request) -> bool:
+    def _has_status(self, request: kmock.Request) -> bool:
         return "status" in self._info(request).subresources
 
-    def _current(self, res: references.resource, ns: str | None, name: str) -> Body | None:
+    def _current(self, res: kmock.resource, ns: str | None, name: str) -> Body | None:
         key = (res, ns, name)
         if key not in self.objects or self.objects[key].deleted:
             return None
         return copy.deepcopy(self.objects[key].raw)
 
-    def _require(self, request: rendering.Request) -> Body:
+    def _require(self, request: kmock.Request) -> Body:
         assert request.resource is not None
         assert request.name is not None
         ns = request.namespace if self._namespaced(request) else None
@@ -199,13 +212,13 @@ class KubeEmulator(kmock.KubernetesEmulator):
             raise _error(404, "NotFound", f"{request.resource.plural} {request.name!r} not found")
         return current
 
-    def _notify(self, res: references.resource, kind: str, obj: Body) -> None:
+    def _notify(self, res: kmock.resource, kind: str, obj: Body) -> None:
         self._events.append(_Event(self._rv, res, kind, copy.deepcopy(obj)))
         tick, self._tick = self._tick, asyncio.Event()
         if tick is not None:
             tick.set()
 
-    def _store(self, res: references.resource, kind: str, obj: Body) -> Body:
+    def _store(self, res: kmock.resource, kind: str, obj: Body) -> Body:
         """Assign the next resourceVersion, persist (or remove for DELETED) and notify."""
         self._rv += 1
         meta = obj["metadata"]
@@ -220,7 +233,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         self._notify(res, kind, obj)
         return obj
 
-    def _fill_type(self, request: rendering.Request, obj: Body) -> None:
+    def _fill_type(self, request: kmock.Request, obj: Body) -> None:
         assert request.resource is not None
         res, info = request.resource, self._info(request)
         api_version = f"{res.group}/{res.version}" if res.group else str(res.version)
@@ -228,7 +241,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if info.kind:
             obj.setdefault("kind", info.kind)
 
-    def _spec_changed(self, request: rendering.Request, old: Body, new: Body) -> bool:
+    def _spec_changed(self, request: kmock.Request, old: Body, new: Body) -> bool:
         skip = {"metadata", "status"} if self._has_status(request) else {"metadata"}
         return {k: v for k, v in old.items() if k not in skip} != {
             k: v for k, v in new.items() if k not in skip
@@ -236,13 +249,13 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     # -- writes ------------------------------------------------------------------
 
-    async def _serve_create(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_create(self, request: kmock.Request) -> kmock.Payload:
         obj = request.data
         if not isinstance(obj, dict):
             raise _error(400, "BadRequest", "the body must be a JSON object")
         return self._create(request, copy.deepcopy(obj))
 
-    def _create(self, request: rendering.Request, obj: Body) -> Body:
+    def _create(self, request: kmock.Request, obj: Body) -> Body:
         assert request.resource is not None
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -270,7 +283,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         meta.update(uid=str(uuid.uuid4()), generation=1, creationTimestamp=_now())
         return self._store(request.resource, "ADDED", obj)
 
-    async def _serve_update(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_update(self, request: kmock.Request) -> kmock.Payload:
         assert request.resource is not None
         ctype = request.headers.get("Content-Type", "application/merge-patch+json").split(";")[0]
         data: Any = request.data
@@ -289,7 +302,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             raise _error(exc.status, "Invalid", str(exc)) from exc
         return self._write(request, current, patched, data)
 
-    async def _serve_put(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_put(self, request: kmock.Request) -> kmock.Payload:
         if request.resource is None or request.name is None:
             raise kmock.KubernetesEndpointNotFoundError()
         current = self._require(request)
@@ -301,7 +314,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             raise _error(400, "BadRequest", "metadata.name does not match the URL")
         return self._write(request, current, new, request.data)
 
-    def _write(self, request: rendering.Request, current: Body, new: Body, sent: Any) -> Body:
+    def _write(self, request: kmock.Request, current: Body, new: Body, sent: Any) -> Body:
         assert request.resource is not None
         sent_meta = sent.get("metadata", {}) if isinstance(sent, dict) else {}
         sent_rv = sent_meta.get("resourceVersion")
@@ -339,7 +352,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             return self._store(request.resource, "DELETED", result)
         return self._store(request.resource, "MODIFIED", result)
 
-    async def _serve_delete(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_delete(self, request: kmock.Request) -> kmock.Payload:
         assert request.resource is not None
         current = self._require(request)
         meta = current["metadata"]
@@ -353,7 +366,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     # -- reads -------------------------------------------------------------------
 
-    def _matches(self, request: rendering.Request, obj: Body) -> bool:
+    def _matches(self, request: kmock.Request, obj: Body) -> bool:
         meta = obj.get("metadata", {})
         if request.namespace is not None and meta.get("namespace") != request.namespace:
             return False
@@ -365,7 +378,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         fields = request.params.get("fieldSelector")
         return not (fields and not match_fields(obj, fields))
 
-    def _items(self, request: rendering.Request) -> list[Body]:
+    def _items(self, request: kmock.Request) -> list[Body]:
         found = []
         for (res, _ns, _name), obj in self.objects.items():
             if res == request.resource and not obj.deleted and self._matches(request, obj.raw):
@@ -373,10 +386,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return sorted(found, key=lambda o: (o["metadata"].get("namespace") or "",
                                             o["metadata"]["name"]))
 
-    async def _serve_fetch(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_fetch(self, request: kmock.Request) -> kmock.Payload:
         return self._require(request)
 
-    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_list(self, request: kmock.Request) -> kmock.Payload:
         info = self._info(request)
         assert request.resource is not None
         res = request.resource
@@ -388,7 +401,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
             "items": self._items(request),
         }
 
-    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+    async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[kmock.Payload]:
         self._info(request)
         yield b""  # send the headers now
         loop = asyncio.get_running_loop()

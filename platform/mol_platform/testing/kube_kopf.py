@@ -14,6 +14,7 @@ import asyncio
 import contextvars
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -27,12 +28,17 @@ def _login(**_: Any) -> kopf.ConnectionInfo:
     return kopf.ConnectionInfo(server=_URL.get(), insecure=True, default_namespace="default")
 
 
+# Registries given the login handler; only this module registers it, so this set says
+# whether a registry has it without reading kopf's internals.
+_WITH_LOGIN: weakref.WeakSet[kopf.OperatorRegistry] = weakref.WeakSet()
+
+
 def ensure_login_handler(registry: kopf.OperatorRegistry) -> None:
     """Register the emulator login handler on ``registry`` unless it is there already."""
-    existing = registry._activities.get_all_handlers()  # kopf 1.45 internals (pinned)
-    if any(h.id == LOGIN_HANDLER_ID for h in existing):
+    if registry in _WITH_LOGIN:
         return
     kopf.on.login(registry=registry, id=LOGIN_HANDLER_ID)(_login)
+    _WITH_LOGIN.add(registry)
 
 
 def fast_settings() -> kopf.OperatorSettings:

@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from mol_platform.testing.simulator import shapes
 from mol_platform.testing.simulator.generation import Plan, TokenClock
-from mol_platform.testing.simulator.model import FinishReason
+from mol_platform.testing.simulator.metrics import SimMetrics
+from mol_platform.testing.simulator.model import FinishReason, SlotEngine
 from mol_platform.testing.simulator.validation import Checked
 
-if TYPE_CHECKING:
-    from mol_platform.testing.simulator.server import SimServer
+
+class Replica(Protocol):
+    """What a job uses of the replica serving it (``SimServer`` is one)."""
+
+    name: str
+    engine: SlotEngine
+    metrics: SimMetrics
 
 
 class Job:
@@ -22,7 +28,7 @@ class Job:
 
     def __init__(
         self,
-        server: SimServer,
+        server: Replica,
         request: web.Request,
         body: dict[str, Any],
         model: str,
