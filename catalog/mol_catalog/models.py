@@ -214,7 +214,8 @@ class AliasHistory(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     adapter_id: Mapped[int] = mapped_column(ForeignKey("adapters.id", ondelete="CASCADE"))
     alias: Mapped[str] = mapped_column(String(63))
-    version: Mapped[int] = mapped_column(Integer)
+    # NULL: the alias was removed (its version was deleted).
+    version: Mapped[int | None] = mapped_column(Integer, nullable=True)
     previous: Mapped[int | None] = mapped_column(Integer, nullable=True)
     changed_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
     changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -45,6 +45,7 @@ def test_postgres_upgrade_downgrade_upgrade(postgres_cluster: PostgresCluster) -
     assert tables == set(Base.metadata.tables)
     assert {"ix_adapters_full_name_trgm", "ix_adapters_search_scan",
             "ix_adapter_tags_tag_base_name_adapter_id", "ix_adapters_base_name_id"} <= indexes
+    downgrade(url, "0005")  # 0006 -> 0005: alias removals go
     downgrade(url, "0004")  # 0005 -> 0004: shared_docs goes
     assert "shared_docs" not in _tables_and_indexes(url)[0]
     downgrade(url, "0003")  # 0004 -> 0003: blob_deletions goes
@@ -132,3 +133,31 @@ def test_shared_docs_move_out_and_back(backend: str, tmp_path: object,
     back = _rows(url, "SELECT adapter_config, tensors FROM versions ORDER BY id")
     assert [(_as_json(c), _as_json(t)) for c, t in back] == docs
     assert "shared_docs" not in _tables_and_indexes(url)[0]
+
+
+def _version_nullable(url: str) -> bool:
+    engine = create_engine(sync_url(url))
+    try:
+        columns = inspect(engine).get_columns("alias_history")
+        return bool(next(c for c in columns if c["name"] == "version")["nullable"])
+    finally:
+        engine.dispose()
+
+
+def test_alias_removals_need_a_nullable_version(tmp_path: object) -> None:
+    """0006 lets the alias history record a removal (NULL version); its downgrade drops
+    those rows and makes the column required again."""
+    url = f"sqlite:///{tmp_path}/m.db"
+    migrate(url)
+    assert _version_nullable(url)
+    engine = create_engine(sync_url(url))  # SQLite: foreign keys are not enforced here
+    insert = text("INSERT INTO alias_history (adapter_id, alias, version, previous, changed_at)"
+                  " VALUES (1, 'stable', :version, 1, '2026-11-30 00:00:00')")
+    with engine.begin() as conn:
+        conn.execute(insert, [{"version": None}, {"version": 2}])
+    downgrade(url, "0005")
+    assert not _version_nullable(url)
+    with engine.connect() as conn:
+        kept = conn.execute(text("SELECT version FROM alias_history")).scalars().all()
+    engine.dispose()
+    assert kept == [2]

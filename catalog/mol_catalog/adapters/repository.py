@@ -157,9 +157,10 @@ async def aliases_at(conn: ReadConn, adapter_id: int, number: int) -> list[str]:
 
 
 async def alias_history(conn: ReadConn, adapter_id: int, name: str,
-                        limit: int) -> list[tuple[int, int | None, str | None, datetime | None]]:
-    """(version, previous, changed_by, changed_at), newest first."""
-    return [(int(r[0]), r[1], r[2], datetime_value(r[3]))
+                        limit: int,
+                        ) -> list[tuple[int | None, int | None, str | None, datetime | None]]:
+    """(version, previous, changed_by, changed_at), newest first; version None: removed."""
+    return [(r[0], r[1], r[2], datetime_value(r[3]))
             for r in await _ALIAS_HISTORY.all(conn, adapter_id=adapter_id, name=name,
                                               limit=limit)]
 

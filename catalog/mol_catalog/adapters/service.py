@@ -218,7 +218,7 @@ async def alias_history(conn: ReadConn, full_name: str, name: str,
     items = await repo.alias_history(conn, row.id, name, limit)
     if not items and await repo.alias(conn, row.id, name) is None:
         raise NotFound(f"adapter {full_name!r} has no alias {name!r}")
-    return [{"version": version or None, "previous": previous, "changed_by": who,
+    return [{"version": version, "previous": previous, "changed_by": who,
              "changed_at": at} for version, previous, who, at in items]
 
 
@@ -291,11 +291,6 @@ async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,
     return items, (rows[limit - 1][0] if len(rows) > limit else None)
 
 
-# AliasHistory.version is NOT NULL: a removal is stored as version 0 (never a version
-# number) and answered as null.
-ALIAS_REMOVED = 0
-
-
 async def delete_version(uow: UnitOfWork, full_name: str, number: int,
                          who: str | None) -> dict[str, Any]:
     """Delete one version for good, in one transaction: its aliases go (each removal in
@@ -310,7 +305,7 @@ async def delete_version(uow: UnitOfWork, full_name: str, number: int,
     await sql.delete_version(uow.conn, row.id, v.id, number)
     now = utcnow()
     await sql.insert_rows(uow.conn, sql.ALIAS_HISTORY, [
-        {"adapter_id": row.id, "alias": name, "version": ALIAS_REMOVED, "previous": number,
+        {"adapter_id": row.id, "alias": name, "version": None, "previous": number,
          "changed_by": who, "changed_at": now} for name in removed])
     latest = await repo.newest_ready(uow.conn, row.id)
     await sql.update_adapter(uow.conn, row.id, {"latest_version": latest, "updated_at": now})
