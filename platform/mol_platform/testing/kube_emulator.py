@@ -30,6 +30,7 @@ import bisect
 import contextlib
 import copy
 import datetime
+import json
 import re
 import secrets
 import uuid
@@ -58,6 +59,22 @@ SERVER_VERSION = {"major": "1", "minor": "31", "gitVersion": "v1.31.0-mol-emulat
 
 def _error(status: int, reason: str, message: str) -> kmock.KubernetesError:
     return kmock.KubernetesError(status=status, reason=reason, message=message, details={})
+
+
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _apply_body(text: str) -> Any:
+    """An apply patch's body: YAML, of which JSON (what most clients send) is a subset;
+    JSON is parsed as such first, since pure-Python YAML parsing dominated the emulator."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return yaml.load(text, Loader=_YAML_LOADER)
+    except yaml.YAMLError as exc:
+        raise _error(400, "BadRequest", f"the apply patch is not YAML: {exc}") from None
 
 
 def _now() -> str:
@@ -275,7 +292,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         ctype = request.headers.get("Content-Type", "application/merge-patch+json").split(";")[0]
         data: Any = request.data
         if ctype == "application/apply-patch+yaml":
-            data = yaml.safe_load(request.text or "{}")
+            data = _apply_body(request.text or "{}")
             ns = request.namespace if self._namespaced(request) else None
             if self._current(request.resource, ns, str(request.name)) is None:
                 return self._create(request, data)
