@@ -98,25 +98,33 @@ def reconciled(obj: dict[str, Any]) -> bool:
         for c in status.get("conditions") or [])
 
 
-def operator_requests(kube: KubeServer, since: int = 0) -> tuple[int, int, Counter[str]]:
-    """(all, writes, writes by what) of the operator's requests (its client and kopf)
-    from index ``since`` of the emulator's request log."""
-    def count() -> tuple[int, int, Counter[str]]:
+def operator_requests(kube: KubeServer, since: int = 0) -> tuple[int, int, Counter[str],
+                                                                  Counter[str]]:
+    """(all, writes, writes by what, all by what) of the operator's requests (its client
+    and kopf) from index ``since`` of the emulator's request log."""
+    def count() -> tuple[int, int, Counter[str], Counter[str]]:
         total = writes = 0
         what: Counter[str] = Counter()
+        calls: Counter[str] = Counter()
         for request in kube.emulator._requests[since:]:
             agent = request.headers.get("User-Agent", "")
             if not agent.startswith(OPERATOR_AGENTS):
                 continue
             total += 1
             method = str(request.method).upper().rsplit(".", 1)[-1]
+            plural = request.resource.plural if request.resource is not None else "?"
+            sub = f"/{request.subresource}" if request.subresource else ""
+            if method == "GET" and request.params.get("watch") in ("true", "1"):
+                method = "WATCH"
+            elif method == "GET" and request.name is None:
+                method = "LIST"
+            label = f"{method} {plural}{sub} ({agent.split('/')[0]})"
+            calls[label] += 1
             # kopf posts Events and its own bookkeeping too: count them, they are writes
             if method in WRITE_METHODS:
                 writes += 1
-                plural = request.resource.plural if request.resource is not None else "?"
-                sub = f"/{request.subresource}" if request.subresource else ""
-                what[f"{method} {plural}{sub} ({agent.split('/')[0]})"] += 1
-        return total, writes, what
+                what[label] += 1
+        return total, writes, what, calls
 
     return kube.call(count)
 
@@ -191,37 +199,44 @@ def run(count: int, resync: float, timeout: float) -> dict[str, Any]:
                 log(f"created in {created:.1f}s; waiting for every reconcile")
                 done = 0
                 while True:
-                    items = client.get(MOLDS).raise_for_status().json()["items"]
-                    done = sum(reconciled(o) for o in items)
+                    # Listing every deployment loads the emulator the operator is using:
+                    # list only once the operator counts enough successful reconciles.
+                    oks = counter(scrape(metrics_url + "/metrics"),
+                                  "mol_operator_reconcile_total", 'result="ok"')
+                    if oks >= count:
+                        items = client.get(MOLDS).raise_for_status().json()["items"]
+                        done = sum(reconciled(o) for o in items)
                     elapsed = time.perf_counter() - started
                     if done == count:
                         break
                     if elapsed > timeout or not operator.alive():
                         raise RuntimeError(f"{done}/{count} reconciled after {elapsed:.0f}s:\n"
                                            + operator.tail())
-                    time.sleep(max(0.5, count / 100))  # listing all is not free either
+                    time.sleep(0.5)
             all_done = time.perf_counter() - started
             log(f"all {count} reconciled in {all_done:.1f}s")
             time.sleep(2)  # let kopf finish its own bookkeeping writes
             text = scrape(metrics_url + "/metrics")
-            calls, _, _ = operator_requests(kube)
+            calls, _, _, by_what = operator_requests(kube)
             oks = counter(text, "mol_operator_reconcile_total", 'result="ok"')
             retries = counter(text, "mol_operator_reconcile_total", 'result="retry"')
             p50 = histogram_quantile(text, "mol_operator_reconcile_duration_seconds", 0.5)
             p99 = histogram_quantile(text, "mol_operator_reconcile_duration_seconds", 0.99)
+            per = {k: v / max(oks, 1) for k, v in by_what.most_common()}
+            log("calls per reconcile: " + ", ".join(f"{k} {v:.2f}" for k, v in per.items()))
             log(f"steady state: waiting {resync * 1.6:.0f}s for one resync of every deployment")
             mark = kube.call(lambda: len(kube.emulator._requests))
             time.sleep(resync * 1.6)
             after = scrape(metrics_url + "/metrics")
             resyncs = counter(after, "mol_operator_reconcile_total", 'result="ok"') - oks
-            _, resync_writes, what = operator_requests(kube, mark)
+            _, resync_writes, what, _ = operator_requests(kube, mark)
             if what:
                 log(f"writes during the resync: {dict(what.most_common(6))}")
             rss = peak_rss_mib(operator.popen.pid)
             return {"count": count, "created_s": created, "all_s": all_done, "p50": p50,
                     "p99": p99, "rss": rss, "calls_per": calls / max(oks, 1), "oks": oks,
                     "retries": retries, "resyncs": resyncs,
-                    "resync_writes": resync_writes, "resync_s": resync}
+                    "resync_writes": resync_writes, "resync_s": resync, "per": per}
         except BaseException:
             if operator is not None:
                 log("operator log tail:\n" + operator.tail())
