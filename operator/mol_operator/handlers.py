@@ -35,12 +35,16 @@ _CANARY_TICK = _IMPORT_SETTINGS.canary_tick_seconds
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
-    """Our finalizer and annotation names; kopf's own logs are not posted as Events."""
+    """Our finalizer and annotation names; kopf's own logs are not posted as Events;
+    deletion is not held up by a timer that is running."""
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="mol.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="mol.dev", key="last-handled-configuration")
     settings.posting.level = logging.WARNING
+    # A deletion that finds a resync or canary timer mid-run polls for its exit this
+    # often (kopf's default, a minute, would hold the finalizer that long).
+    settings.background.cancellation_polling = 1.0
 
 
 def make_runtime(settings: OperatorSettings) -> Runtime:

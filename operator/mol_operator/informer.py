@@ -110,9 +110,7 @@ class ChildCache:
     async def stop(self) -> None:
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
 
     async def wait_synced(self, seconds: float) -> bool:
