@@ -57,8 +57,14 @@ def path_for(api_version: str, plural: str, namespace: str | None,
 class KubeApi:
     """Async client; counts its calls (``calls``, ``writes``) for metrics and benchmarks."""
 
-    def __init__(self, http: httpx.AsyncClient) -> None:
-        self._http = http
+    def __init__(self, **options: Any) -> None:
+        """``options`` for ``httpx.AsyncClient``. Requests share a bounded pool; watches
+        (long-lived streams) get their own, so httpx's per-request scan of the pool does
+        not walk past every open watch."""
+        self._http = httpx.AsyncClient(**options, limits=httpx.Limits(
+            max_connections=64, max_keepalive_connections=32))
+        self._watches = httpx.AsyncClient(**options, limits=httpx.Limits(
+            max_connections=None, max_keepalive_connections=0))
         self._served: dict[str, tuple[float, set[str]]] = {}
         self.calls = 0
         self.writes = 0
@@ -67,18 +73,14 @@ class KubeApi:
     def connect(cls, url: str | None = None, *, kubeconfig: str | None = None,
                 timeout: float = 30.0) -> KubeApi:
         """Explicit URL, else in-cluster, else kubeconfig (``$KUBECONFIG``, ~/.kube/config)."""
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
         if url:
-            return cls(httpx.AsyncClient(headers=USER_AGENT, base_url=url, timeout=timeout,
-                                         limits=limits))
+            return cls(headers=USER_AGENT, base_url=url, timeout=timeout)
         host = os.environ.get("KUBERNETES_SERVICE_HOST")
         if host and (SA_DIR / "token").exists() and kubeconfig is None:
             port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
             ca = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
-            return cls(httpx.AsyncClient(headers=USER_AGENT, base_url=f"https://{host}:{port}",
-                                         verify=ca,
-                                         auth=_FileToken(SA_DIR / "token"), timeout=timeout,
-                                         limits=limits))
+            return cls(headers=USER_AGENT, base_url=f"https://{host}:{port}", verify=ca,
+                       auth=_FileToken(SA_DIR / "token"), timeout=timeout)
         from kubernetes import config as kconfig
         from kubernetes.client import Configuration
 
@@ -94,12 +96,12 @@ class KubeApi:
             verify = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
             if cfg.cert_file:
                 verify.load_cert_chain(cfg.cert_file, cfg.key_file)
-        return cls(httpx.AsyncClient(base_url=cfg.host, headers={**USER_AGENT, **headers},
-                                     verify=verify,
-                                     timeout=timeout, limits=limits))
+        return cls(base_url=cfg.host, headers={**USER_AGENT, **headers}, verify=verify,
+                   timeout=timeout)
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        await self._watches.aclose()
 
     async def _call(self, method: str, path: str, *, write: bool = False,
                     **kw: Any) -> httpx.Response:
@@ -142,7 +144,7 @@ class KubeApi:
                   "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
         self.calls += 1
         try:
-            async with self._http.stream(
+            async with self._watches.stream(
                     "GET", path_for(api_version, plural, namespace), params=params,
                     timeout=httpx.Timeout(30.0, read=timeout_seconds + 30.0)) as response:
                 if response.is_error:
