@@ -91,6 +91,13 @@ def _copy(obj: Any) -> Any:
         return copy.deepcopy(obj)
 
 
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the API server's alphabet for generateName
+
+
+def _generated_name(prefix: str) -> str:
+    return prefix + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
+
+
 def _now() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -291,8 +298,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
     def _create(self, request: rendering.Request, obj: Body) -> Body:
         assert request.resource is not None
         meta = obj.setdefault("metadata", {})
-        if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
+        generated = not meta.get("name") and meta.get("generateName")
+        if generated:
+            meta["name"] = _generated_name(meta["generateName"])
         if not meta.get("name"):
             raise _error(422, "Invalid", "metadata.name: Required value")
         if self._namespaced(request):
@@ -306,6 +314,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
             meta["namespace"] = ns
         else:
             meta.pop("namespace", None)
+        for _ in range(8 if generated else 0):  # a taken generated name is drawn again
+            if self._current(request.resource, meta.get("namespace"), meta["name"]) is None:
+                break
+            meta["name"] = _generated_name(meta["generateName"])
         if self._current(request.resource, meta.get("namespace"), meta["name"]) is not None:
             raise _error(409, "AlreadyExists", f"{request.resource.plural} {meta['name']!r} exists")
         if self._has_status(request):
