@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from _machine import Proc, pinned, wait_http
-from _seed import BASE_NAMES, TAGS, base_config, base_tensors
+from _seed import BASE_NAMES, TAGS
+from _shapes import BIG_BASE, LLAMA_3_8B, SMALL, base_config, base_tensors
 
 ENGINE = "vllm==0.32.0"
 MAX_RANK = 64
@@ -79,9 +80,10 @@ def register_bases(api: Api, count: int) -> list[tuple[str, str, str]]:
     out = []
     for name in BASE_NAMES[:count]:
         revision = "r1"
+        dims = LLAMA_3_8B if name == BIG_BASE else SMALL
         api.call("POST", "/v1/base-models", {
             "name": name, "revision": revision, "architecture": "LlamaForCausalLM",
-            "config": base_config(), "tensors": base_tensors()})
+            "config": base_config(dims), "tensors": base_tensors(dims)})
         profile = f"{name}-pool"
         api.call("PUT", f"/v1/serving-profiles/{profile}", {
             "base_model": f"{name}@{revision}", "engine": ENGINE, "max_lora_rank": MAX_RANK,

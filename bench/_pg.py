@@ -180,3 +180,39 @@ def data_size(url: str) -> str:
         row = conn.execute("SELECT pg_size_pretty(pg_database_size(current_database()))").fetchone()
     return str(row[0]) if row else "?"
 
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Bytes on disk of a database's tables, per row of the table that counts versions."""
+
+    versions: int
+    table_bytes: dict[str, int]  # pg_table_size: heap + TOAST (+ free-space/visibility maps)
+    index_bytes: dict[str, int]  # pg_indexes_size
+
+    @property
+    def table_per_version(self) -> float | None:
+        return sum(self.table_bytes.values()) / self.versions if self.versions else None
+
+    @property
+    def index_per_version(self) -> float | None:
+        return sum(self.index_bytes.values()) / self.versions if self.versions else None
+
+    def largest(self, n: int = 4) -> str:
+        """The n tables holding most data, with their share per version."""
+        top = sorted(self.table_bytes.items(), key=lambda kv: -kv[1])[:n]
+        return ", ".join(f"{name} {size / max(self.versions, 1):,.0f}" for name, size in top)
+
+
+def storage(url: str, versions_table: str) -> Storage:
+    """Table and index bytes of every table in the public schema (Alembic's bookkeeping
+    aside) and the row count of ``versions_table``. Run after VACUUM (ANALYZE)."""
+    with psycopg.connect(libpq(url)) as conn:
+        rows = conn.execute(
+            "SELECT c.relname, pg_table_size(c.oid), pg_indexes_size(c.oid) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' "
+            "AND c.relkind = 'r' AND c.relname <> 'alembic_version'").fetchall()
+        count = conn.execute(f'SELECT count(*) FROM "{versions_table}"').fetchone()
+    return Storage(int(str(count[0])) if count else 0,
+                   {str(r[0]): int(str(r[1])) for r in rows},
+                   {str(r[0]): int(str(r[2])) for r in rows})

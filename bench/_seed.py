@@ -4,8 +4,10 @@ Base models and serving profiles are registered through the REST API first (so t
 stored shapes are exactly what the service computes); then adapters, versions, tags,
 blobs references, aliases, alias history and verdicts are COPYed in, shaped like the
 rows a publish writes: every adapter has 3 ready versions, `stable` -> v2, two tags,
-and a stored verdict for its base's profile. Seeded blobs are referenced, not uploaded:
-resolve answers from the version row and never reads a blob.
+and a stored verdict for its base's profile. Adapter shapes are a realistic mix (see
+_shapes: a third Llama-3-8B all-linear r16); their configs and shape maps are
+shared_docs rows under the digests the service computes. Seeded blobs are referenced,
+not uploaded: resolve answers from the version row and never reads a blob.
 """
 
 from __future__ import annotations
@@ -30,9 +32,20 @@ from _pg import (
     progress,
     restore_after_load,
 )
+from _shapes import (
+    BIG_BASE,
+    DROPOUTS,
+    LLAMA_8B_ALL_LINEAR_R16,
+    SMALL_FAMILIES,
+    Family,
+    adapter_config,
+    lora_shapes,
+    weights_size,
+)
+from mol_catalog.shared_docs import canonical, digest_of
 
-TABLES = ("namespaces", "adapters", "adapter_tags", "versions", "version_blobs", "aliases",
-          "alias_history", "verdicts")
+TABLES = ("shared_docs", "namespaces", "adapters", "adapter_tags", "versions", "version_blobs",
+          "aliases", "alias_history", "verdicts")
 ID_TABLES = ("namespaces", "adapters", "versions", "alias_history")
 VERSIONS = 3
 ALIAS = "stable"
@@ -47,50 +60,6 @@ WORDS = ("acme", "globex", "initech", "umbrella", "hooli", "stark", "wayne", "wo
 KINDS = ("assistant", "coder", "helpdesk", "reviewer", "tutor", "planner", "writer", "router",
          "triage", "analyst", "critic", "scribe")
 BASE_NAMES = ("qwen3-8b", "llama-3-8b", "mistral-7b", "gemma-2-9b")
-
-# A small Llama-shaped base: 4 layers, hidden 256, 4 heads / 2 KV heads (GQA).
-HIDDEN, LAYERS, HEADS, KV_HEADS, FFN, VOCAB = 256, 4, 4, 2, 512, 2048
-KV_OUT = HIDDEN // HEADS * KV_HEADS
-
-
-def base_config() -> dict[str, Any]:
-    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
-            "hidden_size": HIDDEN, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
-            "num_key_value_heads": KV_HEADS, "intermediate_size": FFN, "vocab_size": VOCAB}
-
-
-def base_tensors() -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {"model.embed_tokens.weight": [VOCAB, HIDDEN],
-                                 "model.norm.weight": [HIDDEN], "lm_head.weight": [VOCAB, HIDDEN]}
-    mods = {"self_attn.q_proj": [HIDDEN, HIDDEN], "self_attn.k_proj": [KV_OUT, HIDDEN],
-            "self_attn.v_proj": [KV_OUT, HIDDEN], "self_attn.o_proj": [HIDDEN, HIDDEN],
-            "mlp.gate_proj": [FFN, HIDDEN], "mlp.up_proj": [FFN, HIDDEN],
-            "mlp.down_proj": [HIDDEN, FFN]}
-    for layer in range(LAYERS):
-        for mod, shape in mods.items():
-            out[f"model.layers.{layer}.{mod}.weight"] = shape
-        out[f"model.layers.{layer}.input_layernorm.weight"] = [HIDDEN]
-        out[f"model.layers.{layer}.post_attention_layernorm.weight"] = [HIDDEN]
-    return out
-
-
-def adapter_config(base: str, rank: int) -> dict[str, Any]:
-    return {"peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank,
-            "target_modules": ["q_proj", "v_proj"], "base_model_name_or_path": base,
-            "bias": "none", "use_dora": False, "modules_to_save": None,
-            "task_type": "CAUSAL_LM"}
-
-
-def adapter_shapes(rank: int) -> dict[str, tuple[int, ...]]:
-    """PEFT tensor names and shapes of a q/v LoRA of the small base."""
-    out: dict[str, tuple[int, ...]] = {}
-    for layer in range(LAYERS):
-        for mod, dim_out in (("q_proj", HIDDEN), ("v_proj", KV_OUT)):
-            stem = f"base_model.model.model.layers.{layer}.self_attn.{mod}"
-            out[f"{stem}.lora_A.weight"] = (rank, HIDDEN)
-            out[f"{stem}.lora_B.weight"] = (dim_out, rank)
-    return out
-
 
 @dataclass(frozen=True)
 class SeedBase:
@@ -116,7 +85,12 @@ def read_bases(url: str) -> list[SeedBase]:
 
 
 def base_of(bases: list[SeedBase], i: int) -> SeedBase:
-    return bases[(Layout.mix(i) >> 16) % len(bases)]
+    """Llama-3-8B for the all-linear r16 third, one of the small bases for the others."""
+    big = [b for b in bases if b.name == BIG_BASE]
+    if Layout.family(i) is LLAMA_8B_ALL_LINEAR_R16 and big:
+        return big[0]
+    small = [b for b in bases if b.name != BIG_BASE] or bases
+    return small[(Layout.mix(i) >> 16) % len(small)]
 
 
 @dataclass(frozen=True)
@@ -150,8 +124,16 @@ class Layout:
         return TAGS[first], TAGS[second]
 
     @staticmethod
-    def rank(i: int) -> int:
-        return 16 if i % 4 == 0 else 8
+    def family(i: int) -> Family:
+        """A third (and one) of the adapters are Llama-3-8B all-linear r16."""
+        if i % 3 == 1:
+            return LLAMA_8B_ALL_LINEAR_R16
+        return SMALL_FAMILIES[(Layout.mix(i) >> 24) % len(SMALL_FAMILIES)]
+
+    @staticmethod
+    def dropout(i: int) -> float:
+        """Each team trains with its own dropout: configs differ across teams."""
+        return DROPOUTS[(i - 1) // PER_NAMESPACE % len(DROPOUTS)]
 
 
 def _sha(text: str) -> str:
@@ -169,12 +151,25 @@ class Rows:
         if not bases:
             raise RuntimeError("no base model with a serving profile registered before seeding")
         self.n, self.bases, self.layout = n, bases, Layout(n)
-        self.config = {(b.name, r): json.dumps(adapter_config(b.name, r)).encode()
-                       for b in bases for r in (8, 16)}
-        self.tensors = {r: _json({k: list(v) for k, v in adapter_shapes(r).items()})
-                        for r in (8, 16)}
-        self.weights_size = {r: 4 * sum(a * b for a, b in adapter_shapes(r).values()) + 1024
-                             for r in (8, 16)}
+        families = (LLAMA_8B_ALL_LINEAR_R16, *SMALL_FAMILIES)
+        # adapter_config.json bytes per (base, family, dropout) in use; shape maps per family
+        small = [b.name for b in bases if b.name != BIG_BASE] or [b.name for b in bases]
+        big = [BIG_BASE] if len(small) < len(bases) else small  # as base_of picks
+        used = {(b, f) for b in small for f in SMALL_FAMILIES}
+        used |= {(b, LLAMA_8B_ALL_LINEAR_R16) for b in big}
+        self.config = {(b, f, d): json.dumps(adapter_config(b, f.rank, f.targets, d)).encode()
+                       for b, f in used for d in DROPOUTS}
+        self.shapes = {f: {k: list(v) for k, v in lora_shapes(f).items()} for f in families}
+        self.docs = {digest_of(json.loads(c)): c.decode() for c in self.config.values()}
+        self.docs |= {digest_of(m): canonical(m).decode() for m in self.shapes.values()}
+        self.modules = {f: _json(sorted(f.targets)) for f in families}
+        self.sizes = {f: weights_size(f) for f in families}
+        # per (base, family, dropout): the config file's blob digest and the two doc digests
+        self.cfg_file = {k: "sha256:" + hashlib.sha256(c).hexdigest()
+                         for k, c in self.config.items()}
+        shape_digest = {f: digest_of(m) for f, m in self.shapes.items()}
+        self.doc_refs = {k: f"{digest_of(json.loads(c))}\t{shape_digest[k[1]]}"
+                         for k, c in self.config.items()}
 
     def base(self, i: int) -> SeedBase:
         return base_of(self.bases, i)
@@ -198,32 +193,36 @@ class Rows:
             for tag in Layout.tags(i):
                 yield f"{tag}\t{i}\t{b.name}\t{b.id}\n"
 
-    def _config_digest(self, b: SeedBase, rank: int) -> str:
-        return "sha256:" + hashlib.sha256(self.config[(b.name, rank)]).hexdigest()
+    def shared_docs(self) -> Iterator[str]:
+        for digest, body in sorted(self.docs.items()):
+            yield f"{digest}\t{esc(body)}\n"
+
+    def _key(self, i: int) -> tuple[str, Family, float]:
+        return self.base(i).name, Layout.family(i), Layout.dropout(i)
 
     def versions(self) -> Iterator[str]:
         for i in range(1, self.n + 1):
-            b, rank = self.base(i), Layout.rank(i)
-            cfg_digest = self._config_digest(b, rank)
-            cfg_size = len(self.config[(b.name, rank)])
-            cfg_json = esc(self.config[(b.name, rank)].decode())
+            b = self.base(i)
+            key = self._key(i)
+            family = key[1]
+            rank, cfg_size, w_size = family.rank, len(self.config[key]), self.sizes[family]
+            cfg_file, docs = self.cfg_file[key], self.doc_refs[key]
             for k in range(1, VERSIONS + 1):
                 vid = (i - 1) * VERSIONS + k
-                files = (f'[{{"path":"adapter_config.json","digest":"{cfg_digest}",'
+                files = (f'[{{"path":"adapter_config.json","digest":"{cfg_file}",'
                          f'"size":{cfg_size}}},{{"path":"adapter_model.safetensors",'
-                         f'"digest":"sha256:{_sha(f"w{vid}")}","size":{self.weights_size[rank]}}}]')
+                         f'"digest":"sha256:{_sha(f"w{vid}")}","size":{w_size}}}]')
                 parent = str(k - 1) if k > 1 else "\\N"
                 yield (f"{vid}\t{i}\t{k}\tsha256:{_sha(f'm{vid}')}\t{b.id}\t{rank}\t{2.0 * rank}"
-                       f'\t["q_proj","v_proj"]\tready\t\\N\t{parent}\t\\N'
-                       f"\t{cfg_size + self.weights_size[rank]}\t{files}\t{cfg_json}"
-                       f"\t{self.tensors[rank]}\tbench\t{TS}\n")
+                       f"\t{self.modules[family]}\tready\t\\N\t{parent}\t\\N"
+                       f"\t{cfg_size + w_size}\t{files}\t{docs}\tbench\t{TS}\n")
 
     def version_blobs(self) -> Iterator[str]:
         for i in range(1, self.n + 1):
-            cfg_digest = self._config_digest(self.base(i), Layout.rank(i))
+            cfg_file = self.cfg_file[self._key(i)]
             for k in range(1, VERSIONS + 1):
                 vid = (i - 1) * VERSIONS + k
-                yield f"{cfg_digest}\t{vid}\n"
+                yield f"{cfg_file}\t{vid}\n"
                 yield f"sha256:{_sha(f'w{vid}')}\t{vid}\n"
 
     def aliases(self) -> Iterator[str]:
@@ -244,6 +243,7 @@ class Rows:
 
 COLUMNS: dict[str, tuple[tuple[str, ...], int]] = {
     # table: (columns, rows per adapter)
+    "shared_docs": (("digest", "body"), -1),
     "namespaces": (("id", "name", "created_at"), 0),
     "adapters": (("id", "namespace_id", "name", "full_name", "base_model_id", "base_name",
                   "tags", "labels", "latest_version", "version_count", "created_at",
@@ -251,7 +251,8 @@ COLUMNS: dict[str, tuple[tuple[str, ...], int]] = {
     "adapter_tags": (("tag", "adapter_id", "base_name", "base_model_id"), 2),
     "versions": (("id", "adapter_id", "number", "digest", "base_model_id", "rank", "alpha",
                   "target_modules", "status", "yank_reason", "parent", "source", "size",
-                  "files", "adapter_config", "tensors", "created_by", "created_at"), VERSIONS),
+                  "files", "config_digest", "tensors_digest", "created_by", "created_at"),
+                 VERSIONS),
     "version_blobs": (("digest", "version_id"), 2 * VERSIONS),
     "aliases": (("adapter_id", "name", "version", "updated_at"), 1),
     "alias_history": (("id", "adapter_id", "alias", "version", "previous", "changed_by",
@@ -271,7 +272,7 @@ def seed(url: str, n: int) -> None:
         saved = drop_for_load(conn, TABLES)
         for table in TABLES:
             columns, per = COLUMNS[table]
-            total = rows.layout.namespaces if per == 0 else n * per
+            total = {0: rows.layout.namespaces, -1: len(rows.docs)}.get(per, n * per)
             copy_text(conn, table, columns, chunked(getattr(rows, table)()), total)
         progress("rebuilding keys and indexes, then VACUUM (ANALYZE)")
         restore_after_load(conn, saved, TABLES)

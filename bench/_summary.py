@@ -19,6 +19,7 @@ TARGET_RESOLVE_RPS = 1200.0
 TARGET_LIST_P99_MS = 25.0
 TARGET_PUBLISH_PER_S = 50.0
 GOAL_RATIO = 10.0
+TARGET_TABLE_BYTES_PER_VERSION = 2048.0
 
 
 def rows_for(bench: Bench) -> list[Row]:
@@ -51,6 +52,14 @@ def rows_for(bench: Bench) -> list[Row]:
         rows.append(Row(f"{label} p50 (c={c_lat})", "ms", get(f"ours:{key}:latency", "p50_ms")))
         rows.append(Row(f"{label} p99 (c={c_lat})", "ms", get(f"ours:{key}:latency", "p99_ms"),
                         target=TARGET_LIST_P99_MS))
+    ours, mlflow = bench.storage.get("ours"), bench.storage.get("MLflow")
+    rows.append(Row("table data per version (heap + TOAST, all tables)", "bytes",
+                    ours.table_per_version if ours else None,
+                    mlflow.table_per_version if mlflow else None,
+                    TARGET_TABLE_BYTES_PER_VERSION))
+    rows.append(Row("index bytes per version (all tables)", "bytes",
+                    ours.index_per_version if ours else None,
+                    mlflow.index_per_version if mlflow else None))
     pub = bench.publish
     if pub is not None:
         c_pub = bench.args.publish_concurrency
@@ -116,8 +125,10 @@ def section(bench: Bench, rows: list[Row], argv: list[str], elapsed: float,
         f"- Machine: {m.markdown()}",
         f"- Software: {', '.join(soft)}",
         f"- Data: ours {a.adapters:,} adapters x 3 versions (4 bases, 20 tags, 2 tags each, "
-        f"`stable` -> v2, stored verdicts); MLflow {a.mlflow_models:,} registered models x 3 "
-        f"versions with alias `stable`" + (" (skipped)" if a.skip_mlflow else "")
+        f"`stable` -> v2, stored verdicts; a third Llama-3-8B all-linear r16 LoRAs with 448 "
+        f"tensors, the rest small/medium LoRAs of small bases); MLflow {a.mlflow_models:,} "
+        f"registered models x 3 versions with alias `stable`"
+        + (" (skipped)" if a.skip_mlflow else "")
         + f"; both in one PostgreSQL cluster. Bulk load: {seeds or 'n/a'}; "
         f"sizes: {sizes or 'n/a'}.",
         "- Bulk path: schema created by each product (Alembic / `mlflow db upgrade`), FKs, keys"
@@ -144,6 +155,9 @@ def section(bench: Bench, rows: list[Row], argv: list[str], elapsed: float,
         for key, split in bench.cpu_split.items():
             parts = ", ".join(f"{name} {ms:.2f}" for name, ms in split.items())
             lines.append(f"- {key}: {parts}")
+    if "ours" in bench.storage:
+        lines += ["", "Table data per version by table (bytes; pg_table_size right after the "
+                  f"load, before publishing): {bench.storage['ours'].largest()}."]
     if bench.notes:
         lines += ["", "Notes:", "", *(f"- {note}" for note in bench.notes)]
     return "\n".join(lines)

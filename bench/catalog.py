@@ -32,9 +32,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _mlflow
 import _ours
 import _seed
+import _shapes
 from _load import LoadResult, PublishResult, publish_loop, require_wrk, run_wrk
 from _machine import Proc, busy_seconds, own_seconds, quiet_check, tree_cpu
-from _pg import BenchPostgres, data_size, progress
+from _pg import BenchPostgres, Storage, data_size, progress, storage
 from _report import render_table, write_section
 from mol_platform.testing.net import free_port
 from mol_platform.testing.postgres import find_pg_bin
@@ -93,6 +94,7 @@ class Bench:
         self.versions: dict[str, str] = {}
         self.seed_seconds: dict[str, float] = {}
         self.sizes: dict[str, str] = {}
+        self.storage: dict[str, Storage] = {}  # bytes per version, right after the load
         self.cpu_ms: dict[str, float] = {}  # CPU ms per request: servers + Postgres
         self.cpu_roots: dict[str, int] = {}  # name -> root pid of a measured process tree
         self.cpu_split: dict[str, dict[str, float]] = {}
@@ -162,6 +164,7 @@ class Bench:
         _mlflow.bulk_load(url, a.mlflow_models)
         self.seed_seconds["MLflow"] = time.monotonic() - start
         self.sizes["MLflow"] = data_size(url)
+        self.storage["MLflow"] = storage(url, "model_versions")
         for i in (1, a.mlflow_models):
             got = _mlflow.resolve_once(base, _mlflow.model_name(i))
             if got != str(_mlflow.ALIAS_VERSION):
@@ -200,6 +203,10 @@ class Bench:
         _seed.seed(url, a.adapters)
         self.seed_seconds["ours"] = time.monotonic() - start
         self.sizes["ours"] = data_size(url)
+        self.storage["ours"] = storage(url, "versions")
+        used = self.storage["ours"]
+        progress(f"ours: {used.table_per_version:,.0f} bytes of table data and "
+                 f"{used.index_per_version:,.0f} of indexes per version ({used.largest(9)})")
 
         server = _ours.start_catalog(url, s3_port, port, a.workers, token, self.workdir, cores)
         self.procs.append(server)
@@ -224,7 +231,8 @@ class Bench:
         self.wrk("ours:search:latency", base_url, search, a.latency_connections, auth)
         self.cpu_roots["s3"] = s3.popen.pid  # moto: the S3 writes belong to publishing
         cpu0 = self.cpu_now()
-        self.publish = self.run_publish(base_url, token, bases[0])
+        small = next(b for b in bases if b.name != _shapes.BIG_BASE)
+        self.publish = self.run_publish(base_url, token, small)
         self.cpu_since("ours:publish", cpu0, self.publish.published)
         progress(f"{'ours:publish':32s} {self.cpu_line('ours:publish')}")
 
@@ -239,11 +247,12 @@ class Bench:
 
     def run_publish(self, base_url: str, token: str, base: _seed.SeedBase) -> PublishResult:
         a = self.args
-        rank = 8
+        family = _shapes.SMALL_FAMILIES[0]  # q/v r8 of a small base
         res = asyncio.run(publish_loop(
             base_url, token, namespace="bench-publish", prefix=f"p{secrets.token_hex(3)}",
-            base=f"{base.name}@{base.revision}", config=_seed.adapter_config(base.name, rank),
-            shapes=_seed.adapter_shapes(rank), concurrency=a.publish_concurrency,
+            base=f"{base.name}@{base.revision}",
+            config=_shapes.adapter_config(base.name, family.rank, family.targets),
+            shapes=_shapes.lora_shapes(family), concurrency=a.publish_concurrency,
             seconds=a.publish_seconds))
         progress(f"{'ours:publish':32s} {res.per_second:8.1f} adapters/s  p50 {res.pct(50):.1f} ms"
                  f"  p99 {res.pct(99):.1f} ms  failures {sum(res.failures.values())}")

@@ -123,7 +123,7 @@ def measure(work: Path, runs: int, engine_venv: Path) -> tuple[list[Run], float]
                                        base_model=str(base), seed=10_000 + i)
                 name = f"bench/a-{i}"
                 t0 = time.perf_counter()
-                version = catalog.publish(folder, name, alias="stable")["version"]
+                version = catalog.publish(folder, name, alias="stable").version
                 published = time.perf_counter()
                 total = first_token(client, router, f"{name}@stable")
                 warm = first_token(client, router, f"{name}@stable")

@@ -8,12 +8,11 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Query
-from fastapi.exceptions import RequestValidationError
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.requests import Request
+from fastapi.telemetry import TelemetryConfig
 from starlette.responses import Response
 
-from mol_catalog import blob_gc, leftovers
+from mol_catalog import blob_gc, leftovers, openapi
+from mol_catalog.adapters.endpoints import lean_routes as adapters_routes
 from mol_catalog.adapters.endpoints import router as adapters_router
 from mol_catalog.adapters.sample import NameSample
 from mol_catalog.auth import Principal
@@ -23,23 +22,12 @@ from mol_catalog.blobs import open_blob_store
 from mol_catalog.db import Database
 from mol_catalog.db_urls import Timeouts
 from mol_catalog.deps import Catalog, get_catalog, get_principal
-from mol_catalog.errors import (
-    ERROR_RESPONSES,
-    RETRY_AFTER_SECONDS,
-    BadRequest,
-    CatalogError,
-    ErrorBody,
-    NotFound,
-    ValidationFailed,
-    catalog_error_handler,
-    json_response,
-    unexpected_error_handler,
-)
+from mol_catalog.errors import ERROR_RESPONSES, RETRY_AFTER_SECONDS, ErrorBody, json_response
 from mol_catalog.events.endpoints import router as events_router
-from mol_catalog.fast import CatalogApp
-from mol_catalog.metrics import CatalogMetrics, MetricsMiddleware
-from mol_catalog.outages import outage_exception_types, outage_handler
+from mol_catalog.metrics import CatalogMetrics
+from mol_catalog.middleware import FASTAPI_ERRORS, CatalogMiddleware
 from mol_catalog.profiles.endpoints import router as profiles_router
+from mol_catalog.resolve.endpoints import lean_routes as resolve_routes
 from mol_catalog.resolve.endpoints import router as resolve_router
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens.endpoints import router as tokens_router
@@ -59,9 +47,13 @@ class StatusOut(ResponseBody):
 class GcOut(ResponseBody):
     deleted: list[str]
     kept: int
+    leftovers_removed: int
 
 
 NO_AUTH: dict[str, Any] = {"security": []}
+# The catalog exports Prometheus metrics; FastAPI's native OpenTelemetry would check the
+# global providers on every request.
+NO_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False}
 
 
 @ops.get("/healthz", response_model=StatusOut, openapi_extra=NO_AUTH)
@@ -99,28 +91,6 @@ async def run_gc(catalog: CatalogDep, who: PrincipalDep,
     return json_response(await blob_gc.collect(catalog.db, catalog.blobs, grace_seconds))
 
 
-async def _validation_handler(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, RequestValidationError)
-    parts = []
-    for err in exc.errors():
-        loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
-        parts.append(f"{loc}: {err.get('msg')}" if loc else str(err.get("msg")))
-    return await catalog_error_handler(request, ValidationFailed("; ".join(parts)))
-
-
-async def _http_handler(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, StarletteHTTPException)
-    err: CatalogError
-    if exc.status_code == 404:
-        err = NotFound(f"no such path {request.url.path}")
-    elif exc.status_code == 405:
-        err = BadRequest(f"method {request.method} not allowed on {request.url.path}")
-        return json_response({"error": "MethodNotAllowed", "detail": err.detail}, 405)
-    else:
-        return json_response({"error": "HTTPError", "detail": str(exc.detail)}, exc.status_code)
-    return await catalog_error_handler(request, err)
-
-
 def create_app(settings: CatalogSettings | None = None) -> FastAPI:
     """The catalog app; the database and blob store open when the app starts."""
     settings = settings or CatalogSettings()
@@ -143,18 +113,16 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
             await blobs.close()
             await db.dispose()
 
-    app = CatalogApp(title="MoL catalog", version="1", lifespan=lifespan,
-                  description="Versions LoRA adapters and knows which base model each fits.")
+    # One route table: the lean hot GETs first (matched first), then the FastAPI routers.
+    app = FastAPI(title="MoL catalog", version="1", lifespan=lifespan,
+                  description="Versions LoRA adapters and knows which base model each fits.",
+                  routes=[*resolve_routes, *adapters_routes], exception_handlers=FASTAPI_ERRORS,
+                  telemetry=NO_TELEMETRY)
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
                    events_router, tokens_router, ops, verify_router):
         app.include_router(router, responses=ERROR_RESPONSES)
-    app.add_exception_handler(CatalogError, catalog_error_handler)
-    app.add_exception_handler(RequestValidationError, _validation_handler)
-    app.add_exception_handler(StarletteHTTPException, _http_handler)
-    for exc_type in outage_exception_types():
-        app.add_exception_handler(exc_type, outage_handler)
-    app.add_exception_handler(Exception, unexpected_error_handler)
-    app.add_middleware(MetricsMiddleware, metrics=metrics_obj)
+    app.add_middleware(CatalogMiddleware, metrics=metrics_obj)
+    openapi.install(app)
     return app
 
 

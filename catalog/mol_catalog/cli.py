@@ -9,21 +9,28 @@ stderr and exit 1.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
 
 from mol_catalog.cli_admin import register_admin
 from mol_catalog.cli_common import (
     CliState,
+    Output,
+    OutputOption,
     catalog,
+    emit,
     fail,
     human_size,
+    parse_labels,
     parse_version,
-    print_json,
+    plain,
     print_reasons,
     print_table,
 )
+from mol_catalog.cli_versions import register_versions
+from mol_catalog.logs import LogFormat, LogLevel
+from mol_platform.catalog_models import AdapterDetail, Published, VersionItem
 from mol_platform.refs import AdapterRef
 
 app = typer.Typer(
@@ -68,17 +75,30 @@ def serve(
         "--insecure-no-auth", help="INSECURE: allow --no-auth on a non-loopback address, "
         "so anyone who can reach it is admin.",
     )] = False,
+    log_level: Annotated[LogLevel | None, typer.Option(
+        case_sensitive=False, help="Log level (default: MOL_CATALOG_LOG_LEVEL, else info).")]
+    = None,
+    access_log: Annotated[bool | None, typer.Option(
+        "--access-log/--no-access-log", help="One log line per request (default: "
+        "MOL_CATALOG_ACCESS_LOG, else off: it costs throughput on the hot reads).")] = None,
+    log_format: Annotated[LogFormat | None, typer.Option(
+        case_sensitive=False, help="text, or json: one JSON object per line for log "
+        "shippers (default: MOL_CATALOG_LOG_FORMAT, else text).")] = None,
 ) -> None:
     """Run the catalog service (REST API, /metrics, /healthz, /readyz).
 
-    Example: mol catalog serve --db sqlite:///.mol/catalog.db --blobs file:///.mol/blobs
+    Prints where it listens and on which database (password left out) and blob store.
+
+    Example: mol catalog serve --db sqlite:///.mol/catalog.db --blobs .mol/blobs
     """
     from mol_catalog.server import InsecureBind
     from mol_catalog.server import serve as run_server
 
     try:
         run_server(host=host, port=port, db=db, blobs=blobs, workers=workers,
-                   auth=False if no_auth else None, insecure=insecure_no_auth)
+                   auth=False if no_auth else None, insecure=insecure_no_auth,
+                   log_level=log_level, access_log=access_log,
+                   log_format=log_format)
     except InsecureBind as exc:
         fail(str(exc), code=2)
 
@@ -100,6 +120,10 @@ def publish(
     parent: Annotated[int | None, typer.Option(help="Version this one derives from.")] = None,
     source: Annotated[str | None, typer.Option(
         help="Where it came from (URI of the training run or repository).")] = None,
+    label: Annotated[list[str] | None, typer.Option(
+        metavar="KEY=VALUE", help="A label of the adapter, e.g. team=search; repeat for more "
+        "(the adapter's labels become these).")] = None,
+    output: OutputOption = Output.text,
 ) -> None:
     """Publish an adapter folder as a new immutable version.
 
@@ -108,7 +132,9 @@ def publish(
     version.
 
     Example: mol catalog publish ./out/coding --name acme/coding --alias stable --tag code
+    --label team=search
     """
+    labels = parse_labels(label or [])
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -129,25 +155,24 @@ def publish(
             bar.update(task, completed=sent, total=total)
 
         result = client.publish(folder, name, base=base, alias=alias, tags=tag or (),
-                                parent=parent, source=source, progress=progress)
-    version, digest = result.get("version"), result.get("digest")
-    if result.get("created", True):
+                                parent=parent, source=source, labels=labels,
+                                progress=progress)
+    emit(output, result, lambda: _print_published(name, alias, result))
+
+
+def _print_published(name: str, alias: str | None, result: Published) -> None:
+    version, digest = result.version, result.digest
+    if result.created:
         typer.echo(f"published {name} v{version} ({digest})")
     else:
         typer.echo(f"already published: {name} v{version} ({digest}) has the same content")
     if alias:
         typer.echo(f"alias {alias} -> v{version}")
-    _print_verdicts(result.get("verdicts") or {})
-
-
-def _print_verdicts(verdicts: dict[str, Any]) -> None:
-    if not verdicts:
+    if not result.verdicts:
         typer.echo("no serving profile for this base yet")
-        return
-    for profile, verdict in sorted(verdicts.items()):
-        ok = bool(verdict.get("compatible"))
-        typer.echo(f"  {profile}: {'compatible' if ok else 'incompatible'}")
-        print_reasons(verdict.get("reasons") or [])
+    for profile, verdict in sorted(result.verdicts.items()):
+        typer.echo(f"  {profile}: {'compatible' if verdict.compatible else 'incompatible'}")
+        print_reasons(verdict.reasons)
 
 
 @app.command()
@@ -157,7 +182,7 @@ def resolve(
         metavar="REF", help="namespace/name@ref, ref = alias | latest | vN | sha256:<hex>.")],
     profile: Annotated[str | None, typer.Option(
         help="Serving profile to get the compatibility verdict for.")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the raw JSON answer.")] = False,
+    output: OutputOption = Output.text,
 ) -> None:
     """Resolve a reference to its immutable version, digest, files and verdict.
 
@@ -167,23 +192,22 @@ def resolve(
     """
     with catalog(ctx) as client:
         result = client.resolve(ref, profile)
-    verdict = result.get("verdict") or None
-    if as_json:
-        print_json(result)
-    else:
-        status = result.get("status", "ready")
-        typer.echo(f"{ref} -> {result.get('adapter')}@v{result.get('version')} "
-                   f"({result.get('digest')})")
-        typer.echo(f"base: {result.get('base')}  status: {status}")
-        for f in result.get("files") or []:
-            typer.echo(f"  {f.get('path')}  {human_size(f.get('size'))}  {f.get('digest')}")
+    verdict = result.verdict
+
+    def text() -> None:
+        typer.echo(f"{ref} -> {result.adapter}@v{result.version} ({result.digest})")
+        typer.echo(f"base: {result.base}  status: {result.status}")
+        for f in result.files:
+            typer.echo(f"  {f.path}  {human_size(f.size)}  {f.digest}")
         if verdict is not None:
-            ok = bool(verdict.get("compatible"))
+            ok = verdict.compatible
             typer.echo(f"verdict ({profile}): {'compatible' if ok else 'incompatible'}")
-    if verdict is not None and not verdict.get("compatible"):
+
+    emit(output, result, text)
+    if verdict is not None and not verdict.compatible:
         typer.echo(f"mol catalog: {ref} is incompatible with serving profile {profile}:",
                    err=True)
-        print_reasons(verdict.get("reasons") or [], err=True)
+        print_reasons(verdict.reasons, err=True)
         raise typer.Exit(1)
 
 
@@ -197,7 +221,7 @@ def list_adapters(
     namespace: Annotated[str | None, typer.Option(help="Only this namespace.")] = None,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print names only.")] = False,
     limit: Annotated[int, typer.Option(help="At most this many adapters.", min=1)] = 50,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON items.")] = False,
+    output: OutputOption = Output.text,
 ) -> None:
     """List adapters, filtered by base, tag, namespace or text.
 
@@ -206,22 +230,22 @@ def list_adapters(
     with catalog(ctx) as client:
         items = list(client.list_adapters(base=base, tag=tag, q=search, namespace=namespace,
                                           limit=limit))
-    if as_json:
-        print_json(items)
+    if output is not Output.text:
+        emit(output, items, lambda: None)
     elif quiet:
         for item in items:
-            typer.echo(item.get("adapter"))
+            typer.echo(item.adapter)
     else:
         print_table(["ADAPTER", "LATEST", "BASE", "TAGS", "UPDATED"], [
-            [i.get("adapter"), f"v{i.get('latest_version')}", i.get("base"),
-             ",".join(i.get("tags") or []), i.get("updated_at")] for i in items])
+            [i.adapter, f"v{i.latest_version}" if i.latest_version else "-", i.base,
+             ",".join(i.tags), i.updated_at] for i in items])
 
 
 @app.command()
 def show(
     ctx: typer.Context,
     adapter: Annotated[str, typer.Argument(metavar="NS/NAME", help="namespace/name.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    output: OutputOption = Output.text,
 ) -> None:
     """Show one adapter: base, tags, aliases and its versions.
 
@@ -230,17 +254,18 @@ def show(
     with catalog(ctx) as client:
         info = client.get_adapter(adapter)
         versions = list(client.versions(adapter))
-    if as_json:
-        print_json({**info, "versions": versions})
-        return
-    typer.echo(f"{info.get('adapter')}  base: {info.get('base')}  "
-               f"tags: {','.join(info.get('tags') or []) or '-'}")
-    aliases = info.get("aliases") or {}
-    typer.echo("aliases: " + (", ".join(f"{a} -> v{v}" for a, v in sorted(aliases.items()))
+    emit(output, {**plain(info), "versions": versions}, lambda: _print_adapter(info, versions))
+
+
+def _print_adapter(info: AdapterDetail, versions: list[VersionItem]) -> None:
+    typer.echo(f"{info.adapter}  base: {info.base}  tags: {','.join(info.tags) or '-'}")
+    typer.echo("labels: " + (", ".join(f"{k}={v}" for k, v in sorted(info.labels.items()))
+                             or "-"))
+    typer.echo("aliases: " + (", ".join(f"{a} -> v{v}" for a, v in sorted(info.aliases.items()))
                               or "-"))
     print_table(["VERSION", "STATUS", "RANK", "SIZE", "DIGEST", "CREATED"], [
-        [f"v{v.get('version')}", v.get("status"), v.get("rank"), human_size(v.get("size")),
-         v.get("digest"), v.get("created_at")] for v in versions])
+        [f"v{v.version}", v.status, v.rank, human_size(v.size), v.digest, v.created_at]
+        for v in versions])
 
 
 @alias_app.command("set")
@@ -250,6 +275,7 @@ def alias_set(
         metavar="REF", help="namespace/name@alias, e.g. acme/coding@stable.")],
     version: Annotated[str, typer.Argument(
         metavar="VERSION", help="The version to point at: 3 or v3.")],
+    output: OutputOption = Output.text,
 ) -> None:
     """Point an alias at a version (the move is recorded in the alias history).
 
@@ -261,15 +287,16 @@ def alias_set(
     number = parse_version(version)
     with catalog(ctx) as client:
         result = client.set_alias(parsed.adapter, parsed.ref, number)
-    previous = result.get("previous")
-    was = f" (was v{previous})" if previous is not None else ""
-    typer.echo(f"{parsed.adapter}@{parsed.ref} -> v{result.get('version', number)}{was}")
+    was = f" (was v{result.previous})" if result.previous is not None else ""
+    emit(output, result, lambda: typer.echo(
+        f"{parsed.adapter}@{parsed.ref} -> v{result.version}{was}"))
 
 
 @alias_app.command("history")
 def alias_history(
     ctx: typer.Context,
     ref: Annotated[str, typer.Argument(metavar="REF", help="namespace/name@alias.")],
+    output: OutputOption = Output.text,
 ) -> None:
     """Show where an alias pointed over time, newest first.
 
@@ -278,9 +305,9 @@ def alias_history(
     parsed = _parse_ref(ref)
     with catalog(ctx) as client:
         items = client.alias_history(parsed.adapter, parsed.ref)
-    print_table(["VERSION", "PREVIOUS", "CHANGED_BY", "CHANGED_AT"], [
-        [f"v{i.get('version')}", f"v{i['previous']}" if i.get("previous") else "-",
-         i.get("changed_by"), i.get("changed_at")] for i in items])
+    emit(output, items, lambda: print_table(["VERSION", "PREVIOUS", "CHANGED_BY", "CHANGED_AT"], [
+        [f"v{i.version}" if i.version else "(removed)",
+         f"v{i.previous}" if i.previous else "-", i.changed_by, i.changed_at] for i in items]))
 
 
 @app.command()
@@ -289,6 +316,7 @@ def yank(
     ref: Annotated[str, typer.Argument(
         metavar="REF", help="namespace/name@vN or namespace/name@sha256:<hex>.")],
     reason: Annotated[str, typer.Option(help="Why (shown to whoever resolves it).")],
+    output: OutputOption = Output.text,
 ) -> None:
     """Yank a version: it no longer resolves by alias or latest, only by vN/digest.
 
@@ -302,13 +330,14 @@ def yank(
     with catalog(ctx) as client:
         version = parsed.version
         if version is None:
-            version = int(client.resolve(str(parsed))["version"])
-        client.yank(parsed.adapter, version, reason)
-    typer.echo(f"yanked {parsed.adapter} v{version}: {reason}")
+            version = client.resolve(str(parsed)).version
+        result = client.yank(parsed.adapter, version, reason)
+    emit(output, result, lambda: typer.echo(f"yanked {parsed.adapter} v{version}: {reason}"))
 
 
 app.add_typer(alias_app, name="alias")
 register_admin(app)
+register_versions(app)
 
 
 def _parse_ref(ref: str) -> AdapterRef:

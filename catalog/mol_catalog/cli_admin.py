@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from mol_catalog.cli_common import (
+    Output,
+    OutputOption,
     catalog,
+    emit,
     parse_duration,
-    print_json,
     print_table,
 )
+from mol_platform.catalog_models import GcReport, Profile, VerifyReport
 from mol_platform.model_folder import read_base_model_folder
 
 base_app = typer.Typer(help="Register base models (shapes only, never weights).",
@@ -33,6 +36,7 @@ def base_register(
     revision: Annotated[str | None, typer.Option(
         help="Revision id (default: first 12 hex of sha256 over config.json and the tensor "
         "shapes).")] = None,
+    output: OutputOption = Output.text,
 ) -> None:
     """Register a base model revision from a local folder.
 
@@ -45,15 +49,16 @@ def base_register(
         folder_info = read_base_model_folder(folder)
         rev = revision or folder_info.default_revision()
         record = client.register_base(folder, name, rev)
-    typer.echo(f"base model {record.get('name', name)}@{record.get('revision', rev)} "
-               f"registered ({folder_info.architecture}, {len(folder_info.tensors)} tensors)")
+    emit(output, record, lambda: typer.echo(
+        f"base model {record.name}@{record.revision} "
+        f"registered ({folder_info.architecture}, {len(folder_info.tensors)} tensors)"))
 
 
 @base_app.command("show")
 def base_show(
     ctx: typer.Context,
     name: Annotated[str, typer.Argument(metavar="NAME", help="Base model name.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    output: OutputOption = Output.text,
 ) -> None:
     """Show a base model's revisions, newest (current) first.
 
@@ -61,12 +66,9 @@ def base_show(
     """
     with catalog(ctx) as client:
         record = client.get_base(name)
-    if as_json:
-        print_json(record)
-        return
-    print_table(["REVISION", "ARCHITECTURE", "TENSORS", "CREATED"], [
-        [r.get("revision"), r.get("architecture"), len(r.get("tensors") or {}),
-         r.get("created_at")] for r in record.get("revisions", [])])
+    emit(output, record, lambda: print_table(["REVISION", "ARCHITECTURE", "TENSORS", "CREATED"], [
+        [r.revision, r.architecture, len(r.tensors), r.created_at]
+        for r in record.revisions]))
 
 
 @profile_app.command("set")
@@ -84,6 +86,7 @@ def profile_set(
         metavar="MODULE",
         help="A module the engine can apply LoRA to (e.g. q_proj); repeat. Default: all.",
     )] = None,
+    output: OutputOption = Output.text,
 ) -> None:
     """Declare or change a serving profile; adapters get a verdict per profile.
 
@@ -96,8 +99,45 @@ def profile_set(
         record = client.set_profile(name, base_model=base, max_lora_rank=max_lora_rank,
                                     max_loras=max_loras, engine=engine,
                                     supported_modules=supported_module)
-    typer.echo(f"serving profile {record.get('name', name)}: base {base}, max LoRA rank "
-               f"{max_lora_rank}, max LoRAs {max_loras}, engine {engine}")
+    emit(output, record, lambda: typer.echo(
+        f"serving profile {record.name}: base {base}, max LoRA rank "
+        f"{max_lora_rank}, max LoRAs {max_loras}, engine {engine}"))
+
+
+def _profile_row(p: Profile) -> list[Any]:
+    modules = "all" if p.supported_modules is None else ",".join(p.supported_modules)
+    return [p.name, p.base_model, p.engine, p.max_lora_rank, p.max_loras, modules,
+            p.generation, p.updated_at]
+
+
+PROFILE_COLUMNS = ["NAME", "BASE", "ENGINE", "MAX_RANK", "MAX_LORAS", "MODULES", "GENERATION",
+                   "UPDATED"]
+
+
+@profile_app.command("list")
+def profile_list(ctx: typer.Context, output: OutputOption = Output.text) -> None:
+    """List serving profiles, by name.
+
+    Example: mol catalog profile list -o yaml
+    """
+    with catalog(ctx) as client:
+        items = client.list_profiles()
+    emit(output, items, lambda: print_table(PROFILE_COLUMNS, [_profile_row(p) for p in items]))
+
+
+@profile_app.command("show")
+def profile_show(
+    ctx: typer.Context,
+    name: Annotated[str, typer.Argument(metavar="NAME", help="Profile name.")],
+    output: OutputOption = Output.text,
+) -> None:
+    """Show one serving profile: its base, engine and limits.
+
+    Example: mol catalog profile show gpu-a
+    """
+    with catalog(ctx) as client:
+        record = client.get_profile(name)
+    emit(output, record, lambda: print_table(PROFILE_COLUMNS, [_profile_row(record)]))
 
 
 @token_app.command("create")
@@ -108,6 +148,7 @@ def token_create(
     scope: Annotated[list[str], typer.Option(
         "--scope", metavar="SCOPE",
         help="read, read:<ns>, publish:<ns> or admin; repeat for more.")],
+    output: OutputOption = Output.text,
 ) -> None:
     """Create a token. The token is printed once, on stdout; store it now.
 
@@ -115,34 +156,29 @@ def token_create(
     """
     with catalog(ctx) as client:
         record = client.create_token(name, scope)
-    typer.echo(f"token {record.get('name')} (id {record.get('id')}, scopes "
-               f"{', '.join(record.get('scopes') or [])}) - shown only once", err=True)
-    typer.echo(record.get("token"))
+    typer.echo(f"token {record.name} (id {record.id}, scopes {', '.join(record.scopes)}) - "
+               "shown only once", err=True)
+    emit(output, record, lambda: typer.echo(record.token))
 
 
 @token_app.command("list")
-def token_list(
-    ctx: typer.Context,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
-) -> None:
+def token_list(ctx: typer.Context, output: OutputOption = Output.text) -> None:
     """List tokens (never their secret values).
 
     Example: mol catalog token list
     """
     with catalog(ctx) as client:
         items = client.list_tokens()
-    if as_json:
-        print_json(items)
-        return
-    print_table(["ID", "NAME", "SCOPES", "CREATED", "REVOKED"], [
-        [t.get("id"), t.get("name"), ",".join(t.get("scopes") or []), t.get("created_at"),
-         t.get("revoked_at") or "-"] for t in items])
+    emit(output, items, lambda: print_table(["ID", "NAME", "SCOPES", "CREATED", "REVOKED"], [
+        [t.id, t.name, ",".join(t.scopes), t.created_at, t.revoked_at or "-"]
+        for t in items]))
 
 
 @token_app.command("revoke")
 def token_revoke(
     ctx: typer.Context,
     token_id: Annotated[str, typer.Argument(metavar="ID", help="Token id from token list.")],
+    output: OutputOption = Output.text,
 ) -> None:
     """Revoke a token; requests with it fail from now on.
 
@@ -150,13 +186,15 @@ def token_revoke(
     """
     with catalog(ctx) as client:
         client.revoke_token(token_id)
-    typer.echo(f"token {token_id} revoked")
+    emit(output, {"id": token_id, "revoked": True},
+         lambda: typer.echo(f"token {token_id} revoked"))
 
 
 def gc(
     ctx: typer.Context,
     grace: Annotated[str, typer.Option(
         help="Keep unreferenced blobs younger than this (90s, 30m, 1h, 2d).")] = "1h",
+    output: OutputOption = Output.text,
 ) -> None:
     """Delete blobs no version references, older than the grace period (admin), and
     leftovers of interrupted publishes (temp upload folders, partial blobs) as old.
@@ -166,10 +204,13 @@ def gc(
     seconds = parse_duration(grace)
     with catalog(ctx) as client:
         result = client.gc(seconds)
-    deleted = result.get("deleted") or []
-    typer.echo(f"deleted {len(deleted)} blobs, kept {result.get('kept', 0)}; removed "
-               f"{result.get('leftovers_removed', 0)} leftovers of interrupted publishes")
-    for digest in deleted:
+    emit(output, result, lambda: _print_gc(result))
+
+
+def _print_gc(result: GcReport) -> None:
+    typer.echo(f"deleted {len(result.deleted)} blobs, kept {result.kept}; removed "
+               f"{result.leftovers_removed} leftovers of interrupted publishes")
+    for digest in result.deleted:
         typer.echo(f"  {digest}")
 
 
@@ -177,6 +218,7 @@ def migrate(
     db: Annotated[str | None, typer.Option(
         help="Database URL (default: MOL_CATALOG_DB_URL).")] = None,
     revision: Annotated[str, typer.Option(help="Alembic revision to upgrade to.")] = "head",
+    output: OutputOption = Output.text,
 ) -> None:
     """Upgrade the catalog's database schema (Alembic), then exit.
 
@@ -190,7 +232,8 @@ def migrate(
 
     url = db or CatalogSettings().db_url
     run_migrations(url, revision)
-    typer.echo(f"database at revision {revision}")
+    emit(output, {"revision": revision},
+         lambda: typer.echo(f"database at revision {revision}"))
 
 
 def verify(
@@ -202,7 +245,7 @@ def verify(
         "--content/--no-content",
         help="Read each checked blob back and hash it (--no-content: presence and size "
         "only, one HEAD or stat per blob).")] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the JSON report.")] = False,
+    output: OutputOption = Output.text,
 ) -> None:
     """Check that every blob a version references is stored, with its size and digest
     (admin). Exits 1 when any is missing or damaged and lists the versions affected;
@@ -212,19 +255,18 @@ def verify(
     """
     with catalog(ctx) as client:
         report = client.verify(sample, content)
-    if as_json:
-        print_json(report)
-    else:
-        typer.echo(f"checked {report.get('checked', 0)} of {report.get('referenced', 0)} "
-                   f"referenced blobs: {len(report.get('missing') or [])} missing, "
-                   f"{len(report.get('corrupt') or [])} damaged")
-        for bad in [*(report.get("missing") or []), *(report.get("corrupt") or [])]:
-            more = bad.get("version_count", 0) - len(bad.get("versions") or [])
-            typer.echo(f"  {bad.get('digest')}: {bad.get('reason')}; used by "
-                       f"{', '.join(bad.get('versions') or [])}"
-                       + (f" and {more} more" if more > 0 else ""))
-    if not report.get("ok", False):
+    emit(output, report, lambda: _print_verify(report))
+    if not report.ok:
         raise typer.Exit(1)
+
+
+def _print_verify(report: VerifyReport) -> None:
+    typer.echo(f"checked {report.checked} of {report.referenced} referenced blobs: "
+               f"{len(report.missing)} missing, {len(report.corrupt)} damaged")
+    for bad in [*report.missing, *report.corrupt]:
+        more = bad.version_count - len(bad.versions)
+        typer.echo(f"  {bad.digest}: {bad.reason}; used by {', '.join(bad.versions)}"
+                   + (f" and {more} more" if more > 0 else ""))
 
 
 def register_admin(app: typer.Typer) -> None:

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from enum import StrEnum
+from typing import Annotated, Any, NoReturn
 
 import typer
+import yaml
+from pydantic import BaseModel
 
 from mol_platform.catalog_client import CatalogClient, CatalogError
+from mol_platform.catalog_models import Reason
 from mol_platform.model_folder import FolderError
 from mol_platform.refs import RefError
 from mol_platform.safetensors_header import HeaderError
@@ -43,8 +47,46 @@ def catalog(ctx: typer.Context) -> Iterator[CatalogClient]:
         fail(str(exc))
 
 
-def print_json(data: Any) -> None:
-    typer.echo(json.dumps(data, indent=2, sort_keys=True))
+class Output(StrEnum):
+    """What a verb prints on stdout: ``text`` for people, ``json``/``yaml`` for scripts."""
+
+    text = "text"
+    json = "json"
+    yaml = "yaml"
+
+
+OutputOption = Annotated[Output, typer.Option(
+    "-o", "--output", case_sensitive=False,
+    help="Output format: text (tables and lines, the default), json or yaml (the API's "
+    "answer, for scripts and jq/yq).")]
+
+
+def plain(data: Any) -> Any:
+    """Typed answers (pydantic models, lists and dicts of them) as JSON-ready values."""
+    if isinstance(data, BaseModel):
+        return data.model_dump(mode="json")
+    if isinstance(data, list | tuple):
+        return [plain(item) for item in data]
+    if isinstance(data, dict):
+        return {key: plain(value) for key, value in data.items()}
+    return data
+
+
+def print_data(data: Any, output: Output) -> None:
+    """``data`` as one JSON or YAML document on stdout."""
+    data = plain(data)
+    if output is Output.yaml:
+        typer.echo(yaml.safe_dump(data, sort_keys=True, allow_unicode=True).rstrip("\n"))
+    else:
+        typer.echo(json.dumps(data, indent=2, sort_keys=True))
+
+
+def emit(output: Output, data: Any, text: Callable[[], None]) -> None:
+    """Print ``data`` as asked, or call ``text`` for the human form."""
+    if output is Output.text:
+        text()
+    else:
+        print_data(data, output)
 
 
 def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
@@ -55,12 +97,9 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
         typer.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
-def print_reasons(reasons: Sequence[Any], err: bool = False) -> None:
+def print_reasons(reasons: Sequence[Reason], err: bool = False) -> None:
     for reason in reasons:
-        if isinstance(reason, dict):
-            typer.echo(f"    - [{reason.get('code', '?')}] {reason.get('message', '')}", err=err)
-        else:
-            typer.echo(f"    - {reason}", err=err)
+        typer.echo(f"    - [{reason.code}] {reason.message}", err=err)
 
 
 _DURATION_RE = re.compile(r"(\d+)([smhd])")
@@ -84,6 +123,27 @@ def parse_version(text: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise typer.BadParameter(f"{text!r} is not a version; use a number such as 3 or v3")
     return int(value)
+
+
+_LABEL_KEY = re.compile(r"[A-Za-z0-9]([A-Za-z0-9._/-]{0,61}[A-Za-z0-9])?")
+
+
+def parse_labels(pairs: Sequence[str]) -> dict[str, str]:
+    """``["team=search", "tier=gold"]`` -> a dict; keys like Kubernetes label keys."""
+    labels: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not _LABEL_KEY.fullmatch(key):
+            raise typer.BadParameter(
+                f"{pair!r}: expected KEY=VALUE, KEY of letters, digits and . _ / - (at most "
+                "63, starting and ending alphanumeric), e.g. team=search", param_hint="--label")
+        if key in labels:
+            raise typer.BadParameter(f"label {key!r} given twice", param_hint="--label")
+        if len(value) > 256:
+            raise typer.BadParameter(f"label {key!r}: value longer than 256 characters",
+                                     param_hint="--label")
+        labels[key] = value
+    return labels
 
 
 def human_size(size: int | None) -> str:

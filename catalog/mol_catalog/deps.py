@@ -53,7 +53,8 @@ async def get_principal(request: Request) -> Principal:
 
 
 async def principal_for(catalog: Catalog, authorization: str | None) -> Principal:
-    """The principal of an Authorization header value (shared with the raw ASGI fast path)."""
+    """The principal of an Authorization header value (the lean routes read the header
+    themselves; dependency-injected routes come through ``get_principal``)."""
     if not catalog.settings.auth_enabled:
         return ANONYMOUS_ADMIN
     token = bearer_token(authorization)

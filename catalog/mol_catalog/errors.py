@@ -1,4 +1,5 @@
-"""One error type for the whole service, turned into ``{"error", "detail"}`` by one handler."""
+"""One error type for the whole service, turned into ``{"error", "detail"}`` in one place
+(``mol_catalog.middleware.error_response``)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,6 @@ from typing import Any, ClassVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field
-from starlette.requests import Request
 from starlette.responses import Response
 
 
@@ -55,6 +55,11 @@ class Forbidden(CatalogError):
 class NotFound(CatalogError):
     status = 404
     error = "NotFound"
+
+
+class MethodNotAllowed(CatalogError):
+    status = 405
+    error = "MethodNotAllowed"
 
 
 class Conflict(CatalogError):
@@ -116,21 +121,6 @@ def json_response(body: Any, status: int = 200, headers: dict[str, str] | None =
 
 
 INTERNAL_ERROR = {"error": "InternalError", "detail": "internal error (see the catalog's log)"}
-
-
-def error_body(exc: CatalogError) -> bytes:
-    return json_bytes(exc.body())
-
-
-async def catalog_error_handler(request: Request, exc: Exception) -> Response:
-    """The one handler: every CatalogError becomes its status and JSON body."""
-    assert isinstance(exc, CatalogError)
-    return json_response(exc.body(), exc.status, error_headers(exc))
-
-
-async def unexpected_error_handler(request: Request, exc: Exception) -> Response:
-    """Anything not a CatalogError: a 500 in the same JSON shape (the server logs it)."""
-    return json_response(INTERNAL_ERROR, 500)
 
 
 class ErrorBody(BaseModel):

@@ -1,4 +1,4 @@
-"""Prometheus metrics (names from DESIGN.md) and a cheap ASGI middleware that counts requests.
+"""Prometheus metrics (names from docs/design.md); ``mol_catalog.middleware`` counts requests.
 
 Each app gets its own registry, so several apps in one process (tests) never clash.
 Label children are cached in dicts: a request costs two dict lookups, an increment
@@ -7,12 +7,10 @@ and a histogram observation.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -47,31 +45,3 @@ class CatalogMetrics:
 
     def render(self) -> tuple[bytes, str]:
         return generate_latest(self.registry), CONTENT_TYPE_LATEST
-
-
-class MetricsMiddleware:
-    """Counts every HTTP request under its route template (``/v1/resolve/{ns}/{ref}``)."""
-
-    def __init__(self, app: ASGIApp, metrics: CatalogMetrics) -> None:
-        self.app = app
-        self.metrics = metrics
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        start = time.perf_counter()
-        status = 500
-
-        async def send_wrapper(message: Message) -> None:
-            nonlocal status
-            if message["type"] == "http.response.start":
-                status = message["status"]
-            await send(message)
-
-        try:
-            await self.app(scope, receive, send_wrapper)
-        finally:
-            route = scope.get("route")
-            template = getattr(route, "path", None) or "unmatched"
-            self.metrics.observe(template, status, time.perf_counter() - start)

@@ -146,11 +146,25 @@ class Version(Base):
     size: Mapped[int] = mapped_column(BigInteger)
     # [{"path", "digest", "size"}]: resolve answers from this row alone.
     files: Mapped[list[Any]] = mapped_column(JSON)
-    # adapter_config.json and the tensor shapes: enough to judge a later profile.
-    adapter_config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    tensors: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # adapter_config.json and the tensor shapes (enough to judge a later profile), kept
+    # once in shared_docs: many versions have the same ones.
+    config_digest: Mapped[str] = mapped_column(
+        ForeignKey("shared_docs.digest", name="fk_versions_config_digest_shared_docs"))
+    tensors_digest: Mapped[str] = mapped_column(
+        ForeignKey("shared_docs.digest", name="fk_versions_tensors_digest_shared_docs"))
     created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class SharedDoc(Base):
+    """A JSON document many versions share (an adapter_config, a tensor-shape map), stored
+    once under the sha256 of its canonical JSON (see mol_catalog.shared_docs). Rows are
+    immutable and never deleted: a version's delete leaves them for the next version."""
+
+    __tablename__ = "shared_docs"
+
+    digest: Mapped[str] = mapped_column(String(71), primary_key=True)
+    body: Mapped[dict[str, Any]] = mapped_column(JSON)
 
 
 class VersionBlob(Base):

@@ -1,15 +1,28 @@
-"""What /openapi.json adds to FastAPI's schema: the bearer scheme, the exact form of
-every path and paging parameter, and links from answers to the calls they lead to.
+"""What /openapi.json adds to FastAPI's schema: the lean routes, the bearer scheme, the
+exact form of every path and paging parameter, and links from answers to the calls they
+lead to.
 
 The handlers check these themselves (and answer 400 in the catalog's error shape, the
-same on the fast path and through FastAPI), so the patterns and ranges are documented
+same on every route), so the patterns and ranges are documented
 here rather than enforced by FastAPI's validation, which would answer 422 instead.
 """
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
+from urllib.parse import parse_qsl
 
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from starlette.requests import Request
+from starlette.routing import Match, Route
+from starlette.types import Receive, Scope, Send
+
+from mol_catalog.errors import ERROR_RESPONSES
 from mol_platform.refs import (
     ALIAS_PATTERN,
     DIGEST_PATTERN,
@@ -90,6 +103,66 @@ def _add_links(schema: dict[str, Any]) -> None:
             name: {"operationId": paths[to_path][to_method]["operationId"],
                    "parameters": params}
             for name, (to_path, to_method, params) in links.items()}
+
+
+JSON_HEADERS = [(b"content-type", b"application/json")]
+
+
+class LeanRoute(Route):
+    """A GET route whose endpoint takes the request and returns the JSON body of its 200:
+    no dependency injection, parameter model, response object or per-route exception
+    wrapper, which together cost more than the answer on the hottest reads (resolve,
+    listing). Errors are raised as usual and answered by the app's middleware.
+
+    It sits in the app's route table like any other route; ``/openapi.json`` documents it
+    as FastAPI documents a route, from ``params``: a function whose signature declares the
+    query and path parameters the endpoint reads (and checks) itself. The description is
+    the endpoint's docstring."""
+
+    def __init__(self, path: str, endpoint: Callable[[Request], Awaitable[bytes]],
+                 params: Callable[..., None], response_model: type, tag: str) -> None:
+        super().__init__(path, endpoint, methods=["GET"])
+        self.answer = endpoint
+        self.app = self.serve
+        self.documented = APIRoute(path, params, methods=["GET"], name=endpoint.__name__,
+                                   response_model=response_model, tags=[tag],
+                                   responses=ERROR_RESPONSES,
+                                   description=inspect.getdoc(endpoint) or "")
+
+    def matches(self, scope: Scope) -> tuple[Match, Scope]:
+        """As Starlette's, naming the route in the scope (as FastAPI's routes do) for the
+        metrics' route label."""
+        match, child_scope = super().matches(scope)
+        if match is not Match.NONE:
+            child_scope["route"] = self
+        return match, child_scope
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> None:
+        body = await self.answer(Request(scope, receive, send))
+        await send({"type": "http.response.start", "status": 200, "headers": [
+            *JSON_HEADERS, (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+
+def query(request: Request) -> dict[str, str]:
+    """A lean route's query parameters, the last of a repeated one winning as with
+    ``request.query_params.get`` (which builds a multi-dict the hot paths do not need)."""
+    raw: bytes = request.scope["query_string"]
+    return dict(parse_qsl(raw.decode("latin-1"), keep_blank_values=True)) if raw else {}
+
+
+def app_schema(app: FastAPI) -> dict[str, Any]:
+    """The app's /openapi.json: FastAPI's schema of its routes, lean ones included."""
+    if app.openapi_schema is None:
+        routes = [r.documented if isinstance(r, LeanRoute) else r for r in app.routes]
+        app.openapi_schema = document(get_openapi(
+            title=app.title, version=app.version, description=app.description, routes=routes))
+    return app.openapi_schema
+
+
+def install(app: FastAPI) -> None:
+    """Serve ``app_schema`` as the app's /openapi.json (FastAPI's documented override)."""
+    app.openapi = partial(app_schema, app)  # type: ignore[method-assign]
 
 
 def document(schema: dict[str, Any]) -> dict[str, Any]:

@@ -14,10 +14,7 @@ import errno
 import socket
 from collections.abc import Iterator
 
-from starlette.requests import Request
-from starlette.responses import Response
-
-from mol_catalog.errors import BackendTimeout, CatalogError, Unavailable, catalog_error_handler
+from mol_catalog.errors import BackendTimeout, CatalogError, Unavailable
 
 # OSErrors that mean "the other side is not there" (disk full and I/O errors included:
 # the local store cannot take the request either).
@@ -92,22 +89,3 @@ def backend_error(exc: BaseException) -> CatalogError | None:
 def _backend(exc: BaseException) -> str:
     modules = {type(e).__module__.split(".", 1)[0] for e in _chain(exc)}
     return "blob store" if modules & {"botocore", "boto3", "urllib3"} else "database"
-
-
-async def outage_handler(request: Request, exc: Exception) -> Response:
-    """Registered for the exception types backends raise; others are raised again."""
-    err = backend_error(exc)
-    if err is None:
-        raise exc
-    return await catalog_error_handler(request, err)
-
-
-def outage_exception_types() -> tuple[type[Exception], ...]:
-    """What ``outage_handler`` is registered for (it sorts out the rest)."""
-    import asyncpg
-    import botocore.exceptions as boto
-    import psycopg
-    import sqlalchemy.exc as sa
-
-    return (OSError, sa.SQLAlchemyError, asyncpg.PostgresError, asyncpg.InterfaceError,
-            boto.BotoCoreError, boto.ClientError, psycopg.Error)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import ipaddress
+import logging
+import logging.config
 import os
+from typing import Any
 
 from mol_catalog.db import is_sqlite, migrate
+from mol_catalog.logs import log_config, startup_line
 from mol_catalog.settings import CatalogSettings
 
 
@@ -35,7 +39,9 @@ def check_exposure(host: str, auth_enabled: bool, insecure: bool) -> None:
 
 def serve(host: str = "127.0.0.1", port: int = 8080, db: str | None = None,
           blobs: str | None = None, workers: int = 1, auth: bool | None = None,
-          migrate_db: bool | None = None, insecure: bool = False) -> None:
+          migrate_db: bool | None = None, insecure: bool = False,
+          log_level: str | None = None, access_log: bool | None = None,
+          log_format: str | None = None) -> None:
     """Run the service; arguments override the MOL_CATALOG_* environment.
 
     The database is migrated to head first (always on SQLite so ``mol up`` just works;
@@ -53,22 +59,30 @@ def serve(host: str = "127.0.0.1", port: int = 8080, db: str | None = None,
         overrides["MOL_CATALOG_BLOB_URL"] = blobs
     if auth is not None:
         overrides["MOL_CATALOG_AUTH"] = "on" if auth else "off"
+    for key, value in (("LOG_LEVEL", log_level), ("LOG_FORMAT", log_format),
+                       ("ACCESS_LOG", None if access_log is None else str(access_log))):
+        if value is not None:
+            overrides[f"MOL_CATALOG_{key}"] = value
     os.environ.update(overrides)
     settings = CatalogSettings()
     check_exposure(host, settings.auth_enabled, insecure)
+    logs = log_config(settings.log_level, settings.log_format)
+    logging.config.dictConfig(logs)
     if migrate_db is None:
         migrate_db = settings.migrate
     if migrate_db or is_sqlite(settings.db_url):
         migrate(settings.db_url)
+    logging.getLogger("mol_catalog").info(startup_line(
+        host, port, workers, settings.db_url, settings.blob_url, settings.auth_enabled))
+    options: dict[str, Any] = {"host": host, "port": port, "http": "httptools", "loop": "uvloop",
+               "lifespan": "on", "log_config": logs, "log_level": settings.log_level,
+               "access_log": settings.access_log}
     if workers > 1:
-        uvicorn.run("mol_catalog.app:app_factory", factory=True, workers=workers, host=host,
-                    port=port, http="httptools", loop="uvloop", access_log=False,
-                    log_level="warning", lifespan="on")
+        uvicorn.run("mol_catalog.app:app_factory", factory=True, workers=workers, **options)
     else:
         from mol_catalog.app import create_app
         from mol_catalog.runtime import tune_gc
 
         app = create_app(settings)
         tune_gc()
-        uvicorn.run(app, host=host, port=port, http="httptools", loop="uvloop",
-                    access_log=False, log_level="warning", lifespan="on")
+        uvicorn.run(app, **options)

@@ -7,6 +7,8 @@ from typing import Literal
 from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from mol_catalog.logs import LogFormat, LogLevel
+
 GIB = 1024**3
 
 
@@ -41,6 +43,11 @@ class CatalogSettings(BaseSettings):
     # Random names per process that tell rare search terms (straight to the trigram
     # index) from common ones; 0: every term is scanned for first.
     search_sample: int = Field(default=4000, ge=0)
+    # Logging of `serve`: level, one line per request (off by default: it costs throughput
+    # on the hot reads), and text or JSON lines.
+    log_level: LogLevel = "info"
+    access_log: bool = False
+    log_format: LogFormat = "text"
 
     @field_validator("auth", mode="before")
     @classmethod
@@ -54,6 +61,11 @@ class CatalogSettings(BaseSettings):
             if low in {"0", "false", "no", "off"}:
                 return "off"
         return value
+
+    @field_validator("log_level", "log_format", mode="before")
+    @classmethod
+    def _lowercase(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     @property
     def auth_enabled(self) -> bool:

@@ -3,7 +3,7 @@
 The JSON the chart ships (``charts/mol-platform/files/dashboards/*.json``) is generated
 from this file; edit here, then run ``python deploy/grafana/dashboards.py`` (a test
 fails when the committed JSON is stale). Every query names only metrics the platform
-exports (DESIGN.md) or vLLM's own, so the chart's tests can evaluate each one against a
+exports (docs/design.md) or vLLM's own, so the chart's tests can evaluate each one against a
 real Prometheus.
 """
 

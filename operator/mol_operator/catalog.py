@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from mol_platform.catalog_client import AsyncCatalogClient, CatalogError
 from mol_platform.refs import AdapterRef
@@ -75,9 +74,6 @@ def _unreachable(client: AsyncCatalogClient, exc: CatalogError, delay: float) ->
                  f"{delay:g}s (check the catalog Service and --catalog-url)", delay)
 
 
-def _reasons(verdict: Mapping[str, Any]) -> list[str]:
-    return [str(r.get("message", r)) if isinstance(r, Mapping) else str(r)
-            for r in verdict.get("reasons") or []]
 
 
 def _failure(client: AsyncCatalogClient, exc: CatalogError, delay: float, reason: str,
@@ -100,9 +96,10 @@ async def _resolve(client: AsyncCatalogClient, where: str, ref: str, profile: st
                        ("AdapterNotFound", f"{where}: {ref} is not in the catalog "
                         f"({exc.detail}); publish it (mol catalog publish) or fix {where}")
                        ) from None
-    verdict = answer.get("verdict") or {}
-    return Resolved(ref=ref, version=int(answer["version"]), digest=str(answer["digest"]),
-                    compatible=bool(verdict.get("compatible", True)), reasons=_reasons(verdict))
+    verdict = answer.verdict
+    return Resolved(ref=ref, version=answer.version, digest=answer.digest,
+                    compatible=verdict is None or verdict.compatible,
+                    reasons=[r.message for r in verdict.reasons] if verdict else [])
 
 
 async def declare_and_resolve(client: AsyncCatalogClient, obj: MoLDeployment, profile: str,
@@ -111,7 +108,7 @@ async def declare_and_resolve(client: AsyncCatalogClient, obj: MoLDeployment, pr
     spec = obj.spec
     base = spec.base_model
     try:
-        revision = base.revision or str((await client.get_base(base.name))["current"])
+        revision = base.revision or (await client.get_base(base.name)).current
         await client.set_profile(profile, base_model=f"{base.name}@{revision}",
                                  max_lora_rank=spec.engine.max_lora_rank,
                                  max_loras=spec.engine.max_loras,
@@ -144,7 +141,7 @@ async def mint_token(client: AsyncCatalogClient, name: str, scopes: Sequence[str
         raise _failure(client, exc, delay, "CatalogTokenFailed",
                        "minting the catalog read token failed (the operator's token needs the "
                        "admin scope)") from None
-    return int(answer["id"]), str(answer["token"])
+    return answer.id, answer.token
 
 
 async def revoke_token(client: AsyncCatalogClient, token_id: int, *, delay: float) -> None:

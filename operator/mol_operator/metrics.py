@@ -1,4 +1,4 @@
-"""The operator's Prometheus metrics (names from DESIGN.md), one registry per operator.
+"""The operator's Prometheus metrics (names from docs/design.md), one registry per operator.
 
 A registry per :class:`OperatorMetrics` keeps several operators in one process (tests,
 benchmarks) apart; ``--metrics-port`` serves :attr:`OperatorMetrics.registry`.

@@ -12,15 +12,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 import httpx
+from pydantic import BaseModel, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from mol_platform import catalog_models as m
 from mol_platform.model_folder import (
     MultipartBody,
     Progress,
@@ -83,6 +85,21 @@ def _error_from(response: httpx.Response) -> CatalogError:
     return CatalogError(response.status_code, "HTTPError", text)
 
 
+M = TypeVar("M", bound=BaseModel)
+
+
+def typed(model: type[M], body: Any) -> M:
+    """A JSON answer as its model. An answer of another shape is a CatalogError with
+    status 502, as a proxy would report a bad upstream answer: not 0 (unreachable),
+    so callers do not fall back to what they cached as if the catalog were down."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        raise CatalogError(502, "MalformedAnswer",
+                           f"unexpected answer from the catalog for {model.__name__}: "
+                           f"{exc.errors(include_url=False)[:3]}") from None
+
+
 def split_adapter(adapter: str) -> tuple[str, str]:
     """``ns/name`` -> (ns, name), both checked."""
     namespace, sep, name = adapter.partition("/")
@@ -129,11 +146,10 @@ def _profile_body(base_model: str, max_lora_rank: int, max_loras: int, engine: s
     return body
 
 
-def _absolute_files(resolved: dict[str, Any], catalog_url: str) -> dict[str, Any]:
+def _absolute_files(resolved: m.Resolved, catalog_url: str) -> m.Resolved:
     """A resolve answer with every file URL made absolute (see ``join_url``)."""
-    for f in resolved.get("files") or []:
-        if isinstance(f, dict) and isinstance(f.get("url"), str):
-            f["url"] = join_url(catalog_url, f["url"])
+    for f in resolved.files:
+        f.url = join_url(catalog_url, f.url)
     return resolved
 
 
@@ -141,6 +157,17 @@ def _token_body(name: str, scopes: Sequence[str]) -> dict[str, Any]:
     for scope in scopes:
         check_scope(scope)
     return {"name": name, "scopes": list(scopes)}
+
+
+def _download_request(http: httpx.Client | httpx.AsyncClient, catalog_url: str,
+                      url: str) -> httpx.Request:
+    """A GET of a file URL the catalog gave; a presigned object-store URL (another
+    origin) goes without the catalog's token, which is not for that host."""
+    target = join_url(catalog_url, url)
+    request = http.build_request("GET", target)
+    if _origin(target) != _origin(catalog_url):
+        request.headers.pop("Authorization", None)
+    return request
 
 
 def _alias_path(adapter: str, alias: str) -> str:
@@ -187,7 +214,7 @@ class CatalogClient:
         return response.json() if response.content else None
 
     def _pages(self, path: str, params: Mapping[str, Any], limit: int | None,
-               page_size: int) -> Iterator[dict[str, Any]]:
+               page_size: int, model: type[M]) -> Iterator[M]:
         cursor: str | None = None
         seen = 0
         while True:
@@ -198,7 +225,7 @@ class CatalogClient:
                 query["cursor"] = cursor
             page = self._json("GET", path, params=query)
             for item in page.get("items", []):
-                yield item
+                yield typed(model, item)
                 seen += 1
                 if limit is not None and seen >= limit:
                     return
@@ -209,32 +236,35 @@ class CatalogClient:
     # --- base models and profiles ---------------------------------------------------
 
     def register_base(self, folder: Path, name: str,
-                      revision: str | None = None) -> dict[str, Any]:
+                      revision: str | None = None) -> m.BaseRegistered:
         """Register a base model revision from a local folder (shapes only, no weights)."""
         check_name(name, "base model name")
         payload = read_base_model_folder(folder).payload(name, revision)
-        result: dict[str, Any] = self._json("POST", "/v1/base-models", json=payload)
-        return result
+        return typed(m.BaseRegistered, self._json("POST", "/v1/base-models", json=payload))
 
-    def get_base(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = self._json("GET", f"/v1/base-models/{_q(name)}")
-        return result
+    def get_base(self, name: str) -> m.BaseDetail:
+        return typed(m.BaseDetail, self._json("GET", f"/v1/base-models/{_q(name)}"))
 
     def set_profile(self, name: str, *, base_model: str, max_lora_rank: int, max_loras: int,
                     engine: str | None = None,
-                    supported_modules: Sequence[str] | None = None) -> dict[str, Any]:
+                    supported_modules: Sequence[str] | None = None) -> m.Profile:
         """Declare or change a serving profile."""
         body = _profile_body(base_model, max_lora_rank, max_loras, engine, supported_modules)
-        result: dict[str, Any] = self._json("PUT", f"/v1/serving-profiles/{_q(name)}",
-                                            json=body)
-        return result
+        return typed(m.Profile, self._json("PUT", f"/v1/serving-profiles/{_q(name)}",
+                                           json=body))
+
+    def list_profiles(self) -> list[m.Profile]:
+        return typed(m.ProfileList, self._json("GET", "/v1/serving-profiles")).items
+
+    def get_profile(self, name: str) -> m.Profile:
+        return typed(m.Profile, self._json("GET", f"/v1/serving-profiles/{_q(name)}"))
 
     # --- adapters ---------------------------------------------------------------------
 
     def publish(self, folder: Path, adapter: str, *, base: str | None = None,
                 alias: str | None = None, tags: Sequence[str] = (), parent: int | None = None,
                 source: str | None = None, labels: Mapping[str, str] | None = None,
-                progress: Progress | None = None) -> dict[str, Any]:
+                progress: Progress | None = None) -> m.Published:
         """Publish a PEFT folder as a new version (or get the identical existing one).
 
         The multipart body is streamed from disk; ``progress(sent, total)`` sees each chunk.
@@ -254,94 +284,124 @@ class CatalogClient:
                 fields.append((key, value))
         body = MultipartBody(fields, files, progress)
         headers = {"Content-Type": body.content_type, "Content-Length": str(len(body))}
-        result: dict[str, Any] = self._json(
+        return typed(m.Published, self._json(
             "POST", f"/v1/adapters/{namespace}/{name}/versions", content=iter(body),
-            headers=headers)
-        return result
+            headers=headers))
 
-    def resolve(self, ref: str, profile: str | None = None) -> dict[str, Any]:
+    def resolve(self, ref: str, profile: str | None = None) -> m.Resolved:
         """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict."""
         path, params = _resolve_call(ref, profile)
-        result: dict[str, Any] = self._json("GET", path, params=params)
-        return _absolute_files(result, self.url)
+        return _absolute_files(typed(m.Resolved, self._json("GET", path, params=params)),
+                               self.url)
 
     def list_adapters(self, *, base: str | None = None, tag: str | None = None,
                       q: str | None = None, namespace: str | None = None,
                       limit: int | None = None, page_size: int = 100,
-                      ) -> Iterator[dict[str, Any]]:
+                      ) -> Iterator[m.AdapterItem]:
         """Every matching adapter (up to ``limit``), following the cursor page by page."""
         return self._pages("/v1/adapters", {"base": base, "tag": tag, "q": q,
-                                            "namespace": namespace}, limit, page_size)
+                                            "namespace": namespace}, limit, page_size,
+                           m.AdapterItem)
 
-    def get_adapter(self, adapter: str) -> dict[str, Any]:
+    def get_adapter(self, adapter: str) -> m.AdapterDetail:
         namespace, name = split_adapter(adapter)
-        result: dict[str, Any] = self._json("GET", f"/v1/adapters/{namespace}/{name}")
-        return result
+        return typed(m.AdapterDetail, self._json("GET", f"/v1/adapters/{namespace}/{name}"))
 
     def versions(self, adapter: str, *, limit: int | None = None,
-                 page_size: int = 100) -> Iterator[dict[str, Any]]:
+                 page_size: int = 100) -> Iterator[m.VersionItem]:
+        """The adapter's versions, newest first."""
         namespace, name = split_adapter(adapter)
-        return self._pages(f"/v1/adapters/{namespace}/{name}/versions", {}, limit, page_size)
+        return self._pages(f"/v1/adapters/{namespace}/{name}/versions", {}, limit, page_size,
+                           m.VersionItem)
 
-    def get_version(self, adapter: str, version: int) -> dict[str, Any]:
+    def get_version(self, adapter: str, version: int) -> m.VersionDetail:
         namespace, name = split_adapter(adapter)
-        result: dict[str, Any] = self._json(
-            "GET", f"/v1/adapters/{namespace}/{name}/versions/{int(version)}")
-        return result
+        return typed(m.VersionDetail, self._json(
+            "GET", f"/v1/adapters/{namespace}/{name}/versions/{int(version)}"))
 
-    def set_alias(self, adapter: str, alias: str, version: int) -> dict[str, Any]:
-        """Point ``alias`` at ``version``; returns ``{"alias","version","previous"}``."""
-        result: dict[str, Any] = self._json("PUT", _alias_path(adapter, alias),
-                                            json={"version": int(version)})
-        return result
+    def set_alias(self, adapter: str, alias: str, version: int) -> m.AliasSet:
+        """Point ``alias`` at ``version`` (``previous``: where it pointed before)."""
+        return typed(m.AliasSet, self._json("PUT", _alias_path(adapter, alias),
+                                            json={"version": int(version)}))
 
-    def alias_history(self, adapter: str, alias: str) -> list[dict[str, Any]]:
+    def alias_history(self, adapter: str, alias: str) -> list[m.AliasMove]:
+        """Every move of the alias, newest first."""
+        return typed(m.AliasHistory, self._json("GET", _alias_path(adapter, alias)
+                                                + "/history")).items
+
+    def yank(self, adapter: str, version: int, reason: str) -> m.Yanked:
         namespace, name = split_adapter(adapter)
-        page = self._json("GET", f"/v1/adapters/{namespace}/{name}/aliases/{_q(alias)}/history")
-        items: list[dict[str, Any]] = page.get("items", [])
-        return items
-
-    def yank(self, adapter: str, version: int, reason: str) -> dict[str, Any]:
-        namespace, name = split_adapter(adapter)
-        result: dict[str, Any] = self._json(
+        return typed(m.Yanked, self._json(
             "POST", f"/v1/adapters/{namespace}/{name}/versions/{int(version)}/yank",
-            json={"reason": reason})
-        return result
+            json={"reason": reason}))
+
+    def delete_version(self, adapter: str, version: int) -> m.Deleted:
+        """Delete one version for good (admin): its aliases go, its blobs at the next gc."""
+        namespace, name = split_adapter(adapter)
+        return typed(m.Deleted, self._json(
+            "DELETE", f"/v1/adapters/{namespace}/{name}/versions/{int(version)}"))
+
+    def download(self, url: str, dest: Path, *, progress: Callable[[int], None] | None = None,
+                 chunk: int = 1 << 20) -> str:
+        """Stream one file to ``dest`` (absolute or catalog-relative URL); its sha256 hex.
+
+        ``progress(n)`` sees each block's size. The caller verifies the digest and moves
+        the file into place: ``dest`` may hold a partial file when this raises.
+        """
+        digest = hashlib.sha256()
+        request = _download_request(self._http, self.url, url)
+        try:
+            response = self._http.send(request, stream=True)
+            try:
+                if response.is_error:
+                    response.read()
+                    raise _error_from(response)
+                with dest.open("wb") as out:
+                    for block in response.iter_bytes(chunk):
+                        digest.update(block)
+                        out.write(block)
+                        if progress is not None:
+                            progress(len(block))
+            finally:
+                response.close()
+        except httpx.TransportError as exc:
+            raise CatalogError(0, "ConnectionError",
+                               f"cannot download {url} from {self.url}: {exc}") from None
+        return digest.hexdigest()
 
     # --- tokens, gc, events -------------------------------------------------------------
 
-    def create_token(self, name: str, scopes: Sequence[str]) -> dict[str, Any]:
+    def create_token(self, name: str, scopes: Sequence[str]) -> m.TokenCreated:
         """Create a token; the answer's ``token`` is shown only this once."""
-        result: dict[str, Any] = self._json("POST", "/v1/tokens", json=_token_body(name, scopes))
-        return result
+        return typed(m.TokenCreated, self._json("POST", "/v1/tokens",
+                                                json=_token_body(name, scopes)))
 
-    def list_tokens(self) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = self._json("GET", "/v1/tokens").get("items", [])
-        return items
+    def list_tokens(self) -> list[m.TokenInfo]:
+        return typed(m.TokenList, self._json("GET", "/v1/tokens")).items
 
     def revoke_token(self, token_id: str) -> None:
         self.request("DELETE", f"/v1/tokens/{_q(str(token_id))}")
 
-    def gc(self, grace_seconds: int = 3600) -> dict[str, Any]:
+    def gc(self, grace_seconds: int = 3600) -> m.GcReport:
         """Delete blobs no version references, older than the grace period."""
-        result: dict[str, Any] = self._json("POST", "/v1/admin/gc",
-                                            params={"grace_seconds": grace_seconds})
-        return result
+        return typed(m.GcReport, self._json("POST", "/v1/admin/gc",
+                                            params={"grace_seconds": grace_seconds}))
 
-    def verify(self, sample: int | None = None, content: bool = True) -> dict[str, Any]:
+    def verify(self, sample: int | None = None, content: bool = True) -> m.VerifyReport:
         """Check that referenced blobs are stored whole (admin): ``{"referenced",
         "checked", "ok", "missing", "corrupt"}``; ``sample`` checks that many at random."""
         params: dict[str, Any] = {"content": "true" if content else "false"}
         if sample is not None:
             params["sample"] = sample
-        result: dict[str, Any] = self._json("POST", "/v1/admin/verify", params=params)
-        return result
+        return typed(m.VerifyReport, self._json("POST", "/v1/admin/verify", params=params))
 
-    def events(self, after: int = 0, limit: int = 100) -> dict[str, Any]:
-        """One page of the change feed: ``{"items": [...], "last": N}``."""
-        result: dict[str, Any] = self._json("GET", "/v1/events",
-                                            params={"after": after, "limit": limit})
-        return result
+    def events(self, after: int = 0, limit: int = 100, wait: float = 0.0) -> m.EventPage:
+        """One page of the change feed: ``{"items": [...], "last": N}``; with ``wait``
+        (at most 30 s) the catalog holds the call until an event comes or time runs out."""
+        params: dict[str, Any] = {"after": after, "limit": limit}
+        if wait:
+            params["wait"] = wait
+        return typed(m.EventPage, self._json("GET", "/v1/events", params=params))
 
 
 class AsyncCatalogClient:
@@ -390,47 +450,40 @@ class AsyncCatalogClient:
         response = await self.request(method, path, **kwargs)
         return response.json() if response.content else None
 
-    async def resolve(self, ref: str, profile: str | None = None) -> dict[str, Any]:
+    async def resolve(self, ref: str, profile: str | None = None) -> m.Resolved:
         """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict."""
         path, params = _resolve_call(ref, profile)
-        result: dict[str, Any] = await self._json("GET", path, params=params)
-        return _absolute_files(result, self.url)
+        return _absolute_files(typed(m.Resolved, await self._json("GET", path, params=params)),
+                               self.url)
 
-    async def events(self, after: int = 0, limit: int = 100) -> dict[str, Any]:
-        """One page of the change feed: ``{"items": [...], "last": N}``."""
-        result: dict[str, Any] = await self._json("GET", "/v1/events",
-                                                  params={"after": after, "limit": limit})
-        return result
+    async def events(self, after: int = 0, limit: int = 100) -> m.EventPage:
+        """One page of the change feed: ``items`` after ``after``, and ``last``."""
+        return typed(m.EventPage, await self._json("GET", "/v1/events",
+                                                   params={"after": after, "limit": limit}))
 
-    async def get_base(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._json("GET", f"/v1/base-models/{_q(name)}")
-        return result
+    async def get_base(self, name: str) -> m.BaseDetail:
+        return typed(m.BaseDetail, await self._json("GET", f"/v1/base-models/{_q(name)}"))
 
     async def set_profile(self, name: str, *, base_model: str, max_lora_rank: int,
                           max_loras: int, engine: str | None = None,
-                          supported_modules: Sequence[str] | None = None) -> dict[str, Any]:
+                          supported_modules: Sequence[str] | None = None) -> m.Profile:
         """Declare or change a serving profile."""
         body = _profile_body(base_model, max_lora_rank, max_loras, engine, supported_modules)
-        result: dict[str, Any] = await self._json("PUT", f"/v1/serving-profiles/{_q(name)}",
-                                                  json=body)
-        return result
+        return typed(m.Profile, await self._json("PUT", f"/v1/serving-profiles/{_q(name)}",
+                                                 json=body))
 
-    async def set_alias(self, adapter: str, alias: str, version: int) -> dict[str, Any]:
-        """Point ``alias`` at ``version``; returns ``{"alias","version","previous"}``."""
-        result: dict[str, Any] = await self._json("PUT", _alias_path(adapter, alias),
-                                                  json={"version": int(version)})
-        return result
+    async def set_alias(self, adapter: str, alias: str, version: int) -> m.AliasSet:
+        """Point ``alias`` at ``version`` (``previous``: where it pointed before)."""
+        return typed(m.AliasSet, await self._json("PUT", _alias_path(adapter, alias),
+                                                  json={"version": int(version)}))
 
-    async def create_token(self, name: str, scopes: Sequence[str]) -> dict[str, Any]:
+    async def create_token(self, name: str, scopes: Sequence[str]) -> m.TokenCreated:
         """Create a token; the answer's ``token`` is shown only this once."""
-        result: dict[str, Any] = await self._json("POST", "/v1/tokens",
-                                                  json=_token_body(name, scopes))
-        return result
+        return typed(m.TokenCreated, await self._json("POST", "/v1/tokens",
+                                                      json=_token_body(name, scopes)))
 
-    async def list_tokens(self) -> list[dict[str, Any]]:
-        page = await self._json("GET", "/v1/tokens")
-        items: list[dict[str, Any]] = page.get("items", [])
-        return items
+    async def list_tokens(self) -> list[m.TokenInfo]:
+        return typed(m.TokenList, await self._json("GET", "/v1/tokens")).items
 
     async def revoke_token(self, token_id: str) -> None:
         await self.request("DELETE", f"/v1/tokens/{_q(str(token_id))}")
@@ -442,11 +495,7 @@ class AsyncCatalogClient:
         a partial file when this raises.
         """
         digest = hashlib.sha256()
-        target = self.absolute_url(url)
-        request = self._http.build_request("GET", target)
-        if _origin(target) != _origin(self.url):
-            # A presigned object-store URL: the catalog's token is not for that host.
-            request.headers.pop("Authorization", None)
+        request = _download_request(self._http, self.url, url)
         try:
             response = await self._http.send(request, stream=True)
             try:

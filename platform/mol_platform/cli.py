@@ -21,7 +21,7 @@ app = typer.Typer(
     name="mol",
     help="MoL Platform: serve one frozen base LLM with many LoRA experts on vLLM.",
     no_args_is_help=True,
-    add_completion=False,
+    add_completion=True,  # --install-completion, --show-completion SHELL
     rich_markup_mode=None,
 )
 demo_app = typer.Typer(

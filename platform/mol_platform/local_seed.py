@@ -52,12 +52,12 @@ def demo_folders(work_dir: Path) -> tuple[Path, dict[str, Path]]:
 def _publish_if_absent(client: CatalogClient, folder: Path, adapter: str, alias: str,
                        base: str) -> int:
     try:
-        return int(client.resolve(f"{adapter}@{alias}")["version"])
+        return client.resolve(f"{adapter}@{alias}").version
     except CatalogError as exc:
         if exc.status != 404:
             raise
     published = client.publish(folder, adapter, base=base, alias=alias, tags=["demo"])
-    return int(published["version"])
+    return published.version
 
 
 def seed_demo(catalog_url: str, work_dir: Path, *, token: str | None = None,
@@ -69,7 +69,7 @@ def seed_demo(catalog_url: str, work_dir: Path, *, token: str | None = None,
     base_dir, folders = demo_folders(work_dir)
     with CatalogClient(catalog_url, token) as client:
         base = client.register_base(base_dir, DEMO_BASE_NAME)
-        base_ref = f"{DEMO_BASE_NAME}@{base['revision']}"
+        base_ref = f"{DEMO_BASE_NAME}@{base.revision}"
         client.set_profile(profile, base_model=base_ref, max_lora_rank=max_lora_rank,
                            max_loras=max_loras, engine=engine)
         result = SeedResult(base=base_ref, profile=profile, model_dir=base_dir)

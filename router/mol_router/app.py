@@ -9,7 +9,6 @@ from functools import partial
 from typing import Any
 
 import orjson
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from mol_router.errors import RouterError, error_response
@@ -18,17 +17,19 @@ from mol_router.resolver import Resolved
 from mol_router.selection import AUTO
 from mol_router.state import Runtime
 from mol_router.tenants import OPEN
+from mol_router.wire import Request, Response
 
 log = logging.getLogger("mol.router")
-Handler = Callable[[web.BaseRequest], Awaitable[web.StreamResponse]]
+Handler = Callable[[Request], Awaitable[Response | None]]
 _NO_ROUTE = ("; the API is /v1/chat/completions, /v1/completions and /v1/models")
+_JSON = {"Content-Type": "application/json"}
 
 
 class RouterHandler:
-    """Every request enters here: a dict lookup on (method, path) instead of aiohttp's
-    Application router and middleware chain, which cost CPU on every proxied request.
-    aiohttp's own refusals and unexpected failures become OpenAI-style errors; an
-    unexpected failure is logged and answered 503, never a bare 500."""
+    """Every request enters here (from :mod:`mol_router.listener`): a dict lookup on
+    (method, path). Refusals of the HTTP layer and unexpected failures become
+    OpenAI-style errors; an unexpected failure is logged and answered 503, never a
+    bare 500. A handler returns its response, or None when it streamed one."""
 
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
@@ -46,7 +47,19 @@ class RouterHandler:
         }
         self.paths = {path for _, path in self.routes}
 
-    async def __call__(self, request: web.BaseRequest) -> web.StreamResponse:
+    def body_limits(self) -> tuple[int, float]:
+        limits = self.rt.limits
+        return limits.body_limit, limits.body_read
+
+    def refusal(self, status: int, message: str, code: str, reason: str | None) -> Response:
+        """A refusal by the HTTP layer (bad framing, too large, too slow): counted
+        under ``reason`` when given; the connection closes after it."""
+        if reason is not None:
+            self.rt.metrics.rejected(reason)
+        self.rt.metrics.request_done("none", "", "", status, 0.0)
+        return error_response(RouterError(status, message, code), close=True)
+
+    async def __call__(self, request: Request) -> Response | None:
         handler = self.routes.get((request.method, request.path))
         if handler is None:
             if request.path in self.paths:
@@ -57,22 +70,20 @@ class RouterHandler:
                 404, f"no route {request.method} {request.path}{_NO_ROUTE}", "not_found"))
         try:
             return await handler(request)
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            return error_response(RouterError(exc.status, exc.reason, "invalid_request"))
         except Exception:
             log.exception("unexpected failure on %s %s", request.method, request.path)
+            if request.streamed:
+                return None  # the head is gone: the connection closes
             return error_response(RouterError(503, "the router failed on this request; it "
                                               "was logged", "router_error", retry_after=1.0))
 
-    async def models(self, request: web.BaseRequest) -> web.Response:
+    async def models(self, request: Request) -> Response:
         """The deployment's experts, ``auto``, and the adapters of its adapter namespaces
         (those the caller's key may use), as ``ns/name@latest`` from the catalog."""
         rt = self.rt
         tenant = OPEN
         if rt.keys.enabled:
-            found = rt.keys.lookup(request.headers.get("Authorization"))
+            found = rt.keys.lookup(request.headers.get("authorization"))
             if found is None:
                 return error_response(RouterError(401, "missing or invalid API key: send "
                                                   "Authorization: Bearer <key>",
@@ -106,21 +117,19 @@ class RouterHandler:
             if not items:
                 data.append(card(f"{ns}/<name>@<ref>", ns, None,
                                  f"any adapter of catalog namespace {ns!r}"))
-        return web.Response(body=orjson.dumps({"object": "list", "data": data}),
-                            content_type="application/json")
+        return Response(200, orjson.dumps({"object": "list", "data": data}), _JSON)
 
-    async def metrics(self, request: web.BaseRequest) -> web.Response:
-        return web.Response(body=generate_latest(self.rt.metrics.registry),
-                            headers={"Content-Type": CONTENT_TYPE_LATEST})
+    async def metrics(self, request: Request) -> Response:
+        return Response(200, generate_latest(self.rt.metrics.registry),
+                        {"Content-Type": CONTENT_TYPE_LATEST})
 
-    async def healthz(self, request: web.BaseRequest) -> web.Response:
-        return web.Response(text="ok")
+    async def healthz(self, request: Request) -> Response:
+        return Response(200, b"ok", {"Content-Type": "text/plain; charset=utf-8"})
 
-    async def readyz(self, request: web.BaseRequest) -> web.Response:
+    async def readyz(self, request: Request) -> Response:
         """Ready when an engine is ready; the reason otherwise (503)."""
         rt = self.rt
         ready = rt.tracker.ready_endpoints() if rt.tracker is not None else []
         body = {"ready": bool(ready), "endpoints": len(ready),
                 "catalog_feed": bool(getattr(rt.resolver, "feed_ok", True))}
-        return web.Response(status=200 if ready else 503, body=orjson.dumps(body),
-                            content_type="application/json")
+        return Response(200 if ready else 503, orjson.dumps(body), _JSON)

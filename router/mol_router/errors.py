@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from aiohttp import web
+
+from mol_router.wire import Response
 
 _TYPES = {
     400: "invalid_request_error",
@@ -52,10 +53,10 @@ def error_body(status: int, message: str, code: str, *, param: str | None = None
     return orjson.dumps({"error": err})
 
 
-def error_response(exc: RouterError, headers: Mapping[str, str] | None = None) -> web.Response:
-    hdrs = dict(headers or {})
+def error_response(exc: RouterError, headers: Mapping[str, str] | None = None, *,
+                   close: bool = False) -> Response:
+    hdrs = {"Content-Type": "application/json", **(headers or {})}
     if exc.retry_after is not None:
         hdrs["Retry-After"] = str(max(1, int(exc.retry_after + 0.999)))
-    return web.Response(status=exc.status, headers=hdrs, content_type="application/json",
-                        body=error_body(exc.status, exc.message, exc.code, param=exc.param,
-                                        extra=exc.extra))
+    return Response(exc.status, error_body(exc.status, exc.message, exc.code, param=exc.param,
+                                           extra=exc.extra), hdrs, close=close)

@@ -1,4 +1,4 @@
-"""The router's Prometheus metrics (names from DESIGN.md), one registry per server.
+"""The router's Prometheus metrics (names from docs/design.md), one registry per server.
 
 A registry per :class:`RouterMetrics` keeps several routers in one process (tests,
 benchmarks) apart. Label children used on every request are cached so the hot path

@@ -9,26 +9,27 @@ with the target expert (up to ``maxHops``); the client sees one response.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import aiohttp
 import orjson
-from aiohttp import web
 
 from mol_router import handoff
 from mol_router.classifier import classify
 from mol_router.errors import RouterError, error_body, error_response
 from mol_router.policy import RouteRequest
+from mol_router.pool import UpstreamBroken
 from mol_router.resolver import Resolved, Unresolved
 from mol_router.selection import ADAPTER_LABEL, Choice, Routing
 from mol_router.sse import DONE_EVENT, StreamHop
 from mol_router.state import Runtime
 from mol_router.tenants import OPEN, Tenant
 from mol_router.upstream import Upstreams
+from mol_router.wire import Request, Response, Stream
 
 log = logging.getLogger("mol.router")
 _NO_TARGETS: frozenset[str] = frozenset()
@@ -63,8 +64,8 @@ class GenerationProxy:
 
     # --- the request ---------------------------------------------------------------
 
-    async def handle(self, request: web.BaseRequest, path: str, *, chat: bool
-                     ) -> web.StreamResponse:
+    async def handle(self, request: Request, path: str, *, chat: bool) -> Response | None:
+        """The response, or None once it was streamed."""
         started = time.perf_counter()
         rid = _request_id(request.headers.get("x-request-id"))
         rt = self.rt
@@ -72,9 +73,7 @@ class GenerationProxy:
         code = 200
         try:
             tenant = self._tenant(request)
-            body, head = self._body_now(request, chat)
-            if body is None:
-                body = await self._body(request, chat, head)
+            body = _parse_body(request.body, chat)
             user = body.get("user") if isinstance(body.get("user"), str) else None
             user = user or request.headers.get("x-mol-user")
             routing = rt.routing
@@ -100,10 +99,10 @@ class GenerationProxy:
             return result
         except RouterError as exc:
             code = exc.status
-            response = error_response(exc, {"x-request-id": rid})
-            if exc.status in (408, 413):
-                response.force_close()
-            return response
+            return error_response(exc, {"x-request-id": rid})
+        except ConnectionResetError:
+            code = 499  # the client went away mid-stream
+            return None
         except asyncio.CancelledError:
             code = 499  # the client went away
             raise
@@ -116,11 +115,11 @@ class GenerationProxy:
             else:
                 rt.metrics.request_done("none", "", "", code, elapsed)
 
-    def _tenant(self, request: web.BaseRequest) -> Tenant:
+    def _tenant(self, request: Request) -> Tenant:
         keys = self.rt.keys
         tenant = OPEN
         if keys.enabled:
-            auth = request.headers.get("Authorization")
+            auth = request.headers.get("authorization")
             found = keys.lookup(auth)
             if found is None:
                 self.rt.metrics.rejected("unauthorized")
@@ -133,50 +132,6 @@ class GenerationProxy:
             raise RouterError(429, f"rate limit of tenant {tenant.name!r} reached; retry in "
                               f"{wait:.1f} s", "rate_limit_exceeded", retry_after=wait)
         return tenant
-
-    def _body_now(self, request: web.BaseRequest, chat: bool
-                  ) -> tuple[dict[str, Any] | None, bytes]:
-        """The body when it came whole with the headers (the usual case: no timer, no
-        coroutine); else None and what has arrived, for :meth:`_body` to continue."""
-        length = request.content_length
-        if length is None:
-            return None, b""
-        limit = self.rt.limits.body_limit
-        if length > limit:
-            self.rt.metrics.rejected("too_large")
-            raise RouterError(413, f"request body of {length} bytes is over "
-                              f"the limit of {limit} bytes", "body_too_large")
-        content = request.content
-        data = content.read_nowait()
-        if content.at_eof() or len(data) >= length:
-            return _parse_body(data, chat), data
-        return None, data
-
-    async def _body(self, request: web.BaseRequest, chat: bool, head: bytes
-                    ) -> dict[str, Any]:
-        limits = self.rt.limits
-        limit = limits.body_limit
-        content = request.content
-        chunks, size = ([head], len(head)) if head else ([], 0)
-        try:
-            async with asyncio.timeout(limits.body_read):
-                while True:
-                    chunk = await content.readany()
-                    if not chunk:
-                        break
-                    size += len(chunk)
-                    if size > limit:
-                        self.rt.metrics.rejected("too_large")
-                        raise RouterError(413, f"request body is over the limit of {limit} "
-                                          "bytes", "body_too_large")
-                    chunks.append(chunk)
-        except TimeoutError:
-            self.rt.metrics.rejected("slow_body")
-            raise RouterError(408, f"request body not received within {limits.body_read:g} s",
-                              "body_timeout") from None
-        except aiohttp.ClientPayloadError as exc:
-            raise RouterError(400, f"malformed request body: {exc}", "invalid_body") from None
-        return _parse_body(b"".join(chunks) if len(chunks) != 1 else chunks[0], chat)
 
     async def _classify(self, routing: Routing, body: dict[str, Any], chat: bool,
                         user: str | None, headers: dict[str, str]) -> Choice:
@@ -279,7 +234,7 @@ class GenerationProxy:
 
     async def _whole(self, path: str, body: dict[str, Any], chat: bool, served: Served,
                      tenant: Tenant, user: str | None, headers: dict[str, str]
-                     ) -> web.Response:
+                     ) -> Response:
         handoff_on = chat and self.rt.config.handoff_enabled and handoff.may_offer(body)
         client_tools = body.get("tools")
         hops = 0
@@ -293,7 +248,7 @@ class GenerationProxy:
             try:
                 data = await resp.read()
                 complete = True
-            except (aiohttp.ClientError, TimeoutError) as exc:
+            except (UpstreamBroken, TimeoutError) as exc:
                 self.rt.metrics.upstream_error("stream")
                 raise RouterError(502, f"the engine failed while answering: "
                                   f"{exc.__class__.__name__}", "upstream_error") from None
@@ -305,8 +260,7 @@ class GenerationProxy:
                 raise RouterError(502, f"the engine answered {status}: "
                                   f"{data[:300].decode('utf-8', 'replace')}", "upstream_error")
             if status != 200:  # the engine's own 4xx (vLLM bodies are OpenAI-style)
-                return web.Response(status=status, body=data,
-                                    headers=self._headers(served, headers["X-Request-Id"]))
+                return Response(status, data, self._headers(served, headers["X-Request-Id"]))
             try:
                 obj = orjson.loads(data)
             except orjson.JSONDecodeError:
@@ -325,16 +279,16 @@ class GenerationProxy:
                                 "completion_tokens": served.completion,
                                 "total_tokens": served.prompt + served.completion}
                 data = orjson.dumps(obj)
-            return web.Response(status=200, body=data,
-                                headers=self._headers(served, headers["X-Request-Id"]))
+            return Response(200, data, self._headers(served, headers["X-Request-Id"]))
 
     # --- streams ----------------------------------------------------------------------
 
-    async def _stream(self, request: web.BaseRequest, path: str, body: dict[str, Any],
+    async def _stream(self, request: Request, path: str, body: dict[str, Any],
                       chat: bool, served: Served, tenant: Tenant, user: str | None,
                       headers: dict[str, str], started: float
-                      ) -> tuple[web.StreamResponse, int]:
-        """The response and the status to count (502 when the engine failed mid-stream)."""
+                      ) -> tuple[Response | None, int]:
+        """The response (None: streamed) and the status to count (502 when the engine
+        failed mid-stream)."""
         rt = self.rt
         options = body.get("stream_options")
         keep_usage = isinstance(options, dict) and options.get("include_usage") is True
@@ -342,7 +296,7 @@ class GenerationProxy:
             body["stream_options"] = {**(options or {}), "include_usage": True}
         handoff_on = chat and rt.config.handoff_enabled and handoff.may_offer(body)
         client_tools = body.get("tools")
-        out: web.StreamResponse | None = None
+        out: Stream | None = None
         first_id: bytes | None = None
         first_sent = False
         hops = 0
@@ -356,53 +310,56 @@ class GenerationProxy:
             except RouterError as exc:
                 if out is None:
                     raise
-                await self._stream_error(out, exc.status, exc.message, exc.code)
-                return out, exc.status
+                self._stream_error(out, exc.status, exc.message, exc.code)
+                return None, exc.status
             if resp.status != 200:
+                data, complete = b"", False
                 try:
                     data = await resp.read()
+                    complete = True
+                except (UpstreamBroken, TimeoutError):
+                    rt.metrics.upstream_error("stream")
                 finally:
-                    self.up.done(resp, endpoint, adapter, ok=resp.status < 500, complete=True)
-                status = 502 if resp.status >= 500 else resp.status
+                    self.up.done(resp, endpoint, adapter, ok=complete and resp.status < 500,
+                                 complete=complete)
+                status = 502 if resp.status >= 500 or not complete else resp.status
                 if out is None:
                     message = data if status == resp.status else error_body(
                         502, f"the engine answered {resp.status}", "upstream_error")
-                    return web.Response(
-                        status=status, body=message,
-                        headers=self._headers(served, headers["X-Request-Id"])), status
-                await self._stream_error(out, status, f"the engine answered {resp.status}",
-                                         "upstream_error")
-                return out, status
+                    return Response(status, message,
+                                    self._headers(served, headers["X-Request-Id"])), status
+                self._stream_error(out, status, f"the engine answered {resp.status}",
+                                   "upstream_error")
+                return None, status
             if out is None:
-                out = web.StreamResponse(status=200, headers={
+                out = request.stream(200, {
                     **self._headers(served, headers["X-Request-Id"], "text/event-stream"),
                     "Cache-Control": "no-cache"})
-                await out.prepare(request)
             hop = StreamHop(keep_usage=keep_usage and not handoff_on, handoff_on=bool(offered),
                             continuation=hops > 0, rewrite_id=first_id, targets=offered,
                             want_id=handoff_on)
             complete = False
             try:
-                async for chunk in resp.content.iter_any():
+                while chunk := await resp.next_chunk():
                     data = hop.feed(chunk)
                     if data:
                         if not first_sent:
                             first_sent = True
                             rt.metrics.first_token(served.choice.expert, served.version,
                                                    time.perf_counter() - started)
-                        await out.write(data)
+                        if resp.done:  # the last piece: leaves with what follows it
+                            out.hold(data)
+                        else:
+                            await out.write(data)
                 rest = hop.finish()
                 if rest:
-                    await out.write(rest)
+                    out.hold(rest)
                 complete = True
-            except (aiohttp.ClientPayloadError, aiohttp.ClientConnectionError,
-                    TimeoutError) as exc:
-                if isinstance(exc, ConnectionResetError):
-                    raise  # the client went away: handled by the caller
+            except (UpstreamBroken, TimeoutError) as exc:
                 rt.metrics.upstream_error("stream")
-                await self._stream_error(out, 502, "the engine failed mid-stream: "
-                                         f"{exc.__class__.__name__}", "upstream_error")
-                return out, 502
+                self._stream_error(out, 502, "the engine failed mid-stream: "
+                                   f"{exc.__class__.__name__}", "upstream_error")
+                return None, 502
             finally:
                 self.up.done(resp, endpoint, adapter, ok=complete, complete=complete)
             first_id = first_id or hop.first_id()
@@ -413,8 +370,8 @@ class GenerationProxy:
                 try:
                     await self._hand_over(body, served, hop.call, user)
                 except RouterError as exc:  # e.g. the target's adapter is incompatible
-                    await self._stream_error(out, exc.status, exc.message, exc.code)
-                    return out, exc.status
+                    self._stream_error(out, exc.status, exc.message, exc.code)
+                    return None, exc.status
                 await out.write(f": mol-handoff {source}>{hop.call.expert} "
                                 f"{served.resolved.name}\n\n".encode())
                 continue
@@ -428,17 +385,13 @@ class GenerationProxy:
                               "total_tokens": served.prompt + served.completion}}) + b"\n\n"
             if hop.done:
                 tail += DONE_EVENT
-            await out.write_eof(tail)  # one write for the tail and the chunked trailer
-            return out, 200
+            out.end(tail)  # one write for the tail and the end of the body
+            return None, 200
 
-    async def _stream_error(self, out: web.StreamResponse, status: int, message: str,
-                            code: str) -> None:
+    def _stream_error(self, out: Stream, status: int, message: str, code: str) -> None:
         """Headers are gone: the error travels as an SSE event, as vLLM sends them."""
-        try:
-            await out.write(b"data: " + error_body(status, message, code) + b"\n\n" + DONE_EVENT)
-            await out.write_eof()
-        except ConnectionResetError:
-            pass
+        with contextlib.suppress(ConnectionResetError):
+            out.end(b"data: " + error_body(status, message, code) + b"\n\n" + DONE_EVENT)
 
 
 def _int(value: object) -> int:

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from mol_platform import catalog_models
 from mol_platform.catalog_client import AsyncCatalogClient, CatalogError
 
 log = logging.getLogger("mol.router.resolver")
@@ -53,12 +54,11 @@ class Unresolved(Exception):
         self.detail = detail
 
 
-def _parse(body: dict[str, Any]) -> Resolved:
-    verdict = body.get("verdict") or {}
-    return Resolved(adapter=str(body["adapter"]), version=int(body["version"]),
-                    digest=str(body.get("digest", "")),
-                    compatible=bool(verdict.get("compatible", True)),
-                    reasons=tuple(verdict.get("reasons") or ()))
+def _parse(body: catalog_models.Resolved) -> Resolved:
+    verdict = body.verdict
+    return Resolved(adapter=body.adapter, version=body.version, digest=body.digest,
+                    compatible=verdict is None or verdict.compatible,
+                    reasons=tuple(r.model_dump() for r in verdict.reasons) if verdict else ())
 
 
 class AdapterResolver:
@@ -178,11 +178,11 @@ class AdapterResolver:
         """The newest event id: past events say nothing about an empty cache.
         ``after=N`` answers ``last == N`` exactly when no event is newer than N."""
         lo, hi = 0, 1
-        while (await self.client.events(after=hi, limit=1))["last"] != hi:
+        while (await self.client.events(after=hi, limit=1)).last != hi:
             lo, hi = hi, hi * 2
         while lo < hi:
             mid = (lo + hi) // 2
-            if (await self.client.events(after=mid, limit=1))["last"] == mid:
+            if (await self.client.events(after=mid, limit=1)).last == mid:
                 hi = mid
             else:
                 lo = mid + 1

@@ -1,4 +1,4 @@
-"""Which expert (or named adapter) a request goes to, as DESIGN.md orders it.
+"""Which expert (or named adapter) a request goes to, as docs/design.md orders it.
 
 1. ``"router": "<expert>"`` in the body wins;
 2. ``model`` naming an expert, or an adapter ``ns/name@ref`` in one of the

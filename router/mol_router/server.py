@@ -8,10 +8,9 @@ import contextlib
 import logging
 import signal
 
-from aiohttp import web
-
 from mol_platform.router_config import RouterConfig, load_router_config
 from mol_router.app import RouterHandler
+from mol_router.listener import Listener
 from mol_router.settings import RouterSettings
 from mol_router.state import Runtime
 
@@ -25,12 +24,8 @@ class RouterServer:
         self.settings = settings
         self.runtime = Runtime(settings, config or load_router_config(settings.config))
         # Slow-loris protection: a connection without complete headers within
-        # headerRead is closed (aiohttp's keep-alive timer also runs before the first
-        # request); a body that stops coming is cut after 2 s of lingering.
-        self._server = web.Server(RouterHandler(self.runtime), handler_cancellation=True,
-                                  access_log=None, lingering_time=2.0,
-                                  keepalive_timeout=self.runtime.limits.header_read)
-        self._runner = web.ServerRunner(self._server, shutdown_timeout=5.0)
+        # headerRead (also the idle keep-alive time) is closed.
+        self._listener = Listener(RouterHandler(self.runtime), self.runtime.limits.header_read)
         self.port = settings.port
 
     @property
@@ -40,21 +35,15 @@ class RouterServer:
     async def start(self) -> None:
         await self.runtime.start()
         try:
-            await self._runner.setup()
-            site = web.TCPSite(self._runner, self.settings.host, self.settings.port,
-                               backlog=1024, reuse_address=True)
-            await site.start()
+            await self._listener.start(self.settings.host, self.settings.port)
         except BaseException:
-            await self._runner.cleanup()
+            await self._listener.stop()
             await self.runtime.stop()
             raise
-        server = site._server
-        for sock in getattr(server, "sockets", None) or ():
-            self.port = sock.getsockname()[1]
-            break
+        self.port = self._listener.port
 
     async def stop(self) -> None:
-        await self._runner.cleanup()
+        await self._listener.stop()
         await self.runtime.stop()
 
     async def __aenter__(self) -> RouterServer:

@@ -57,14 +57,40 @@ class StreamHop:
                 return chunk.replace(self._id, self.rewrite_id)
             return chunk
         buf = self._buf + chunk if self._buf else chunk
-        if b"\n\n" not in buf:
-            self._buf = buf
-            return b""
         if b"\r" in buf:
             buf = buf.replace(b"\r\n", b"\n")
-        *events, self._buf = buf.split(b"\n\n")
-        out = [e for e in map(self._event, events) if e]
+        end = buf.rfind(b"\n\n")
+        if end < 0:
+            self._buf = buf
+            return b""
+        whole, self._buf = buf[:end + 2], buf[end + 2:]
+        out: list[bytes] = []
+        while whole:
+            rest = self._plain(whole)
+            if rest is not None:  # nothing left that needs a look: passed on as is
+                out.append(rest)
+                break
+            event, _, whole = whole.partition(b"\n\n")
+            sent = self._event(event)
+            if sent:
+                out.append(sent)
         return b"".join(out)
+
+    def _plain(self, events: bytes) -> bytes | None:
+        """``events`` (whole events) to send on unread, when none of them needs a look
+        except a final ``data: [DONE]`` (noted and dropped); None otherwise."""
+        if (self._first or self._held or b"prompt_tokens" in events
+                or (self.handoff and b"tool_calls" in events)):
+            return None
+        at = events.find(DONE)
+        if at >= 0:
+            if events[at:] != DONE_EVENT or (at and events[at - 2:at] != b"\n\n"):
+                return None
+            self.done = True
+            events = events[:at]
+        if self.rewrite_id is not None and self._id is not None:
+            return events.replace(self._id, self.rewrite_id)
+        return events
 
     def finish(self) -> bytes:
         """Whatever is left once the upstream stream ended."""

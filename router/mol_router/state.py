@@ -25,6 +25,7 @@ from mol_platform.router_config import ApiKeysFile, RouterConfig, load_router_co
 from mol_router.endpoints import EndpointSource, make_endpoint_source
 from mol_router.metrics import RouterMetrics
 from mol_router.policy import Policy, make_policy
+from mol_router.pool import EnginePool
 from mol_router.resolver import AdapterResolver, Resolved, Unresolved
 from mol_router.selection import Routing
 from mol_router.settings import RouterSettings
@@ -36,7 +37,7 @@ log = logging.getLogger("mol.router")
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Per-config numbers the request path reads, with aiohttp timeouts prebuilt."""
+    """Per-config numbers the request path reads (timeouts in seconds)."""
 
     body_limit: int
     header_read: float
@@ -44,16 +45,15 @@ class Limits:
     queue: float
     queue_limit: int
     max_attempts: int
-    upstream: aiohttp.ClientTimeout
-    classifier: aiohttp.ClientTimeout
+    upstream: float
+    classifier: float
+    connect: float
 
     @classmethod
     def of(cls, cfg: RouterConfig) -> Limits:
         t = cfg.timeouts
         return cls(cfg.body_limit_bytes, t.header_read, t.body_read, t.queue, cfg.queue_limit,
-                   cfg.max_attempts,
-                   aiohttp.ClientTimeout(total=t.upstream, sock_connect=t.connect),
-                   aiohttp.ClientTimeout(total=t.classifier, sock_connect=t.connect))
+                   cfg.max_attempts, t.upstream, t.classifier, t.connect)
 
 
 class StaticResolver:
@@ -113,7 +113,8 @@ class Runtime:
         self.resolver: AdapterResolver | StaticResolver = StaticResolver()
         self._catalog: AsyncCatalogClient | None = None
         self._catalog_key = ""
-        self.session: aiohttp.ClientSession | None = None
+        self.pool = EnginePool(settings.max_connections_per_engine)
+        self.session: aiohttp.ClientSession | None = None  # health checks and scrapes
         self.tracker: EngineTracker | None = None
         self.endpoints: EndpointSource | None = None
         self._endpoints_key = ""
@@ -123,15 +124,8 @@ class Runtime:
     # --- lifecycle -------------------------------------------------------------------
 
     async def start(self) -> None:
-        connector = aiohttp.TCPConnector(limit=self.settings.max_connections_per_engine * 64,
-                                         limit_per_host=self.settings.max_connections_per_engine,
-                                         ttl_dns_cache=60, enable_cleanup_closed=True)
         self.session = aiohttp.ClientSession(
-            # no cookie jar: nothing an engine sets may ride along on other tenants'
-            # requests, and skipping the jar saves work on every request
-            connector=connector, auto_decompress=False, cookie_jar=aiohttp.DummyCookieJar(),
-            skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding"),
-            timeout=aiohttp.ClientTimeout(total=None))
+            cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=None))
         cfg = self.config
         self.tracker = EngineTracker(self.session, scrape_interval=cfg.scrape_interval_seconds,
                                      eject_after_failures=cfg.eject_after_failures,
@@ -163,6 +157,7 @@ class Runtime:
             await self._catalog.aclose()
         if self.session is not None:
             await self.session.close()
+        await self.pool.close()
 
     def _adapter_loaded(self, _endpoint: str) -> None:
         self.metrics.loads_child.inc()

@@ -6,6 +6,9 @@ router has in flight on each, remembers which adapters it sent where (so an adap
 sent a moment ago counts as resident before the next scrape shows it), ejects a
 replica after consecutive failures and re-admits it once a health check passes again
 after a delay, and estimates adapter loads for ``mol_router_adapter_loads_total``.
+It also estimates what a policy needs to spend GPU slots well: each engine's slot
+contents in least-recently-used order (what vLLM would evict next), the adapters sent
+there since the last scrape, and each adapter's share of recent requests (``demand``).
 
 An adapter load is estimated from ``vllm:lora_requests_info``: vLLM lists only the
 adapters with running requests, and keeps an idle adapter in its GPU slot until a
@@ -21,13 +24,13 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import aiohttp
 
 from mol_router.engine_metrics import EngineMetrics, parse_engine_metrics
-from mol_router.policy.stats import EngineStats
+from mol_router.policy.stats import Demand, EngineStats, FleetStats
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +57,8 @@ class _Engine:
     inflight: int = 0
     sent: OrderedDict[str, None] = field(default_factory=OrderedDict)
     seen: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    in_slots: OrderedDict[str, None] = field(default_factory=OrderedDict)
+    """Estimated GPU slot contents: ``seen`` and ``sent`` merged, least recent first."""
     probed: bool = False
     """At least one health check passed: until then the engine is not ready."""
     failures: int = 0
@@ -62,6 +67,8 @@ class _Engine:
     # rebuilt on every request's begin and end copy no adapter sets.
     running_view: frozenset[str] = frozenset()
     sent_view: frozenset[str] = frozenset()
+    slots_view: tuple[str, ...] = ()
+    pending: frozenset[str] = frozenset()
     # Stats differ between a request's begin and end only in ``inflight``: keep them by
     # that count until anything else changes (``changed``), so most refreshes build none.
     by_inflight: dict[int, EngineStats] = field(default_factory=dict)
@@ -85,6 +92,7 @@ class _Engine:
             stats = self.by_inflight[self.inflight] = EngineStats(
                 m.running, m.waiting, m.kv_cache_usage, m.max_lora, self.running_view,
                 self.sent_view, self.inflight, self.probed and self.ejected_until is None,
+                self.pending, self.slots_view,
             )
         return stats
 
@@ -105,6 +113,7 @@ class EngineTracker:
         readmit_after: float = 10.0,
         on_adapter_load: Callable[[str], None] | None = None,
         probe_timeout: float = 2.0,
+        demand_half_life: int = 2000,
     ) -> None:
         if scrape_interval <= 0:
             raise ValueError("scrape_interval must be > 0 seconds")
@@ -114,13 +123,16 @@ class EngineTracker:
             raise ValueError("readmit_after must be >= 0 seconds")
         if probe_timeout <= 0:
             raise ValueError("probe_timeout must be > 0 seconds")
+        if demand_half_life < 1:
+            raise ValueError("demand_half_life must be >= 1 request")
         self._session = session
         self.scrape_interval = scrape_interval
         self.eject_after_failures = eject_after_failures
         self.readmit_after = readmit_after
         self._on_adapter_load = on_adapter_load or (lambda _endpoint: None)
         self._engines: dict[str, _Engine] = {}
-        self._snapshot: dict[str, EngineStats] = {}
+        self.demand = Demand(demand_half_life)
+        self._snapshot = FleetStats.of({}, self.demand)
         self._ready: list[str] = []
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -135,7 +147,7 @@ class EngineTracker:
         engines = {u: self._engines.get(u) or _Engine() for u in wanted}
         added = any(u not in self._engines for u in wanted)
         self._engines = engines
-        self._snapshot = {u: e.stats() for u, e in engines.items()}
+        self._snapshot = FleetStats.of({u: e.stats() for u, e in engines.items()}, self.demand)
         self._ready = [u for u, e in engines.items() if e.ready]
         if added:
             self._wake.set()
@@ -144,7 +156,8 @@ class EngineTracker:
     def endpoints(self) -> list[str]:
         return list(self._engines)
 
-    def snapshot(self) -> Mapping[str, EngineStats]:
+    def snapshot(self) -> FleetStats:
+        """Every endpoint's stats, and each adapter's share of recent requests."""
         return self._snapshot
 
     def ready_endpoints(self) -> list[str]:
@@ -155,7 +168,7 @@ class EngineTracker:
     def _refresh(self, endpoint: str, engine: _Engine) -> None:
         """Replace one engine's entry in a new snapshot (snapshots already handed out
         stay as they were); every readiness change passes here."""
-        snap = self._snapshot.copy()
+        snap = FleetStats.of(self._snapshot, self.demand)
         old = snap.get(endpoint)
         stats = snap[endpoint] = engine.stats()
         self._snapshot = snap
@@ -171,12 +184,20 @@ class EngineTracker:
             return
         engine.inflight += 1
         if adapter is not None:
+            self.demand.add(adapter)
             sent = engine.sent
             if adapter in sent:
                 sent.move_to_end(adapter)  # same set: the frozen view stays valid
             else:
                 _remember(sent, adapter, engine.slots, ())
                 engine.sent_view = frozenset(sent)
+                engine.changed()
+            if adapter not in engine.pending:
+                engine.pending = engine.pending | {adapter}
+                engine.changed()
+            if not engine.slots_view or engine.slots_view[-1] != adapter:  # order moved
+                _remember(engine.in_slots, adapter, engine.slots, engine.running_view)
+                engine.slots_view = tuple(engine.in_slots)
                 engine.changed()
         self._refresh(endpoint, engine)
 
@@ -218,10 +239,13 @@ class EngineTracker:
         engine.metrics = metrics
         running = metrics.running_adapters
         engine.running_view = frozenset(running)
+        engine.pending = frozenset()
         engine.changed()
         for adapter in running:
             if _remember(engine.seen, adapter, engine.slots, running):
                 self._on_adapter_load(endpoint)
+            _remember(engine.in_slots, adapter, engine.slots, running)
+        engine.slots_view = tuple(engine.in_slots)
         self._refresh(endpoint, engine)
 
     def record_health(self, endpoint: str, ok: bool) -> None:

@@ -14,17 +14,13 @@ import asyncio
 import logging
 from collections.abc import Mapping
 
-import aiohttp
-from aiohttp import ClientResponse
-from yarl import URL
-
 from mol_router.errors import RouterError
 from mol_router.policy import RouteRequest
+from mol_router.pool import UpstreamResponse, UpstreamUnreachable
 from mol_router.state import Runtime
 
 log = logging.getLogger("mol.router.upstream")
 _QUEUE_POLL = 0.05
-_URL_LIMIT = 4096
 _NONE_TRIED: frozenset[str] = frozenset()
 
 
@@ -32,17 +28,6 @@ class Upstreams:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.pending = 0
-        self._urls: dict[tuple[str, str], URL] = {}
-
-    def _url(self, endpoint: str, path: str) -> URL:
-        """Parsed once per endpoint and path (parsing a URL string costs more than the
-        rest of building the upstream request)."""
-        url = self._urls.get((endpoint, path))
-        if url is None:
-            if len(self._urls) >= _URL_LIMIT:  # endpoints come and go: stay bounded
-                self._urls.clear()
-            url = self._urls[(endpoint, path)] = URL(endpoint + path)
-        return url
 
     async def _wait_ready(self) -> list[str]:
         """Ready endpoints once there are some, waiting in the bounded queue."""
@@ -76,15 +61,15 @@ class Upstreams:
             gauge.dec()
 
     async def send(self, path: str, payload: bytes, headers: Mapping[str, str],
-                   route: RouteRequest, limit: aiohttp.ClientTimeout
-                   ) -> tuple[ClientResponse, str]:
+                   route: RouteRequest, limit: float
+                   ) -> tuple[UpstreamResponse, str]:
         """An open response (status < 500, or the last 5xx) and the endpoint it came
-        from. The caller reads it and calls :meth:`done`."""
+        from. The caller reads it and calls :meth:`done`. ``limit`` bounds the whole
+        exchange, reading the body included."""
         rt = self.rt
         tracker = rt.tracker
-        session = rt.session
+        pool = rt.pool
         assert tracker is not None
-        assert session is not None
         tried: set[str] = set()
         error: RouterError | None = None
         attempts = rt.limits.max_attempts
@@ -99,25 +84,28 @@ class Upstreams:
             tried.add(endpoint)
             tracker.begin(endpoint, route.adapter)
             try:
-                resp = await session.post(self._url(endpoint, path), data=payload,
-                                          headers=headers, timeout=limit)
+                resp = await pool.post(endpoint, path, payload, headers, limit=limit,
+                                       connect=rt.limits.connect)
             except TimeoutError:
                 tracker.end(endpoint, route.adapter)
                 tracker.record_failure(endpoint)
                 rt.metrics.upstream_error("timeout")
                 raise RouterError(504, f"the engine did not answer within "
-                                  f"{limit.total:g} s", "upstream_timeout") from None
-            except aiohttp.ClientError as exc:
+                                  f"{limit:g} s", "upstream_timeout") from None
+            except UpstreamUnreachable as exc:
                 tracker.end(endpoint, route.adapter)
                 tracker.record_failure(endpoint)
                 rt.metrics.upstream_error("connect")
                 log.info("engine %s failed before answering (%s); attempt %d of %d",
-                         endpoint, exc.__class__.__name__, attempt + 1, attempts)
-                error = RouterError(502, f"could not reach an engine: {exc.__class__.__name__}",
+                         endpoint, exc, attempt + 1, attempts)
+                error = RouterError(502, f"could not reach an engine: {exc}",
                                     "upstream_unreachable")
                 continue
+            except BaseException:  # cancelled: the client went away
+                tracker.end(endpoint, route.adapter)
+                raise
             if resp.status >= 500 and attempt + 1 < attempts:
-                resp.release()
+                resp.close()
                 tracker.end(endpoint, route.adapter)
                 tracker.record_failure(endpoint)
                 rt.metrics.upstream_error("status")
@@ -128,7 +116,7 @@ class Upstreams:
         raise error or RouterError(503, "no engine is ready to serve this request",
                                    "no_ready_engine", retry_after=1.0)
 
-    def done(self, resp: ClientResponse, endpoint: str, adapter: str | None, *,
+    def done(self, resp: UpstreamResponse, endpoint: str, adapter: str | None, *,
              ok: bool, complete: bool) -> None:
         """Release (or, when cut short, close) the response and book the outcome."""
         if complete:

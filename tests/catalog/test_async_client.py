@@ -34,39 +34,40 @@ async def test_calls_shapes_and_errors(transport: httpx.ASGITransport, model: Mo
         base = f"{model.name}@{model.revision}"
         profile = await cat.set_profile("small", base_model=base, max_lora_rank=8, max_loras=4,
                                         engine="vllm==0.32.0")
-        assert profile["max_lora_rank"] == 8
-        assert (await cat.get_base(model.name))["name"] == model.name
+        assert profile.max_lora_rank == 8
+        assert (await cat.get_base(model.name)).name == model.name
         for seed in (0, 1):
             cfg, weights = model.adapter(rank=8, seed=seed)
             await cat.request("POST", "/v1/adapters/acme/coding/versions",
                               files=model.files((cfg, weights)))
         moved = await cat.set_alias("acme/coding", "stable", 2)
-        assert moved["version"] == 2
+        assert moved.version == 2
 
         out = await cat.resolve("acme/coding@stable", profile="small")
-        assert out["version"] == 2
-        assert out["verdict"]["compatible"] is True
-        weights_file = next(f for f in out["files"] if f["path"] == "adapter_model.safetensors")
+        assert out.version == 2
+        assert out.verdict is not None
+        assert out.verdict.compatible is True
+        weights_file = next(f for f in out.files if f.path == "adapter_model.safetensors")
         dest = tmp_path / "w.safetensors"
-        assert await cat.download(weights_file["url"], dest) == hashlib.sha256(weights).hexdigest()
+        assert await cat.download(weights_file.url, dest) == hashlib.sha256(weights).hexdigest()
         assert dest.read_bytes() == weights
 
         feed = await cat.events(after=0, limit=100)
-        assert feed["items"]
-        assert feed["last"] >= feed["items"][-1]["id"]
-        assert (await cat.events(after=feed["last"]))["items"] == []
+        assert feed.items
+        assert feed.last >= feed.items[-1].id
+        assert (await cat.events(after=feed.last)).items == []
 
         made = await cat.create_token("router", ["read:acme"])
-        assert made["token"].startswith("mol_")
-        assert any(t["id"] == made["id"] for t in await cat.list_tokens())
-        async with AsyncCatalogClient("http://catalog.test", made["token"],
+        assert made.token.startswith("mol_")
+        assert any(t.id == made.id for t in await cat.list_tokens())
+        async with AsyncCatalogClient("http://catalog.test", made.token,
                                       transport=transport) as reader:
-            assert (await reader.resolve("acme/coding@v1"))["version"] == 1
+            assert (await reader.resolve("acme/coding@v1")).version == 1
             with pytest.raises(CatalogError) as denied:
                 await reader.set_alias("acme/coding", "stable", 1)
             assert denied.value.status == 403
-        await cat.revoke_token(made["id"])
-        async with AsyncCatalogClient("http://catalog.test", made["token"],
+        await cat.revoke_token(str(made.id))
+        async with AsyncCatalogClient("http://catalog.test", made.token,
                                       transport=transport) as revoked:
             with pytest.raises(CatalogError) as gone:
                 await revoked.resolve("acme/coding@v1")

@@ -7,20 +7,25 @@ on) once for this module; each test uses its own namespace so tests stay indepen
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 from click.testing import Result
-from safetensors.numpy import save
+from safetensors.numpy import load, save
 from typer.testing import CliRunner
 
 from mol_catalog.cli import app
+from mol_platform.adapter_pull import plan, pull
 from mol_platform.catalog_client import CatalogClient, CatalogError
 from mol_platform.demo import build_demo
 from mol_platform.model_folder import read_base_model_folder
@@ -96,7 +101,7 @@ def test_base_register_uses_a_content_revision_and_is_idempotent(
     again = mol(server, "base", "register", demo / "tiny-llama", "--name", "tiny")
     assert again.exit_code == 0
     assert base in again.stdout
-    shown = json.loads(mol(server, "base", "show", "tiny", "--json").stdout)
+    shown = json.loads(mol(server, "base", "show", "tiny", "-o", "json").stdout)
     (revision,) = shown["revisions"]
     assert revision["revision"] == base.split("@")[1]
     assert revision["tensors"] == folder.tensors
@@ -141,7 +146,7 @@ def test_publish_resolve_and_verdicts(server: str, demo: Path, base: str) -> Non
     assert again.exit_code == 0
     assert again.stdout.startswith("already published: pub/coding v1")
 
-    resolved = mol(server, "resolve", "pub/chat@stable", "--profile", "small", "--json")
+    resolved = mol(server, "resolve", "pub/chat@stable", "--profile", "small", "-o", "json")
     assert resolved.exit_code == 0, resolved.stderr
     body = json.loads(resolved.stdout)
     assert body["version"] == 1
@@ -190,11 +195,12 @@ def test_ls_table_quiet_json_and_pages(server: str, demo: Path, base: str) -> No
     assert table[0].split() == ["ADAPTER", "LATEST", "BASE", "TAGS", "UPDATED"]
     assert len(table) == 4
     assert all(base in row for row in table[1:])
-    limited = json.loads(mol(server, "ls", "--namespace", "lst", "--limit", "2", "--json").stdout)
+    limited = json.loads(mol(server, "ls", "--namespace", "lst", "--limit", "2",
+                             "-o", "json").stdout)
     assert len(limited) == 2
     with CatalogClient(server, ADMIN) as client:
         paged = list(client.list_adapters(namespace="lst", page_size=1))
-    assert sorted(i["adapter"] for i in paged) == ["lst/agent", "lst/router", "lst/ui"]
+    assert sorted(i.adapter for i in paged) == ["lst/agent", "lst/router", "lst/ui"]
 
 
 def test_alias_history_and_yank(server: str, demo: Path, base: str) -> None:
@@ -210,9 +216,9 @@ def test_alias_history_and_yank(server: str, demo: Path, base: str) -> None:
     yanked = mol(server, "yank", "yk/x@v1", "--reason", "broken")
     assert yanked.exit_code == 0, yanked.stderr
     assert yanked.stdout == "yank" + "ed yk/x v1: broken\n"
-    status = json.loads(mol(server, "resolve", "yk/x@v1", "--json").stdout)
+    status = json.loads(mol(server, "resolve", "yk/x@v1", "-o", "json").stdout)
     assert status["status"] == "yanked"
-    assert json.loads(mol(server, "resolve", "yk/x@latest", "--json").stdout)["version"] == 2
+    assert json.loads(mol(server, "resolve", "yk/x@latest", "-o", "json").stdout)["version"] == 2
     history = mol(server, "alias", "history", "yk/x@stable").stdout.splitlines()
     assert [row.split()[:2] for row in history[1:]] == [["v2", "v1"], ["v1", "-"]]
     assert mol(server, "alias", "set", "yk/x@canary", "v1").exit_code == 1  # yanked
@@ -238,7 +244,7 @@ def test_tokens_scopes_and_revoke(server: str, demo: Path, base: str) -> None:
     own = mol(server, "publish", demo / "adapters" / "chat", "--name", "tok/chat",
               "--base", base, token=token)
     assert own.exit_code == 0, own.stderr
-    listed = json.loads(mol(server, "token", "list", "--json").stdout)
+    listed = json.loads(mol(server, "token", "list", "-o", "json").stdout)
     (mine,) = [t for t in listed if t["name"] == "ci-tok"]
     assert "token" not in mine
     assert mine["revoked_at"] is None
@@ -283,7 +289,7 @@ def test_client_reports_upload_progress_and_error_fields(server: str, demo: Path
         with pytest.raises(CatalogError) as info:
             client.get_adapter("prog/missing")
         events = client.events(after=0, limit=500)
-    assert result["version"] == 1
+    assert result.version == 1
     sizes = sum(f.stat().st_size for f in folder.iterdir())
     total = seen[-1][1]
     assert seen[-1][0] == total
@@ -292,8 +298,8 @@ def test_client_reports_upload_progress_and_error_fields(server: str, demo: Path
     assert info.value.status == 404
     assert info.value.error
     assert "prog/missing" in info.value.detail
-    assert any(e["type"] == "version.published" and e["adapter"] == "prog/ui"
-               for e in events["items"])
+    assert any(e.type == "version.published" and e.adapter == "prog/ui"
+               for e in events.items)
 
 
 def test_environment_settings_and_option_override(server: str, base: str) -> None:
@@ -306,8 +312,9 @@ def test_environment_settings_and_option_override(server: str, base: str) -> Non
 
 COMMANDS = [["serve"], ["publish"], ["resolve"], ["ls"], ["show"], ["alias", "set"],
             ["alias", "history"], ["yank"], ["base", "register"], ["base", "show"],
-            ["profile", "set"], ["token", "create"], ["token", "list"], ["token", "revoke"],
-            ["gc"], ["verify"]]
+            ["profile", "set"], ["profile", "list"], ["profile", "show"], ["token", "create"],
+            ["token", "list"], ["token", "revoke"], ["gc"], ["verify"], ["pull"], ["delete"],
+            ["events"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) for c in COMMANDS])
@@ -316,3 +323,178 @@ def test_every_verb_has_help_with_an_example(command: list[str]) -> None:
     assert result.exit_code == 0
     example = result.stdout.split("Example:", 1)[1]
     assert "mol catalog " + " ".join(command) in example
+
+
+@pytest.mark.parametrize("command", COMMANDS[1:], ids=[" ".join(c) for c in COMMANDS[1:]])
+def test_every_verb_that_prints_takes_output(command: list[str]) -> None:
+    result = CliRunner().invoke(app, [*command, "--help"])
+    assert "-o, --output <text|json|yaml>" in result.stdout
+
+
+def test_output_json_and_yaml_carry_the_same_answer(server: str, demo: Path, base: str) -> None:
+    published = mol(server, "publish", demo / "adapters" / "chat", "--name", "out/chat",
+                    "--base", base, "--alias", "stable", "-o", "yaml")
+    assert published.exit_code == 0, published.stderr
+    assert yaml.safe_load(published.stdout)["version"] == 1
+    for args in (["show", "out/chat"], ["ls", "--namespace", "out"], ["profile", "list"],
+                 ["alias", "history", "out/chat@stable"], ["resolve", "out/chat@stable"]):
+        as_json = json.loads(mol(server, *args, "-o", "json").stdout)
+        as_yaml = yaml.safe_load(mol(server, *args, "--output", "YAML").stdout)
+        assert as_json == as_yaml, args
+    assert mol(server, "ls", "-o", "xml").exit_code == 2
+
+
+def test_publish_labels(server: str, demo: Path, base: str) -> None:
+    out = mol(server, "publish", demo / "adapters" / "ui", "--name", "lbl/ui", "--base", base,
+              "--label", "team=search", "--label", "tier=gold/1")
+    assert out.exit_code == 0, out.stderr
+    shown = json.loads(mol(server, "show", "lbl/ui", "-o", "json").stdout)
+    assert shown["labels"] == {"team": "search", "tier": "gold/1"}
+    assert "labels: team=search, tier=gold/1" in mol(server, "show", "lbl/ui").stdout
+    for bad in ("team", "=x", "-a=b", "t=1 --label t=2"):
+        refused = mol(server, "publish", demo / "adapters" / "ui", "--name", "lbl/ui",
+                      "--base", base, *(f"--label {bad}".split()))
+        assert refused.exit_code == 2, bad
+        assert "--label" in refused.stderr
+
+
+def test_profile_list_and_show(server: str, base: str) -> None:
+    table = mol(server, "profile", "list").stdout.splitlines()
+    assert table[0].split()[:3] == ["NAME", "BASE", "ENGINE"]
+    assert [row.split()[:3] for row in table[1:]] == [["big", base, "vllm==0.32.0"],
+                                                     ["small", base, "vllm==0.32.0"]]
+    small = json.loads(mol(server, "profile", "show", "small", "-o", "json").stdout)
+    assert (small["max_lora_rank"], small["max_loras"], small["base_model"]) == (8, 2, base)
+    missing = mol(server, "profile", "show", "nope")
+    assert missing.exit_code == 1
+    assert "HTTP 404" in missing.stderr
+
+
+def _sha256(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_pull_writes_a_verified_peft_folder_once(server: str, demo: Path, base: str,
+                                                 tmp_path: Path) -> None:
+    assert mol(server, "publish", demo / "adapters" / "coding", "--name", "pl/coding",
+               "--base", base, "--alias", "stable").exit_code == 0
+    target = tmp_path / "coding"
+    first = mol(server, "pull", "pl/coding@stable", "--local-dir", target)
+    assert first.exit_code == 0, first.stderr
+    assert first.stdout.strip() == str(target.resolve())
+    resolved = json.loads(mol(server, "resolve", "pl/coding@v1", "-o", "json").stdout)
+    assert sorted(p.name for p in target.iterdir()) == ["adapter_config.json",
+                                                        "adapter_model.safetensors"]
+    for f in resolved["files"]:
+        assert _sha256(target / f["path"]) == f["digest"]
+        assert (target / f["path"]).read_bytes() == (demo / "adapters" / "coding" /
+                                                     f["path"]).read_bytes()
+    again = json.loads(mol(server, "pull", "pl/coding@v1", "--local-dir", target,
+                           "-o", "json").stdout)
+    assert again["downloaded"] == []
+    assert sorted(again["unchanged"]) == ["adapter_config.json", "adapter_model.safetensors"]
+    (target / "adapter_config.json").write_text("{}")
+    repaired = json.loads(mol(server, "pull", "pl/coding@v1", "--local-dir", target,
+                              "-o", "json").stdout)
+    assert repaired["downloaded"] == ["adapter_config.json"]
+    assert _sha256(target / "adapter_config.json") == next(
+        f["digest"] for f in resolved["files"] if f["path"] == "adapter_config.json")
+    assert not [p for p in target.iterdir() if p.name.startswith(".")]
+    unknown = mol(server, "pull", "pl/nothing@stable", "--local-dir", tmp_path / "x")
+    assert unknown.exit_code == 1
+    assert "HTTP 404" in unknown.stderr
+    assert not (tmp_path / "x").exists()
+
+
+def test_pull_refuses_a_file_whose_digest_differs(server: str, demo: Path, base: str,
+                                                  tmp_path: Path) -> None:
+    """A wrong byte in transit: nothing lands under the real name, no temp file stays."""
+    with CatalogClient(server, ADMIN) as client:
+        client.publish(demo / "adapters" / "agent", "pl/agent", base=base)
+        answer, files = plan(client, "pl/agent@v1")
+        wrong = "sha256:" + "0" * 64
+        tampered = [replace(f, digest=wrong) if f.path.endswith(".safetensors") else f
+                    for f in files]
+        with pytest.raises(CatalogError, match="nothing was written"):
+            pull(client, "pl/agent@v1", tmp_path, planned=(answer, tampered))
+    assert [p.name for p in tmp_path.iterdir()] == ["adapter_config.json"]
+
+
+def test_delete_a_version_for_good(server: str, demo: Path, base: str, tmp_path: Path) -> None:
+    own = tmp_path / "own"  # files no other test publishes, so gc may take them
+    own.mkdir()
+    arrays = load((demo / "adapters" / "agent" / "adapter_model.safetensors").read_bytes())
+    (own / "adapter_model.safetensors").write_bytes(
+        save({k: v + np.float32(0.5) for k, v in arrays.items()}))
+    (own / "adapter_config.json").write_bytes(
+        (demo / "adapters" / "agent" / "adapter_config.json").read_bytes())
+    for folder in (demo / "adapters" / "chat", own):
+        assert mol(server, "publish", folder, "--name", "del/x", "--base", base).exit_code == 0
+    assert mol(server, "alias", "set", "del/x@stable", "v2").exit_code == 0
+    assert mol(server, "alias", "set", "del/x@canary", "v2").exit_code == 0
+    v2 = json.loads(mol(server, "resolve", "del/x@v2", "-o", "json").stdout)
+    unconfirmed = mol(server, "delete", "del/x@v2")
+    assert unconfirmed.exit_code == 2
+    assert "--yes" in unconfirmed.stderr
+    assert "immutable" in mol(server, "delete", "del/x@stable", "--yes").stderr
+    created = mol(server, "token", "create", "del-pub", "--scope", "publish:del")
+    forbidden = mol(server, "delete", "del/x@v2", "--yes", token=created.stdout.strip())
+    assert forbidden.exit_code == 1
+    assert "HTTP 403" in forbidden.stderr
+
+    deleted = mol(server, "delete", f"del/x@{v2['digest']}", "--yes")
+    assert deleted.exit_code == 0, deleted.stderr
+    assert deleted.stdout == (f"deleted del/x v2 ({v2['digest']}); aliases removed: "
+                              "canary, stable\n")
+    gone = mol(server, "resolve", "del/x@v2")
+    assert gone.exit_code == 1
+    assert "HTTP 404" in gone.stderr
+    assert json.loads(mol(server, "resolve", "del/x@latest", "-o", "json").stdout)[
+        "version"] == 1
+    shown = json.loads(mol(server, "show", "del/x", "-o", "json").stdout)
+    assert shown["aliases"] == {}
+    assert [v["version"] for v in shown["versions"]] == [1]
+    history = json.loads(mol(server, "alias", "history", "del/x@stable", "-o", "json").stdout)
+    assert [(h["version"], h["previous"]) for h in history] == [(None, 2), (2, None)]
+    assert "(removed)" in mol(server, "alias", "history", "del/x@stable").stdout
+    with CatalogClient(server, ADMIN) as client:
+        feed = client.events(after=0, limit=1000).items
+    (event,) = [e for e in feed if e.type == "version.deleted" and e.adapter == "del/x"]
+    assert event.version == 2
+    assert event.data is not None
+    assert event.data["digest"] == v2["digest"]
+    assert event.data["aliases_removed"] == ["canary", "stable"]
+    assert mol(server, "delete", "del/x@v2", "--yes").exit_code == 1  # 404 now
+
+    v1 = json.loads(mol(server, "resolve", "del/x@v1", "-o", "json").stdout)
+    swept = set(json.loads(mol(server, "gc", "--grace", "0", "-o", "json").stdout)["deleted"])
+    assert _sha256(own / "adapter_model.safetensors") in swept
+    assert not swept & {f["digest"] for f in v1["files"]}
+    again = mol(server, "publish", own, "--name", "del/x", "--base", base)
+    assert again.stdout.startswith("published del/x v3 ")  # numbers are never reused
+
+
+def test_events_follow_streams_until_ctrl_c(server: str, demo: Path, base: str) -> None:
+    with CatalogClient(server, ADMIN) as client:
+        last = client.events(after=0, limit=1000).last
+    env = {**os.environ, "MOL_CATALOG_URL": server, "MOL_CATALOG_TOKEN": ADMIN}
+    cmd = [sys.executable, "-m", "mol_platform", "catalog", "events", "--follow",
+           "--after", str(last), "-o", "json"]
+    with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as proc:
+        try:
+            with CatalogClient(server, ADMIN) as client:
+                client.publish(demo / "adapters" / "ui", "ev/ui", base=base)
+            assert proc.stdout is not None
+            event = json.loads(proc.stdout.readline())
+            assert (event["type"], event["adapter"], event["version"]) == (
+                "version.published", "ev/ui", 1)
+            assert event["id"] > last
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=30)
+            assert proc.returncode == 0
+            assert b"Traceback" not in err
+        finally:
+            stop_process(proc)
+    page = mol(server, "events", "--after", str(last))
+    assert page.exit_code == 0
+    assert "version.published  ev/ui v1" in page.stdout

@@ -1,5 +1,5 @@
-"""Bad input is a 4xx in the ``{"error", "detail"}`` shape on both backends, on the fast
-path and through FastAPI alike, and a refused publish leaves no files behind."""
+"""Bad input is a 4xx in the ``{"error", "detail"}`` shape on both backends, with and
+without a root path, and a refused publish leaves no files behind."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from typing import Any
 
 import httpx
 import pytest
-from fastapi import FastAPI
-from starlette.types import Receive, Scope, Send
 
 from catalog.test_api import ADAPTER, publish, setup_base
 from mol_catalog.app import create_app
@@ -134,44 +132,51 @@ async def test_deeply_nested_request_bodies(client: httpx.AsyncClient, model: Mo
 @pytest.fixture
 async def both_paths(db_url: str, tmp_path: Path) -> AsyncIterator[tuple[httpx.AsyncClient,
                                                                          httpx.AsyncClient]]:
-    """Clients on the same app: through CatalogApp's fast path, and straight to FastAPI
-    (what the fast path hands on); unexpected exceptions come back as responses."""
+    """Clients on the same app: at the root, and under a root path (as behind a proxy that
+    strips ``/catalog``); unexpected exceptions come back as responses."""
     app = create_app(CatalogSettings(db_url=db_url, blob_url=f"file://{tmp_path / 'blobs'}",
                                      auth="off", pool_size=4))
-
-    async def plain(scope: Scope, receive: Receive, send: Send) -> None:
-        await FastAPI.__call__(app, scope, receive, send)
-
     async with app.router.lifespan_context(app):
-        fast = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
+        root = httpx.AsyncClient(transport=httpx.ASGITransport(app=app, raise_app_exceptions=False),
                                  base_url="http://catalog.test")
-        slow = httpx.AsyncClient(transport=httpx.ASGITransport(app=plain,
-                                                               raise_app_exceptions=False),
-                                 base_url="http://catalog.test")
-        async with fast, slow:
-            yield fast, slow
+        mounted = httpx.AsyncClient(
+            transport=httpx.ASGITransport(app=app, raise_app_exceptions=False,
+                                          root_path="/catalog"),
+            base_url="http://catalog.test/catalog")
+        async with root, mounted:
+            yield root, mounted
 
 
-async def test_fast_path_and_fastapi_answer_alike(
+async def test_hot_reads_answer_alike_under_a_root_path(
         both_paths: tuple[httpx.AsyncClient, httpx.AsyncClient], model: Model) -> None:
-    fast, slow = both_paths
-    await setup_base(fast, model)
-    assert (await publish(fast, model, alias="stable")).status_code == 201
-    probes = [("/v1/adapters", {"cursor": c}) for c in BAD_CURSORS[:4]] + [
-        ("/v1/adapters", {"limit": "0"}), ("/v1/adapters", {"limit": "501"}),
-        ("/v1/adapters", {"limit": "x"}), ("/v1/adapters", {"limit": "9" * 30}),
-        ("/v1/adapters", {"namespace": "acme\n"}), ("/v1/adapters", {"q": "\x00"}),
-        ("/v1/adapters", {"namespace": "acme"}),
-        ("/v1/resolve/acme/coding@stable", {}), ("/v1/resolve/acme/coding@stable%0A", {}),
-        ("/v1/resolve/acme/coding@v99999999999", {}), ("/v1/resolve/acme/nope@v1", {}),
-        ("/v1/resolve/acme/coding@v1", {"profile": "nope"}),
-        ("/v1/resolve/acme/coding@v1", {"profile": "\x00"}),
+    root, mounted = both_paths
+    await setup_base(root, model)
+    assert (await publish(root, model, alias="stable")).status_code == 201
+    probes = [("/v1/adapters", {"cursor": c}, 400) for c in BAD_CURSORS[:4]] + [
+        ("/v1/adapters", {"limit": "0"}, 400), ("/v1/adapters", {"limit": "501"}, 400),
+        ("/v1/adapters", {"limit": "x"}, 422), ("/v1/adapters", {"limit": "9" * 30}, 400),
+        ("/v1/adapters", {"limit": ""}, 422), ("/v1/adapters", {"limit": "2"}, 200),
+        ("/v1/adapters", {"namespace": "acme\n"}, 400), ("/v1/adapters", {"q": "\x00"}, 400),
+        ("/v1/adapters", {"namespace": "acme"}, 200),
+        ("/v1/resolve/acme/coding@stable", {}, 200),
+        ("/v1/resolve/acme/coding@stable%0A", {}, 400),
+        ("/v1/resolve/acme/coding@v99999999999", {}, 400),
+        ("/v1/resolve/acme/nope@v1", {}, 404),
+        ("/v1/resolve/acme/coding@v1", {"profile": "nope"}, 404),
+        ("/v1/resolve/acme/coding@v1", {"profile": "\x00"}, 400),
     ]
-    for path, params in probes:
-        a, b = await fast.get(path, params=params), await slow.get(path, params=params)
-        assert a.status_code == b.status_code, (path, params, a.text, b.text)
-        assert a.json() == b.json(), (path, params)
-        assert a.status_code < 500
+    for path, params, status in probes:
+        a, b = await root.get(path, params=params), await mounted.get(path, params=params)
+        assert a.status_code == b.status_code == status, (path, params, a.text, b.text)
+        if status == 200:
+            assert a.json() == b.json(), (path, params)
+        else:
+            assert assert_error(a, status) == assert_error(b, status), (path, params)
+    limit = (await root.get("/v1/adapters", params={"limit": "x"})).json()
+    assert limit == {"error": "ValidationError", "detail": "query.limit: Input should be a "
+                     "valid integer, unable to parse string as an integer"}
+    assert (await mounted.get("/v1/nope")).json() == {
+        "error": "NotFound", "detail": "no such path /catalog/v1/nope"}
 
 
 async def test_unexpected_failures_keep_the_error_shape(
@@ -183,14 +188,14 @@ async def test_unexpected_failures_keep_the_error_shape(
         raise RuntimeError("disk on fire")
 
     monkeypatch.setattr(service, "list_profiles", broken)
-    _, slow = both_paths
-    r = await slow.get("/v1/serving-profiles")
-    assert r.status_code == 500
-    assert r.json() == {"error": "InternalError",
-                        "detail": "internal error (see the catalog's log)"}
-    v = await slow.post("/v1/tokens", json={"name": 3})
-    assert v.status_code == 422
-    assert v.json()["error"] == "ValidationError"
+    for client in both_paths:
+        r = await client.get("/v1/serving-profiles")
+        assert r.status_code == 500
+        assert r.json() == {"error": "InternalError",
+                            "detail": "internal error (see the catalog's log)"}
+        v = await client.post("/v1/tokens", json={"name": 3})
+        assert v.status_code == 422
+        assert v.json()["error"] == "ValidationError"
 
 
 async def test_base_models_with_absurd_layer_counts(client: httpx.AsyncClient,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
-from sqlalchemy import create_engine, inspect
+import json
+from typing import Any
+
+import pytest
+from sqlalchemy import create_engine, inspect, text
 
 from mol_catalog.db import downgrade, migrate, sync_url
 from mol_catalog.models import Base
+from mol_catalog.shared_docs import digest_of
 from mol_platform.testing.postgres import PostgresCluster, fresh_database
 
 
@@ -40,6 +45,8 @@ def test_postgres_upgrade_downgrade_upgrade(postgres_cluster: PostgresCluster) -
     assert tables == set(Base.metadata.tables)
     assert {"ix_adapters_full_name_trgm", "ix_adapters_search_scan",
             "ix_adapter_tags_tag_base_name_adapter_id", "ix_adapters_base_name_id"} <= indexes
+    downgrade(url, "0004")  # 0005 -> 0004: shared_docs goes
+    assert "shared_docs" not in _tables_and_indexes(url)[0]
     downgrade(url, "0003")  # 0004 -> 0003: blob_deletions goes
     assert "blob_deletions" not in _tables_and_indexes(url)[0]
     downgrade(url, "-1")  # 0003 -> 0002: the search-scan index goes, the trigram index stays
@@ -54,3 +61,74 @@ def test_postgres_upgrade_downgrade_upgrade(postgres_cluster: PostgresCluster) -
     assert _tables_and_indexes(url)[0] == set()
     migrate(url)
     assert _tables_and_indexes(url)[0] == set(Base.metadata.tables)
+
+
+CONFIG = {"r": 16, "lora_alpha": 32, "target_modules": ["q_proj", "v_proj"], "peft_type": "LORA"}
+SHAPES = {f"base_model.model.model.layers.{i}.self_attn.q_proj.lora_{ab}.weight": shape
+          for i in range(32) for ab, shape in (("A", [16, 4096]), ("B", [4096, 16]))}
+OTHER_CONFIG = {**CONFIG, "r": 8}
+
+
+def _seed_inline(url: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """Three versions at 0004 (docs inline): two share config and shapes, one differs."""
+    docs = [(CONFIG, SHAPES), (CONFIG, SHAPES), (OTHER_CONFIG, {"t.lora_A.weight": [8, 64]})]
+    engine = create_engine(sync_url(url))
+    ts = "2026-01-01 00:00:00+00:00"
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO namespaces (id, name, created_at) VALUES (1, 'ns', :ts)"),
+                     {"ts": ts})
+        conn.execute(text(
+            "INSERT INTO base_models (id, name, revision, architecture, config, tensors, shapes,"
+            " content_digest, created_at) VALUES (1, 'b', 'r1', 'LlamaForCausalLM', '{}', '{}',"
+            " '{}', 'sha256:0', :ts)"), {"ts": ts})
+        conn.execute(text(
+            "INSERT INTO adapters (id, namespace_id, name, full_name, base_model_id, base_name,"
+            " tags, labels, latest_version, version_count, created_at, updated_at) VALUES"
+            " (1, 1, 'a', 'ns/a', 1, 'b', '[]', '{}', 3, 3, :ts, :ts)"), {"ts": ts})
+        for n, (config, shapes) in enumerate(docs, 1):
+            conn.execute(text(
+                "INSERT INTO versions (id, adapter_id, number, digest, base_model_id, rank,"
+                " alpha, target_modules, status, size, files, adapter_config, tensors,"
+                " created_at) VALUES (:n, 1, :n, :d, 1, 16, 32, '[]', 'ready', 1, '[]', :c,"
+                " :t, :ts)"),
+                {"n": n, "d": f"sha256:{n}", "c": json.dumps(config), "t": json.dumps(shapes),
+                 "ts": ts})
+    engine.dispose()
+    return docs
+
+
+def _rows(url: str, sql: str) -> list[Any]:
+    engine = create_engine(sync_url(url))
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(sql))]
+    finally:
+        engine.dispose()
+
+
+def _as_json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres"])
+def test_shared_docs_move_out_and_back(backend: str, tmp_path: object,
+                                       request: pytest.FixtureRequest) -> None:
+    """0005 moves inline configs and shape maps to shared_docs, one row per distinct
+    document, and its downgrade puts every version's own documents back inline."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path}/m.db"
+    else:
+        cluster = request.getfixturevalue("postgres_cluster")
+        url = fresh_database(cluster, "shared_docs", extensions=())
+    migrate(url, "0004")
+    docs = _seed_inline(url)
+    migrate(url)
+    stored = {d: _as_json(b) for d, b in _rows(url, "SELECT digest, body FROM shared_docs")}
+    assert len(stored) == 4  # 2 configs + 2 shape maps for 3 versions
+    refs = _rows(url, "SELECT config_digest, tensors_digest FROM versions ORDER BY id")
+    assert [(stored[c], stored[t]) for c, t in refs] == docs
+    assert refs[0] == (digest_of(CONFIG), digest_of(SHAPES)) == refs[1]
+    downgrade(url, "0004")
+    back = _rows(url, "SELECT adapter_config, tensors FROM versions ORDER BY id")
+    assert [(_as_json(c), _as_json(t)) for c, t in back] == docs
+    assert "shared_docs" not in _tables_and_indexes(url)[0]

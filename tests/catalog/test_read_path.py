@@ -1,7 +1,7 @@
-"""The fast read path: resolve answered in front of FastAPI, prepared listing statements.
+"""The hot read path (lean routes): resolve and listing, prepared listing statements.
 
-Both backends: auth and revocation on resolve, errors and headers equal to the routed
-ones, query decoding, and listing variants (namespace-restricted, search with LIKE
+Both backends: auth and revocation on resolve, errors and headers in the catalog's
+shape, query decoding, and listing variants (namespace-restricted, search with LIKE
 metacharacters, keyset pages) that each compile their own statement.
 """
 

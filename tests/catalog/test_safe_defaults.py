@@ -59,12 +59,16 @@ def test_clients_join_relative_urls_to_the_catalog_url() -> None:
     assert join_url("http://c:8080", signed) == signed
 
     def handler(request: httpx.Request) -> httpx.Response:
-        return httpx.Response(200, json={"files": [{"path": "a", "url": "/v1/blobs/sha256/ab"}]})
+        return httpx.Response(200, json={
+            "adapter": "acme/coding", "version": 1, "digest": "sha256:cd", "status": "ready",
+            "yank_reason": None, "base": "b@1", "verdict": None,
+            "files": [{"path": "a", "digest": "sha256:ab", "size": 1,
+                       "url": "/v1/blobs/sha256/ab"}]})
 
     with CatalogClient("http://catalog.test:8080/prefix", "t",
                        transport=httpx.MockTransport(handler)) as client:
-        files = client.resolve("acme/coding@v1")["files"]
-    assert files[0]["url"] == "http://catalog.test:8080/prefix/v1/blobs/sha256/ab"
+        files = client.resolve("acme/coding@v1").files
+    assert files[0].url == "http://catalog.test:8080/prefix/v1/blobs/sha256/ab"
 
 
 async def test_unreadable_blob_is_a_404_naming_no_namespace(make_client: Any,

@@ -49,15 +49,15 @@ def test_verify_reports_missing_and_damaged_blobs(catalog_server_auth: Any, mode
     missing = _mol(live)
     assert missing.exit_code == 1
     assert f"{lost}: missing; used by acme/a0@v1" in missing.stdout
-    report = json.loads(_mol(live, "--json", "--no-content").stdout)
+    report = json.loads(_mol(live, "-o", "json", "--no-content").stdout)
     assert [(b["digest"], b["versions"]) for b in report["missing"]] == [(lost, ["acme/a0@v1"])]
     assert report["ok"] is False
-    assert json.loads(_mol(live, "--json", "--sample", "1").stdout)["checked"] == 1
+    assert json.loads(_mol(live, "-o", "json", "--sample", "1").stdout)["checked"] == 1
 
     with CatalogClient(live.url, live.admin_token) as client:
         again = client.publish(folders[0][0], "acme/a0")  # same files: heals the blob
-        assert again["created"] is False
-        assert client.verify()["ok"] is True
+        assert again.created is False
+        assert client.verify().ok is True
 
     shared = digest_of(folders[0][1])  # both versions' config
     path = blob_dir / shared[7:]

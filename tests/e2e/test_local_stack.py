@@ -50,7 +50,7 @@ class Stack:
 
     def publish(self, folder: Path, adapter: str, alias: str | None = None) -> int:
         with CatalogClient(self.catalog) as client:
-            return int(client.publish(folder, adapter, alias=alias)["version"])
+            return client.publish(folder, adapter, alias=alias).version
 
 
 def spec_yaml(base_uri: str) -> dict[str, Any]:

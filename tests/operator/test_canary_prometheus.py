@@ -338,9 +338,9 @@ async def test_promotion(
     assert last_cat.experts[EXPERT].version == (1 if pinned else 2)
     with catalog.client() as client:
         history = client.alias_history(adapter, "stable")
-        assert client.resolve(f"{adapter}@stable")["version"] == stable_after
+        assert client.resolve(f"{adapter}@stable").version == stable_after
     assert len(history) == stable_after  # published once; moved at most once
-    assert (history[0]["version"], history[0].get("previous")) == (
+    assert (history[0].version, history[0].previous) == (
         (2, 1) if not pinned else (1, None)
     )  # fmt: skip
     weights = list(dict.fromkeys(out.weights[EXPERT] for _, out in rounds))
@@ -368,7 +368,7 @@ async def test_rollback_through_the_rollout_step(
     assert len(warnings) == 1
     assert state["message"] in warnings[0]
     with catalog.client() as client:
-        assert client.resolve(f"{adapter}@stable")["version"] == 1
+        assert client.resolve(f"{adapter}@stable").version == 1
     assert sample(metrics, "mol_canary_weight", deployment=router.deployment, expert=EXPERT) == 0
 
 

@@ -67,7 +67,7 @@ def test_create_update_restart_delete(kube: Any, kube_client: KubeClient, catalo
     status = obj["status"]
     assert status["catalogToken"]["scopes"] == ["read:acme", "read:demo"]
     with CatalogClient(catalog.url, token) as reader:
-        assert reader.resolve("demo/chat@stable")["version"] == 1
+        assert reader.resolve("demo/chat@stable").version == 1
     experts = {e["name"]: e for e in status["experts"]}
     assert experts["coding"]["version"] == 1
     assert experts["coding"]["digest"].startswith("sha256:")

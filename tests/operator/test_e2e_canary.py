@@ -94,7 +94,7 @@ def test_healthy_canary_is_promoted_by_moving_the_alias(
     obj = kube_client.wait_for("MoLDeployment", "macaron",
                                lambda o: _canary(o).get("phase") == "Promoted", timeout=WAIT)
     with CatalogClient(own_catalog.url, own_catalog.admin_token) as admin:
-        assert admin.resolve("demo/coding@stable")["version"] == 2
+        assert admin.resolve("demo/coding@stable").version == 2
     obj = kube_client.wait_for(
         "MoLDeployment", "macaron",
         lambda o: next(e for e in o["status"]["experts"] if e["name"] == "coding")[
@@ -118,4 +118,4 @@ def test_failing_canary_is_rolled_back(
     coding = next(e for e in config["experts"] if e["name"] == "coding")
     assert coding["canary"]["weight"] == 0
     with CatalogClient(catalog.url, catalog.admin_token) as admin:
-        assert admin.resolve("demo/coding@stable")["version"] == 1
+        assert admin.resolve("demo/coding@stable").version == 1

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from mol_platform.catalog_models import ResolvedFile
 from mol_platform.vllm_plugin.cache import (
     AdapterCache,
     BlobFile,
@@ -87,7 +88,7 @@ async def test_file_list_must_match_the_digest(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("name", ["../evil", "a/b", ".hidden", "", "x" * 200])
 def test_file_names_must_be_plain(name: str) -> None:
-    raw = {"path": name, "digest": "sha256:" + "0" * 64, "size": 1, "url": "/x"}
+    raw = ResolvedFile(path=name, digest="sha256:" + "0" * 64, size=1, url="/x")
     with pytest.raises(CacheError, match="plain file name"):
         BlobFile.parse(raw)
 

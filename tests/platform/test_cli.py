@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -53,3 +54,20 @@ def test_installed_console_script_runs() -> None:
     )
     assert out.returncode == 0, out.stderr
     assert "catalog" in out.stdout
+
+
+def _complete(words: str) -> list[str]:
+    """What the shell's completion function gets for the command line ``words``."""
+    env = {"_MOL_COMPLETE": "complete_bash", "COMP_WORDS": words,
+           "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1))}
+    out = subprocess.run([sys.executable, "-m", "mol_platform"], capture_output=True,
+                         text=True, check=False, env={**os.environ, **env})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.split()
+
+
+def test_shell_completion_offers_verbs_and_choices() -> None:
+    assert _complete("mol catalog p") == ["publish", "pull", "profile"]
+    assert _complete("mol catalog ls -o ") == ["text", "json", "yaml"]
+    script = runner.invoke(_app(), ["--show-completion", "bash"], env={"SHELL": "/bin/bash"})
+    assert "_MOL_COMPLETE=complete_bash" in script.output

@@ -7,12 +7,12 @@ import logging
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
 from mol_platform.catalog_client import AsyncCatalogClient, CatalogClient
+from mol_platform.catalog_models import Resolved
 from mol_platform.local_seed import seed_demo
 from mol_platform.testing.catalog import LiveCatalog, running_catalog
 from mol_platform.vllm_plugin import register
@@ -63,11 +63,11 @@ class RelativeUrls(AsyncCatalogClient):
     """The real catalog's answers with download URLs made relative, as a catalog behind
     a proxy may give them: the plugin must join them to MOL_CATALOG_URL."""
 
-    async def resolve(self, ref: str, profile: str | None = None) -> dict[str, Any]:
+    async def resolve(self, ref: str, profile: str | None = None) -> Resolved:
         answer = await super().resolve(ref, profile)
-        for f in answer["files"]:
-            f["url"] = urlsplit(f["url"]).path
-            assert f["url"].startswith("/v1/blobs/")
+        for f in answer.files:
+            f.url = urlsplit(f.url).path
+            assert f.url.startswith("/v1/blobs/")
         return answer
 
 

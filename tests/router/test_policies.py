@@ -12,6 +12,8 @@ from mol_router.policy import DEFAULT_POLICY, POLICY_NAMES, EngineStats, RouteRe
 from mol_router.policy.gie import lora_affinity_score
 from mol_router.policy.hashing import home, ranking
 from mol_router.policy.llmd import LlmdLoraLoadState
+from mol_router.policy.mol import eviction_cost
+from mol_router.policy.stats import Demand, FleetStats
 
 A = "acme/bot@v1"
 EPS = [f"http://e{i}" for i in range(4)]
@@ -181,9 +183,13 @@ def test_mol_goes_home_when_idle_and_agrees_across_instances() -> None:
         ({"h": S(running_adapters=frozenset("wxyz")), "n": S(running_adapters=frozenset("wxyz"))},
          "h"),
         # home over the bound: spill to the next in the adapter's order
-        ({"h": S(running=9), "n": S(running=1)}, "n"),
+        ({"h": S(running=14), "n": S(running=1)}, "n"),
+        # the home's last slot went to an adapter sent since the last scrape
+        ({"h": S(running_adapters=frozenset("xyz"), pending_adapters=frozenset("w")),
+          "n": S()}, "n"),
     ],
-    ids=["resident-least-loaded", "resident-over-bound", "free-slot", "all-full", "spill"],
+    ids=["resident-least-loaded", "resident-over-bound", "free-slot", "all-full", "spill",
+         "sent-since-scrape"],
 )  # fmt: skip
 def test_mol_rules(stats: dict[str, EngineStats], expected: str) -> None:
     # Name the endpoints so that "h" is the adapter's home and "n" comes next.
@@ -217,3 +223,105 @@ def test_mol_hot_adapter_spreads_over_a_few_replicas_only() -> None:
 def test_mol_base_model_requests_go_to_least_loaded() -> None:
     stats = {"http://e0": S(running=4), "http://e1": S(running=1), "http://e2": S(running=2)}
     assert make_policy("mol-affinity").pick(list(stats), stats, RouteRequest(None)) == "http://e1"
+
+
+# Eviction by demand: a load goes where it evicts nothing hotter than the adapter.
+
+HOT, COLD = "ns/hot@v1", "ns/cold@v1"
+
+
+def demand_of(counts: Mapping[str, int]) -> Demand:
+    d = Demand(half_life=1_000_000)
+    for name, n in counts.items():
+        for _ in range(n):
+            d.add(name)
+    return d
+
+
+@pytest.mark.parametrize(
+    ("stats", "counts", "expected"),
+    [
+        ({"slot_adapters": ("x", "y")}, {}, 0.0),  # a slot is empty
+        ({"slot_adapters": ("x", "y", "z", "w")}, {"x": 1, "y": 3}, 0.25),  # LRU idle: x
+        ({"slot_adapters": ("x", "y", "z", "w"), "running_adapters": frozenset({"x"})},
+         {"x": 1, "y": 3}, 0.75),  # x is running: y goes
+        ({"slot_adapters": ("x", "y", "z", "w")}, None, 0.0),  # no demand estimate
+        ({"recent_adapters": frozenset("xyzw")}, {"x": 1, "y": 3}, 0.75),  # no order: worst
+    ],
+    ids=["free-slot", "lru-victim", "running-kept", "no-demand", "unordered"],
+)  # fmt: skip
+def test_eviction_cost(
+    stats: dict[str, object], counts: Mapping[str, int] | None, expected: float
+) -> None:
+    demand = demand_of(counts) if counts is not None else None
+    assert eviction_cost(S(**stats), demand) == pytest.approx(expected, rel=1e-4)
+
+
+def _named(adapter: str, stats: dict[str, EngineStats]) -> dict[str, EngineStats]:
+    """Rename keys "h", "n", "m" to the adapter's first, second and third endpoints."""
+    order = ranking(adapter, [f"http://p{i}" for i in range(len(stats))])
+    return {order["hnm".index(k)]: v for k, v in stats.items()}
+
+
+@pytest.mark.parametrize(
+    ("adapter", "stats", "expected"),
+    [
+        # a cold adapter passes over a home whose LRU idle adapter is hot
+        (COLD, {"h": S(slot_adapters=(HOT, "c1", "c2", "c3")),
+                "n": S(slot_adapters=("c4", "c5", "c6", "c7"))}, "n"),
+        # a hot adapter may evict a colder one at its home
+        (HOT, {"h": S(slot_adapters=(COLD, "c1", "c2", "c3")),
+               "n": S(slot_adapters=("c4", "c5", "c6", "c7"))}, "h"),
+        # nowhere cheap enough: the lowest eviction cost, not the home
+        ("c9", {"h": S(slot_adapters=(HOT, "c1", "c2", "c3")),
+                "n": S(slot_adapters=(COLD, "c4", "c5", "c6")),
+                "m": S(slot_adapters=(HOT, "c7", "c8", "c1"))}, "n"),
+        # a home that cannot start it now is skipped even when eviction is free
+        (COLD, {"h": S(running_adapters=frozenset("wxyz"), slot_adapters=tuple("wxyz")),
+                "n": S(slot_adapters=(HOT, "c1", "c2", "c3"))}, "n"),
+    ],
+    ids=["cold-spares-hot", "hot-evicts-cold", "cheapest", "no-free-slot"],
+)  # fmt: skip
+def test_mol_loads_where_it_evicts_nothing_hotter(
+    adapter: str, stats: dict[str, EngineStats], expected: str
+) -> None:
+    counts = {HOT: 500, COLD: 2, "c9": 1, **{f"c{i}": 1 for i in range(1, 9)}}
+    real = FleetStats.of(_named(adapter, stats), demand_of(counts))
+    back = {v: k for k, v in zip(stats, _named(adapter, stats), strict=True)}
+    pick = make_policy("mol-affinity").pick(list(real), real, RouteRequest(adapter))
+    assert pick is not None
+    assert back[pick] == expected
+
+
+def test_mol_agrees_across_instances_with_the_same_demand() -> None:
+    eps = [f"http://e{i}" for i in range(8)]
+    names = [f"ns/a{i}@v1" for i in range(40)]
+    counts = {n: 40 - i for i, n in enumerate(names)}
+    base = {e: S(slot_adapters=tuple(names[4 * i: 4 * i + 4])) for i, e in enumerate(eps)}
+    one, two = FleetStats.of(base, demand_of(counts)), FleetStats.of(base, demand_of(counts))
+    a, b = make_policy("mol-affinity"), make_policy("mol-affinity")
+    for n in (f"ns/new{i}@v1" for i in range(30)):
+        assert a.pick(eps, one, RouteRequest(n)) == b.pick(list(reversed(eps)), two,
+                                                           RouteRequest(n))  # fmt: skip
+
+
+def test_demand_shares_decay_and_stay_bounded() -> None:
+    d = Demand(half_life=10, limit=8)
+    assert d.share(A) == 0.0
+    for _ in range(10):
+        d.add(A)
+    for _ in range(10):
+        d.add(HOT)
+    # the last 10 requests weigh twice the first 10: 1/3 vs 2/3
+    assert d.share(A) == pytest.approx(1 / 3, rel=0.05)
+    assert d.share(HOT) == pytest.approx(2 / 3, rel=0.05)
+    for _ in range(20_000):  # weights rescale instead of overflowing
+        d.add(HOT)
+    assert d.share(HOT) == pytest.approx(1.0)
+    for i in range(20):  # more names than the limit: the rarest are forgotten
+        d.add(f"ns/x{i}@v1")
+    rest = [d.share(f"ns/x{i}@v1") for i in range(20)]
+    assert d.share(HOT) > max(rest)
+    assert 0 < sum(s > 0 for s in rest) < 20
+    with pytest.raises(ValueError, match="half_life"):
+        Demand(half_life=0)

@@ -1,4 +1,4 @@
-"""Expert selection in DESIGN.md's order, the classifier with its fallback, named
+"""Expert selection in docs/design.md's order, the classifier with its fallback, named
 adapters in adapterNamespaces, and the sticky canary split."""
 
 from __future__ import annotations

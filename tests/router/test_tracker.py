@@ -259,3 +259,38 @@ def test_settings_are_range_checked() -> None:
         EngineTracker(session, eject_after_failures=0)
     with pytest.raises(ValueError, match="readmit_after"):
         EngineTracker(session, readmit_after=-1)
+    with pytest.raises(ValueError, match="demand_half_life"):
+        EngineTracker(session, demand_half_life=0)
+
+
+def test_slot_estimate_and_demand_follow_sends_and_scrapes() -> None:
+    """The tracker's guess of each engine's GPU slots is an LRU of what it sent there
+    and what the engine showed running, never dropping a running adapter; every
+    request counts toward its adapter's demand share."""
+    from mol_router.engine_metrics import EngineMetrics
+    from mol_router.policy.stats import FleetStats
+
+    session: aiohttp.ClientSession = None  # type: ignore[assignment]
+    t = EngineTracker(session, scrape_interval=60, demand_half_life=1_000_000)
+    url = "http://engine:8000"
+    t.set_endpoints([url])
+    t.observe(url, EngineMetrics(max_lora=2, running_adapters=(A,)))
+    t.begin(url, B)
+    assert t.snapshot()[url].slot_adapters == (A, B)
+    assert t.snapshot()[url].pending_adapters == {B}  # sent since the scrape
+    t.begin(url, C)  # A runs, so B (idle, least recent) leaves the estimate
+    assert t.snapshot()[url].slot_adapters == (A, C)
+    assert t.snapshot()[url].pending_adapters == {B, C}
+    t.observe(url, EngineMetrics(max_lora=2, running_adapters=()))
+    assert t.snapshot()[url].pending_adapters == set()  # the scrape shows them now
+    t.begin(url, B)
+    assert t.snapshot()[url].slot_adapters == (C, B)
+    t.begin(url, B)
+    snap = t.snapshot()
+    assert isinstance(snap, FleetStats)
+    assert snap.demand is t.demand is not None
+    assert snap.demand.share(B) == pytest.approx(0.75, rel=1e-4)
+    assert snap.demand.share(C) == pytest.approx(0.25, rel=1e-4)
+    assert snap.demand.share(A) == 0.0  # seen running, never sent by this router
+    t.begin(url, None)  # base-model requests count toward no adapter
+    assert snap.demand.share(B) == pytest.approx(0.75, rel=1e-4)

@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, Query, Request
+from pydantic import TypeAdapter, ValidationError
 from starlette.responses import Response
 
 from mol_catalog.adapters import publish as pipeline
@@ -16,6 +17,7 @@ from mol_catalog.adapters.schemas import (
     AliasHistoryOut,
     AliasOut,
     AliasPut,
+    DeletedOut,
     PublishOut,
     VersionOut,
     VersionPageOut,
@@ -25,7 +27,8 @@ from mol_catalog.adapters.schemas import (
 from mol_catalog.adapters.uploads import FIELDS, FILE_PARTS, receive_upload
 from mol_catalog.auth import Principal
 from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
-from mol_catalog.errors import CatalogError, json_response
+from mol_catalog.errors import CatalogError, ValidationFailed, json_response
+from mol_catalog.openapi import LeanRoute, query
 from mol_catalog.util import (
     checked,
     clamp_limit,
@@ -41,6 +44,8 @@ from mol_platform import refs
 router = APIRouter(tags=["adapters"])
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
+PAGE_LIMIT = 50  # items per page of a listing when the request sets no limit
+INTEGER = TypeAdapter(int)
 
 PUBLISH_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
     "multipart/form-data": {"schema": {"type": "object", "required": list(FILE_PARTS),
@@ -75,32 +80,32 @@ async def publish_version(ns: str, name: str, request: Request, catalog: Catalog
     return json_response(body, 201 if created else 200)
 
 
-@router.get("/v1/adapters", response_model=AdapterPageOut)
-async def list_adapters(request: Request, base: str | None = None, tag: str | None = None,
-                        q: str | None = None, namespace: str | None = None, limit: int = 50,
-                        cursor: str | None = None) -> Response:
-    """Keyset-paginated listing and search (pass next_cursor back as cursor).
-
-    GETs are normally answered by ``mol_catalog.fast.CatalogApp`` before FastAPI, with
-    the same ``list_answer``; this route documents the endpoint and serves the rest.
-    """
-    body = await list_answer(request.app.state.catalog, request.headers.get("authorization"),
-                             base, tag, q, namespace, limit, cursor)
-    return Response(body, media_type="application/json")
+def page_limit(raw: str | None) -> int:
+    """A listing's ``limit`` query parameter: an integer as FastAPI reads one (else 422),
+    from 1 to 500 (else 400); PAGE_LIMIT when absent."""
+    if raw is None:
+        return PAGE_LIMIT
+    try:
+        limit = INTEGER.validate_python(raw)
+    except ValidationError as exc:
+        raise ValidationFailed(f"query.limit: {exc.errors()[0]['msg']}") from None
+    return clamp_limit(limit)
 
 
-async def list_answer(catalog: Catalog, authorization: str | None, base: str | None,
-                      tag: str | None, q: str | None, namespace: str | None, limit: int,
-                      cursor: str | None) -> bytes:
-    """The listing response body; raises CatalogError (401/403/400) like any endpoint."""
-    who = await principal_for(catalog, authorization)
-    limit = clamp_limit(limit)
-    after = decode_cursor(cursor)
+async def list_adapters(request: Request) -> bytes:
+    """Keyset-paginated listing and search (pass next_cursor back as cursor)."""
+    params = query(request)
+    limit = page_limit(params.get("limit"))
+    catalog: Catalog = request.app.state.catalog
+    who = await principal_for(catalog, request.headers.get("authorization"))
+    after = decode_cursor(params.get("cursor"))
     namespaces = who.readable_namespaces()
+    namespace = params.get("namespace")
     if namespace is not None:
         valid_name(namespace, "namespace")
         who.require_read(namespace)
         namespaces = {namespace}
+    base, tag, q = params.get("base"), params.get("tag"), params.get("q")
     clean_text(base, "base")
     clean_text(q, "q")
     if tag is not None:
@@ -121,6 +126,15 @@ async def list_answer(catalog: Catalog, authorization: str | None, base: str | N
                         option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC)
 
 
+def _list_params(base: str | None = None, tag: str | None = None, q: str | None = None,
+                 namespace: str | None = None, limit: int = PAGE_LIMIT,
+                 cursor: str | None = None) -> None:
+    """What ``list_adapters`` reads: documented in /openapi.json."""
+
+
+lean_routes = [LeanRoute("/v1/adapters", list_adapters, _list_params, AdapterPageOut, "adapters")]
+
+
 @router.get("/v1/adapters/{ns}/{name}", response_model=AdapterOut)
 async def get_adapter(ns: str, name: str, catalog: CatalogDep, who: PrincipalDep) -> Response:
     who.require_read(ns)
@@ -131,7 +145,7 @@ async def get_adapter(ns: str, name: str, catalog: CatalogDep, who: PrincipalDep
 
 @router.get("/v1/adapters/{ns}/{name}/versions", response_model=VersionPageOut)
 async def list_versions(ns: str, name: str, catalog: CatalogDep, who: PrincipalDep,
-                        limit: int = 50, cursor: str | None = None) -> Response:
+                        limit: int = PAGE_LIMIT, cursor: str | None = None) -> Response:
     """Versions, newest first."""
     who.require_read(ns)
     limit = clamp_limit(limit)
@@ -180,4 +194,16 @@ async def yank_version(ns: str, name: str, version: str, body: YankBody, catalog
     who.require_publish(ns)
     async with catalog.db.unit() as uow:
         out = await service.yank(uow, _full(ns, name), version_number(version), body.reason)
+    return json_response(out)
+
+
+@router.delete("/v1/adapters/{ns}/{name}/versions/{version}", response_model=DeletedOut)
+async def delete_version(ns: str, name: str, version: str, catalog: CatalogDep,
+                         who: PrincipalDep) -> Response:
+    """Delete one version for good (admin); its aliases are removed, its blobs go at the
+    next gc, a ``version.deleted`` event records it."""
+    who.require_admin()
+    async with catalog.db.unit() as uow:
+        out = await service.delete_version(uow, _full(ns, name), version_number(version),
+                                           who.name)
     return json_response(out)

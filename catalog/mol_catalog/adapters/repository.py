@@ -361,3 +361,16 @@ def _listing_item(full_name: str, tags: Any, labels: Any, latest_version: int | 
 async def touch_adapter(session: AsyncSession, adapter_id: int, **values: Any) -> None:
     await session.execute(update(Adapter).where(Adapter.id == adapter_id).values(**values))
 
+
+
+async def delete_version(session: AsyncSession, adapter_id: int, version_id: int,
+                         number: int) -> list[str]:
+    """Remove a version with its verdicts, blob references and the aliases at it; the
+    names of those aliases, sorted. Its blobs stay for gc."""
+    removed = await aliases_at(session, adapter_id, number)
+    await session.execute(delete(Alias).where(Alias.adapter_id == adapter_id,
+                                              Alias.version == number))
+    await session.execute(delete(Verdict).where(Verdict.version_id == version_id))
+    await session.execute(delete(VersionBlob).where(VersionBlob.version_id == version_id))
+    await session.execute(delete(Version).where(Version.id == version_id))
+    return removed

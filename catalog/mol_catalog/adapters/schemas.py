@@ -132,7 +132,8 @@ class AliasOut(ResponseBody):
 
 
 class AliasMoveOut(ResponseBody):
-    version: int
+    version: int | None = Field(description="null: the alias was removed (its version "
+                                "was deleted)")
     previous: int | None
     changed_by: str | None
     changed_at: str | None
@@ -140,3 +141,11 @@ class AliasMoveOut(ResponseBody):
 
 class AliasHistoryOut(ResponseBody):
     items: list[AliasMoveOut]
+
+
+class DeletedOut(ResponseBody):
+    adapter: str
+    version: int
+    digest: str
+    aliases_removed: list[str]
+    latest_version: int | None

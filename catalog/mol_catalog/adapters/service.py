@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from mol_catalog import blob_gc
+from mol_catalog import blob_gc, shared_docs
 from mol_catalog.adapters import publish_sql as sql
 from mol_catalog.adapters import repository as repo
 from mol_catalog.adapters.schemas import PublishRequest
@@ -66,6 +66,8 @@ async def publish(uow: UnitOfWork, req: PublishRequest, profiles: list[sql.Profi
     """
     conn = await uow.session.connection()
     digest = req.upload.manifest_digest()
+    docs = {"config_digest": req.config, "tensors_digest": req.tensors}
+    doc_digests = {column: shared_docs.digest_of(body) for column, body in docs.items()}
     found = await sql.target(conn, req.full_name, digest, req.alias)
     if found is not None and found.existing is not None:
         existing = await repo.version_by_number(uow.session, found.id, found.existing)
@@ -107,13 +109,14 @@ async def publish(uow: UnitOfWork, req: PublishRequest, profiles: list[sql.Profi
                                 fresh=False)
     files = [{"path": p, "digest": f.digest, "size": f.size}
              for p, f in sorted(req.upload.files.items())]
+    await shared_docs.store(conn, {doc_digests[c]: body for c, body in docs.items()})
     version_id = await sql.insert_version(conn, {
         "adapter_id": adapter_id, "number": number, "digest": digest,
         "base_model_id": req.base_model_id, "rank": req.info.max_rank, "alpha": req.info.alpha,
         "target_modules": sorted(req.info.target_kinds()), "status": "ready",
         "parent": req.parent, "source": req.source, "size": sum(f.size for f in
                                                                req.upload.files.values()),
-        "files": files, "adapter_config": req.config, "tensors": req.tensors,
+        "files": files, **doc_digests,
         "created_by": req.created_by, "created_at": now})
     await sql.insert_rows(conn, sql.VERSION_BLOBS, [
         {"digest": d, "version_id": version_id} for d in sorted({f.digest for f in
@@ -240,7 +243,7 @@ async def alias_history(uow: UnitOfWork, full_name: str, name: str,
     items = await repo.alias_history(uow.session, row.id, name, limit)
     if not items and await repo.alias(uow.session, row.id, name) is None:
         raise NotFound(f"adapter {full_name!r} has no alias {name!r}")
-    return [{"version": h.version, "previous": h.previous, "changed_by": h.changed_by,
+    return [{"version": h.version or None, "previous": h.previous, "changed_by": h.changed_by,
              "changed_at": iso(h.changed_at)} for h in items]
 
 
@@ -311,3 +314,34 @@ async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,
                                     namespaces=namespaces, window=window, rare=rare)
     items = [item for _, item in rows[:limit]]
     return items, (rows[limit - 1][0] if len(rows) > limit else None)
+
+
+# AliasHistory.version is NOT NULL: a removal is stored as version 0 (never a version
+# number) and answered as null.
+ALIAS_REMOVED = 0
+
+
+async def delete_version(uow: UnitOfWork, full_name: str, number: int,
+                         who: str | None) -> dict[str, Any]:
+    """Delete one version for good, in one transaction: its aliases go (each removal in
+    the alias history), ``latest`` moves back, a ``version.deleted`` event is recorded.
+    Its blobs become unreferenced (unless another version shares them) and go at the
+    next gc; the number is never given again (``version_count`` stays)."""
+    row = await get_adapter(uow, full_name, lock=uow.postgres)
+    v = await get_version(uow, row, number, lock=uow.postgres)
+    if v.status == "pending":
+        raise Conflict(f"{full_name} v{number} is still being published: try again later")
+    digest = v.digest
+    removed = await repo.delete_version(uow.session, row.id, v.id, number)
+    uow.session.expunge(v)
+    for name in removed:
+        uow.session.add(AliasHistory(adapter_id=row.id, alias=name, version=ALIAS_REMOVED,
+                                     previous=number, changed_by=who))
+    await uow.session.flush()
+    row.latest_version = await repo.newest_ready(uow.session, row.id)
+    row.updated_at = utcnow()
+    await uow.session.flush()
+    uow.emit("version.deleted", adapter=full_name, version=number,
+             data={"digest": digest, "aliases_removed": removed, "by": who})
+    return {"adapter": full_name, "version": number, "digest": digest,
+            "aliases_removed": removed, "latest_version": row.latest_version}

@@ -7,7 +7,7 @@ from typing import Any
 from mol_catalog.util import ResponseBody
 
 EVENT_TYPES = ("version.published", "alias.moved", "version.yanked", "profile.set",
-               "base.registered")
+               "base.registered", "version.deleted")
 
 
 class EventOut(ResponseBody):

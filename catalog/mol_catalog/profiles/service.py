@@ -8,7 +8,7 @@ from mol_catalog.base_models import repository as base_repo
 from mol_catalog.base_models import service as base_service
 from mol_catalog.db import UnitOfWork
 from mol_catalog.errors import NotFound
-from mol_catalog.models import ServingProfile, Version, utcnow
+from mol_catalog.models import ServingProfile, utcnow
 from mol_catalog.profiles import repository
 from mol_catalog.profiles.schemas import ProfilePut
 from mol_catalog.util import iso, valid_name
@@ -35,11 +35,11 @@ def spec_of(row: ServingProfile) -> ServingProfileSpec:
                               supported_modules=modules)
 
 
-def adapter_info(version: Version) -> AdapterInfo:
-    """Rebuild the adapter's facts from what the version row keeps (config + shapes)."""
+def adapter_info(config: dict[str, Any], tensors: dict[str, Any]) -> AdapterInfo:
+    """Rebuild the adapter's facts from what its version keeps (config + shapes)."""
     header = {name: TensorInfo(name, "F32", tuple(shape), (0, 0))
-              for name, shape in version.tensors.items()}
-    return AdapterInfo.from_files(version.adapter_config, header)
+              for name, shape in tensors.items()}
+    return AdapterInfo.from_files(config, header)
 
 
 def judge(info: AdapterInfo, profile: ServingProfile, version_base_id: int,

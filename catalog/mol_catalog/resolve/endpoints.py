@@ -5,12 +5,14 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends
+from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from mol_catalog.auth import Principal
 from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
 from mol_catalog.errors import BadRequest, NotFound, json_bytes
+from mol_catalog.openapi import LeanRoute, query
 from mol_catalog.resolve import repository, service
 from mol_catalog.resolve.schemas import ResolveOut
 from mol_catalog.util import valid_name
@@ -21,23 +23,12 @@ PrincipalDep = Annotated[Principal, Depends(get_principal)]
 HEX_RE = re.compile(r"[0-9a-f]{64}")
 
 
-@router.get("/v1/resolve/{ns}/{name_ref}", response_model=ResolveOut)
-async def resolve(ns: str, name_ref: str, request: Request, profile: str | None = None) -> Response:
-    """``name_ref`` is ``name@ref`` with ref = alias | latest | vN | sha256:<hex>.
-
-    GETs are normally answered by ``mol_catalog.fast.CatalogApp`` before FastAPI,
-    with the same ``answer``; this route documents the endpoint and serves the rest.
-    """
+async def resolve(request: Request) -> bytes:
+    """``name_ref`` is ``name@ref`` with ref = alias | latest | vN | sha256:<hex>."""
     catalog: Catalog = request.app.state.catalog
-    body = await answer(catalog, ns, name_ref, profile, request.headers.get("authorization"))
-    return Response(body, media_type="application/json")
-
-
-async def answer(catalog: Catalog, ns: str, name_ref: str, profile: str | None,
-                 authorization: str | None) -> bytes:
-    """The resolve response body; raises CatalogError (401/403/404/400) like any endpoint."""
-    who = await principal_for(catalog, authorization)
-    ref = service.parse(ns, name_ref)
+    who = await principal_for(catalog, request.headers.get("authorization"))
+    ref = service.parse(request.path_params["ns"], request.path_params["name_ref"])
+    profile = query(request).get("profile")
     if profile is not None:
         valid_name(profile, "serving profile name")
     who.require_read(ref.namespace)
@@ -46,6 +37,14 @@ async def answer(catalog: Catalog, ns: str, name_ref: str, profile: str | None,
     base = catalog.download_base if blobs.serves_downloads else ""
     out["files"] = [{**f, "url": blobs.download_url(f["digest"], base)} for f in out["files"]]
     return json_bytes(out)
+
+
+def _resolve_params(ns: str, name_ref: str, profile: str | None = None) -> None:
+    """What ``resolve`` reads: documented in /openapi.json."""
+
+
+lean_routes = [LeanRoute("/v1/resolve/{ns}/{name_ref}", resolve, _resolve_params, ResolveOut,
+                         "resolve")]
 
 
 @router.get("/v1/blobs/sha256/{hexdigest}", response_class=Response, responses={200: {

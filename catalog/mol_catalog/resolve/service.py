@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mol_catalog import shared_docs
 from mol_catalog.base_models import repository as base_repo
 from mol_catalog.base_models import service as base_service
 from mol_catalog.db import Database
@@ -63,7 +64,10 @@ async def _compute_verdict(db: Database, version_id: int, profile_name: str) -> 
             base_row = await base_repo.get_by_id(uow.session, profile.base_model_id)
             assert base_row is not None
             profile_base = base_service.shapes_of(base_row)
-        ok, reasons = profiles.judge(profiles.adapter_info(version), profile,
+        docs = await shared_docs.load(uow.session,
+                                      (version.config_digest, version.tensors_digest))
+        info = profiles.adapter_info(docs[version.config_digest], docs[version.tensors_digest])
+        ok, reasons = profiles.judge(info, profile,
                                      version.base_model_id, profile_base)
         await profiles_repo.store_verdict(uow.session, version_id, profile, ok, reasons)
     return {"compatible": ok, "reasons": reasons}

@@ -127,7 +127,7 @@ def base_weights(facts: Facts) -> Weights:
 
 
 def plugin_env(facts: Facts) -> list[V1EnvVar]:
-    """The resolver plugin's ``MOL_*`` env (DESIGN.md), the token from the Secret."""
+    """The resolver plugin's ``MOL_*`` env (docs/design.md), the token from the Secret."""
     settings = PluginSettings(
         catalog_url=facts.defaults.catalog_url,
         serving_profile=profile_name(facts.name, facts.namespace),

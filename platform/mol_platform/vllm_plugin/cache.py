@@ -36,6 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mol_platform.catalog_models import ResolvedFile
+
 log = logging.getLogger("vllm.mol_platform.cache")
 
 HEX_RE = re.compile(r"[0-9a-f]{64}")
@@ -61,18 +63,17 @@ class BlobFile:
     url: str
 
     @classmethod
-    def parse(cls, raw: Any) -> BlobFile:
-        if not isinstance(raw, dict):
-            raise CacheError(f"malformed file entry {raw!r}")
-        path, digest, size, url = (raw.get(k) for k in ("path", "digest", "size", "url"))
-        if not isinstance(path, str) or not FILE_NAME_RE.fullmatch(path) or ".." in path:
+    def parse(cls, f: ResolvedFile) -> BlobFile:
+        """A file of a resolve answer, refused unless it is a plain file name (it is
+        written into a folder) with a sha256 digest and a download URL."""
+        path, digest, size, url = f.path, f.digest, f.size, f.url
+        if not FILE_NAME_RE.fullmatch(path) or ".." in path:
             raise CacheError(f"refusing file name {path!r}: not a plain file name")
-        if not isinstance(digest, str) or not digest.startswith("sha256:") \
-                or not HEX_RE.fullmatch(digest[7:]):
+        if not digest.startswith("sha256:") or not HEX_RE.fullmatch(digest[7:]):
             raise CacheError(f"file {path}: malformed digest {digest!r}")
-        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        if size < 0:
             raise CacheError(f"file {path}: malformed size {size!r}")
-        if not isinstance(url, str) or not url:
+        if not url:
             raise CacheError(f"file {path}: no download URL")
         return cls(path, digest, size, url)
 

@@ -20,9 +20,10 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from mol_platform import catalog_models
 from mol_platform.catalog_client import AsyncCatalogClient, CatalogError
+from mol_platform.catalog_models import Verdict
 from mol_platform.refs import AdapterRef, RefError
 from mol_platform.vllm_plugin.cache import AdapterCache, BlobFile, CacheError, digest_hex
 from mol_platform.vllm_plugin.settings import ResolverSettings
@@ -110,31 +111,27 @@ class MolResolver:
                         resolve_ms=(resolved - started) * 1000,
                         fetch_ms=(time.perf_counter() - resolved) * 1000)
 
-    def _check_verdict(self, verdict: Any) -> None:
+    def _check_verdict(self, verdict: Verdict | None) -> None:
         if self.profile is None:
             return
-        if not isinstance(verdict, dict):
+        if verdict is None:
             raise Refused(f"the catalog gave no verdict for serving profile {self.profile!r}")
-        if not verdict.get("compatible"):
-            reasons = "; ".join(
-                str(r.get("message", r)) if isinstance(r, dict) else str(r)
-                for r in verdict.get("reasons") or []) or "no reason given"
+        if not verdict.compatible:
+            reasons = "; ".join(r.message for r in verdict.reasons) or "no reason given"
             raise Refused(f"incompatible with serving profile {self.profile!r}: {reasons}")
 
-    async def _fetch(self, lora_name: str, ref: AdapterRef, answer: dict[str, Any]) -> Resolved:
-        self._check_verdict(answer.get("verdict"))
-        digest = answer.get("digest")
-        version = answer.get("version")
-        if not isinstance(digest, str) or not isinstance(version, int):
-            raise Refused(f"malformed resolve answer from the catalog: {answer!r}")
+    async def _fetch(self, lora_name: str, ref: AdapterRef,
+                     answer: catalog_models.Resolved) -> Resolved:
+        self._check_verdict(answer.verdict)
+        digest, version = answer.digest, answer.version
         if ref.digest is not None and ref.digest != digest:
             raise Refused(f"the catalog answered digest {digest} for {ref.digest}")
         try:
-            files = [BlobFile.parse(f) for f in answer.get("files") or []]
+            files = [BlobFile.parse(f) for f in answer.files]
             if not files:
                 raise CacheError("the version lists no files")
             meta = {"adapter": ref.adapter, "version": version, "digest": digest,
-                    "base": answer.get("base"),
+                    "base": answer.base,
                     "profiles": {} if self.profile is None else {self.profile: True}}
             client = self._catalog()
 

@@ -43,7 +43,14 @@ class EligibleFirst:
         exclude: frozenset[str] = frozenset(),
     ) -> str | None:
         candidates = eligible(endpoints, stats, exclude)
-        return self.choose(candidates, request) if candidates else None
+        return self.choose_in(candidates, request, stats) if candidates else None
+
+    def choose_in(
+        self, candidates: Candidates, request: RouteRequest, stats: Mapping[str, EngineStats]
+    ) -> str | None:
+        """``choose``, for a policy that also reads what ``stats`` knows about the whole
+        fleet (a ``FleetStats``' demand estimate)."""
+        return self.choose(candidates, request)
 
     def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
         raise NotImplementedError

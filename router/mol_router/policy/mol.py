@@ -1,21 +1,34 @@
-"""``mol-affinity``, the default: adapter affinity with rendezvous homes and bounded load.
+"""``mol-affinity``, the default: adapter affinity, rendezvous homes, eviction by
+demand and bounded load.
 
-Each adapter has a fixed preference order over the endpoints (rendezvous hashing of
-its name), the same in every router replica. A request goes to:
+vLLM keeps an adapter in its GPU slot until a newer one needs the slot (least recently
+used idle one first), and each request for an adapter that is not in a slot of the
+engine it lands on costs a load. The fleet's slots are few (replicas x ``max_loras``)
+and popularity is skewed, so the policy spends them on purpose. Each adapter has a
+fixed preference order over the endpoints (rendezvous hashing of its name), the same
+in every router replica. A request goes to:
 
 1. the least loaded endpoint where the adapter is resident (running there per
    ``vllm:lora_requests_info``, or sent there lately by this router) whose load is
-   under the bound, so an adapter already loaded is reused and no slot is spent;
-2. else the first endpoint in the adapter's order, among the first ``candidates``
-   under the bound, that has a free adapter slot (a new copy, no wait for a slot);
-3. else the first endpoint in the adapter's order under the bound.
+   under the bound: reuse, no load;
+2. else (a load is needed) the first endpoint in the adapter's order, among the first
+   ``candidates`` under the bound, that can start it now (fewer adapters running
+   than slots, counting those this router sent since the last scrape) without
+   evicting anything hotter: its eviction cost, the demand share of the least
+   recently used idle adapter believed in its slots (0 with a slot empty), is at
+   most the adapter's own share and at most ``hot_share``; failing that the one of
+   them with the lowest cost (earliest in the order on ties);
+3. else the first endpoint in its order under the bound (it waits there for a slot);
+4. else, with every endpoint over the bound, the least loaded (earliest in order).
 
-The bound is ``load_factor`` x the mean load after this request, plus ``slack``
-(consistent hashing with bounded loads): an endpoint over it is skipped, so a hot
-adapter's traffic spills down its own order onto its next homes and spreads over just
-as many engines as its load needs, while every router replica, seeing the same
-engine metrics, walks the same order and picks the same few engines. Base-model
-requests go to the least loaded endpoint.
+So hot adapters keep their slots (only colder ones are evicted for a new copy), cold
+ones churn through the slots of other cold ones, and every router replica, seeing
+the same engine metrics and a similar demand estimate, walks the same order. The
+bound is ``load_factor`` x the mean load after this request, plus ``slack``
+(consistent hashing with bounded loads): a hot adapter's traffic spills down its own
+order onto as many engines as its load needs. Base-model requests go to the least
+loaded endpoint. Without a demand estimate (stats as a plain mapping) every eviction
+costs nothing, and step 2 takes the first endpoint that can start the adapter now.
 """
 
 from __future__ import annotations
@@ -26,47 +39,88 @@ from typing import Any
 
 from mol_router.policy.base import Candidates, EligibleFirst, Knobs
 from mol_router.policy.hashing import ranking
-from mol_router.policy.stats import EngineStats, RouteRequest
+from mol_router.policy.stats import Demand, EngineStats, FleetStats, RouteRequest
 
 
 def has_free_slot(s: EngineStats, adapter: str) -> bool:
-    """The adapter could start now without waiting for another adapter to drain."""
-    return s.max_lora <= 0 or adapter in s.running_adapters or len(s.running_adapters) < s.max_lora
+    """The adapter could start now without waiting for another adapter to drain: it
+    runs there, or fewer adapters than slots run there (per the last scrape, plus the
+    ones this router sent since)."""
+    if s.max_lora <= 0 or adapter in s.running_adapters:
+        return True
+    busy = s.running_adapters | s.pending_adapters if s.pending_adapters else s.running_adapters
+    return adapter in busy or len(busy) < s.max_lora
+
+
+def eviction_cost(s: EngineStats, demand: Demand | None) -> float:
+    """Demand share of the adapter a new load there would evict: vLLM evicts the least
+    recently used idle adapter in its slots (none while a slot is empty)."""
+    if demand is None:
+        return 0.0
+    if s.slot_adapters:
+        if len(s.slot_adapters) < s.max_lora:
+            return 0.0
+        victim = next((a for a in s.slot_adapters if a not in s.running_adapters), None)
+        return demand.share(victim) if victim is not None else 0.0
+    idle = s.resident - s.running_adapters
+    if len(s.resident) < s.max_lora:
+        return 0.0
+    return max((demand.share(a) for a in idle), default=0.0)
 
 
 class MolAffinity(EligibleFirst):
     """``mol-affinity``: see the module docstring."""
 
     name = "mol-affinity"
-    KNOBS = ("load_factor", "slack", "candidates")
+    KNOBS = ("load_factor", "slack", "candidates", "hot_share")
 
     def __init__(self, knobs: Mapping[str, Any] | None = None) -> None:
         k = Knobs(self.name, knobs or {}, self.KNOBS)
         self.load_factor = k.get("load_factor", float, 1.25, 1.0, 100.0)
-        self.slack = k.get("slack", float, 2.0, 0.0, 1_000_000.0)
-        self.candidates = k.get("candidates", int, 2, 1, 1_000_000)
+        self.slack = k.get("slack", float, 4.0, 0.0, 1_000_000.0)
+        self.candidates = k.get("candidates", int, 16, 1, 1_000_000)
+        self.hot_share = k.get("hot_share", float, 0.01, 0.0, 1.0)
+
+    def choose_in(
+        self, candidates: Candidates, request: RouteRequest, stats: Mapping[str, EngineStats]
+    ) -> str | None:
+        demand = getattr(stats, "demand", None) if isinstance(stats, FleetStats) else None
+        return self.place(candidates, request, demand)
+
+    def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
+        return self.place(candidates, request, None)
 
     def bound(self, loads: Sequence[int]) -> float:
         """Load an endpoint must stay under to take the request."""
         mean = (sum(loads) + 1) / len(loads)
         return math.ceil(self.load_factor * mean + self.slack)
 
-    def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
+    def place(self, candidates: Candidates, request: RouteRequest, demand: Demand | None) -> str:
         if len(candidates) == 1:  # every rule below would pick it
             return candidates[0][0]
         by_name = dict(candidates)
+        loads = {e: s.load for e, s in candidates}
         adapter = request.adapter
         order = ranking(adapter if adapter is not None else "", list(by_name))
         if adapter is None:
-            return min(order, key=lambda e: by_name[e].load)
-        bound = self.bound([s.load for s in by_name.values()])
-        under = [e for e in order if by_name[e].load < bound]
+            return min(order, key=loads.__getitem__)
+        bound = self.bound(list(loads.values()))
+        under = [e for e in order if loads[e] < bound]
         if not under:  # everything is busy: least loaded, earliest home on ties
-            return min(order, key=lambda e: by_name[e].load)
-        resident = [e for e in under if adapter in by_name[e].resident]
+            return min(order, key=loads.__getitem__)
+        resident = [e for e in under if adapter in by_name[e].running_adapters
+                    or adapter in by_name[e].recent_adapters]  # fmt: skip
         if resident:
-            return min(resident, key=lambda e: by_name[e].load)
+            return min(resident, key=loads.__getitem__)
+        limit = min(demand.share(adapter), self.hot_share) if demand is not None else 0.0
+        best, best_cost = None, math.inf
         for e in under[: self.candidates]:
-            if has_free_slot(by_name[e], adapter):
+            s = by_name[e]
+            if not has_free_slot(s, adapter):
+                continue
+            cost = eviction_cost(s, demand)
+            if cost <= limit:
                 return e
-        return under[0]
+            if cost < best_cost:
+                best, best_cost = e, cost
+        return best if best is not None else under[0]

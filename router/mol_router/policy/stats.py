@@ -35,6 +35,13 @@ class EngineStats:
     recent_adapters: frozenset[str] = frozenset()
     inflight: int = 0
     healthy: bool = True
+    pending_adapters: frozenset[str] = frozenset()
+    """Adapters this router sent there since the last scrape (most are running now,
+    though the metrics cannot show them yet)."""
+    slot_adapters: tuple[str, ...] = ()
+    """The tracker's estimate of the adapters in the engine's GPU slots, least recently
+    used first: the last ``max_lora`` distinct ones seen running there or sent there
+    by this router."""
 
     @property
     def resident(self) -> frozenset[str]:
@@ -74,3 +81,66 @@ class Policy(Protocol):
         request: RouteRequest,
         exclude: frozenset[str] = frozenset(),
     ) -> str | None: ...
+
+
+class Demand:
+    """Each adapter's share of the requests this router sent lately.
+
+    An exponentially decayed count, by request rather than by clock (so it reads the
+    same on a replayed trace): each request weighs ``2 ** (1 / half_life)`` times the
+    one before, which makes ``share`` O(1) without touching old entries. Router
+    replicas each see a part of the traffic, but the same shares, so they agree on
+    which adapters are hot without talking to each other.
+    """
+
+    __slots__ = ("_counts", "_growth", "_limit", "_total", "_weight")
+
+    RESCALE_AT = 1e150
+
+    def __init__(self, half_life: int = 2000, limit: int = 4096) -> None:
+        if half_life < 1 or limit < 1:
+            raise ValueError("half_life and limit must be >= 1")
+        self._growth = 2.0 ** (1.0 / half_life)
+        self._limit = limit
+        self._weight = 1.0
+        self._total = 0.0
+        self._counts: dict[str, float] = {}
+
+    def add(self, adapter: str) -> None:
+        """Count one request for ``adapter``."""
+        self._weight *= self._growth
+        counts = self._counts
+        counts[adapter] = counts.get(adapter, 0.0) + self._weight
+        self._total += self._weight
+        if self._weight > self.RESCALE_AT:
+            self._rescale()
+        if len(counts) > self._limit:  # forget the rarest half
+            keep = sorted(counts.items(), key=lambda kv: kv[1], reverse=True)[: self._limit // 2]
+            self._counts = dict(keep)
+
+    def _rescale(self) -> None:
+        w = self._weight
+        self._counts = {a: c / w for a, c in self._counts.items() if c / w > 1e-12}
+        self._total /= w
+        self._weight = 1.0
+
+    def share(self, adapter: str) -> float:
+        """The adapter's share of recent requests in [0, 1]; 0 for one never seen."""
+        return self._counts.get(adapter, 0.0) / self._total if self._total else 0.0
+
+
+class FleetStats(dict[str, EngineStats]):
+    """Per-endpoint stats plus what the router knows about the whole fleet's traffic:
+    ``demand``, each adapter's share of recent requests (None when unknown). The
+    mapping is never changed once handed out; ``demand`` is the tracker's live
+    estimate, read at pick time. Build one with :meth:`of` (dict's own constructor
+    keeps copying cheap: the tracker makes one per request's begin and end)."""
+
+    __slots__ = ("demand",)
+    demand: Demand | None
+
+    @classmethod
+    def of(cls, stats: Mapping[str, EngineStats], demand: Demand | None) -> FleetStats:
+        snap = cls(stats)
+        snap.demand = demand
+        return snap

@@ -1,0 +1,233 @@
+"""Typed answers of the catalog's REST API, as the Python clients return them.
+
+They mirror the response schemas in the catalog's ``/openapi.json`` field by field (a
+test compares them), and live here, on the ground floor, so the router, the operator,
+the vLLM plugin and scripts get them without importing the catalog. Fields the catalog
+adds later are kept (``extra="allow"``): an older client still reads a newer catalog,
+and ``model_dump(mode="json")`` gives the whole answer back. The catalog keeps its own
+response classes (they carry the OpenAPI descriptions and change with the service);
+``tests/catalog/test_client_models.py`` keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+
+class CatalogModel(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Reason(CatalogModel):
+    """Why an adapter does not fit: a stable ``code`` and a sentence for people."""
+
+    code: str
+    message: str
+
+
+class Verdict(CatalogModel):
+    compatible: bool
+    reasons: list[Reason]
+
+
+class FileEntry(CatalogModel):
+    path: str
+    digest: str
+    size: int
+
+
+class ResolvedFile(FileEntry):
+    url: str  # absolute once the client has it (see ``catalog_client.join_url``)
+
+
+class Resolved(CatalogModel):
+    """``GET /v1/resolve/{ns}/{name}@{ref}``: the immutable version a reference names."""
+
+    adapter: str
+    version: int
+    digest: str
+    status: str
+    yank_reason: str | None
+    base: str
+    files: list[ResolvedFile]
+    verdict: Verdict | None  # None without ``profile``
+
+
+class Published(CatalogModel):
+    """``POST .../versions``; ``created`` is False for content already published."""
+
+    adapter: str
+    version: int
+    digest: str
+    created: bool
+    status: str
+    base: str
+    verdicts: dict[str, Verdict]
+
+
+class AdapterItem(CatalogModel):
+    adapter: str
+    namespace: str
+    name: str
+    base: str
+    tags: list[str]
+    labels: dict[str, str]
+    latest_version: int | None
+    updated_at: str | None
+
+
+class AdapterPage(CatalogModel):
+    items: list[AdapterItem]
+    next_cursor: str | None
+
+
+class AdapterDetail(AdapterItem):
+    aliases: dict[str, int]
+
+
+class VersionItem(CatalogModel):
+    version: int
+    digest: str
+    status: str
+    rank: int
+    alpha: float
+    target_modules: list[str]
+    size: int
+    parent: int | None
+    source: str | None
+    created_by: str | None
+    created_at: str | None
+    yank_reason: str | None
+
+
+class VersionPage(CatalogModel):
+    items: list[VersionItem]
+    next_cursor: str | None
+
+
+class VersionDetail(VersionItem):
+    adapter: str
+    base: str
+    files: list[FileEntry]
+    verdicts: dict[str, Verdict]
+
+
+class Yanked(VersionItem):
+    adapter: str
+
+
+class Deleted(CatalogModel):
+    adapter: str
+    version: int
+    digest: str
+    aliases_removed: list[str]
+    latest_version: int | None
+
+
+class AliasSet(CatalogModel):
+    alias: str
+    version: int
+    previous: int | None
+
+
+class AliasMove(CatalogModel):
+    version: int | None  # None: the alias was removed (its version was deleted)
+    previous: int | None
+    changed_by: str | None
+    changed_at: str | None
+
+
+class AliasHistory(CatalogModel):
+    items: list[AliasMove]
+
+
+class BaseRevision(CatalogModel):
+    revision: str
+    architecture: str | None
+    config: dict[str, Any]
+    tensors: dict[str, list[int]]
+    num_layers: int
+    created_at: str | None
+
+
+class BaseRegistered(BaseRevision):
+    name: str
+
+
+class BaseDetail(CatalogModel):
+    name: str
+    current: str
+    revisions: list[BaseRevision]
+
+
+class Profile(CatalogModel):
+    name: str
+    base_model: str
+    engine: str
+    max_lora_rank: int
+    max_loras: int | None
+    supported_modules: list[str] | None
+    generation: int
+    updated_at: str | None
+
+
+class ProfileList(CatalogModel):
+    items: list[Profile]
+
+
+class TokenInfo(CatalogModel):
+    id: int
+    name: str
+    scopes: list[str]
+    created_at: str | None
+    revoked_at: str | None
+
+
+class TokenList(CatalogModel):
+    items: list[TokenInfo]
+
+
+class TokenCreated(CatalogModel):
+    id: int
+    name: str
+    scopes: list[str]
+    created_at: str | None
+    token: str  # the bearer token, shown only in this answer
+
+
+class Event(CatalogModel):
+    id: int
+    type: str
+    adapter: str | None
+    version: int | None
+    alias: str | None
+    data: dict[str, Any] | None
+    created_at: str | None
+
+
+class EventPage(CatalogModel):
+    items: list[Event]
+    last: int
+
+
+class GcReport(CatalogModel):
+    deleted: list[str]
+    kept: int
+    leftovers_removed: int  # temp folders and partial blobs of interrupted publishes
+
+
+class BadBlob(CatalogModel):
+    digest: str
+    reason: str
+    versions: list[str]
+    version_count: int
+
+
+class VerifyReport(CatalogModel):
+    referenced: int
+    checked: int
+    ok: bool
+    missing: list[BadBlob]
+    corrupt: list[BadBlob]
