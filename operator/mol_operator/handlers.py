@@ -35,22 +35,31 @@ _CANARY_TICK = _IMPORT_SETTINGS.canary_tick_seconds
 
 
 def configure(settings: kopf.OperatorSettings) -> None:
-    """Our finalizer and annotation names; kopf's own logs are not posted as Events."""
+    """Our finalizer and annotation names; kopf's own logs are not posted as Events;
+    deletion is not held up by a timer that is running."""
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="mol.dev")
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix="mol.dev", key="last-handled-configuration")
     settings.posting.level = logging.WARNING
+    # A deletion that finds a resync or canary timer mid-run polls for its exit this
+    # often (kopf's default, a minute, would hold the finalizer that long).
+    settings.background.cancellation_polling = 1.0
 
 
 def make_runtime(settings: OperatorSettings) -> Runtime:
+    from mol_operator.builders import MANAGED
+    from mol_operator.informer import ChildCache
     from mol_operator.kube import KubeApi
     from mol_platform.catalog_client import AsyncCatalogClient
 
+    kube = KubeApi.connect(settings.kube_url)
     return Runtime(
-        kube=KubeApi.connect(settings.kube_url),
+        kube=kube,
         catalog=AsyncCatalogClient(settings.catalog_url, settings.admin_token() or "",
                                    timeout=settings.catalog_timeout),
+        children=ChildCache(kube, dict.fromkeys((m.api_version, m.plural) for m in MANAGED),
+                            settings.namespaces),
         defaults=settings.defaults(),
         retry_seconds=settings.retry_seconds,
         max_concurrent=settings.max_concurrent_reconciles,
@@ -79,6 +88,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     if getattr(memo, "runtime", None) is None:
         ours: OperatorSettings = getattr(memo, "settings", None) or OperatorSettings()
         runtime = make_runtime(ours)
+        runtime.children.start()
         memo.runtime = runtime
         if ours.metrics_port and runtime.metrics is not None:
             memo.metrics_server = await start_server(runtime.metrics.registry,
@@ -92,6 +102,7 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await server.cleanup()
     runtime: Runtime | None = getattr(memo, "runtime", None)
     if runtime is not None:
+        await runtime.children.stop()
         await runtime.kube.aclose()
         await runtime.catalog.aclose()
 

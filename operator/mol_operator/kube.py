@@ -1,4 +1,5 @@
-"""A small async Kubernetes API client: get, server-side apply, delete, discovery.
+"""A small async Kubernetes API client: get, list, watch, server-side apply, delete,
+discovery.
 
 Server-side apply with field manager ``mol-operator`` is the only way the operator
 writes children, so a field someone else owns (KEDA's replica count, an admission
@@ -12,7 +13,7 @@ import json
 import os
 import ssl
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import AsyncIterator, Generator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,8 +57,14 @@ def path_for(api_version: str, plural: str, namespace: str | None,
 class KubeApi:
     """Async client; counts its calls (``calls``, ``writes``) for metrics and benchmarks."""
 
-    def __init__(self, http: httpx.AsyncClient) -> None:
-        self._http = http
+    def __init__(self, **options: Any) -> None:
+        """``options`` for ``httpx.AsyncClient``. Requests share a bounded pool; watches
+        (long-lived streams) get their own, so httpx's per-request scan of the pool does
+        not walk past every open watch."""
+        self._http = httpx.AsyncClient(**options, limits=httpx.Limits(
+            max_connections=64, max_keepalive_connections=32))
+        self._watches = httpx.AsyncClient(**options, limits=httpx.Limits(
+            max_connections=None, max_keepalive_connections=0))
         self._served: dict[str, tuple[float, set[str]]] = {}
         self.calls = 0
         self.writes = 0
@@ -66,18 +73,14 @@ class KubeApi:
     def connect(cls, url: str | None = None, *, kubeconfig: str | None = None,
                 timeout: float = 30.0) -> KubeApi:
         """Explicit URL, else in-cluster, else kubeconfig (``$KUBECONFIG``, ~/.kube/config)."""
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=32)
         if url:
-            return cls(httpx.AsyncClient(headers=USER_AGENT, base_url=url, timeout=timeout,
-                                         limits=limits))
+            return cls(headers=USER_AGENT, base_url=url, timeout=timeout)
         host = os.environ.get("KUBERNETES_SERVICE_HOST")
         if host and (SA_DIR / "token").exists() and kubeconfig is None:
             port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
             ca = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
-            return cls(httpx.AsyncClient(headers=USER_AGENT, base_url=f"https://{host}:{port}",
-                                         verify=ca,
-                                         auth=_FileToken(SA_DIR / "token"), timeout=timeout,
-                                         limits=limits))
+            return cls(headers=USER_AGENT, base_url=f"https://{host}:{port}", verify=ca,
+                       auth=_FileToken(SA_DIR / "token"), timeout=timeout)
         from kubernetes import config as kconfig
         from kubernetes.client import Configuration
 
@@ -93,12 +96,12 @@ class KubeApi:
             verify = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
             if cfg.cert_file:
                 verify.load_cert_chain(cfg.cert_file, cfg.key_file)
-        return cls(httpx.AsyncClient(base_url=cfg.host, headers={**USER_AGENT, **headers},
-                                     verify=verify,
-                                     timeout=timeout, limits=limits))
+        return cls(base_url=cfg.host, headers={**USER_AGENT, **headers}, verify=verify,
+                   timeout=timeout)
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        await self._watches.aclose()
 
     async def _call(self, method: str, path: str, *, write: bool = False,
                     **kw: Any) -> httpx.Response:
@@ -121,14 +124,38 @@ class KubeApi:
         return out
 
     async def list(self, api_version: str, plural: str, namespace: str | None,
-                   labels: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
-        selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items())
-        params = {"labelSelector": selector} if selector else {}
-        response = await self._call("GET", path_for(api_version, plural, namespace), params=params)
+                   labels: Mapping[str, str] | None = None
+                   ) -> tuple[list[dict[str, Any]], str] | None:
+        """(items, the list's resourceVersion), or None when the API is not served."""
+        response = await self._call("GET", path_for(api_version, plural, namespace),
+                                    params=_selector(labels))
         if response.status_code == 404:
-            return []
-        items: list[dict[str, Any]] = response.json().get("items") or []
-        return items
+            return None
+        body = response.json()
+        items: list[dict[str, Any]] = body.get("items") or []
+        return items, str((body.get("metadata") or {}).get("resourceVersion") or "")
+
+    async def watch(self, api_version: str, plural: str, namespace: str | None,
+                    labels: Mapping[str, str] | None, resource_version: str,
+                    timeout_seconds: int) -> AsyncIterator[dict[str, Any]]:
+        """The watch events after ``resource_version`` (bookmarks included) until the
+        server ends the stream; ``KubeError`` 410 when that version is too old."""
+        params = {**_selector(labels), "watch": "true", "resourceVersion": resource_version,
+                  "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
+        self.calls += 1
+        try:
+            async with self._watches.stream(
+                    "GET", path_for(api_version, plural, namespace), params=params,
+                    timeout=httpx.Timeout(30.0, read=timeout_seconds + 30.0)) as response:
+                if response.is_error:
+                    await response.aread()
+                    raise KubeError(response.status_code, _message(response))
+                async for line in response.aiter_lines():
+                    if line.strip():
+                        event: dict[str, Any] = json.loads(line)
+                        yield event
+        except httpx.TransportError as exc:
+            raise KubeError(0, f"the watch of {plural} broke: {exc}") from None
 
     async def apply(self, manifest: Mapping[str, Any], plural: str) -> dict[str, Any]:
         """Server-side apply as ``mol-operator`` (force: the operator owns its children)."""
@@ -173,6 +200,11 @@ class KubeApi:
             cached = (now, names)
             self._served[api_version] = cached
         return plural in cached[1]
+
+
+def _selector(labels: Mapping[str, str] | None) -> dict[str, str]:
+    selector = ",".join(f"{k}={v}" for k, v in (labels or {}).items())
+    return {"labelSelector": selector} if selector else {}
 
 
 def _message(response: httpx.Response) -> str:

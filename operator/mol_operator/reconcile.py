@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import time
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -40,6 +41,7 @@ from mol_operator.catalog import (
     revoke_token,
     token_scopes,
 )
+from mol_operator.informer import ChildCache
 from mol_operator.kube import KubeApi, KubeError
 from mol_operator.metrics import OperatorMetrics
 from mol_operator.planner import OPTIONAL_APIS, Key, Plan, plan
@@ -51,6 +53,7 @@ from mol_platform.router_config import profile_name
 from mol_platform.spec import MoLDeployment
 
 Event = tuple[str, str, str]  # (type, reason, message)
+SYNC_TIMEOUT = 30.0  # how long a reconcile waits for the child cache's first lists
 
 
 class Invalid(Exception):
@@ -68,12 +71,23 @@ class Runtime:
 
     kube: KubeApi
     catalog: AsyncCatalogClient
+    children: ChildCache
     defaults: Defaults = field(default_factory=Defaults)
     retry_seconds: float = 30.0
     metrics: OperatorMetrics | None = None
     warmer: Warmer = field(default_factory=Warmer)
     max_concurrent: int = 32
     _gate: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
+    _locks: weakref.WeakValueDictionary[str, asyncio.Lock] = field(
+        default_factory=weakref.WeakValueDictionary, init=False, repr=False)
+
+    def lock(self, uid: str) -> asyncio.Lock:
+        """One reconcile per deployment at a time (the resync and canary timers run
+        beside the change handlers): the later one reads the earlier one's writes."""
+        held = self._locks.get(uid)
+        if held is None:
+            held = self._locks[uid] = asyncio.Lock()
+        return held
 
     @property
     def gate(self) -> asyncio.Semaphore:
@@ -107,17 +121,24 @@ def parse(body: Mapping[str, Any]) -> MoLDeployment:
     return obj
 
 
-async def observe(rt: Runtime, facts: Facts) -> tuple[dict[Key, dict[str, Any] | None],
-                                                      dict[str, bool]]:
-    """GET every child slot (only APIs that are served) -> observed objects, availability."""
+async def observe(rt: Runtime, facts: Facts, needed: set[str]
+                  ) -> tuple[dict[Key, dict[str, Any] | None], dict[str, bool]]:
+    """Every child slot from the watch cache (only APIs that are served) -> observed
+    objects, availability; ``needed``: the apiVersions the desired children use."""
+    if not await rt.children.wait_synced(SYNC_TIMEOUT):
+        raise Retry("CacheNotSynced", "the operator has not finished listing its children "
+                    "yet (is the Kubernetes API reachable?); retrying", rt.retry_seconds,
+                    condition="Progressing")
     available: dict[str, bool] = {}
     observed: dict[Key, dict[str, Any] | None] = {}
     for kind, name in managed_objects(facts.names):
         if kind.api_version in OPTIONAL_APIS and kind.api_version not in available:
-            available[kind.api_version] = await rt.kube.served(kind.api_version, kind.plural)
+            available[kind.api_version] = await rt.children.served(
+                kind.api_version, kind.plural, needed=kind.api_version in needed,
+                seconds=SYNC_TIMEOUT)
         if not available.get(kind.api_version, True):
             continue
-        observed[Key(kind.api_version, kind.kind, name)] = await rt.kube.get(
+        observed[Key(kind.api_version, kind.kind, name)] = rt.children.get(
             kind.api_version, kind.plural, facts.namespace, name)
     return observed, available
 
@@ -140,15 +161,18 @@ async def _execute(rt: Runtime, the_plan: Plan, namespace: str) -> list[Key]:
     plurals = {(m.api_version, m.kind): m.plural for m in MANAGED}
     missing: list[Key] = []
     for action in the_plan.actions:
-        plural = plurals[(action.key.api_version, action.key.kind)]
+        api_version, name = action.key.api_version, action.key.name
+        plural = plurals[(api_version, action.key.kind)]
         try:
             if action.verb == "delete":
-                await rt.kube.delete(action.key.api_version, plural, namespace, action.key.name)
+                await rt.kube.delete(api_version, plural, namespace, name)
+                rt.children.forget(api_version, plural, namespace, name)
             else:
                 assert action.manifest is not None
-                await rt.kube.apply(action.manifest, plural)
+                written = await rt.kube.apply(action.manifest, plural)
+                rt.children.remember(api_version, plural, written)
         except KubeError as exc:
-            if exc.status == 404 and action.key.api_version in OPTIONAL_APIS:
+            if exc.status == 404 and api_version in OPTIONAL_APIS:
                 missing.append(action.key)
                 continue
             raise Retry("ApplyFailed", f"{action.verb} {action.key} failed: {exc}; retrying",
@@ -157,8 +181,10 @@ async def _execute(rt: Runtime, the_plan: Plan, namespace: str) -> list[Key]:
 
 
 async def reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
-    """One reconcile, waiting for a free slot first (``Outcome.seconds`` is the work only)."""
-    async with rt.gate:
+    """One reconcile, waiting for the deployment's previous one to end and for a free slot
+    first (``Outcome.seconds`` is the work only). ``body`` is read once both are held
+    (kopf hands timers a live body, so a timer that waited sees the spec it waited for)."""
+    async with rt.lock(str(body.get("metadata", {}).get("uid", ""))), rt.gate:
         return await _reconcile(rt, body)
 
 
@@ -175,10 +201,10 @@ async def _reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
     scopes = token_scopes(obj)
     probe = Facts(obj=obj, uid=uid, defaults=rt.defaults)
     try:  # refuse an unrenderable spec before a token is minted for it
-        build_all(probe)
+        needed = {m["apiVersion"] for m in build_all(probe)}
     except BuildError as exc:
         raise Invalid("InvalidSpec", str(exc)) from None
-    observed, available = await observe(rt, probe)
+    observed, available = await observe(rt, probe, needed)
     secret = observed.get(Key("v1", "Secret", probe.names.catalog_secret))
     events: list[Event] = []
     token = _token_from(secret, scopes)

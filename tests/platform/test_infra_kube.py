@@ -189,3 +189,14 @@ def test_kopf_namespaced(kube_client: KubeClient, kopf_runner: Any) -> None:
     kube_client.wait_for(MOLD, "mine", lambda o: "status" in o, namespace="acme")
     assert seen == [("create", 1)]
     assert "status" not in kube_client.get(MOLD, "other")
+
+
+def test_a_taken_generated_name_is_drawn_again(kube_client: KubeClient,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from mol_platform.testing import kube_emulator
+
+    drawn = iter(["ev-bbbbb", "ev-bbbbb", "ev-ccccc"])
+    monkeypatch.setattr(kube_emulator, "_generated_name", lambda prefix: next(drawn))
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"generateName": "ev-"}}
+    assert kube_client.create(cm)["metadata"]["name"] == "ev-bbbbb"
+    assert kube_client.create(cm)["metadata"]["name"] == "ev-ccccc"

@@ -14,6 +14,7 @@ its object store logic (it touches kmock internals: keep kmock pinned):
 - DELETE honours finalizers (``deletionTimestamp`` first, removal once they are gone);
 - watches resume from ``?resourceVersion=`` (no full replay), honour label/field
   selectors and ``timeoutSeconds``; lists carry the current resourceVersion;
+  ``expire_watches()`` ends every watch with 410 Gone, as after a compaction;
 - ``/api/v1/namespaces[/name]`` and ``GET /version/`` work; objects in a namespace
   that does not exist are refused (404), as a real server does.
 
@@ -30,6 +31,7 @@ import bisect
 import contextlib
 import copy
 import datetime
+import json
 import re
 import secrets
 import uuid
@@ -62,6 +64,42 @@ def _error(status: int, reason: str, message: str) -> kmock.KubernetesError:
     return kmock.KubernetesError(status=status, reason=reason, message=message, details={})
 
 
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _apply_body(text: str) -> Any:
+    """An apply patch's body: YAML, of which JSON (what most clients send) is a subset;
+    JSON is parsed as such first, since pure-Python YAML parsing dominated the emulator."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    try:
+        return yaml.load(text, Loader=_YAML_LOADER)
+    except yaml.YAMLError as exc:
+        raise _error(400, "BadRequest", f"the apply patch is not YAML: {exc}") from None
+
+
+_GONE = {"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                     "code": 410, "reason": "Expired",
+                                     "message": "too old resource version"}}
+
+
+def _copy(obj: Any) -> Any:
+    """A deep copy of a JSON object (several times faster than copy.deepcopy)."""
+    try:
+        return json.loads(json.dumps(obj))
+    except TypeError:  # YAML gave something JSON has not (a date): copy it the slow way
+        return copy.deepcopy(obj)
+
+
+_NAME_CHARS = "bcdfghjklmnpqrstvwxz2456789"  # the API server's alphabet for generateName
+
+
+def _generated_name(prefix: str) -> str:
+    return prefix + "".join(secrets.choice(_NAME_CHARS) for _ in range(5))
+
+
 def _now() -> str:
     return datetime.datetime.now(tz=datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -92,8 +130,13 @@ class KubeEmulator(kmock.KubernetesEmulator):
 
     _rv: int = attrs.field(default=0, init=False)
     _events: list[_Event] = attrs.field(factory=list, init=False)
-    _tick: asyncio.Event | None = attrs.field(default=None, init=False)
+    # one wake-up per resource: a write wakes only the watches of its own resource
+    _ticks: dict[kmock.resource, asyncio.Event] = attrs.field(factory=dict, init=False)
+    _ranked: tuple[tuple[Any, ...], list[Any]] = attrs.field(factory=lambda: ((), []),
+                                                            init=False)
     _closing: bool = attrs.field(default=False, init=False)
+    _expired_at: int = attrs.field(default=0, init=False)
+    _expiries: int = attrs.field(default=0, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -150,21 +193,30 @@ class KubeEmulator(kmock.KubernetesEmulator):
         # which replays the whole request log through the filters: quadratic in the number
         # of requests (seconds per request after a few thousand). Plain filter chains are
         # decided on this request alone; anything else (slices, groups) goes the slow way.
-        width = max((len(p.priorities) for p in self._payloads), default=0)
-        ranked = sorted(self._payloads, key=lambda p: tuple(
-            -x for x in (*p.priorities, *(0,) * (width - len(p.priorities)))))
-        for payload in ranked:
+        for payload in self._ranked_payloads():
             seen = self._sees(payload._source, request)
             if seen is None:
                 seen = request in payload._source
             if seen and not payload._disabled.is_set():
                 try:
-                    return await payload(request)
+                    response: aiohttp.web.StreamResponse = await payload(request)
+                    return response
                 except ReactionMismatchError:
                     payload._disabled.set()
                 except NotImplementedError:
                     pass
         raise NotImplementedError("no reaction matches the request")
+
+    def _ranked_payloads(self) -> list[Any]:
+        """The reactions by priority, ranked again only when a reaction was added."""
+        key, ranked = self._ranked
+        current = tuple(self._payloads)
+        if len(key) != len(current) or any(a is not b for a, b in zip(key, current, strict=True)):
+            width = max((len(p.priorities) for p in current), default=0)
+            ranked = sorted(current, key=lambda p: tuple(
+                -x for x in (*p.priorities, *(0,) * (width - len(p.priorities)))))
+            self._ranked = (current, ranked)
+        return ranked
 
     def _sees(self, view: Any, request: kmock.Request) -> bool | None:
         """Whether a chain of plain filters (and priorities) over this root admits the
@@ -201,7 +253,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         key = (res, ns, name)
         if key not in self.objects or self.objects[key].deleted:
             return None
-        return copy.deepcopy(self.objects[key].raw)
+        found: Body = _copy(self.objects[key].raw)
+        return found
 
     def _require(self, request: kmock.Request) -> Body:
         assert request.resource is not None
@@ -213,8 +266,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         return current
 
     def _notify(self, res: kmock.resource, kind: str, obj: Body) -> None:
-        self._events.append(_Event(self._rv, res, kind, copy.deepcopy(obj)))
-        tick, self._tick = self._tick, asyncio.Event()
+        self._events.append(_Event(self._rv, res, kind, _copy(obj)))
+        tick = self._ticks.pop(res, None)
         if tick is not None:
             tick.set()
 
@@ -227,9 +280,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if kind == "DELETED":
             self.objects[key].delete()
         elif key in self.objects:
-            self.objects[key].history.append(copy.deepcopy(obj))
+            self.objects[key].history.append(_copy(obj))
         else:
-            self.objects[key] = copy.deepcopy(obj)
+            self.objects[key] = _copy(obj)
         self._notify(res, kind, obj)
         return obj
 
@@ -253,13 +306,14 @@ class KubeEmulator(kmock.KubernetesEmulator):
         obj = request.data
         if not isinstance(obj, dict):
             raise _error(400, "BadRequest", "the body must be a JSON object")
-        return self._create(request, copy.deepcopy(obj))
+        return self._create(request, _copy(obj))
 
     def _create(self, request: kmock.Request, obj: Body) -> Body:
         assert request.resource is not None
         meta = obj.setdefault("metadata", {})
-        if not meta.get("name") and meta.get("generateName"):
-            meta["name"] = meta["generateName"] + secrets.token_hex(3)[:5]
+        generated = not meta.get("name") and meta.get("generateName")
+        if generated:
+            meta["name"] = _generated_name(meta["generateName"])
         if not meta.get("name"):
             raise _error(422, "Invalid", "metadata.name: Required value")
         if self._namespaced(request):
@@ -273,6 +327,10 @@ class KubeEmulator(kmock.KubernetesEmulator):
             meta["namespace"] = ns
         else:
             meta.pop("namespace", None)
+        for _ in range(8 if generated else 0):  # a taken generated name is drawn again
+            if self._current(request.resource, meta.get("namespace"), meta["name"]) is None:
+                break
+            meta["name"] = _generated_name(meta["generateName"])
         if self._current(request.resource, meta.get("namespace"), meta["name"]) is not None:
             raise _error(409, "AlreadyExists", f"{request.resource.plural} {meta['name']!r} exists")
         if self._has_status(request):
@@ -288,7 +346,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         ctype = request.headers.get("Content-Type", "application/merge-patch+json").split(";")[0]
         data: Any = request.data
         if ctype == "application/apply-patch+yaml":
-            data = yaml.safe_load(request.text or "{}")
+            data = _apply_body(request.text or "{}")
             ns = request.namespace if self._namespaced(request) else None
             if self._current(request.resource, ns, str(request.name)) is None:
                 return self._create(request, data)
@@ -308,7 +366,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         current = self._require(request)
         if not isinstance(request.data, dict):
             raise _error(400, "BadRequest", "the body must be a JSON object")
-        new = copy.deepcopy(request.data)
+        new = _copy(request.data)
         meta = new.setdefault("metadata", {})
         if meta.get("name", request.name) != request.name:
             raise _error(400, "BadRequest", "metadata.name does not match the URL")
@@ -321,7 +379,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         if sent_rv and sent_rv != current["metadata"]["resourceVersion"]:
             raise _error(409, "Conflict", "the object has been modified; apply to the latest one")
         if request.subresource == "status" and self._has_status(request):
-            result = copy.deepcopy(current)
+            result = _copy(current)
             if "status" in new:
                 result["status"] = new["status"]
             else:
@@ -382,7 +440,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
         found = []
         for (res, _ns, _name), obj in self.objects.items():
             if res == request.resource and not obj.deleted and self._matches(request, obj.raw):
-                found.append(copy.deepcopy(obj.raw))
+                found.append(obj.raw)  # rendered at once, never changed in place
         return sorted(found, key=lambda o: (o["metadata"].get("namespace") or "",
                                             o["metadata"]["name"]))
 
@@ -404,6 +462,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
     async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[kmock.Payload]:
         self._info(request)
         yield b""  # send the headers now
+        assert request.resource is not None
         loop = asyncio.get_running_loop()
         timeout = request.params.get("timeoutSeconds")
         deadline = loop.time() + float(timeout) if timeout else None
@@ -419,25 +478,41 @@ class KubeEmulator(kmock.KubernetesEmulator):
             try:
                 cursor = int(since)
             except ValueError:
-                yield {"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Gone"}}
+                cursor = -1
+            if cursor < self._expired_at:
+                yield _GONE
                 return
+        expiries = self._expiries
         while not self._closing:
-            if self._tick is None:
-                self._tick = asyncio.Event()
-            tick = self._tick
+            if self._expiries != expiries:
+                yield _GONE
+                return
+            tick = self._ticks.setdefault(request.resource, asyncio.Event())
             start = bisect.bisect_right(self._events, cursor, key=lambda e: e.rv)
             for event in self._events[start:]:
                 cursor = event.rv
                 if event.resource == request.resource and self._matches(request, event.obj):
-                    yield {"type": event.type, "object": copy.deepcopy(event.obj)}
+                    yield {"type": event.type, "object": event.obj}
             wait = None if deadline is None else deadline - loop.time()
             if wait is not None and wait <= 0:
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(tick.wait(), timeout=min(wait or 1.0, 1.0))
 
+    def expire_watches(self) -> None:
+        """What a server does after compacting its history: every open watch gets an
+        ERROR 410 Gone event and ends, and a watch from an earlier resourceVersion is
+        refused the same way; clients must list again."""
+        self._expired_at = self._rv
+        self._expiries += 1
+        self._wake_all()
+
     def close_watches(self) -> None:
         """End every open watch stream (on shutdown); clients see a normal end."""
         self._closing = True
-        if self._tick is not None:
-            self._tick.set()
+        self._wake_all()
+
+    def _wake_all(self) -> None:
+        ticks, self._ticks = self._ticks, {}
+        for tick in ticks.values():
+            tick.set()
