@@ -7,21 +7,20 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi import APIRouter, Depends, FastAPI
 from fastapi.telemetry import TelemetryConfig
 from starlette.responses import Response
 
-from mol_catalog import blob_gc, leftovers, openapi
+from mol_catalog import leftovers, openapi
 from mol_catalog.adapters.endpoints import lean_routes as adapters_routes
 from mol_catalog.adapters.endpoints import router as adapters_router
 from mol_catalog.adapters.sample import NameSample
-from mol_catalog.auth import Principal
+from mol_catalog.admin.endpoints import router as admin_router
 from mol_catalog.base_models.endpoints import router as base_models_router
-from mol_catalog.blob_verify import router as verify_router
 from mol_catalog.blobs import open_blob_store
 from mol_catalog.db import Database
 from mol_catalog.db_urls import Timeouts
-from mol_catalog.deps import Catalog, get_catalog, get_principal
+from mol_catalog.deps import Catalog, get_catalog
 from mol_catalog.errors import ERROR_RESPONSES, RETRY_AFTER_SECONDS, ErrorBody, json_response
 from mol_catalog.events.endpoints import router as events_router
 from mol_catalog.metrics import CatalogMetrics
@@ -35,19 +34,11 @@ from mol_catalog.util import ResponseBody
 
 ops = APIRouter(tags=["operations"])
 READY_TIMEOUT = 5.0  # seconds each backend may take to answer a readiness probe
-MAX_GRACE_SECONDS = 10 * 365 * 86400.0
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
-PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
 class StatusOut(ResponseBody):
     status: str
-
-
-class GcOut(ResponseBody):
-    deleted: list[str]
-    kept: int
-    leftovers_removed: int
 
 
 NO_AUTH: dict[str, Any] = {"security": []}
@@ -83,14 +74,6 @@ async def metrics(catalog: CatalogDep) -> Response:
     return Response(body, media_type=ctype)
 
 
-@ops.post("/v1/admin/gc", response_model=GcOut)
-async def run_gc(catalog: CatalogDep, who: PrincipalDep,
-                 grace_seconds: float = Query(3600.0, ge=0, le=MAX_GRACE_SECONDS)) -> Response:
-    """Delete blobs no version references that are older than the grace period (admin)."""
-    who.require_admin()
-    return json_response(await blob_gc.collect(catalog.db, catalog.blobs, grace_seconds))
-
-
 def create_app(settings: CatalogSettings | None = None) -> FastAPI:
     """The catalog app; the database and blob store open when the app starts."""
     settings = settings or CatalogSettings()
@@ -119,7 +102,7 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                   routes=[*resolve_routes, *adapters_routes], exception_handlers=FASTAPI_ERRORS,
                   telemetry=NO_TELEMETRY)
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
-                   events_router, tokens_router, ops, verify_router):
+                   events_router, tokens_router, ops, admin_router):
         app.include_router(router, responses=ERROR_RESPONSES)
     app.add_middleware(CatalogMiddleware, metrics=metrics_obj)
     openapi.install(app)

@@ -1,4 +1,4 @@
-"""``POST /v1/admin/verify``: every referenced blob is in the store, whole and unchanged.
+"""Every referenced blob is in the store, whole and unchanged (``POST /v1/admin/verify``).
 
 Checks each blob a version references (all of them, or a random sample): present, of
 the size the versions recorded and, unless ``content=false``, hashing to its digest
@@ -12,36 +12,14 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import AsyncIterator
-from typing import Annotated, Any
-
-from fastapi import APIRouter, Depends, Query
-from pydantic import BaseModel
-from starlette.responses import Response
 
 from mol_catalog import blob_repository as repo
-from mol_catalog.auth import Principal
+from mol_catalog.admin.schemas import BadBlob, VerifyReport
 from mol_catalog.blobs import BlobStore
 from mol_catalog.db import Database
-from mol_catalog.deps import Catalog, get_catalog, get_principal
-from mol_catalog.errors import json_response
 
 BATCH = repo.BATCH  # digests per query and per round of checks
 CONCURRENCY = 8
-
-
-class BadBlob(BaseModel):
-    digest: str
-    reason: str
-    versions: list[str]  # "ns/name@vN", at most 100
-    version_count: int
-
-
-class VerifyReport(BaseModel):
-    referenced: int  # distinct blobs versions reference
-    checked: int
-    ok: bool
-    missing: list[BadBlob]
-    corrupt: list[BadBlob]
 
 
 async def _batches(db: Database, sample: int | None) -> AsyncIterator[list[str]]:
@@ -107,24 +85,3 @@ async def verify(db: Database, blobs: BlobStore, sample: int | None = None,
         referenced = await repo.count_referenced(conn)
     return VerifyReport(referenced=referenced, checked=checked,
                         ok=not missing and not corrupt, missing=missing, corrupt=corrupt)
-
-
-router = APIRouter(tags=["operations"])
-
-
-@router.post("/v1/admin/verify", responses={200: {"model": VerifyReport}})
-async def run_verify(
-    catalog: Annotated[Catalog, Depends(get_catalog)],
-    who: Annotated[Principal, Depends(get_principal)],
-    sample: Annotated[int | None, Query(
-        ge=1, le=1_000_000, description="Check this many random referenced blobs "
-        "(default: all).")] = None,
-    content: Annotated[bool, Query(
-        description="Read every checked blob back and hash it (false: presence and "
-        "size only).")] = True,
-) -> Response:
-    """Check that referenced blobs are in the store with their size and digest (admin)."""
-    who.require_admin()
-    report = await verify(catalog.db, catalog.blobs, sample, content)
-    body: dict[str, Any] = report.model_dump()
-    return json_response(body)

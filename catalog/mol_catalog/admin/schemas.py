@@ -1,0 +1,28 @@
+"""Answers of the admin operations."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+
+from mol_catalog.util import ResponseBody
+
+
+class GcOut(ResponseBody):
+    deleted: list[str]
+    kept: int
+    leftovers_removed: int
+
+
+class BadBlob(BaseModel):
+    digest: str
+    reason: str
+    versions: list[str]  # "ns/name@vN", at most 100
+    version_count: int
+
+
+class VerifyReport(BaseModel):
+    referenced: int  # distinct blobs versions reference
+    checked: int
+    ok: bool
+    missing: list[BadBlob]
+    corrupt: list[BadBlob]
