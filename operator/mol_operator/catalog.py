@@ -13,7 +13,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from mol_platform.catalog_client import AsyncCatalogClient, CatalogError
+from mol_platform.catalog_client import CatalogError
+from mol_platform.catalog_client_async import AsyncCatalogClient
 from mol_platform.refs import AdapterRef
 from mol_platform.spec import MoLDeployment
 

@@ -48,7 +48,7 @@ from mol_operator.planner import OPTIONAL_APIS, Key, Plan, plan
 from mol_operator.rollout import step_canaries
 from mol_operator.status import condition, merge_conditions
 from mol_operator.warmup import Warmer
-from mol_platform.catalog_client import AsyncCatalogClient
+from mol_platform.catalog_client_async import AsyncCatalogClient
 from mol_platform.router_config import profile_name
 from mol_platform.spec import MoLDeployment
 

@@ -27,7 +27,8 @@ from mol_operator.canary import (
 )
 from mol_operator.catalog import CatalogFacts, Retry
 from mol_operator.metrics import OperatorMetrics
-from mol_platform.catalog_client import AsyncCatalogClient, CatalogError
+from mol_platform.catalog_client import CatalogError
+from mol_platform.catalog_client_async import AsyncCatalogClient
 from mol_platform.refs import AdapterRef
 from mol_platform.spec import MoLDeployment
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mol_platform import catalog_models
-from mol_platform.catalog_client import AsyncCatalogClient, CatalogError
+from mol_platform.catalog_client import CatalogError
+from mol_platform.catalog_client_async import AsyncCatalogClient
 
 log = logging.getLogger("mol.router.resolver")
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import aiohttp
 
-from mol_platform.catalog_client import AsyncCatalogClient
+from mol_platform.catalog_client_async import AsyncCatalogClient
 from mol_platform.refs import AdapterRef
 from mol_platform.router_config import ApiKeysFile, RouterConfig, load_router_config
 from mol_router.endpoints import EndpointSource, make_endpoint_source

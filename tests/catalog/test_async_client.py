@@ -12,7 +12,8 @@ import pytest
 
 from mol_catalog.app import create_app
 from mol_catalog.settings import CatalogSettings
-from mol_platform.catalog_client import AsyncCatalogClient, CatalogError
+from mol_platform.catalog_client import CatalogError
+from mol_platform.catalog_client_async import AsyncCatalogClient
 from mol_platform.testing.net import free_port
 
 ADMIN = "mol_" + "b" * 43

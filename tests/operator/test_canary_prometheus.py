@@ -36,7 +36,7 @@ from mol_operator.canary import (
 from mol_operator.catalog import declare_and_resolve
 from mol_operator.metrics import OperatorMetrics
 from mol_operator.rollout import step_canaries
-from mol_platform.catalog_client import AsyncCatalogClient
+from mol_platform.catalog_client_async import AsyncCatalogClient
 from mol_platform.router_config import profile_name
 from mol_platform.spec import CanarySpec, MoLDeployment
 from mol_platform.testing.lora import SyntheticLlama

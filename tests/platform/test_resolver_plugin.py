@@ -11,7 +11,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from mol_platform.catalog_client import AsyncCatalogClient, CatalogClient
+from mol_platform.catalog_client import CatalogClient
+from mol_platform.catalog_client_async import AsyncCatalogClient
 from mol_platform.catalog_models import Resolved
 from mol_platform.local_seed import seed_demo
 from mol_platform.testing.catalog import LiveCatalog, running_catalog

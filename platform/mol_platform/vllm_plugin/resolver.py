@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mol_platform import catalog_models
-from mol_platform.catalog_client import AsyncCatalogClient, CatalogError
+from mol_platform.catalog_client import CatalogError
+from mol_platform.catalog_client_async import AsyncCatalogClient
 from mol_platform.catalog_models import Verdict
 from mol_platform.refs import AdapterRef, RefError
 from mol_platform.vllm_plugin.cache import AdapterCache, BlobFile, CacheError, digest_hex
