@@ -76,8 +76,8 @@ class Timeouts:
 @dataclass(frozen=True)
 class PoolSizes:
     """How a worker's connection budget (``POOL_SIZE`` plus as many overflow) is split
-    when reads use asyncpg directly: SQLAlchemy's pool (writes, ORM reads) gets half of
-    it, the raw read pools the other half (a quarter of that for the search pool)."""
+    when reads use asyncpg directly: SQLAlchemy's pool (writes) gets half of it, the raw
+    read pools the other half (a quarter of that for the search pool)."""
 
     engine: int
     engine_overflow: int

@@ -4,8 +4,9 @@ A real Llama-3-8B all-linear rank-16 LoRA has 448 tensors, ~35 KB of shape-map J
 the versions of one adapter, and every adapter trained with one recipe, repeat the
 same map and the same adapter_config. Each distinct document is one ``shared_docs``
 row keyed by ``sha256:`` of its canonical JSON (sorted keys, no spaces), and versions
-hold the two digests. Inserts are ``ON CONFLICT DO NOTHING`` on Postgres and SQLite,
-so publishes racing with the same document both succeed and leave one row. Rows are
+hold the two digests. Inserts are ``ON CONFLICT DO NOTHING`` on Postgres and SQLite, in
+a transaction that commits before the publish's own (``adapters.publish``), so publishes
+racing with the same document both succeed, leave one row and never wait on each other. Rows are
 immutable and never deleted: one per distinct document, so a version's delete or a
 blob gc leaves them for the versions that still share them (or the next publish).
 """

@@ -13,6 +13,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mol_catalog import shared_docs
 from mol_catalog.adapters import publish_sql, service
 from mol_catalog.adapters.schemas import PublishRequest
 from mol_catalog.adapters.uploads import (
@@ -145,6 +146,19 @@ async def _put(catalog: Catalog, upload: Upload, digests: set[str],
     await asyncio.gather(*(one(f) for f in files.values()))
 
 
+async def _store_docs(catalog: Catalog, config: dict[str, Any],
+                      tensors: dict[str, list[int]]) -> tuple[str, str]:
+    """Store the config and shape map in ``shared_docs`` (if new) in a short transaction of
+    their own; returns their digests. Inside the publish's transaction, concurrent publishes
+    of one recipe would wait on each other's uncommitted row until commit; committed first,
+    they only share it. A publish that fails later leaves them, as any unreferenced
+    document (rows are immutable and never deleted)."""
+    config_digest, tensors_digest = shared_docs.digest_of(config), shared_docs.digest_of(tensors)
+    async with catalog.db.unit() as uow:
+        await shared_docs.store(uow.conn, {config_digest: config, tensors_digest: tensors})
+    return config_digest, tensors_digest
+
+
 # Runs between storing the blobs and the transaction that references them; tests set it
 # to interleave a gc there (on Postgres they hold the adapter's row lock instead).
 after_store: Callable[[], Awaitable[None]] | None = None
@@ -178,12 +192,15 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
             reasons=[{"code": r.code, "message": r.message} for r in reasons],
         )
     pre = await _store_blobs(catalog, upload, base.id)
+    tensors = header_shapes(header)
+    digests = await _store_docs(catalog, config, tensors)
     if after_store is not None:
         await after_store()
     namespaces = _NAMESPACES.setdefault(catalog.db, {})
     req = PublishRequest(namespace=namespace, name=name, upload=upload, info=info, config=config,
-                         tensors=header_shapes(header), base_model_id=base.id,
-                         base_ref=base.ref, created_by=created_by, blobs_after=pre.deletions,
+                         tensors=tensors, base_model_id=base.id, base_ref=base.ref,
+                         config_digest=digests[0], tensors_digest=digests[1],
+                         created_by=created_by, blobs_after=pre.deletions,
                          **options)
     for attempt in range(RETRIES):
         try:

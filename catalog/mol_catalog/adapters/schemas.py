@@ -33,6 +33,9 @@ class PublishRequest:
     tensors: dict[str, list[int]]
     base_model_id: int
     base_ref: str  # name@revision
+    # sha256 digests of ``config`` and ``tensors`` (mol_catalog.shared_docs), stored already.
+    config_digest: str
+    tensors_digest: str
     alias: str | None = None
     parent: int | None = None
     source: str | None = None

@@ -6,7 +6,7 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from mol_catalog import blob_gc, shared_docs
+from mol_catalog import blob_gc
 from mol_catalog.adapters import publish_sql as sql
 from mol_catalog.adapters import repository as repo
 from mol_catalog.adapters.repository import AdapterRow, VersionRow
@@ -59,8 +59,6 @@ async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[Prof
     conn = uow.conn
     req.verdict_reasons.clear()
     digest = req.upload.manifest_digest()
-    docs = {"config_digest": req.config, "tensors_digest": req.tensors}
-    doc_digests = {column: shared_docs.digest_of(body) for column, body in docs.items()}
     found = await sql.target(conn, req.full_name, digest, req.alias)
     if found is not None and found.existing is not None:
         existing = await repo.version_by_number(conn, found.id, found.existing)
@@ -102,14 +100,14 @@ async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[Prof
                                 fresh=False)
     files = [{"path": p, "digest": f.digest, "size": f.size}
              for p, f in sorted(req.upload.files.items())]
-    await shared_docs.store(conn, {doc_digests[c]: body for c, body in docs.items()})
     version_id = await sql.insert_version(conn, {
         "adapter_id": adapter_id, "number": number, "digest": digest,
         "base_model_id": req.base_model_id, "rank": req.info.max_rank, "alpha": req.info.alpha,
         "target_modules": sorted(req.info.target_kinds()), "status": "ready",
         "parent": req.parent, "source": req.source, "size": sum(f.size for f in
                                                                req.upload.files.values()),
-        "files": files, **doc_digests,
+        "files": files, "config_digest": req.config_digest,
+        "tensors_digest": req.tensors_digest,
         "created_by": req.created_by, "created_at": now})
     await sql.insert_rows(conn, sql.VERSION_BLOBS, [
         {"digest": d, "version_id": version_id} for d in sorted({f.digest for f in
