@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -50,6 +51,28 @@ class CatalogFacts:
     base: str  # name@revision
     experts: dict[str, Resolved]
     canaries: dict[str, Resolved]
+
+
+BASE_TTL = 10.0  # seconds a base model's current revision is reused between reconciles
+
+
+@dataclass
+class BaseRevisions:
+    """Each unpinned base model's current revision, asked of the catalog at most every
+    ``ttl`` seconds: a thousand deployments on one base ask once, not a thousand times,
+    and a newly registered revision is still picked up within seconds."""
+
+    ttl: float = BASE_TTL
+    _seen: dict[str, tuple[float, str]] = field(default_factory=dict)
+
+    async def current(self, client: AsyncCatalogClient, name: str) -> str:
+        now = time.monotonic()
+        held = self._seen.get(name)
+        if held is not None and now - held[0] < self.ttl:
+            return held[1]
+        revision = (await client.get_base(name)).current
+        self._seen[name] = (now, revision)
+        return revision
 
 
 def engine_label(image: str) -> str:
@@ -104,12 +127,15 @@ async def _resolve(client: AsyncCatalogClient, where: str, ref: str, profile: st
 
 
 async def declare_and_resolve(client: AsyncCatalogClient, obj: MoLDeployment, profile: str,
-                              *, delay: float) -> CatalogFacts:
-    """PUT the serving profile, then resolve every expert (and canary) under it."""
+                              *, delay: float, bases: BaseRevisions | None = None
+                              ) -> CatalogFacts:
+    """PUT the serving profile, then resolve every expert (and canary) under it
+    (``bases``: the operator's memory of current base revisions; none: ask)."""
+    bases = bases or BaseRevisions()
     spec = obj.spec
     base = spec.base_model
     try:
-        revision = base.revision or (await client.get_base(base.name)).current
+        revision = base.revision or await bases.current(client, base.name)
         await client.set_profile(profile, base_model=f"{base.name}@{revision}",
                                  max_lora_rank=spec.engine.max_lora_rank,
                                  max_loras=spec.engine.max_loras,

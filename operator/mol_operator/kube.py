@@ -5,6 +5,10 @@ Server-side apply with field manager ``mol-operator`` is the only way the operat
 writes children, so a field someone else owns (KEDA's replica count, an admission
 webhook's sidecar) is never fought over. Credentials: an explicit URL (tests, a local
 proxy), the in-cluster service account, or the kubeconfig.
+
+Built on aiohttp (kopf's own HTTP library): at a thousand deployments, httpx's
+connection pool scanned every connection for each request it placed and cost more CPU
+than everything else the operator did (docs/benchmarks.md, "Operator").
 """
 
 from __future__ import annotations
@@ -13,11 +17,12 @@ import json
 import os
 import ssl
 import time
-from collections.abc import AsyncIterator, Generator, Mapping
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
+import aiohttp
 
 from mol_operator.builders.common import MANAGER
 from mol_platform import __version__
@@ -25,6 +30,7 @@ from mol_platform import __version__
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DISCOVERY_TTL = 60.0
 USER_AGENT = {"User-Agent": f"{MANAGER}/{__version__}"}
+POOL = 64  # connections for requests; watches have their own, unbounded
 
 
 class KubeError(Exception):
@@ -34,15 +40,13 @@ class KubeError(Exception):
         super().__init__(f"HTTP {status}: {message}" if status else message)
 
 
-class _FileToken(httpx.Auth):
-    """The service-account token, re-read per request (the kubelet rotates it)."""
+@dataclass(frozen=True)
+class _Answer:
+    status: int
+    body: bytes
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def auth_flow(self, request: httpx.Request) -> Generator[httpx.Request, httpx.Response, None]:
-        request.headers["Authorization"] = f"Bearer {self.path.read_text().strip()}"
-        yield request
+    def json(self) -> Any:
+        return json.loads(self.body)
 
 
 def path_for(api_version: str, plural: str, namespace: str | None,
@@ -55,16 +59,20 @@ def path_for(api_version: str, plural: str, namespace: str | None,
 
 
 class KubeApi:
-    """Async client; counts its calls (``calls``, ``writes``) for metrics and benchmarks."""
+    """Async client; counts its calls (``calls``, ``writes``) for metrics and benchmarks.
 
-    def __init__(self, **options: Any) -> None:
-        """``options`` for ``httpx.AsyncClient``. Requests share a bounded pool; watches
-        (long-lived streams) get their own, so httpx's per-request scan of the pool does
-        not walk past every open watch."""
-        self._http = httpx.AsyncClient(**options, limits=httpx.Limits(
-            max_connections=64, max_keepalive_connections=32))
-        self._watches = httpx.AsyncClient(**options, limits=httpx.Limits(
-            max_connections=None, max_keepalive_connections=0))
+    Its HTTP sessions are made on first use, inside the loop that uses them."""
+
+    def __init__(self, base_url: str, *, headers: Mapping[str, str] | None = None,
+                 tls: ssl.SSLContext | bool = True, token_file: Path | None = None,
+                 timeout: float = 30.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._headers = {**USER_AGENT, **(headers or {})}
+        self._tls: ssl.SSLContext | bool = tls
+        self._token_file = token_file
+        self._timeout = timeout
+        self._http: aiohttp.ClientSession | None = None
+        self._watches: aiohttp.ClientSession | None = None
         self._served: dict[str, tuple[float, set[str]]] = {}
         self.calls = 0
         self.writes = 0
@@ -74,13 +82,13 @@ class KubeApi:
                 timeout: float = 30.0) -> KubeApi:
         """Explicit URL, else in-cluster, else kubeconfig (``$KUBECONFIG``, ~/.kube/config)."""
         if url:
-            return cls(headers=USER_AGENT, base_url=url, timeout=timeout)
+            return cls(url, timeout=timeout)
         host = os.environ.get("KUBERNETES_SERVICE_HOST")
         if host and (SA_DIR / "token").exists() and kubeconfig is None:
             port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
             ca = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
-            return cls(headers=USER_AGENT, base_url=f"https://{host}:{port}", verify=ca,
-                       auth=_FileToken(SA_DIR / "token"), timeout=timeout)
+            return cls(f"https://{host}:{port}", tls=ca, token_file=SA_DIR / "token",
+                       timeout=timeout)
         from kubernetes import config as kconfig
         from kubernetes.client import Configuration
 
@@ -91,47 +99,68 @@ class KubeApi:
         token = (cfg.api_key or {}).get("authorization")
         if token:
             headers["Authorization"] = token
-        verify: ssl.SSLContext | bool = bool(cfg.verify_ssl)
+        tls: ssl.SSLContext | bool = bool(cfg.verify_ssl)
         if cfg.verify_ssl:
-            verify = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+            tls = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
             if cfg.cert_file:
-                verify.load_cert_chain(cfg.cert_file, cfg.key_file)
-        return cls(base_url=cfg.host, headers={**USER_AGENT, **headers}, verify=verify,
-                   timeout=timeout)
+                tls.load_cert_chain(cfg.cert_file, cfg.key_file)
+        return cls(cfg.host, headers=headers, tls=tls, timeout=timeout)
+
+    def _session(self, watch: bool = False) -> aiohttp.ClientSession:
+        if self._http is None or self._watches is None:
+            ssl_arg: ssl.SSLContext | bool = self._tls
+            self._http = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=POOL, ssl=ssl_arg),
+                timeout=aiohttp.ClientTimeout(total=self._timeout))
+            self._watches = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, force_close=True, ssl=ssl_arg))
+        return self._watches if watch else self._http
+
+    def _request_headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
+        headers = {**self._headers, **(extra or {})}
+        if self._token_file is not None:  # re-read per request: the kubelet rotates it
+            headers["Authorization"] = f"Bearer {self._token_file.read_text().strip()}"
+        return headers
 
     async def aclose(self) -> None:
-        await self._http.aclose()
-        await self._watches.aclose()
+        for session in (self._http, self._watches):
+            if session is not None:
+                await session.close()
+        self._http = self._watches = None
 
     async def _call(self, method: str, path: str, *, write: bool = False,
-                    **kw: Any) -> httpx.Response:
+                    params: Mapping[str, str] | None = None, body: str | None = None,
+                    content_type: str | None = None) -> _Answer:
         self.calls += 1
         self.writes += int(write)
+        headers = self._request_headers({"Content-Type": content_type} if content_type else None)
         try:
-            response = await self._http.request(method, path, **kw)
-        except httpx.TransportError as exc:
-            raise KubeError(0, f"cannot reach the Kubernetes API: {exc}") from None
-        if response.is_error and response.status_code != 404:
-            raise KubeError(response.status_code, _message(response))
-        return response
+            async with self._session().request(method, self.base_url + path, params=params,
+                                               data=body, headers=headers) as response:
+                answer = _Answer(response.status, await response.read())
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise KubeError(0, f"cannot reach the Kubernetes API: {exc!r}") from None
+        if answer.status >= 400 and answer.status != 404:
+            raise KubeError(answer.status, _message(answer))
+        return answer
 
     async def get(self, api_version: str, plural: str, namespace: str | None,
                   name: str) -> dict[str, Any] | None:
-        response = await self._call("GET", path_for(api_version, plural, namespace, name))
-        if response.status_code == 404:
+        answer = await self._call("GET", path_for(api_version, plural, namespace, name))
+        if answer.status == 404:
             return None
-        out: dict[str, Any] = response.json()
+        out: dict[str, Any] = answer.json()
         return out
 
     async def list(self, api_version: str, plural: str, namespace: str | None,
                    labels: Mapping[str, str] | None = None
                    ) -> tuple[list[dict[str, Any]], str] | None:
         """(items, the list's resourceVersion), or None when the API is not served."""
-        response = await self._call("GET", path_for(api_version, plural, namespace),
-                                    params=_selector(labels))
-        if response.status_code == 404:
+        answer = await self._call("GET", path_for(api_version, plural, namespace),
+                                  params=_selector(labels))
+        if answer.status == 404:
             return None
-        body = response.json()
+        body = answer.json()
         items: list[dict[str, Any]] = body.get("items") or []
         return items, str((body.get("metadata") or {}).get("resourceVersion") or "")
 
@@ -143,46 +172,53 @@ class KubeApi:
         params = {**_selector(labels), "watch": "true", "resourceVersion": resource_version,
                   "allowWatchBookmarks": "true", "timeoutSeconds": str(timeout_seconds)}
         self.calls += 1
+        timeout = aiohttp.ClientTimeout(total=None, sock_connect=30.0,
+                                        sock_read=timeout_seconds + 30.0)
         try:
-            async with self._watches.stream(
-                    "GET", path_for(api_version, plural, namespace), params=params,
-                    timeout=httpx.Timeout(30.0, read=timeout_seconds + 30.0)) as response:
-                if response.is_error:
-                    await response.aread()
-                    raise KubeError(response.status_code, _message(response))
-                async for line in response.aiter_lines():
-                    if line.strip():
-                        event: dict[str, Any] = json.loads(line)
-                        yield event
-        except httpx.TransportError as exc:
-            raise KubeError(0, f"the watch of {plural} broke: {exc}") from None
+            async with self._session(watch=True).get(
+                    self.base_url + path_for(api_version, plural, namespace), params=params,
+                    headers=self._request_headers(), timeout=timeout) as response:
+                if response.status >= 400:
+                    answer = _Answer(response.status, await response.read())
+                    raise KubeError(answer.status, _message(answer))
+                pending = b""
+                # Events are JSON lines of any size (a big object is one line).
+                async for chunk in response.content.iter_any():
+                    pending += chunk
+                    *lines, pending = pending.split(b"\n")
+                    for line in lines:
+                        if line.strip():
+                            event: dict[str, Any] = json.loads(line)
+                            yield event
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise KubeError(0, f"the watch of {plural} broke: {exc!r}") from None
 
     async def apply(self, manifest: Mapping[str, Any], plural: str) -> dict[str, Any]:
         """Server-side apply as ``mol-operator`` (force: the operator owns its children)."""
         meta = manifest["metadata"]
-        response = await self._call(
+        answer = await self._call(
             "PATCH", path_for(manifest["apiVersion"], plural, meta.get("namespace"), meta["name"]),
-            write=True, content=json.dumps(manifest),
+            write=True, body=json.dumps(manifest),
             params={"fieldManager": MANAGER, "force": "true"},
-            headers={"Content-Type": "application/apply-patch+yaml"},
+            content_type="application/apply-patch+yaml",
         )
-        if response.status_code == 404:
+        if answer.status == 404:
             raise KubeError(404, f"{manifest['kind']} API {manifest['apiVersion']} is not served")
-        out: dict[str, Any] = response.json()
+        out: dict[str, Any] = answer.json()
         return out
 
     async def delete(self, api_version: str, plural: str, namespace: str | None,
                      name: str) -> bool:
-        response = await self._call("DELETE", path_for(api_version, plural, namespace, name),
-                                    write=True, params={"propagationPolicy": "Background"})
-        return response.status_code != 404
+        answer = await self._call("DELETE", path_for(api_version, plural, namespace, name),
+                                  write=True, params={"propagationPolicy": "Background"})
+        return answer.status != 404
 
     async def patch_status(self, api_version: str, plural: str, namespace: str | None,
                            name: str, status: Mapping[str, Any]) -> None:
         """Merge-patch the status subresource (the warm-up results of a deployment)."""
         await self._call("PATCH", path_for(api_version, plural, namespace, name) + "/status",
-                         write=True, content=json.dumps({"status": dict(status)}),
-                         headers={"Content-Type": "application/merge-patch+json"})
+                         write=True, body=json.dumps({"status": dict(status)}),
+                         content_type="application/merge-patch+json")
 
     async def served(self, api_version: str, plural: str) -> bool:
         """Whether the API server serves ``plural`` in ``api_version``.
@@ -193,10 +229,10 @@ class KubeApi:
         cached = self._served.get(api_version)
         if cached is None or now - cached[0] > DISCOVERY_TTL or plural not in cached[1]:
             path = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-            response = await self._call("GET", path)
+            answer = await self._call("GET", path)
             names: set[str] = set()
-            if response.status_code != 404:
-                names = {r.get("name", "") for r in response.json().get("resources") or []}
+            if answer.status != 404:
+                names = {r.get("name", "") for r in answer.json().get("resources") or []}
             cached = (now, names)
             self._served[api_version] = cached
         return plural in cached[1]
@@ -207,11 +243,12 @@ def _selector(labels: Mapping[str, str] | None) -> dict[str, str]:
     return {"labelSelector": selector} if selector else {}
 
 
-def _message(response: httpx.Response) -> str:
+def _message(answer: _Answer) -> str:
+    text = answer.body.decode("utf-8", "replace")
     try:
-        body = response.json()
+        body = json.loads(answer.body)
     except ValueError:
-        return response.text[:300] or response.reason_phrase
+        return text[:300] or f"HTTP {answer.status}"
     if isinstance(body, dict) and body.get("message"):
         return str(body["message"])
-    return response.text[:300]
+    return text[:300]

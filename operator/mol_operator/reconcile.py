@@ -12,7 +12,7 @@ import base64
 import time
 import weakref
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +24,7 @@ from mol_operator.builders import (
     Defaults,
     Facts,
     build_all,
+    catalog_secret,
     endpoint,
     managed_objects,
 )
@@ -34,6 +35,7 @@ from mol_operator.builders.common import (
     TOKEN_SCOPES_ANNOTATION,
 )
 from mol_operator.catalog import (
+    BaseRevisions,
     CatalogFacts,
     Retry,
     declare_and_resolve,
@@ -77,6 +79,7 @@ class Runtime:
     metrics: OperatorMetrics | None = None
     warmer: Warmer = field(default_factory=Warmer)
     max_concurrent: int = 32
+    bases: BaseRevisions = field(default_factory=BaseRevisions)
     _gate: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
     _locks: weakref.WeakValueDictionary[str, asyncio.Lock] = field(
         default_factory=weakref.WeakValueDictionary, init=False, repr=False)
@@ -197,16 +200,23 @@ async def _reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
     old_status: Mapping[str, Any] = body.get("status") or {}
     ns = obj.metadata.namespace or "default"
     profile = profile_name(obj.metadata.name, ns)
-    cat = await declare_and_resolve(rt.catalog, obj, profile, delay=rt.retry_seconds)
+    cat = await declare_and_resolve(rt.catalog, obj, profile, delay=rt.retry_seconds,
+                                    bases=rt.bases)
     scopes = token_scopes(obj)
-    probe = Facts(obj=obj, uid=uid, defaults=rt.defaults)
-    try:  # refuse an unrenderable spec before a token is minted for it
-        needed = {m["apiVersion"] for m in build_all(probe)}
+    events: list[Event] = []
+    rollout = await step_canaries(obj, cat, old_status, catalog=rt.catalog,
+                                  prometheus_url=rt.defaults.prometheus_url,
+                                  metrics=rt.metrics, now=datetime.now(UTC),
+                                  delay=rt.retry_seconds)
+    events += rollout.events
+    facts = Facts(obj=obj, uid=uid, token_scopes=scopes, canary_weights=rollout.weights,
+                  stable_overrides=rollout.stable_overrides, defaults=rt.defaults)
+    try:  # built once, before a token is minted: an unrenderable spec gets none
+        desired = build_all(facts)
     except BuildError as exc:
         raise Invalid("InvalidSpec", str(exc)) from None
-    observed, available = await observe(rt, probe, needed)
-    secret = observed.get(Key("v1", "Secret", probe.names.catalog_secret))
-    events: list[Event] = []
+    observed, available = await observe(rt, facts, {m["apiVersion"] for m in desired})
+    secret = observed.get(Key("v1", "Secret", facts.names.catalog_secret))
     token = _token_from(secret, scopes)
     old_token_id = (old_status.get("catalogToken") or {}).get("id")
     if token is None:
@@ -214,18 +224,9 @@ async def _reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
                                  delay=rt.retry_seconds)
         events.append(("Normal", "CatalogToken",
                        f"minted catalog read token {token[0]} ({', '.join(scopes)})"))
-    rollout = await step_canaries(obj, cat, old_status, catalog=rt.catalog,
-                                  prometheus_url=rt.defaults.prometheus_url,
-                                  metrics=rt.metrics, now=datetime.now(UTC),
-                                  delay=rt.retry_seconds)
-    events += rollout.events
-    facts = Facts(obj=obj, uid=uid, token=token[1], token_id=token[0], token_scopes=scopes,
-                  canary_weights=rollout.weights, stable_overrides=rollout.stable_overrides,
-                  defaults=rt.defaults)
-    try:
-        desired = build_all(facts)
-    except BuildError as exc:
-        raise Invalid("InvalidSpec", str(exc)) from None
+    # Only the Secret holds the token: it is built again now that the token is known.
+    facts = replace(facts, token=token[1], token_id=token[0])
+    desired = [catalog_secret(facts) if m["kind"] == "Secret" else m for m in desired]
     the_plan = plan(desired, observed, owner_uid=uid, available=available)
     if the_plan.conflicts:
         names = ", ".join(str(k) for k in the_plan.conflicts)

@@ -27,7 +27,7 @@ from mol_operator.builders.extras import (
 from mol_operator.builders.router import endpoint, router_config, router_objects
 
 __all__ = ["BuildError", "Defaults", "Facts", "ManagedKind", "Names", "build_all",
-           "endpoint", "managed_objects", "router_config"]
+           "catalog_secret", "endpoint", "managed_objects", "router_config"]
 
 
 @dataclass(frozen=True)
