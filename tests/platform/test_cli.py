@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -69,5 +70,8 @@ def _complete(words: str) -> list[str]:
 def test_shell_completion_offers_verbs_and_choices() -> None:
     assert _complete("mol catalog p") == ["publish", "pull", "profile"]
     assert _complete("mol catalog ls -o ") == ["text", "json", "yaml"]
-    script = runner.invoke(_app(), ["--show-completion", "bash"], env={"SHELL": "/bin/bash"})
-    assert "_MOL_COMPLETE=complete_bash" in script.output
+    # Typer finds the shell among the parent processes: run it from bash, as a user does
+    # (the test runner's own ancestry has none when it was started detached).
+    script = subprocess.run(["bash", "-c", f"{shlex.quote(sys.executable)} -m mol_platform "
+                             "--show-completion"], capture_output=True, text=True, check=False)
+    assert "_MOL_COMPLETE=complete_bash" in script.stdout, script.stderr
