@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -109,3 +110,24 @@ async def test_downloads_send_the_token_only_to_the_catalog(tmp_path: Path) -> N
         await cat.download("/v1/blobs/sha256/ab", tmp_path / "a")
         await cat.download("https://bucket.s3.example/ab?X-Amz-Signature=x", tmp_path / "b")
     assert seen == [("catalog.test", f"Bearer {ADMIN}"), ("bucket.s3.example", None)]
+
+
+async def test_calls_in_flight_are_bounded(tmp_path: Path) -> None:
+    """More calls than ``max_connections`` wait in the client; every one is answered."""
+    active = peak = 0
+
+    async def answer(request: httpx.Request) -> httpx.Response:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.01)
+        active -= 1
+        return httpx.Response(200, json={"items": [], "last": 0})
+
+    async with AsyncCatalogClient("http://catalog.test", ADMIN, max_connections=3,
+                                  transport=httpx.MockTransport(answer)) as cat:
+        pages = await asyncio.gather(*(cat.events(after=i) for i in range(20)))
+        await asyncio.gather(*(cat.download("/v1/blobs/sha256/ab", tmp_path / f"f{i}")
+                               for i in range(6)))
+    assert len(pages) == 20
+    assert peak == 3
