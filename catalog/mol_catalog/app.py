@@ -8,8 +8,10 @@ from contextlib import asynccontextmanager
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI
+from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from fastapi.telemetry import TelemetryConfig
 from starlette.responses import Response
+from starlette.types import ASGIApp
 
 from mol_catalog import leftovers, openapi
 from mol_catalog.adapters.endpoints import lean_routes as adapters_routes
@@ -24,7 +26,7 @@ from mol_catalog.deps import Catalog, get_catalog
 from mol_catalog.errors import ERROR_RESPONSES, RETRY_AFTER_SECONDS, ErrorBody, json_response
 from mol_catalog.events.endpoints import router as events_router
 from mol_catalog.metrics import CatalogMetrics
-from mol_catalog.middleware import FASTAPI_ERRORS, CatalogMiddleware
+from mol_catalog.middleware import CatalogMiddleware
 from mol_catalog.profiles.endpoints import router as profiles_router
 from mol_catalog.resolve.endpoints import lean_routes as resolve_routes
 from mol_catalog.resolve.endpoints import router as resolve_router
@@ -35,6 +37,25 @@ from mol_catalog.util import ResponseBody
 ops = APIRouter(tags=["operations"])
 READY_TIMEOUT = 5.0  # seconds each backend may take to answer a readiness probe
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+
+
+class CatalogAPI(FastAPI):
+    """FastAPI with the catalog's own middleware stack: ``CatalogMiddleware`` (metrics,
+    and every error in the catalog's one shape), FastAPI's exit stack (it closes
+    uploaded files) and the route table.
+
+    Starlette's ServerErrorMiddleware and ExceptionMiddleware would catch the same
+    errors a second time, and FastAPI's telemetry and body-limit layers have nothing to
+    do here (no OpenTelemetry; upload limits are the catalog's own); the five layers
+    cost more CPU than a cached resolve's own work (docs/benchmarks.md, "Catalog")."""
+
+    def __init__(self, *, metrics: CatalogMetrics, **kwargs: Any) -> None:
+        self.catalog_metrics = metrics
+        super().__init__(**kwargs)
+
+    def build_middleware_stack(self) -> ASGIApp:
+        return CatalogMiddleware(AsyncExitStackMiddleware(self.router),
+                                 metrics=self.catalog_metrics)
 
 
 class StatusOut(ResponseBody):
@@ -97,14 +118,13 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
             await db.dispose()
 
     # One route table: the lean hot GETs first (matched first), then the FastAPI routers.
-    app = FastAPI(title="MoL catalog", version="1", lifespan=lifespan,
-                  description="Versions LoRA adapters and knows which base model each fits.",
-                  routes=[*resolve_routes, *adapters_routes], exception_handlers=FASTAPI_ERRORS,
-                  telemetry=NO_TELEMETRY)
+    app = CatalogAPI(metrics=metrics_obj, title="MoL catalog", version="1", lifespan=lifespan,
+                     description="Versions LoRA adapters and knows which base model each "
+                                 "fits.",
+                     routes=[*resolve_routes, *adapters_routes], telemetry=NO_TELEMETRY)
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
                    events_router, tokens_router, ops, admin_router):
         app.include_router(router, responses=ERROR_RESPONSES)
-    app.add_middleware(CatalogMiddleware, metrics=metrics_obj)
     openapi.install(app)
     return app
 

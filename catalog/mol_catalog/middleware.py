@@ -6,23 +6,20 @@ plain ASGI callable (no ``BaseHTTPMiddleware``): a request costs a timer, a wrap
 ``send`` and a metrics observation.
 
 ``error_response`` is the one mapping from an exception to the catalog's
-``{"error", "detail"}`` answer. Catalog errors, outages and unexpected failures reach
-it by escaping the route; FastAPI's own exceptions (request validation, unknown path,
-wrong method), which FastAPI would otherwise answer in its own shape inside its stack,
-are handed to it through ``exception_handlers``.
+``{"error", "detail"}`` answer. Everything reaches it by escaping the route: catalog
+errors, outages, unexpected failures and FastAPI's own exceptions (request validation,
+unknown path, wrong method), since the app's stack has no other exception handler
+(``mol_catalog.app.CatalogAPI``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import URL
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -70,16 +67,6 @@ def error_response(exc: Exception, scope: Scope) -> Response:
         log.error("request failed: %s %s", scope.get("method"), scope.get("path"), exc_info=exc)
         return json_response(INTERNAL_ERROR, 500)
     return json_response(err.body(), err.status, error_headers(err))
-
-
-async def _handled(request: Request, exc: Exception) -> Response:
-    return error_response(exc, request.scope)
-
-
-Handler = Callable[[Request, Any], Coroutine[Any, Any, Response]]
-# For FastAPI's ``exception_handlers``: what FastAPI itself raises and would answer itself.
-FASTAPI_ERRORS: dict[int | type[Exception], Handler] = {
-    HTTPException: _handled, RequestValidationError: _handled}
 
 
 class CatalogMiddleware:
