@@ -127,11 +127,9 @@ async def _resolve(client: AsyncCatalogClient, where: str, ref: str, profile: st
 
 
 async def declare_and_resolve(client: AsyncCatalogClient, obj: MoLDeployment, profile: str,
-                              *, delay: float, bases: BaseRevisions | None = None
-                              ) -> CatalogFacts:
+                              *, delay: float, bases: BaseRevisions) -> CatalogFacts:
     """PUT the serving profile, then resolve every expert (and canary) under it
-    (``bases``: the operator's memory of current base revisions; none: ask)."""
-    bases = bases or BaseRevisions()
+    (``bases``: the operator's memory of current base revisions)."""
     spec = obj.spec
     base = spec.base_model
     try:

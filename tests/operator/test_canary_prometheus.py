@@ -33,7 +33,7 @@ from mol_operator.canary import (
     status_to_dict,
     transition_result,
 )
-from mol_operator.catalog import declare_and_resolve
+from mol_operator.catalog import BaseRevisions, declare_and_resolve
 from mol_operator.metrics import OperatorMetrics
 from mol_operator.rollout import step_canaries
 from mol_platform.catalog_client_async import AsyncCatalogClient
@@ -298,7 +298,7 @@ async def roll_out(
     async with AsyncCatalogClient(catalog.url, catalog.admin_token) as client:
         while time.monotonic() < deadline:
             cat = await declare_and_resolve(client, obj, profile_name(obj.metadata.name),
-                                            delay=1.0)  # fmt: skip
+                                            delay=1.0, bases=BaseRevisions())  # fmt: skip
             out = await step_canaries(obj, cat, status, catalog=client,
                                       prometheus_url=prometheus_url, metrics=metrics,
                                       now=datetime.now(UTC), delay=1.0)  # fmt: skip
