@@ -6,7 +6,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # mypy checks the packages, the tests and the benchmarks in one run (shared analysis).
-TYPED := platform/mol_platform catalog/mol_catalog operator/mol_operator router/mol_router tests bench
+TYPED := platform/mol_platform catalog/mol_catalog operator/mol_operator router/mol_router testkit/mol_testkit tests bench
 PYTEST_ARGS ?= -v --durations=15
 
 .PHONY: demo test deps system venv engine lint typecheck imports pytest bench bench-serve bench-operator clean
@@ -24,10 +24,10 @@ system:
 
 venv: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml testkit/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(BIN)/pip install -q -e '.[dev]'
+	$(BIN)/pip install -q -e '.[dev]' -e ./testkit
 	touch $@
 
 engine:

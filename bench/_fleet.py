@@ -19,11 +19,11 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from _workload import Arrival
-from mol_platform.testing.simulator.config import SimConfig
-from mol_platform.testing.simulator.model import SlotEngine
 from mol_router.engine_metrics import EngineMetrics
 from mol_router.policy import RouteRequest, make_policy
 from mol_router.tracker import EngineTracker
+from mol_testkit.simulator.config import SimConfig
+from mol_testkit.simulator.model import SlotEngine
 
 TOKEN_STEPS = 4
 """Generated tokens are booked in this many steps per request (not one event each)."""

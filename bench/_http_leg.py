@@ -27,18 +27,18 @@ import aiohttp
 
 from _fleet import FleetShape, RunResult
 from _workload import Arrival
-from mol_platform.testing.net import free_port
 from mol_router.policy import RouteRequest, make_policy
 from mol_router.tracker import EngineTracker
+from mol_testkit.net import free_port
 
 
 @contextmanager
 def replicas(shape: FleetShape, max_tokens: int, log: Path) -> Iterator[list[str]]:
     """The simulated replicas in a process of their own (``python -m
-    mol_platform.testing.simulator``), so they do not share a core with the load
+    mol_testkit.simulator``), so they do not share a core with the load
     generator; yields their base URLs."""
     argv = [
-        sys.executable, "-m", "mol_platform.testing.simulator", "--replicas",
+        sys.executable, "-m", "mol_testkit.simulator", "--replicas",
         str(shape.replicas), "--model", "base", "--dynamic-loras", "--max-loras",
         str(shape.max_loras), "--max-num-seqs", str(shape.max_num_seqs), "--lora-load-s",
         str(shape.lora_load_s), "--ttft-s", str(shape.ttft_s), "--itl-s", str(shape.itl_s),

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import psycopg
 
-from mol_platform.testing.postgres import PostgresCluster
+from mol_testkit.postgres import PostgresCluster
 
 # A deployment-like configuration for a 2-core / 24 GiB box: durable commits (fsync,
 # synchronous_commit and full_page_writes back on), memory sized for the data set, no JIT

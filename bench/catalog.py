@@ -37,8 +37,8 @@ from _load import LoadResult, PublishResult, publish_loop, require_wrk, run_wrk
 from _machine import Proc, busy_seconds, own_seconds, quiet_check, tree_cpu
 from _pg import BenchPostgres, Storage, data_size, progress, storage
 from _report import render_table, write_section
-from mol_platform.testing.net import free_port
-from mol_platform.testing.postgres import find_pg_bin
+from mol_testkit.net import free_port
+from mol_testkit.postgres import find_pg_bin
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"

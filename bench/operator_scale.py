@@ -38,11 +38,11 @@ import httpx
 
 from _machine import Proc, machine_info, quiet_check, wait_http
 from _report import write_section
-from mol_platform.catalog_client import CatalogClient
-from mol_platform.testing.kube import KubeServer
-from mol_platform.testing.kube_client import ResourceSpec
-from mol_platform.testing.lora import SyntheticLlama
-from mol_platform.testing.net import free_port, wait_port
+from mol_platform.clients.catalog import CatalogClient
+from mol_testkit.kube import KubeServer
+from mol_testkit.kube_client import ResourceSpec
+from mol_testkit.lora import SyntheticLlama
+from mol_testkit.net import free_port, wait_port
 
 ROOT = Path(__file__).resolve().parents[1]
 ADMIN = "mol_" + "b" * 43

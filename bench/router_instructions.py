@@ -29,7 +29,7 @@ import orjson
 
 from _machine import Proc, machine_info, wait_http
 from _report import write_section
-from mol_platform.testing.net import free_port
+from mol_testkit.net import free_port
 from router_overhead import API_KEY, HERE, ROOT, mol_router_config
 
 TARGETS = ("mol-router", "aiohttp proxy")

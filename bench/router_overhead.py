@@ -31,8 +31,8 @@ import yaml
 from _load import LoadResult, require_wrk, run_wrk_script
 from _machine import Proc, machine_info, pinned, quiet_check, tree_cpu, wait_http
 from _report import write_section
-from mol_platform.router_config import RouterConfig
-from mol_platform.testing.net import free_port
+from mol_platform.contract.router_config import RouterConfig
+from mol_testkit.net import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve().parent

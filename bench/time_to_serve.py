@@ -33,13 +33,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _machine import machine_info, quiet_check
 from _report import percentile, write_section
-from mol_platform.catalog_client import CatalogClient
-from mol_platform.demo.adapters import DEMO_ADAPTERS, write_adapter
-from mol_platform.demo.model import DemoModelConfig
-from mol_platform.local import Supervisor
-from mol_platform.local_stack import Ports, start_stack
-from mol_platform.testing.engine import find_engine_venv
-from mol_platform.testing.net import free_port
+from mol_platform.apps.demo.adapters import DEMO_ADAPTERS, write_adapter
+from mol_platform.apps.demo.model import DemoModelConfig
+from mol_platform.apps.up.stack import Ports, start_stack
+from mol_platform.apps.up.supervisor import Supervisor
+from mol_platform.clients.catalog import CatalogClient
+from mol_testkit.engine import find_engine_venv
+from mol_testkit.net import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "benchmarks.md"

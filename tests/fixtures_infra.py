@@ -15,12 +15,12 @@ import pytest
 
 # Imported inside the fixtures: collecting a test that needs none of them stays fast.
 if TYPE_CHECKING:
-    from mol_platform.testing.kube import KubeServer
-    from mol_platform.testing.kube_client import KubeClient
-    from mol_platform.testing.kube_kopf import KopfRunner
-    from mol_platform.testing.postgres import PostgresCluster
-    from mol_platform.testing.prometheus import PrometheusServer
-    from mol_platform.testing.s3 import S3Server
+    from mol_testkit.kube import KubeServer
+    from mol_testkit.kube_client import KubeClient
+    from mol_testkit.kube_kopf import KopfRunner
+    from mol_testkit.postgres import PostgresCluster
+    from mol_testkit.prometheus import PrometheusServer
+    from mol_testkit.s3 import S3Server
 
 _AUTO_MARKERS = {"postgres_cluster": "postgres", "prometheus": "prometheus"}
 
@@ -38,7 +38,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def postgres_cluster() -> Iterator[PostgresCluster]:
     """One throwaway PostgreSQL 15 server for the session (~2 s to start)."""
-    from mol_platform.testing.postgres import PostgresCluster
+    from mol_testkit.postgres import PostgresCluster
 
     with PostgresCluster() as cluster:
         yield cluster
@@ -51,7 +51,7 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 def s3_server() -> Iterator[S3Server]:
     """moto's S3 server on loopback for the session; fake AWS credentials and region in
     the environment, AWS config files pointed away, so nothing reaches real AWS."""
-    from mol_platform.testing.s3 import S3Server
+    from mol_testkit.s3 import S3Server
 
     with pytest.MonkeyPatch.context() as mp, S3Server() as server:
         for key, value in server.env.items():
@@ -76,7 +76,7 @@ def s3_client(s3_server: S3Server) -> Iterator[Any]:
 @pytest.fixture
 def s3_bucket(s3_server: S3Server) -> Iterator[str]:
     """A fresh, empty bucket (unique name) for this test; emptied and deleted after."""
-    from mol_platform.testing.s3 import delete_bucket, unique_bucket_name
+    from mol_testkit.s3 import delete_bucket, unique_bucket_name
 
     client = s3_server.client()
     name = unique_bucket_name()
@@ -95,7 +95,7 @@ def s3_bucket(s3_server: S3Server) -> Iterator[str]:
 def kube() -> Iterator[KubeServer]:
     """A fresh Kubernetes API emulator per test (milliseconds to start), with our
     resources registered and the ``default`` Namespace created."""
-    from mol_platform.testing.kube import KubeServer
+    from mol_testkit.kube import KubeServer
 
     with KubeServer() as server:
         yield server
@@ -112,7 +112,7 @@ def kube_client(kube: KubeServer) -> Iterator[KubeClient]:
 def kopf_runner(kube: KubeServer) -> Iterator[Callable[..., KopfRunner]]:
     """Start kopf in-process against ``kube``: ``kopf_runner(registry=reg)`` (keyword
     arguments of :class:`KopfRunner`); every runner started is stopped after the test."""
-    from mol_platform.testing.kube_kopf import KopfRunner
+    from mol_testkit.kube_kopf import KopfRunner
 
     runners: list[KopfRunner] = []
 
@@ -133,7 +133,7 @@ def kopf_runner(kube: KubeServer) -> Iterator[Callable[..., KopfRunner]]:
 def prometheus() -> Iterator[PrometheusServer]:
     """A real Prometheus on loopback (~1 s to start), 1 s scrape/evaluation interval and
     no targets yet: call ``prometheus.configure(targets=["127.0.0.1:PORT"])``."""
-    from mol_platform.testing.prometheus import PrometheusServer
+    from mol_testkit.prometheus import PrometheusServer
 
     with PrometheusServer() as server:
         yield server

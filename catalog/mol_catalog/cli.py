@@ -2,7 +2,7 @@
 
 Administration verbs (base models, serving profiles, tokens, gc) live in
 :mod:`mol_catalog.cli_admin`. Every verb talks to the catalog over its REST API through
-:class:`mol_platform.catalog_client.CatalogClient`; errors print the server's detail to
+:class:`mol_platform.clients.catalog.CatalogClient`; errors print the server's detail to
 stderr and exit 1.
 """
 
@@ -30,8 +30,8 @@ from mol_catalog.cli_common import (
 )
 from mol_catalog.cli_versions import register_versions
 from mol_catalog.logs import LogFormat, LogLevel
-from mol_platform.catalog_models import AdapterDetail, Published, VersionItem
-from mol_platform.refs import AdapterRef
+from mol_platform.contract.catalog_models import AdapterDetail, Published, VersionItem
+from mol_platform.contract.refs import AdapterRef
 
 app = typer.Typer(
     help="The adapter catalog: publish, resolve and manage LoRA adapters.\n\n"

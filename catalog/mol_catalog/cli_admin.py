@@ -15,8 +15,8 @@ from mol_catalog.cli_common import (
     parse_duration,
     print_table,
 )
-from mol_platform.catalog_models import GcReport, Profile, VerifyReport
-from mol_platform.model_folder import read_base_model_folder
+from mol_platform.contract.catalog_models import GcReport, Profile, VerifyReport
+from mol_platform.contract.model_folder import read_base_model_folder
 
 base_app = typer.Typer(help="Register base models (shapes only, never weights).",
                        no_args_is_help=True, rich_markup_mode=None)

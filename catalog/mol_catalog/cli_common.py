@@ -14,12 +14,12 @@ import typer
 import yaml
 from pydantic import BaseModel
 
-from mol_platform import refs, spec
-from mol_platform.catalog_client import CatalogClient, CatalogError
-from mol_platform.catalog_models import Reason
-from mol_platform.model_folder import FolderError
-from mol_platform.refs import RefError
-from mol_platform.safetensors_header import HeaderError
+from mol_platform.clients.catalog import CatalogClient, CatalogError
+from mol_platform.contract import refs, spec
+from mol_platform.contract.catalog_models import Reason
+from mol_platform.contract.model_folder import FolderError
+from mol_platform.contract.refs import RefError
+from mol_platform.contract.safetensors_header import HeaderError
 
 
 @dataclass(frozen=True)
@@ -104,7 +104,7 @@ def print_reasons(reasons: Sequence[Reason], err: bool = False) -> None:
 
 
 def parse_duration(text: str) -> int:
-    """``mol_platform.spec.parse_duration`` for an option: a usage error when invalid."""
+    """``mol_platform.contract.spec.parse_duration`` for an option: a usage error when invalid."""
     try:
         return spec.parse_duration(text)
     except ValueError as exc:
@@ -112,7 +112,7 @@ def parse_duration(text: str) -> int:
 
 
 def parse_version(text: str) -> int:
-    """``mol_platform.refs.parse_version`` for an argument: a usage error when invalid."""
+    """``mol_platform.contract.refs.parse_version`` for an argument: a usage error when invalid."""
     try:
         return refs.parse_version(text)
     except RefError as exc:

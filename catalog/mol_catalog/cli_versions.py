@@ -11,9 +11,9 @@ import typer
 import yaml
 
 from mol_catalog.cli_common import Output, OutputOption, catalog, emit, fail, plain
-from mol_platform.adapter_pull import plan, pull, total_bytes
-from mol_platform.catalog_models import Event, EventPage
-from mol_platform.refs import AdapterRef, RefError
+from mol_platform.apps.pull import plan, pull, total_bytes
+from mol_platform.contract.catalog_models import Event, EventPage
+from mol_platform.contract.refs import AdapterRef, RefError
 
 # Seconds one long-poll of the feed waits on the catalog (its most is 30).
 FOLLOW_WAIT = 25.0

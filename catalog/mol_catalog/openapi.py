@@ -23,7 +23,7 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from mol_catalog.errors import ERROR_RESPONSES
-from mol_platform.refs import (
+from mol_platform.contract.refs import (
     ALIAS_PATTERN,
     DIGEST_PATTERN,
     MAX_VERSION,

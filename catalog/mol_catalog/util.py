@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from mol_catalog.errors import BadRequest, CatalogError, InvalidName
-from mol_platform import refs
+from mol_platform.contract import refs
 
 
 def encode_cursor(*values: Any) -> str:
@@ -116,7 +116,7 @@ def load_json(raw: bytes | str, what: str, error: type[CatalogError] = BadReques
 
 
 def checked(check: Callable[[str], str], value: str) -> str:
-    """``value`` passed through one of ``mol_platform.refs``' validators; 400 when refused."""
+    """``value`` passed through one of the contract's ``refs`` validators; 400 if refused."""
     try:
         return check(value)
     except refs.RefError as exc:

@@ -26,7 +26,7 @@ from typing import Any, Final
 
 import httpx
 
-from mol_platform.spec import CanarySpec
+from mol_platform.contract.spec import CanarySpec
 
 PHASES: Final = ("Progressing", "Paused", "Promoted", "RolledBack")
 TERMINAL: Final = frozenset({"Promoted", "RolledBack"})

@@ -14,10 +14,10 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from mol_platform.catalog_client import CatalogError
-from mol_platform.catalog_client_async import AsyncCatalogClient
-from mol_platform.refs import AdapterRef
-from mol_platform.spec import MoLDeployment
+from mol_platform.clients.catalog import CatalogError
+from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_platform.contract.refs import AdapterRef
+from mol_platform.contract.spec import MoLDeployment
 
 _VERSION_TAG = re.compile(r"v?([0-9]+\.[0-9]+(?:\.[0-9]+)?(?:[.+-][0-9A-Za-z.+-]*)?)")
 

@@ -51,7 +51,7 @@ def make_runtime(settings: OperatorSettings) -> Runtime:
     from mol_operator.builders import MANAGED
     from mol_operator.informer import ChildCache
     from mol_operator.kube import KubeApi
-    from mol_platform.catalog_client_async import AsyncCatalogClient
+    from mol_platform.clients.catalog_async import AsyncCatalogClient
 
     kube = KubeApi.connect(settings.kube_url)
     return Runtime(

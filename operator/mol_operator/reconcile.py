@@ -50,9 +50,9 @@ from mol_operator.planner import OPTIONAL_APIS, Key, Plan, plan
 from mol_operator.rollout import step_canaries
 from mol_operator.status import condition, merge_conditions
 from mol_operator.warmup import Warmer
-from mol_platform.catalog_client_async import AsyncCatalogClient
-from mol_platform.router_config import profile_name
-from mol_platform.spec import MoLDeployment
+from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_platform.contract.router_config import profile_name
+from mol_platform.contract.spec import MoLDeployment
 
 Event = tuple[str, str, str]  # (type, reason, message)
 SYNC_TIMEOUT = 30.0  # how long a reconcile waits for the child cache's first lists

@@ -27,10 +27,10 @@ from mol_operator.canary import (
 )
 from mol_operator.catalog import CatalogFacts, Retry
 from mol_operator.metrics import OperatorMetrics
-from mol_platform.catalog_client import CatalogError
-from mol_platform.catalog_client_async import AsyncCatalogClient
-from mol_platform.refs import AdapterRef
-from mol_platform.spec import MoLDeployment
+from mol_platform.clients.catalog import CatalogError
+from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_platform.contract.refs import AdapterRef
+from mol_platform.contract.spec import MoLDeployment
 
 
 @dataclass

@@ -21,8 +21,8 @@ from typing import Any, Final
 
 import httpx
 
-from mol_platform.refs import AdapterRef
-from mol_platform.spec import MoLDeploymentSpec
+from mol_platform.contract.refs import AdapterRef
+from mol_platform.contract.spec import MoLDeploymentSpec
 
 ENGINE_PORT_NAME: Final = "http"
 DEFAULT_ENGINE_PORT: Final = 8000

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from mol_operator.reconcile import Runtime
 from mol_operator.warmup import model_names
-from mol_platform.spec import MoLDeploymentSpec
+from mol_platform.contract.spec import MoLDeploymentSpec
 
 MOLD_API, MOLD_PLURAL = "mol.dev/v1alpha1", "moldeployments"
 

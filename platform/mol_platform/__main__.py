@@ -1,3 +1,3 @@
-from mol_platform.cli import main
+from mol_platform.apps.cli import main
 
 main()

@@ -29,7 +29,7 @@ def serve(
     """Serve the OpenAI-compatible API (/v1/chat/completions, /v1/completions,
     /v1/models), routing each request to an expert; /metrics, /healthz, /readyz.
     See docs/router.md for the config file, API keys and every setting."""
-    from mol_platform.router_config import load_router_config
+    from mol_platform.contract.router_config import load_router_config
     from mol_router.server import serve as run
     from mol_router.settings import RouterSettings
 

@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import aiohttp
 import orjson
 
-from mol_platform.router_config import EndpointSliceSelector, RouterConfig
+from mol_platform.contract.router_config import EndpointSliceSelector, RouterConfig
 from mol_router.settings import RouterSettings
 
 log = logging.getLogger("mol.router.endpoints")

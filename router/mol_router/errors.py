@@ -1,6 +1,6 @@
 """OpenAI-style error responses: ``{"error": {"message", "type", "code"}}``.
 
-Every refusal the router makes goes through :func:`error_response` so clients of the
+Every refusal the router makes goes through ``mol_router.wire.error_response`` so clients of the
 OpenAI API get the body shape they already parse, with a message a person can act on.
 """
 
@@ -10,8 +10,6 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-
-from mol_router.wire import Response
 
 _TYPES = {
     400: "invalid_request_error",
@@ -51,12 +49,3 @@ def error_body(status: int, message: str, code: str, *, param: str | None = None
     if extra:
         err.update(extra)
     return orjson.dumps({"error": err})
-
-
-def error_response(exc: RouterError, headers: Mapping[str, str] | None = None, *,
-                   close: bool = False) -> Response:
-    hdrs = {"Content-Type": "application/json", **(headers or {})}
-    if exc.retry_after is not None:
-        hdrs["Retry-After"] = str(max(1, int(exc.retry_after + 0.999)))
-    return Response(exc.status, error_body(exc.status, exc.message, exc.code, param=exc.param,
-                                           extra=exc.extra), hdrs, close=close)

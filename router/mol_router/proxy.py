@@ -20,7 +20,7 @@ import orjson
 
 from mol_router import handoff
 from mol_router.classifier import classify
-from mol_router.errors import RouterError, error_body, error_response
+from mol_router.errors import RouterError, error_body
 from mol_router.policy import RouteRequest
 from mol_router.pool import UpstreamBroken
 from mol_router.resolver import Resolved, Unresolved
@@ -29,7 +29,7 @@ from mol_router.sse import DONE_EVENT, StreamHop
 from mol_router.state import Runtime
 from mol_router.tenants import OPEN, Tenant
 from mol_router.upstream import Upstreams
-from mol_router.wire import Request, Response, Stream
+from mol_router.wire import Request, Response, Stream, error_response
 
 log = logging.getLogger("mol.router")
 _NO_TARGETS: frozenset[str] = frozenset()

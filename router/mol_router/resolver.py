@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mol_platform import catalog_models
-from mol_platform.catalog_client import CatalogError
-from mol_platform.catalog_client_async import AsyncCatalogClient
+from mol_platform.clients.catalog import CatalogError
+from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_platform.contract import catalog_models
 
 log = logging.getLogger("mol.router.resolver")
 

@@ -18,8 +18,8 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from mol_platform.refs import AdapterRef, RefError
-from mol_platform.router_config import RouterConfig, RouterExpert
+from mol_platform.contract.refs import AdapterRef, RefError
+from mol_platform.contract.router_config import RouterConfig, RouterExpert
 from mol_router import handoff
 from mol_router.errors import RouterError
 

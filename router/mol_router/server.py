@@ -8,7 +8,7 @@ import contextlib
 import logging
 import signal
 
-from mol_platform.router_config import RouterConfig, load_router_config
+from mol_platform.contract.router_config import RouterConfig, load_router_config
 from mol_router.app import RouterHandler
 from mol_router.listener import Listener
 from mol_router.settings import RouterSettings

@@ -19,9 +19,9 @@ from typing import Any
 
 import aiohttp
 
-from mol_platform.catalog_client_async import AsyncCatalogClient
-from mol_platform.refs import AdapterRef
-from mol_platform.router_config import ApiKeysFile, RouterConfig, load_router_config
+from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_platform.contract.refs import AdapterRef
+from mol_platform.contract.router_config import ApiKeysFile, RouterConfig, load_router_config
 from mol_router.endpoints import EndpointSource, make_endpoint_source
 from mol_router.metrics import RouterMetrics
 from mol_router.policy import Policy, make_policy

@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from mol_platform.router_config import ApiKey, ApiKeysFile
+from mol_platform.contract.router_config import ApiKey, ApiKeysFile
 
 ANONYMOUS = "anonymous"
 _SEEN_LIMIT = 4096

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Protocol
 
+from mol_router.errors import RouterError, error_body
+
 _REASONS = {s.value: s.phrase.encode() for s in HTTPStatus}
 _STATUS_LINES: dict[int, bytes] = {}
 
@@ -159,3 +161,12 @@ class Waiter:
                 fut.set_result(None)
             else:
                 fut.set_exception(error)
+
+
+def error_response(exc: RouterError, headers: Mapping[str, str] | None = None, *,
+                   close: bool = False) -> Response:
+    hdrs = {"Content-Type": "application/json", **(headers or {})}
+    if exc.retry_after is not None:
+        hdrs["Retry-After"] = str(max(1, int(exc.retry_after + 0.999)))
+    return Response(exc.status, error_body(exc.status, exc.message, exc.code, param=exc.param,
+                                           extra=exc.extra), hdrs, close=close)

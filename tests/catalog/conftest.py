@@ -27,14 +27,14 @@ import pytest
 from mol_catalog.app import create_app
 from mol_catalog.db import migrate
 from mol_catalog.settings import CatalogSettings
-from mol_platform.testing.lora import SyntheticLlama
-from mol_platform.testing.net import free_port, stop_process, wait_port
-from mol_platform.testing.postgres import PostgresCluster, fresh_database
+from mol_testkit.lora import SyntheticLlama
+from mol_testkit.net import free_port, stop_process, wait_port
+from mol_testkit.postgres import PostgresCluster, fresh_database
 
 
 @dataclass(frozen=True)
 class Model(SyntheticLlama):
-    """The synthetic GQA base (mol_platform.testing.lora) plus publish helpers."""
+    """The synthetic GQA base (mol_testkit.lora) plus publish helpers."""
 
     def adapter(self, rank: int = 8, modules: tuple[str, ...] = ("q_proj", "v_proj"),
                 seed: int = 0, layers: int | None = None, config: dict[str, Any] | None = None,

@@ -29,7 +29,7 @@ from schemathesis import GenerationMode, checks
 from mol_catalog.app import create_app
 from mol_catalog.db import migrate
 from mol_catalog.settings import CatalogSettings
-from mol_platform.testing.net import free_port
+from mol_testkit.net import free_port
 from tests.catalog.conftest import Model
 
 ADMIN = "mol_" + "f" * 43
@@ -48,8 +48,8 @@ def _settings(backend: str, tmp: Path, request: pytest.FixtureRequest) -> Catalo
         values |= {"db_url": f"sqlite:///{tmp / 'catalog.db'}",
                    "blob_url": f"file://{tmp / 'blobs'}"}
     else:
-        from mol_platform.testing.postgres import fresh_database
-        from mol_platform.testing.s3 import unique_bucket_name
+        from mol_testkit.postgres import fresh_database
+        from mol_testkit.s3 import unique_bucket_name
 
         s3 = request.getfixturevalue("s3_server")
         bucket = unique_bucket_name("fuzz")

@@ -13,9 +13,9 @@ import pytest
 
 from mol_catalog.app import create_app
 from mol_catalog.settings import CatalogSettings
-from mol_platform.catalog_client import CatalogError
-from mol_platform.catalog_client_async import AsyncCatalogClient
-from mol_platform.testing.net import free_port
+from mol_platform.clients.catalog import CatalogError
+from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_testkit.net import free_port
 
 ADMIN = "mol_" + "b" * 43
 Model = Any

@@ -24,12 +24,12 @@ from safetensors.numpy import load, save
 from typer.testing import CliRunner, Result
 
 from mol_catalog.cli import app
-from mol_platform.adapter_pull import plan, pull
-from mol_platform.catalog_client import CatalogClient, CatalogError
-from mol_platform.demo import build_demo
-from mol_platform.model_folder import read_base_model_folder
-from mol_platform.safetensors_header import read_header
-from mol_platform.testing.net import free_port, port_open, stop_process
+from mol_platform.apps.demo import build_demo
+from mol_platform.apps.pull import plan, pull
+from mol_platform.clients.catalog import CatalogClient, CatalogError
+from mol_platform.contract.model_folder import read_base_model_folder
+from mol_platform.contract.safetensors_header import read_header
+from mol_testkit.net import free_port, port_open, stop_process
 
 ADMIN = "mol_" + "t" * 43
 

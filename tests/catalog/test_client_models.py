@@ -1,4 +1,4 @@
-"""The client's typed answers (``mol_platform.catalog_models``) against ``/openapi.json``.
+"""The client's typed answers (``mol_platform.contract.catalog_models``) against ``/openapi.json``.
 
 Each model must have the fields of its endpoint's documented response: the same names,
 the same types (nested models included) and the same required set. A field added to,
@@ -16,8 +16,8 @@ from pydantic import BaseModel
 
 from mol_catalog.app import create_app
 from mol_catalog.settings import CatalogSettings
-from mol_platform import catalog_models as m
-from mol_platform.catalog_client import CatalogClient, CatalogError
+from mol_platform.clients.catalog import CatalogClient, CatalogError
+from mol_platform.contract import catalog_models as m
 
 ADAPTER = "/v1/adapters/{ns}/{name}"
 ENDPOINTS: list[tuple[str, str, str, type[BaseModel]]] = [

@@ -15,7 +15,7 @@ from sqlalchemy import String, bindparam, insert, select
 from mol_catalog.db import Database, Prepared, migrate
 from mol_catalog.db_urls import DatabaseUrlError, Timeouts, async_url, asyncpg_args
 from mol_catalog.models import Namespace
-from mol_platform.testing.postgres import PostgresCluster, fresh_database
+from mol_testkit.postgres import PostgresCluster, fresh_database
 
 _BY_NAME = Prepared(select(Namespace.id, Namespace.name, Namespace.created_at)
                     .where(Namespace.name.in_([bindparam("a", type_=String),

@@ -10,7 +10,7 @@ import psycopg
 from sqlalchemy import text
 
 from mol_catalog.db import Database, migrate
-from mol_platform.testing.postgres import PostgresCluster, fresh_database
+from mol_testkit.postgres import PostgresCluster, fresh_database
 
 CA = "/etc/ssl/certs/ca-certificates.crt"
 

@@ -68,7 +68,7 @@ def test_cli_refuses_before_calling_the_catalog(args: list[str], why: str) -> No
     from typer.testing import CliRunner
 
     from mol_catalog.cli import app
-    from mol_platform.testing.net import free_port
+    from mol_testkit.net import free_port
 
     url = f"http://127.0.0.1:{free_port()}"
     result = CliRunner().invoke(app, ["--catalog-url", url, *args])

@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from mol_platform.testing.net import free_port, stop_process, wait_port
+from mol_testkit.net import free_port, stop_process, wait_port
 
 SPILL = 17 * 1024 * 1024  # past the 16 MiB kept in memory: the upload spills to disk
 

@@ -11,7 +11,7 @@ from sqlalchemy import create_engine, inspect, text
 from mol_catalog.db import downgrade, migrate, sync_url
 from mol_catalog.models import Base
 from mol_catalog.shared_docs import digest_of
-from mol_platform.testing.postgres import PostgresCluster, fresh_database
+from mol_testkit.postgres import PostgresCluster, fresh_database
 
 
 def _tables_and_indexes(url: str) -> tuple[set[str], set[str]]:

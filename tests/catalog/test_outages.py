@@ -17,8 +17,8 @@ import pytest
 from mol_catalog.app import create_app
 from mol_catalog.db import migrate
 from mol_catalog.settings import CatalogSettings
-from mol_platform.testing.postgres import PostgresCluster, fresh_database
-from mol_platform.testing.proxy import TcpProxy
+from mol_testkit.postgres import PostgresCluster, fresh_database
+from mol_testkit.proxy import TcpProxy
 from tests.blob_helpers import assert_all_present
 
 TIMEOUT = 1.0  # DB_TIMEOUT, DB_CONNECT_TIMEOUT and S3_TIMEOUT of these tests

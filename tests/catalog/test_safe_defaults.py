@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from mol_catalog.cli import app as catalog_cli
 from mol_catalog.server import InsecureBind, check_exposure
-from mol_platform.catalog_client import CatalogClient, join_url
+from mol_platform.clients.catalog import CatalogClient, join_url
 from tests.catalog.test_api import publish, setup_base
 from tests.catalog.test_auth import ADMIN, bearer, token
 

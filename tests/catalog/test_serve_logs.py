@@ -14,7 +14,7 @@ from pydantic import ValidationError
 
 from mol_catalog.logs import redact, startup_line
 from mol_catalog.settings import CatalogSettings
-from mol_platform.testing.net import free_port, stop_process, wait_port
+from mol_testkit.net import free_port, stop_process, wait_port
 
 
 def test_json_lines_with_access_log_and_a_start_up_line(tmp_path: Path) -> None:

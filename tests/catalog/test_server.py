@@ -12,8 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
-from mol_platform.testing.net import free_port, wait_port
-from mol_platform.testing.postgres import PostgresCluster, fresh_database
+from mol_testkit.net import free_port, wait_port
+from mol_testkit.postgres import PostgresCluster, fresh_database
 
 
 async def _exercise(url: str, model: Any) -> None:

@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 from mol_catalog import blob_verify
 from mol_catalog.cli import app
-from mol_platform.catalog_client import CatalogClient
+from mol_platform.clients.catalog import CatalogClient
 from tests.blob_helpers import digest_of
 
 

@@ -17,12 +17,12 @@ import yaml
 from mol_catalog.settings import CatalogSettings
 from mol_operator.crd import crd_yaml
 from mol_operator.settings import OperatorSettings
-from mol_platform.testing.kube_validate import (
+from mol_testkit.kube_validate import (
     SHARED_CRDS,
     validate_builtin,
     validate_custom_resource,
 )
-from mol_platform.testing.prometheus import promtool_check_rules
+from mol_testkit.prometheus import promtool_check_rules
 
 from .conftest import CHART, FULL, VALUE_SETS, render
 
@@ -197,7 +197,7 @@ WRITE_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
 def _rendered_kinds() -> set[tuple[str, str]]:
     """(API group, plural) of everything the operator's builders render, all variants."""
     from mol_operator.builders import Defaults, Facts, build_all
-    from mol_platform.spec import MoLDeployment
+    from mol_platform.contract.spec import MoLDeployment
 
     base = yaml.safe_load((Path(__file__).resolve().parents[2]
                            / "deploy/examples/macaron.yaml").read_text())

@@ -19,12 +19,12 @@ import pytest
 import yaml
 
 from mol_operator.crd import crd_manifest
-from mol_platform.testing.kube import KubeServer
-from mol_platform.testing.kube_client import ResourceSpec
-from mol_platform.testing.lora import SyntheticLlama
-from mol_platform.testing.net import free_port, stop_process, wait_port
-from mol_platform.testing.prometheus import PrometheusServer
-from mol_platform.testing.simulator import SimConfig, SimulatorCluster
+from mol_testkit.kube import KubeServer
+from mol_testkit.kube_client import ResourceSpec
+from mol_testkit.lora import SyntheticLlama
+from mol_testkit.net import free_port, stop_process, wait_port
+from mol_testkit.prometheus import PrometheusServer
+from mol_testkit.simulator import SimConfig, SimulatorCluster
 
 from .conftest import CHART
 

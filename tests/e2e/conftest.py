@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from mol_platform.demo import DemoResult, build_demo
-from mol_platform.testing.engine import Engine, find_engine_venv, running_engine
+from mol_platform.apps.demo import DemoResult, build_demo
+from mol_testkit.engine import Engine, find_engine_venv, running_engine
 
 PRELOADED_ADAPTERS = ("chat", "coding")
 # The same adapters under immutable catalog-style names, as a router forwards them

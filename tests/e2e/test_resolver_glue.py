@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 # without MOL_CATALOG_URL, then with it.
 PROBE = """
 import asyncio, logging, os, sys
-import mol_platform.engine.launcher  # the CPU build's version lookup
+import mol_platform.apps.engine_launcher  # the CPU build's version lookup
 from importlib.metadata import entry_points
 from vllm.lora.resolver import LoRAResolverRegistry
 logging.basicConfig(level=logging.INFO, stream=sys.stdout)

@@ -12,11 +12,11 @@ import httpx
 import pytest
 import yaml
 
-from mol_platform.router_config import RouterConfig
-from mol_platform.testing.engine import Engine
+from mol_platform.contract.router_config import RouterConfig
 from mol_router.selection import in_canary
 from mol_router.server import RouterServer
 from mol_router.settings import RouterSettings
+from mol_testkit.engine import Engine
 
 pytestmark = pytest.mark.e2e
 

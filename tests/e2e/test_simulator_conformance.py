@@ -22,7 +22,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mol_platform.testing.simulator import SimConfig, SimulatorCluster, parse_sse
+from mol_testkit.simulator import SimConfig, SimulatorCluster, parse_sse
 
 pytestmark = pytest.mark.e2e
 

@@ -22,12 +22,12 @@ from typing import Any
 import kopf
 import pytest
 
-from mol_platform.catalog_client import CatalogClient
-from mol_platform.testing.kube import KubeServer
-from mol_platform.testing.kube_client import ResourceSpec
-from mol_platform.testing.kube_kopf import KopfRunner, quiet_kopf_logs
-from mol_platform.testing.lora import SyntheticLlama
-from mol_platform.testing.net import free_port, stop_process, wait_port
+from mol_platform.clients.catalog import CatalogClient
+from mol_testkit.kube import KubeServer
+from mol_testkit.kube_client import ResourceSpec
+from mol_testkit.kube_kopf import KopfRunner, quiet_kopf_logs
+from mol_testkit.lora import SyntheticLlama
+from mol_testkit.net import free_port, stop_process, wait_port
 
 ADMIN_TOKEN = "mol_" + "o" * 43
 # Running canaries are looked at every second in tests (read when the handlers import).

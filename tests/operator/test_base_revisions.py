@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from mol_operator.catalog import BaseRevisions
-from mol_platform.catalog_client_async import AsyncCatalogClient
-from mol_platform.testing.lora import SyntheticLlama
+from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_testkit.lora import SyntheticLlama
 
 
 async def test_current_revision_is_reused_within_the_ttl_only(own_catalog: Any) -> None:

@@ -11,8 +11,8 @@ import pytest
 import yaml
 
 from mol_operator.builders import BuildError, Defaults, Facts, build_all, router_config
-from mol_platform.spec import MoLDeployment
-from mol_platform.testing.kube_validate import validate_builtin, validate_custom_resource
+from mol_platform.contract.spec import MoLDeployment
+from mol_testkit.kube_validate import validate_builtin, validate_custom_resource
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT.parent / "shared" / "schemas" / "crds"

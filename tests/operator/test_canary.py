@@ -18,7 +18,7 @@ from mol_operator.canary import (
     transition_result,
 )
 from mol_operator.metrics import OperatorMetrics
-from mol_platform.spec import CanarySpec
+from mol_platform.contract.spec import CanarySpec
 
 T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 SPEC = CanarySpec.model_validate({

@@ -36,11 +36,11 @@ from mol_operator.canary import (
 from mol_operator.catalog import BaseRevisions, declare_and_resolve
 from mol_operator.metrics import OperatorMetrics
 from mol_operator.rollout import step_canaries
-from mol_platform.catalog_client_async import AsyncCatalogClient
-from mol_platform.router_config import profile_name
-from mol_platform.spec import CanarySpec, MoLDeployment
-from mol_platform.testing.lora import SyntheticLlama
-from mol_platform.testing.prometheus import PrometheusServer
+from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_platform.contract.router_config import profile_name
+from mol_platform.contract.spec import CanarySpec, MoLDeployment
+from mol_testkit.lora import SyntheticLlama
+from mol_testkit.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.prometheus
 

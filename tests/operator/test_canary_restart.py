@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from mol_operator.canary import format_time
-from mol_platform.testing.kube_client import KubeClient
+from mol_testkit.kube_client import KubeClient
 
 WAIT = 30.0
 

@@ -10,7 +10,7 @@ from mol_operator.cli import app
 from mol_operator.crd import crd_yaml
 from mol_operator.endpoint import start_server
 from mol_operator.metrics import OperatorMetrics
-from mol_platform.testing.net import free_port
+from mol_testkit.net import free_port
 
 runner = CliRunner()
 

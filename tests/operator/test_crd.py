@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from mol_operator.crd import CRD_FILE, crd_manifest, crd_yaml
-from mol_platform.spec import MoLDeployment
-from mol_platform.testing.kube_validate import custom_resource_errors, validate_builtin
+from mol_platform.contract.spec import MoLDeployment
+from mol_testkit.kube_validate import custom_resource_errors, validate_builtin
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((ROOT / "deploy" / "examples").glob("*.yaml"))

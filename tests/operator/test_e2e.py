@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 import yaml
 
-from mol_platform.catalog_client import CatalogClient, CatalogError
-from mol_platform.testing.kube_client import KubeClient
+from mol_platform.clients.catalog import CatalogClient, CatalogError
+from mol_testkit.kube_client import KubeClient
 
 WAIT = 30.0
 

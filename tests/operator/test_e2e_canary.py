@@ -12,10 +12,10 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
-from mol_platform.catalog_client import CatalogClient
-from mol_platform.testing.kube_client import KubeClient
-from mol_platform.testing.net import free_port
-from mol_platform.testing.prometheus import PrometheusServer
+from mol_platform.clients.catalog import CatalogClient
+from mol_testkit.kube_client import KubeClient
+from mol_testkit.net import free_port
+from mol_testkit.prometheus import PrometheusServer
 
 pytestmark = [pytest.mark.prometheus, pytest.mark.timeout(150)]
 WAIT = 60.0

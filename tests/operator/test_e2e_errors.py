@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from mol_platform.testing.kube import KubeServer
-from mol_platform.testing.kube_client import KubeClient
+from mol_testkit.kube import KubeServer
+from mol_testkit.kube_client import KubeClient
 
 WAIT = 30.0
 pytestmark = pytest.mark.timeout(120)

@@ -11,8 +11,8 @@ import pytest
 
 from mol_operator.informer import ChildCache, _Kind
 from mol_operator.kube import KubeApi
-from mol_platform.testing.kube import KubeServer
-from mol_platform.testing.kube_client import KubeClient, ResourceSpec
+from mol_testkit.kube import KubeServer
+from mol_testkit.kube_client import KubeClient, ResourceSpec
 
 CM = ("v1", "configmaps")
 OURS = {"app.kubernetes.io/managed-by": "mol-operator"}

@@ -11,7 +11,7 @@ from mol_operator.reconcile import Invalid, failure_status, parse
 from mol_operator.status import condition, merge_conditions, status_patch
 from mol_operator.warmup import model_names
 from mol_operator.warmup_status import apply_results
-from mol_platform.spec import MoLDeployment, MoLDeploymentSpec
+from mol_platform.contract.spec import MoLDeployment, MoLDeploymentSpec
 
 
 def test_transition_time_moves_only_on_flips() -> None:

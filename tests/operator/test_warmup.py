@@ -25,10 +25,10 @@ from mol_operator.warmup import (
     ready_pod_urls,
     warm_adapters,
 )
-from mol_platform.spec import MoLDeployment
-from mol_platform.testing.kube_client import KubeClient
-from mol_platform.testing.simulator.cluster import AsyncSimulatorCluster, SimulatorCluster
-from mol_platform.testing.simulator.config import SimConfig
+from mol_platform.contract.spec import MoLDeployment
+from mol_testkit.kube_client import KubeClient
+from mol_testkit.simulator.cluster import AsyncSimulatorCluster, SimulatorCluster
+from mol_testkit.simulator.config import SimConfig
 
 KNOWN = ("acme/coding@v3", "acme/coding@v4", "acme/chat@v1")
 UNKNOWN = "acme/gone@v9"  # not in the catalog: the engine answers 404, as vLLM does

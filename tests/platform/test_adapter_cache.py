@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from mol_platform.catalog_models import ResolvedFile
-from mol_platform.vllm_plugin.cache import (
+from mol_platform.apps.vllm_plugin.cache import (
     AdapterCache,
     BlobFile,
     CacheError,
     digest_hex,
     manifest_digest,
 )
+from mol_platform.contract.catalog_models import ResolvedFile
 
 
 def blob(path: str, data: bytes) -> tuple[BlobFile, bytes]:
@@ -114,7 +114,7 @@ async def test_lru_evicts_oldest_unpinned(tmp_path: Path) -> None:
 HOLD_PIN = """
 import asyncio, sys
 from pathlib import Path
-from mol_platform.vllm_plugin.cache import AdapterCache
+from mol_platform.apps.vllm_plugin.cache import AdapterCache
 cache = AdapterCache(Path(sys.argv[1]), 10_000)
 assert asyncio.run(cache.pin(sys.argv[2])) is not None
 print("pinned", flush=True)

@@ -13,8 +13,8 @@ sys.path.insert(0, str(ROOT / "bench"))
 import _shapes  # noqa: E402
 from _seed import COLUMNS, Layout, Rows, SeedBase  # noqa: E402
 from mol_catalog.shared_docs import digest_of  # noqa: E402
-from mol_platform.compat import AdapterInfo, BaseShapes, check_base  # noqa: E402
-from mol_platform.safetensors_header import TensorInfo  # noqa: E402
+from mol_platform.contract.compat import AdapterInfo, BaseShapes, check_base  # noqa: E402
+from mol_platform.contract.safetensors_header import TensorInfo  # noqa: E402
 
 BASES = [SeedBase(1, "qwen3-8b", "r1", "qwen3-8b-pool", 1, 1),
          SeedBase(2, _shapes.BIG_BASE, "r1", "big-pool", 2, 1),

@@ -5,8 +5,8 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from mol_platform.catalog_client import CatalogClient, CatalogError
-from mol_platform.catalog_client_async import AsyncCatalogClient
+from mol_platform.clients.catalog import CatalogClient, CatalogError
+from mol_platform.clients.catalog_async import AsyncCatalogClient
 
 ANSWER = {"status": "ok"}
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 from typer.testing import CliRunner
 
-from mol_platform.cli import app, load_components
+from mol_platform.apps.cli import app, load_components
 
 runner = CliRunner()
 

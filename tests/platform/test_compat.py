@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import save
 
-from mol_platform.compat import (
+from mol_platform.contract.compat import (
     AdapterConfigError,
     AdapterInfo,
     BaseModelError,
@@ -20,8 +20,8 @@ from mol_platform.compat import (
     check_base,
     check_profile,
 )
-from mol_platform.safetensors_header import header_shapes, read_header
-from mol_platform.testing.lora import SyntheticLlama
+from mol_platform.contract.safetensors_header import header_shapes, read_header
+from mol_testkit.lora import SyntheticLlama
 
 P = "base_model.model.model.layers"
 
@@ -251,7 +251,7 @@ def test_base_shapes_errors(config: dict[str, Any], tensors: dict[str, list[int]
 
 def test_demo_model_and_adapters(tmp_path: Path) -> None:
     """The demo Llama (GQA) and its PEFT adapters, as real files on disk."""
-    from mol_platform.demo import build_demo
+    from mol_platform.apps.demo import build_demo
 
     demo = build_demo(tmp_path, seed=1)
     base_config = json.loads((demo.base / "config.json").read_text())

@@ -11,9 +11,9 @@ from safetensors.numpy import load_file
 from tokenizers import Tokenizer
 from typer.testing import CliRunner
 
-from mol_platform.cli import app
-from mol_platform.demo import DEMO_ADAPTERS, AdapterRecipe, DemoModelConfig, build_demo
-from mol_platform.demo.tokenizer import BOS, EOS, IM_END, IM_START
+from mol_platform.apps.cli import app
+from mol_platform.apps.demo import DEMO_ADAPTERS, AdapterRecipe, DemoModelConfig, build_demo
+from mol_platform.apps.demo.tokenizer import BOS, EOS, IM_END, IM_START
 
 CFG = DemoModelConfig()
 

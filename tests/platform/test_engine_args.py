@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from mol_platform.engine.args import (
+from mol_platform.contract.engine_args import (
     EngineLaunch,
     PluginSettings,
     cpu_env,
@@ -14,7 +14,7 @@ from mol_platform.engine.args import (
     format_env,
     lora_flags,
 )
-from mol_platform.spec import MoLDeploymentSpec
+from mol_platform.contract.spec import MoLDeploymentSpec
 
 
 def make_spec(**overrides: Any) -> MoLDeploymentSpec:
@@ -219,19 +219,20 @@ def test_launcher_imports_only_the_standard_library():
     import sys
 
     code = (
-        "import sys; import mol_platform.engine.launcher; "
+        "import sys; import mol_platform.apps.engine_launcher; "
         "print(sorted(m for m in sys.modules "
         "if m.split('.')[0] not in sys.stdlib_module_names and not m.startswith('_')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
-    assert out.strip() == "['mol_platform', 'mol_platform.engine', 'mol_platform.engine.launcher']"
+    assert out.strip() == str(["mol_platform", "mol_platform.apps",
+                               "mol_platform.apps.engine_launcher"])
 
 
 def test_launcher_answers_for_vllm_only_when_the_cpu_build_is_there():
     import importlib.metadata
 
-    from mol_platform.engine import launcher
+    from mol_platform.apps import engine_launcher as launcher
 
     assert importlib.metadata.version is launcher._version  # installed at import
     assert importlib.metadata.version("pytest") == launcher._original_version("pytest")

@@ -10,8 +10,8 @@ import httpx
 import kopf
 import pytest
 
-from mol_platform.testing.kube import MOLDEPLOYMENT, KubeServer
-from mol_platform.testing.kube_client import KubeApiError, KubeClient
+from mol_testkit.kube import MOLDEPLOYMENT, KubeServer
+from mol_testkit.kube_client import KubeApiError, KubeClient
 
 MOLD = "MoLDeployment"
 
@@ -193,7 +193,7 @@ def test_kopf_namespaced(kube_client: KubeClient, kopf_runner: Any) -> None:
 
 def test_a_taken_generated_name_is_drawn_again(kube_client: KubeClient,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    from mol_platform.testing import kube_emulator
+    from mol_testkit import kube_emulator
 
     drawn = iter(["ev-bbbbb", "ev-bbbbb", "ev-ccccc"])
     monkeypatch.setattr(kube_emulator, "_generated_name", lambda prefix: next(drawn))

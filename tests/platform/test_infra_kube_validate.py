@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from mol_platform.testing.kube_validate import (
+from mol_testkit.kube_validate import (
     SHARED_CRDS,
     ManifestError,
     custom_resource_errors,

@@ -6,9 +6,9 @@ import socket
 
 import pytest
 
-from mol_platform.testing import prometheus
-from mol_platform.testing.net import InfraError, free_port, port_open, wait_port
-from mol_platform.testing.postgres import find_pg_bin
+from mol_testkit import prometheus
+from mol_testkit.net import InfraError, free_port, port_open, wait_port
+from mol_testkit.postgres import find_pg_bin
 
 
 def test_free_port_is_bindable_and_wait_port() -> None:

@@ -13,8 +13,8 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-from mol_platform.testing.net import port_open
-from mol_platform.testing.postgres import PostgresCluster, fresh_database
+from mol_testkit.net import port_open
+from mol_testkit.postgres import PostgresCluster, fresh_database
 
 pytestmark = pytest.mark.postgres
 
@@ -71,7 +71,7 @@ def test_stop_removes_everything() -> None:
 def test_server_dies_with_its_owner() -> None:
     """A test process killed without cleanup leaves no server behind (pdeathsig)."""
     script = (
-        "from mol_platform.testing.postgres import PostgresCluster\n"
+        "from mol_testkit.postgres import PostgresCluster\n"
         "c = PostgresCluster().start()\n"
         "print(c.port, c._proc.pid, c.base_dir, flush=True)\n"
         "import time; time.sleep(60)\n"
@@ -102,7 +102,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_settings_override_the_test_defaults() -> None:
-    from mol_platform.testing.postgres import PostgresCluster
+    from mol_testkit.postgres import PostgresCluster
 
     with PostgresCluster(settings={"work_mem": "7MB", "fsync": "on"}) as cluster:
         with cluster.connect() as conn:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from mol_platform.testing.prometheus import (
+from mol_testkit.prometheus import (
     PrometheusServer,
     by_label,
     promtool_check_rules,

@@ -9,7 +9,7 @@ from typing import Any
 
 import boto3
 
-from mol_platform.testing.s3 import S3Server
+from mol_testkit.s3 import S3Server
 
 
 def test_put_get_and_ranged_get(s3_client: Any, s3_bucket: str) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import httpx
 
-from mol_platform.testing.net import free_port, port_open
+from mol_testkit.net import free_port, port_open
 
 READY = "Ctrl-C stops everything"
 

@@ -14,8 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from mol_platform.testing.net import free_port
-from mol_platform.testing.up import MolUp
+from mol_testkit.net import free_port
+from mol_testkit.up import MolUp
 
 
 def mol_up(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

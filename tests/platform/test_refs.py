@@ -4,7 +4,7 @@ from collections.abc import Callable
 
 import pytest
 
-from mol_platform.refs import (
+from mol_platform.contract.refs import (
     MAX_VERSION,
     AdapterRef,
     RefError,

@@ -11,14 +11,14 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from mol_platform.catalog_client import CatalogClient
-from mol_platform.catalog_client_async import AsyncCatalogClient
-from mol_platform.catalog_models import Resolved
-from mol_platform.local_seed import seed_demo
-from mol_platform.testing.catalog import LiveCatalog, running_catalog
-from mol_platform.vllm_plugin import register
-from mol_platform.vllm_plugin.resolver import MolResolver, lora_id
-from mol_platform.vllm_plugin.settings import ResolverSettings
+from mol_platform.apps.up.seed import seed_demo
+from mol_platform.apps.vllm_plugin import register
+from mol_platform.apps.vllm_plugin.resolver import MolResolver, lora_id
+from mol_platform.apps.vllm_plugin.settings import ResolverSettings
+from mol_platform.clients.catalog import CatalogClient
+from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_platform.contract.catalog_models import Resolved
+from mol_testkit.catalog import LiveCatalog, running_catalog
 
 PROFILE = "local"
 SMALL = "small"  # max rank 8: the rank-16 adapters (coding, ui) do not fit

@@ -6,13 +6,13 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from mol_platform.router_config import (
+from mol_platform.contract.router_config import (
     EndpointSliceSelector,
     RouterConfig,
     profile_name,
     router_config_from_spec,
 )
-from mol_platform.spec import MoLDeployment
+from mol_platform.contract.spec import MoLDeployment
 
 EXAMPLE = Path(__file__).parents[2] / "deploy" / "examples" / "macaron.yaml"
 
@@ -71,7 +71,7 @@ def test_default_must_be_an_expert() -> None:
 
 
 def test_router_knobs_default_and_round_trip(tmp_path: Path) -> None:
-    from mol_platform.router_config import DEFAULT_BODY_LIMIT, load_router_config
+    from mol_platform.contract.router_config import DEFAULT_BODY_LIMIT, load_router_config
 
     obj = MoLDeployment.from_yaml(EXAMPLE.read_text())
     cfg = router_config_from_spec(obj, endpoints=["http://e:8000"], policy="round_robin",
@@ -88,7 +88,7 @@ def test_router_knobs_default_and_round_trip(tmp_path: Path) -> None:
 
 
 def test_api_keys_secret_gives_the_default_keys_file() -> None:
-    from mol_platform.router_config import DEFAULT_API_KEYS_FILE
+    from mol_platform.contract.router_config import DEFAULT_API_KEYS_FILE
 
     obj = MoLDeployment.from_yaml(EXAMPLE.read_text())
     data = obj.model_dump(by_alias=True)
@@ -99,7 +99,7 @@ def test_api_keys_secret_gives_the_default_keys_file() -> None:
 
 
 def test_api_keys_file_format(tmp_path: Path) -> None:
-    from mol_platform.router_config import ApiKeysFile
+    from mol_platform.contract.router_config import ApiKeysFile
 
     path = tmp_path / "keys.yaml"
     path.write_text(

@@ -21,7 +21,7 @@ import safetensors
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from mol_platform.safetensors_header import (
+from mol_platform.contract.safetensors_header import (
     DTYPE_BITS,
     HeaderError,
     TensorInfo,

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from safetensors.numpy import save
 
-from mol_platform.compat import (
+from mol_platform.contract.compat import (
     AdapterConfigError,
     AdapterInfo,
     BaseShapes,
@@ -24,7 +24,7 @@ from mol_platform.compat import (
     check_base,
     check_profile,
 )
-from mol_platform.safetensors_header import (
+from mol_platform.contract.safetensors_header import (
     DTYPE_BITS,
     HeaderError,
     TensorInfo,

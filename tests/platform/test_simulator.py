@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from mol_platform.testing.simulator import (
+from mol_testkit.simulator import (
     REPLICA_HEADER,
     AsyncSimulatorCluster,
     SimConfig,

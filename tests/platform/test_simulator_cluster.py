@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from mol_platform.testing.simulator import (
+from mol_testkit.simulator import (
     AsyncSimulatorCluster,
     SimConfig,
     SimulatorCluster,
@@ -105,7 +105,7 @@ async def test_async_cluster_with_one_config_per_replica():
 
 def test_cli_prints_urls_and_serves():
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mol_platform.testing.simulator", "--replicas", "2",
+        [sys.executable, "-m", "mol_testkit.simulator", "--replicas", "2",
          "--port", "0", "--dynamic-loras", "--max-loras", "2"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tokenizers import Tokenizer, models, pre_tokenizers
 
-from mol_platform.testing.simulator import AsyncSimulatorCluster, SimConfig
+from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
 CONFIG = SimConfig(
     model="tiny", lora_modules={"a": "/a"}, max_model_len=64, output_tokens=8,

@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from mol_platform.testing.simulator import AsyncSimulatorCluster, SimConfig, parse_sse
+from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig, parse_sse
 
 HANDOFF_TOOL = {
     "type": "function",

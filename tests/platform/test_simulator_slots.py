@@ -11,12 +11,12 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mol_platform.testing.simulator import (
+from mol_testkit.simulator import (
     AsyncSimulatorCluster,
     SimConfig,
     newest_lora_info,
 )
-from mol_platform.testing.simulator.model import SlotEngine
+from mol_testkit.simulator.model import SlotEngine
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from mol_platform.spec import CanarySpec, MoLDeployment, MoLDeploymentSpec, parse_duration
+from mol_platform.contract.spec import CanarySpec, MoLDeployment, MoLDeploymentSpec, parse_duration
 
 EXAMPLE = Path(__file__).parents[2] / "deploy" / "examples" / "macaron.yaml"
 

@@ -1,5 +1,5 @@
 """Router test helpers: a router in the test's event loop in front of simulated
-engines (mol_platform.testing.simulator) or tiny scripted upstreams on loopback."""
+engines (mol_testkit.simulator) or tiny scripted upstreams on loopback."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from mol_platform.router_config import RouterConfig
+from mol_platform.contract.router_config import RouterConfig
 from mol_router.server import RouterServer
 from mol_router.settings import RouterSettings
 

@@ -16,9 +16,9 @@ from typing import Any
 import httpx
 import pytest
 
-from mol_platform.testing.lora import SyntheticLlama
-from mol_platform.testing.net import free_port, stop_process, wait_port
-from mol_platform.testing.simulator import AsyncSimulatorCluster, SimConfig
+from mol_testkit.lora import SyntheticLlama
+from mol_testkit.net import free_port, stop_process, wait_port
+from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, output_tokens=3)
 MSG = {"messages": [{"role": "user", "content": "hi"}]}

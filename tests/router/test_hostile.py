@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from mol_platform.testing.simulator import AsyncSimulatorCluster, SimConfig
+from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, output_tokens=3)
 OK = b'{"messages": [{"role": "user", "content": "hi"}]}'

@@ -9,7 +9,7 @@ from typing import Any
 
 import aiohttp
 
-from mol_platform.testing.simulator import AsyncSimulatorCluster, SimConfig, parse_sse, reply_text
+from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig, parse_sse, reply_text
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, max_loras=4, output_tokens=6)
 

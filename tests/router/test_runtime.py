@@ -10,8 +10,8 @@ from typing import Any
 
 import aiohttp
 
-from mol_platform.testing.simulator import AsyncSimulatorCluster, SimConfig
 from mol_router.settings import RouterSettings
+from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, output_tokens=3)
 MSG = {"messages": [{"role": "user", "content": "hi"}]}

@@ -9,9 +9,9 @@ from typing import Any
 import aiohttp
 import pytest
 
-from mol_platform.router_config import RouterConfig
-from mol_platform.testing.simulator import AsyncSimulatorCluster, SimConfig
+from mol_platform.contract.router_config import RouterConfig
 from mol_router.selection import Routing, in_canary
+from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, output_tokens=3)
 MSG = [{"role": "user", "content": "fix my parser"}]

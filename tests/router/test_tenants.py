@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 
-from mol_platform.testing.simulator import AsyncSimulatorCluster, SimConfig
+from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, output_tokens=4)
 MSG = [{"role": "user", "content": "hello"}]
@@ -120,7 +120,7 @@ async def test_keys_file_changes_are_picked_up(router_config: Any, start_router:
 
 
 def test_key_lookup_remembers_only_valid_headers_and_forgets_on_reload() -> None:
-    from mol_platform.router_config import ApiKeysFile
+    from mol_platform.contract.router_config import ApiKeysFile
     from mol_router import tenants
 
     both = ApiKeysFile.model_validate({"keys": [{"tenant": "acme", "key": ACME},

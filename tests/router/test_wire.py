@@ -12,7 +12,7 @@ from typing import Any
 
 import aiohttp
 
-from mol_platform.testing.simulator import AsyncSimulatorCluster, SimConfig
+from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, output_tokens=3)
 CHAT = b'{"model": "chat", "messages": [{"role": "user", "content": "hi"}]}'

@@ -38,7 +38,7 @@ from mol_catalog.util import (
     valid_name,
     version_number,
 )
-from mol_platform import refs
+from mol_platform.contract import refs
 
 router = APIRouter(tags=["adapters"])
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]

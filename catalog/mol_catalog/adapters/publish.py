@@ -36,9 +36,14 @@ from mol_catalog.util import (
     valid_name,
     version_number,
 )
-from mol_platform import refs
-from mol_platform.compat import AdapterConfigError, AdapterInfo, BaseShapes, check_base
-from mol_platform.safetensors_header import HeaderError, TensorInfo, header_shapes, read_header
+from mol_platform.contract import refs
+from mol_platform.contract.compat import AdapterConfigError, AdapterInfo, BaseShapes, check_base
+from mol_platform.contract.safetensors_header import (
+    HeaderError,
+    TensorInfo,
+    header_shapes,
+    read_header,
+)
 
 RETRIES = 8
 

@@ -41,7 +41,7 @@ from mol_catalog.models import (
     Verdict,
     Version,
 )
-from mol_platform.refs import MAX_VERSION
+from mol_platform.contract.refs import MAX_VERSION
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,8 @@ from pydantic import BaseModel, Field
 
 from mol_catalog.adapters.uploads import Upload
 from mol_catalog.util import ResponseBody, Text
-from mol_platform.compat import AdapterInfo
-from mol_platform.refs import MAX_VERSION
+from mol_platform.contract.compat import AdapterInfo
+from mol_platform.contract.refs import MAX_VERSION
 
 
 class AliasPut(BaseModel):

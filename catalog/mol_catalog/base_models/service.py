@@ -15,7 +15,7 @@ from mol_catalog.db import ReadConn, UnitOfWork
 from mol_catalog.errors import BadRequest, Conflict, InvalidName, NotFound, UnknownBaseModel
 from mol_catalog.models import utcnow
 from mol_catalog.util import check_json, valid_name
-from mol_platform.compat import BaseModelError, BaseShapes
+from mol_platform.contract.compat import BaseModelError, BaseShapes
 
 MAX_LAYERS = 100_000  # far beyond any model; keeps layer numbers plain 64-bit integers
 

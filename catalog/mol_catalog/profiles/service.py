@@ -13,14 +13,14 @@ from mol_catalog.profiles import repository
 from mol_catalog.profiles.repository import ProfileRow
 from mol_catalog.profiles.schemas import ProfilePut
 from mol_catalog.util import valid_name
-from mol_platform.compat import (
+from mol_platform.contract.compat import (
     AdapterInfo,
     BaseShapes,
     ServingProfileSpec,
     check_base,
     check_profile,
 )
-from mol_platform.safetensors_header import TensorInfo
+from mol_platform.contract.safetensors_header import TensorInfo
 
 
 def record(row: ProfileRow, base: str) -> dict[str, Any]:

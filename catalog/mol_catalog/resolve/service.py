@@ -13,7 +13,7 @@ from mol_catalog.models import utcnow
 from mol_catalog.profiles import repository as profiles_repo
 from mol_catalog.profiles import service as profiles
 from mol_catalog.resolve import repository
-from mol_platform.refs import AdapterRef, RefError
+from mol_platform.contract.refs import AdapterRef, RefError
 
 
 def parse(namespace: str, name_ref: str) -> AdapterRef:

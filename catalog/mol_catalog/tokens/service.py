@@ -11,7 +11,7 @@ from mol_catalog.models import utcnow
 from mol_catalog.tokens import repository
 from mol_catalog.tokens.repository import TokenRow
 from mol_catalog.util import checked
-from mol_platform import refs
+from mol_platform.contract import refs
 
 
 def _public(row: TokenRow) -> dict[str, Any]:

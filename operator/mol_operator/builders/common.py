@@ -20,7 +20,7 @@ from kubernetes.client import (
     V1SecretKeySelector,
 )
 
-from mol_platform.spec import API_VERSION, KIND, MoLDeployment
+from mol_platform.contract.spec import API_VERSION, KIND, MoLDeployment
 
 MANAGER = "mol-operator"
 PART_OF = "mol-platform"

@@ -1,7 +1,7 @@
 """The vLLM engine: container, pod template, Deployment, Service, PDB, ScaledObject.
 
 The container's flags and env come from the shared engine-args builder
-(``mol_platform.engine.args``), so a cluster engine and ``mol up`` run the same
+(``mol_platform.contract.engine_args``), so a cluster engine and ``mol up`` run the same
 command. The catalog token never appears in a manifest: it is read from the
 deployment's catalog Secret.
 """
@@ -50,8 +50,8 @@ from mol_operator.builders.common import (
     serialize,
     token_env,
 )
-from mol_platform.engine.args import PluginSettings, engine_args
-from mol_platform.router_config import profile_name
+from mol_platform.contract.engine_args import PluginSettings, engine_args
+from mol_platform.contract.router_config import profile_name
 
 MODEL_DIR = "/models"
 ADAPTER_CACHE_DIR = "/var/cache/mol-adapters"

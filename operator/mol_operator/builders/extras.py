@@ -19,7 +19,7 @@ from mol_operator.builders.common import (
     serialize,
 )
 from mol_operator.builders.engine import base_weights, engine_container
-from mol_platform.engine.args import HANDOFF_TOOL_CALL_PARSER
+from mol_platform.contract.engine_args import HANDOFF_TOOL_CALL_PARSER
 
 KSERVE_API_VERSION = "serving.kserve.io/v1alpha2"
 

@@ -1,7 +1,7 @@
 """The per-deployment router: ServiceAccount, Role/RoleBinding (EndpointSlices),
 ConfigMap with the ``RouterConfig``, Deployment and Service.
 
-The ConfigMap holds exactly what ``mol_platform.router_config.router_config_from_spec``
+The ConfigMap holds exactly what ``mol_platform.contract.router_config.router_config_from_spec``
 produces (plus the canary weights and pinned promotions the operator decided), so the
 router in a cluster reads the same file ``mol up`` writes.
 """
@@ -48,7 +48,7 @@ from mol_operator.builders.common import (
     serialize,
     token_env,
 )
-from mol_platform.router_config import (
+from mol_platform.contract.router_config import (
     DEFAULT_API_KEYS_FILE,
     EndpointSliceSelector,
     RouterConfig,

@@ -1,0 +1,1 @@
+"""``mol up``: the embedded default (catalog, engine, router) as supervised processes."""

@@ -1,0 +1,238 @@
+"""What ``mol up`` starts: the catalog, then (unless ``--catalog-only``) the demo
+adapters, a local vLLM engine with the resolver plugin, and the router.
+
+The engine's flags come from :func:`mol_platform.contract.engine_args.engine_args`, the
+builder the operator uses for container args; the router reads a ``RouterConfig``
+built by :func:`mol_platform.contract.router_config.router_config_from_spec`, as the
+operator renders it. Everything lives under the data dir (``.mol``), so a second
+``mol up`` reuses the catalog, the demo files and the adapter cache.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import secrets
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from mol_platform.apps.engine_launcher import CPU_DISTRIBUTION
+from mol_platform.apps.procs import tail
+from mol_platform.apps.up.supervisor import (
+    Service,
+    Supervisor,
+    UpError,
+    catalog_argv,
+    check_port_free,
+    is_loopback,
+    mol_argv,
+    say,
+)
+from mol_platform.contract.engine_args import PluginSettings, engine_args
+from mol_platform.contract.router_config import profile_name, router_config_from_spec
+from mol_platform.contract.spec import MoLDeployment
+
+DEFAULT_EXAMPLE = Path("deploy/examples/macaron-local.yaml")
+ENGINE_VENV_ENV = "MOL_ENGINE_VENV"
+ENGINE_HINT = ("build one with `make engine` (scripts/engine-venv.sh) and pass it with "
+               f"--engine-venv or {ENGINE_VENV_ENV}")
+
+
+@dataclass(frozen=True)
+class Ports:
+    catalog: int
+    engine: int
+    router: int
+
+
+@dataclass(frozen=True)
+class EngineInstall:
+    """Where vLLM runs: a Python with vLLM and mol-platform (the plugin) importable."""
+
+    python: Path
+    version: str  # e.g. "0.32.0"
+    cpu: bool
+
+
+def find_engine(venv: Path | None) -> EngineInstall:
+    """The engine venv (``--engine-venv``, ``$MOL_ENGINE_VENV``) or this Python if it has vLLM."""
+    configured = venv or (Path(os.environ[ENGINE_VENV_ENV])
+                          if os.environ.get(ENGINE_VENV_ENV) else None)
+    if configured is None:
+        if importlib.util.find_spec("vllm") is None:
+            raise UpError(f"no vLLM engine: this Python has no vLLM and no engine venv is set; "
+                          f"{ENGINE_HINT}")
+        python = Path(sys.executable)
+        site = [Path(p) for p in sys.path if p.endswith("site-packages")]
+    else:
+        python = configured / "bin" / "python"
+        if not python.is_file():
+            raise UpError(f"engine venv {configured} has no bin/python; {ENGINE_HINT}")
+        site = sorted(configured.glob("lib/python3*/site-packages"))
+    found: dict[str, str] = {}
+    for folder in site:
+        for dist in folder.glob("*.dist-info"):
+            name, _, version = dist.name.removesuffix(".dist-info").partition("-")
+            found[name.lower().replace("_", "-")] = version
+    found_version = found.get("vllm") or found.get(CPU_DISTRIBUTION)
+    if found_version is None:
+        raise UpError(f"{python} has no vLLM installed; {ENGINE_HINT}")
+    if "mol-platform" not in found:
+        raise UpError(f"{python} has vLLM but not mol-platform (the resolver plugin); "
+                      "install it there: `pip install --no-deps .` (scripts/engine-venv.sh "
+                      "does it)")
+    return EngineInstall(python, found_version.split("+")[0], "vllm" not in found)
+
+
+def load_spec(file: Path) -> MoLDeployment:
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise UpError(f"cannot read {file}: {exc.strerror}; pass a MoLDeployment with -f FILE "
+                      f"(the example is {DEFAULT_EXAMPLE} in the source tree)") from None
+    try:
+        return MoLDeployment.from_yaml(text)
+    except ValueError as exc:
+        raise UpError(f"{file} is not a valid MoLDeployment:\n{exc}") from None
+
+
+def admin_token(data_dir: Path) -> str:
+    """The local catalog's admin token, made once and kept (mode 0600) in the data dir."""
+    path = data_dir / "admin-token"
+    if path.is_file():
+        return path.read_text().strip()
+    token = "mol_" + secrets.token_urlsafe(32)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(token + "\n")
+    return token
+
+
+def start_catalog(sup: Supervisor, host: str, port: int, data_dir: Path) -> tuple[str, str | None]:
+    """Start the catalog; returns its URL and the admin token (None on loopback: no auth)."""
+    auth = not is_loopback(host)
+    token = admin_token(data_dir) if auth else None
+    connect = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+    url = f"http://{'[' + connect + ']' if ':' in connect else connect}:{port}"
+    env = {"MOL_CATALOG_ADMIN_TOKEN": token} if token else {}
+    sup.start(Service("catalog", catalog_argv(host, port, data_dir, auth=auth),
+                      f"{url}/healthz", env=env, log_path=data_dir / "logs" / "catalog.log"))
+    return url, token
+
+
+def catalog_banner(url: str, data_dir: Path, token: str | None) -> str:
+    auth = f" -H 'Authorization: Bearer {token}'" if token else ""
+    lines = [f"catalog   {url}  (SQLite {data_dir.resolve() / 'catalog.db'}, "
+             f"blobs {data_dir.resolve() / 'blobs'})",
+             f"          curl{auth} {url}/v1/adapters",
+             f"          MOL_CATALOG_URL={url} mol catalog ls",
+             f"          API docs: {url}/docs"]
+    if token:
+        lines.append(f"          admin token (kept in {data_dir / 'admin-token'}): {token}")
+    return "\n".join(lines)
+
+
+def start_catalog_only(sup: Supervisor, *, host: str, port: int, data_dir: Path,
+                       demo: bool) -> str:
+    check_port_free(host, port, "--catalog-port")
+    url, token = start_catalog(sup, host, port, data_dir)
+    lines = ["", "MoL Platform catalog is up (embedded default).", catalog_banner(url, data_dir,
+                                                                                  token)]
+    if demo:
+        from mol_platform.apps.up.seed import seed_demo
+
+        say("building and publishing the demo adapters ...")
+        seeded = seed_demo(url, data_dir / "demo", token=token)
+        lines.append(f"demo      base {seeded.base}, serving profile '{seeded.profile}'")
+        lines += [f"          {ref} -> v{v}" for ref, v in seeded.adapters.items()]
+    return "\n".join(lines)
+
+
+def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_dir: Path,
+                engine_venv: Path | None) -> str:
+    """Everything: catalog, demo adapters, engine with the plugin, router."""
+    from mol_platform.apps.up.seed import seed_demo
+
+    obj = load_spec(file)
+    engine = find_engine(engine_venv)
+    check_port_free(host, ports.catalog, "--catalog-port")
+    check_port_free("127.0.0.1", ports.engine, "--engine-port")
+    check_port_free(host, ports.router, "--router-port")
+    spec = obj.spec
+    url, token = start_catalog(sup, host, ports.catalog, data_dir)
+    profile = profile_name(obj.metadata.name, obj.metadata.namespace or "default")
+    say("building and publishing the demo adapters ...")
+    seeded = seed_demo(url, data_dir / "demo", token=token, profile=profile,
+                       max_lora_rank=spec.engine.max_lora_rank, max_loras=spec.engine.max_loras,
+                       engine=f"vllm=={engine.version}")
+    engine_url = f"http://127.0.0.1:{ports.engine}"
+    launch = engine_args(
+        spec, model=str(local_model(spec.base_model.uri, seeded.model_dir)),
+        host="127.0.0.1", port=ports.engine, cpu=engine.cpu,
+        plugin=PluginSettings(catalog_url=url, catalog_token=token, serving_profile=profile,
+                              cache_dir=str((data_dir / "adapter-cache").resolve())))
+    logs = data_dir / "logs"
+    engine_log = logs / "engine.log"
+    engine_log.write_bytes(b"")
+
+    def progress(elapsed: float) -> None:
+        last = tail(engine_log, 1).strip()[-100:]
+        say(f"engine starting ({elapsed:.0f}s; ~50 s on a laptop CPU): {last}")
+
+    sup.start(Service("engine", [str(engine.python), "-m", "mol_platform.apps.engine_launcher",
+                                 *launch.serve_args], f"{engine_url}/health",
+                      env=launch.env, log_path=engine_log), timeout=600, progress=progress)
+    weights = {e.name: float(e.canary.steps[0]) for e in spec.experts if e.canary is not None}
+    config = router_config_from_spec(obj, endpoints=[engine_url], catalog_url=url,
+                                     canary_weights=weights)
+    config_path = data_dir / "router.yaml"
+    config_path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True,
+                                                            exclude_none=True), sort_keys=False))
+    router_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{ports.router}"
+    env = {"MOL_CATALOG_TOKEN": token} if token else {}
+    sup.start(Service("router", mol_argv("router", "serve", "--config", str(config_path),
+                                         "--host", host, "--port", str(ports.router)),
+                      f"{router_url}/healthz", env=env, log_path=logs / "router.log"))
+    return stack_banner(obj, router_url, engine_url, url, data_dir, token, seeded.adapters)
+
+
+def local_model(uri: str, demo_base: Path) -> Path:
+    """The weights folder: the spec's local path, else the demo model mol up built."""
+    path = Path(uri.removeprefix("file://"))
+    if (path / "config.json").is_file():
+        return path.resolve()
+    if "://" in uri and not uri.startswith("file://"):
+        raise UpError(f"baseModel.uri {uri!r}: mol up serves local weights; use a folder path")
+    return demo_base
+
+
+def curl_examples(router_url: str, deployment: str) -> list[str]:
+    def body(extra: dict[str, object]) -> str:
+        return json.dumps({"model": deployment, **extra,
+                           "messages": [{"role": "user", "content": "Write a haiku about code"}],
+                           "max_tokens": 32})
+
+    post = (f"curl -s {router_url}/v1/chat/completions -H 'content-type: application/json' "
+            "-d '{}'")
+    return [post.format(body({"router": "coding"})), post.format(body({}))]
+
+
+def stack_banner(obj: MoLDeployment, router_url: str, engine_url: str, catalog_url: str,
+                 data_dir: Path, token: str | None, adapters: dict[str, int]) -> str:
+    experts = ", ".join(e.name for e in obj.spec.experts)
+    forced, automatic = curl_examples(router_url, obj.metadata.name)
+    lines = ["", f"MoL Platform is up: {obj.metadata.name} (experts {experts})",
+             f"endpoint  {router_url}/v1  (OpenAI API; model '{obj.metadata.name}' or 'auto')",
+             "          # the coding expert, named by the request:",
+             f"          {forced}",
+             f"          # the router expert picks ({obj.spec.router.mode} mode):",
+             f"          {automatic}",
+             f"engine    {engine_url}  (vLLM; log {data_dir / 'logs' / 'engine.log'})",
+             f"router    config {data_dir / 'router.yaml'}, log {data_dir / 'logs' / 'router.log'}",
+             catalog_banner(catalog_url, data_dir, token)]
+    lines += [f"          {ref} -> v{v}" for ref, v in adapters.items()]
+    return "\n".join(lines)

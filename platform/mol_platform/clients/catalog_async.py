@@ -1,0 +1,161 @@
+"""The catalog client for long-running async processes: router, operator, the vLLM plugin.
+
+Same calls, request shapes and errors as :class:`mol_platform.clients.catalog.CatalogClient`
+(whose module builds the requests both send); see docs/client.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from mol_platform.clients.catalog import (  # the request shapes both clients share
+    IDEMPOTENT,
+    CatalogError,
+    ClientSettings,
+    _absolute_files,
+    _alias_path,
+    _auth_headers,
+    _download_request,
+    _error_from,
+    _profile_body,
+    _q,
+    _resolve_call,
+    _token_body,
+    join_url,
+    typed,
+)
+from mol_platform.contract import catalog_models as m
+
+
+class AsyncCatalogClient:
+    """Async client for long-running processes (router, operator, the vLLM plugin).
+
+    Same errors and request shapes as :class:`CatalogClient`; use it as an async context
+    manager or call :meth:`aclose`. Not for the proxy's hot path: callers cache answers.
+    """
+
+    def __init__(self, url: str | None = None, token: str | None = None, *,
+                 timeout: float = 10.0, max_connections: int = 16,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        """``max_connections``: calls in flight at once; more wait their turn here.
+
+        httpx's pool scans every connection (and, for each idle one, every connection
+        again) whenever it places or finishes a request, so a pool with many connections
+        or a long queue costs more CPU than the calls: an operator with a thousand
+        deployments spent a third of its time there. Waiting in a semaphore costs nothing.
+        """
+        settings = ClientSettings()
+        self.url = (url or settings.url).rstrip("/")
+        token = token if token is not None else settings.token
+        self._slots = asyncio.Semaphore(max_connections)
+        self._http = httpx.AsyncClient(
+            base_url=self.url, headers=_auth_headers(token), transport=transport,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
+            limits=httpx.Limits(max_connections=max_connections,
+                                max_keepalive_connections=max_connections))
+
+    async def __aenter__(self) -> AsyncCatalogClient:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def absolute_url(self, url: str) -> str:
+        """A download URL as the catalog gave it (absolute, or relative to the catalog)."""
+        return join_url(self.url, url)
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> httpx.Response:
+        """One call; raises CatalogError on a non-2xx answer or a transport failure."""
+        try:
+            async with self._slots:
+                try:
+                    response = await self._http.request(method, path, **kwargs)
+                except httpx.RemoteProtocolError:
+                    if method not in IDEMPOTENT:
+                        raise
+                    response = await self._http.request(method, path, **kwargs)
+        except httpx.TransportError as exc:
+            raise CatalogError(0, "ConnectionError",
+                               f"cannot reach the catalog at {self.url}: {exc}") from None
+        if response.is_error:
+            raise _error_from(response)
+        return response
+
+    async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
+        response = await self.request(method, path, **kwargs)
+        return response.json() if response.content else None
+
+    async def resolve(self, ref: str, profile: str | None = None) -> m.Resolved:
+        """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict."""
+        path, params = _resolve_call(ref, profile)
+        return _absolute_files(typed(m.Resolved, await self._json("GET", path, params=params)),
+                               self.url)
+
+    async def events(self, after: int = 0, limit: int = 100) -> m.EventPage:
+        """One page of the change feed: ``items`` after ``after``, and ``last``."""
+        return typed(m.EventPage, await self._json("GET", "/v1/events",
+                                                   params={"after": after, "limit": limit}))
+
+    async def get_base(self, name: str) -> m.BaseDetail:
+        return typed(m.BaseDetail, await self._json("GET", f"/v1/base-models/{_q(name)}"))
+
+    async def set_profile(self, name: str, *, base_model: str, max_lora_rank: int,
+                          max_loras: int, engine: str | None = None,
+                          supported_modules: Sequence[str] | None = None) -> m.Profile:
+        """Declare or change a serving profile."""
+        body = _profile_body(base_model, max_lora_rank, max_loras, engine, supported_modules)
+        return typed(m.Profile, await self._json("PUT", f"/v1/serving-profiles/{_q(name)}",
+                                                 json=body))
+
+    async def set_alias(self, adapter: str, alias: str, version: int) -> m.AliasSet:
+        """Point ``alias`` at ``version`` (``previous``: where it pointed before)."""
+        return typed(m.AliasSet, await self._json("PUT", _alias_path(adapter, alias),
+                                                  json={"version": int(version)}))
+
+    async def create_token(self, name: str, scopes: Sequence[str]) -> m.TokenCreated:
+        """Create a token; the answer's ``token`` is shown only this once."""
+        return typed(m.TokenCreated, await self._json("POST", "/v1/tokens",
+                                                      json=_token_body(name, scopes)))
+
+    async def list_tokens(self) -> list[m.TokenInfo]:
+        return typed(m.TokenList, await self._json("GET", "/v1/tokens")).items
+
+    async def revoke_token(self, token_id: str) -> None:
+        await self.request("DELETE", f"/v1/tokens/{_q(str(token_id))}")
+
+    async def download(self, url: str, dest: Path, *, chunk: int = 1 << 20) -> str:
+        """Stream one file to ``dest`` (absolute or catalog-relative URL); its sha256 hex.
+
+        The caller verifies the digest and moves the file into place: ``dest`` may hold
+        a partial file when this raises.
+        """
+        digest = hashlib.sha256()
+        request = _download_request(self._http, self.url, url)
+        try:
+            async with self._slots:
+                response = await self._http.send(request, stream=True)
+                try:
+                    if response.is_error:
+                        await response.aread()
+                        raise _error_from(response)
+                    with dest.open("wb") as out:
+                        async for block in response.aiter_bytes(chunk):
+                            digest.update(block)
+                            out.write(block)
+                finally:
+                    await response.aclose()
+        except httpx.TransportError as exc:
+            raise CatalogError(0, "ConnectionError",
+                               f"cannot download {url} from {self.url}: {exc}") from None
+        return digest.hexdigest()

@@ -1,0 +1,171 @@
+"""The vLLM engine-args builder: a ``MoLDeploymentSpec`` -> vLLM flags and environment.
+
+Pure functions, shared by the operator's Deployment builder, ``mol up`` and the test
+engine, so a flag means the same thing in a cluster and on a laptop. ``extraArgs``
+come last: vLLM's argument parser keeps the last occurrence of a flag, so a user's
+extra argument wins over a derived one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from mol_platform.contract.spec import ALLOWED_MAX_LORA_RANKS, MoLDeploymentSpec
+
+# The tool-call parser vLLM needs for the router's `handoff` tool.
+HANDOFF_TOOL_CALL_PARSER = "hermes"
+# KV-cache size (GiB) a CPU engine reserves unless told otherwise.
+DEFAULT_CPU_KVCACHE_GIB = 1
+
+
+@dataclass(frozen=True)
+class PluginSettings:
+    """Settings of the MoL resolver plugin inside the engine (env ``MOL_*``).
+
+    ``plugins`` sets ``VLLM_PLUGINS`` (which entry points of the ``vllm.*_plugins``
+    groups load): None leaves it unset (all load), an empty tuple loads none.
+    """
+
+    catalog_url: str | None = None
+    catalog_token: str | None = None
+    serving_profile: str | None = None
+    cache_dir: str | None = None
+    cache_bytes: int | None = None
+    plugins: tuple[str, ...] | None = None
+
+    def env(self) -> dict[str, str]:
+        if self.cache_bytes is not None and self.cache_bytes <= 0:
+            raise ValueError(f"adapter cache size must be positive bytes, got {self.cache_bytes}")
+        if self.plugins is not None:
+            bad = [p for p in self.plugins if not p or "," in p]
+            if bad:
+                raise ValueError(f"plugin names must be non-empty and contain no ',': {bad}")
+        values = {
+            "MOL_CATALOG_URL": self.catalog_url,
+            "MOL_CATALOG_TOKEN": self.catalog_token,
+            "MOL_SERVING_PROFILE": self.serving_profile,
+            "MOL_ADAPTER_CACHE_DIR": self.cache_dir,
+            "MOL_ADAPTER_CACHE_BYTES": None if self.cache_bytes is None else str(self.cache_bytes),
+            "VLLM_PLUGINS": None if self.plugins is None else ",".join(self.plugins),
+        }
+        return {k: v for k, v in values.items() if v is not None}
+
+
+@dataclass(frozen=True)
+class EngineLaunch:
+    """What to run: ``vllm serve MODEL *flags`` with ``env`` added to the environment."""
+
+    model: str
+    flags: list[str]
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def serve_args(self) -> list[str]:
+        """Arguments after the ``vllm`` executable (or after the launcher module)."""
+        return ["serve", self.model, *self.flags]
+
+
+def lora_flags(
+    *,
+    max_loras: int,
+    max_lora_rank: int,
+    max_cpu_loras: int | None = None,
+    lora_modules: Mapping[str, str] | None = None,
+) -> list[str]:
+    """The flags that turn LoRA serving on; ``lora_modules`` are preloaded name=path pairs."""
+    if max_loras < 1:
+        raise ValueError(f"max_loras must be at least 1, got {max_loras}")
+    if max_lora_rank not in ALLOWED_MAX_LORA_RANKS:
+        allowed = ", ".join(str(r) for r in ALLOWED_MAX_LORA_RANKS)
+        raise ValueError(f"max_lora_rank {max_lora_rank} is not supported by vLLM; use {allowed}")
+    if max_cpu_loras is not None and max_cpu_loras < max_loras:
+        raise ValueError(f"max_cpu_loras ({max_cpu_loras}) must be >= max_loras ({max_loras})")
+    flags = ["--enable-lora", "--max-loras", str(max_loras), "--max-lora-rank", str(max_lora_rank)]
+    if max_cpu_loras is not None:
+        flags += ["--max-cpu-loras", str(max_cpu_loras)]
+    if lora_modules:
+        flags.append("--lora-modules")
+        for name, path in lora_modules.items():
+            if not name or "=" in name or " " in name:
+                raise ValueError(f"invalid LoRA module name {name!r}")
+            flags.append(f"{name}={path}")
+    return flags
+
+
+def runtime_env() -> dict[str, str]:
+    """Env every MoL engine gets: adapters load and unload at runtime (and via plugins)."""
+    return {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True"}
+
+
+def cpu_env(kvcache_gib: int = DEFAULT_CPU_KVCACHE_GIB) -> dict[str, str]:
+    """Env for vLLM's CPU build: KV cache size, all cores, offline, no usage stats."""
+    if kvcache_gib < 1:
+        raise ValueError(f"CPU KV cache must be at least 1 GiB, got {kvcache_gib}")
+    return {
+        "VLLM_CPU_KVCACHE_SPACE": str(kvcache_gib),
+        "VLLM_CPU_NUM_OF_RESERVED_CPU": "0",
+        "HF_HUB_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+    }
+
+
+def engine_args(
+    spec: MoLDeploymentSpec,
+    *,
+    model: str | None = None,
+    served_model_name: str | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    plugin: PluginSettings | None = None,
+    cpu: bool = False,
+    cpu_kvcache_gib: int = DEFAULT_CPU_KVCACHE_GIB,
+    lora_modules: Mapping[str, str] | None = None,
+    extra_env: Mapping[str, str] | None = None,
+) -> EngineLaunch:
+    """Derive the engine command line and env from a deployment spec.
+
+    ``model`` is where the engine reads weights (default ``baseModel.uri``; the
+    operator passes the local path it mounted); ``served_model_name`` defaults to
+    ``baseModel.name``. ``cpu=True`` is vLLM's CPU build (``mol up``, tests).
+    """
+    eng = spec.engine
+    flags: list[str] = ["--served-model-name", served_model_name or spec.base_model.name]
+    if host is not None:
+        flags += ["--host", host]
+    if port is not None:
+        if not 0 < port < 65536:
+            raise ValueError(f"port must be in 1..65535, got {port}")
+        flags += ["--port", str(port)]
+    flags += lora_flags(
+        max_loras=eng.max_loras,
+        max_lora_rank=eng.max_lora_rank,
+        max_cpu_loras=eng.max_cpu_loras,
+        lora_modules=lora_modules,
+    )
+    if eng.max_model_len is not None:
+        flags += ["--max-model-len", str(eng.max_model_len)]
+    flags += [
+        "--tensor-parallel-size",
+        str(eng.tensor_parallel_size),
+        "--gpu-memory-utilization",
+        str(eng.gpu_memory_utilization),
+    ]
+    if spec.router.handoff.enabled:
+        flags += ["--enable-auto-tool-choice", "--tool-call-parser", HANDOFF_TOOL_CALL_PARSER]
+    env = runtime_env()
+    if cpu:
+        flags += ["--dtype", "float32"]
+        env.update(cpu_env(cpu_kvcache_gib))
+    if plugin is not None:
+        env.update(plugin.env())
+    if extra_env:
+        env.update(extra_env)
+    flags += list(eng.extra_args)
+    return EngineLaunch(model=model or spec.base_model.uri, flags=flags, env=env)
+
+
+def format_env(env: Mapping[str, str], keys: Sequence[str] | None = None) -> str:
+    """``K=V K=V`` for logs and docs; secrets (``*TOKEN*``) are masked."""
+    items = env.items() if keys is None else ((k, env[k]) for k in keys if k in env)
+    return " ".join(f"{k}={'***' if 'TOKEN' in k else v}" for k, v in items)

@@ -1,0 +1,241 @@
+"""``RouterConfig``: the file the router reads (and hot-reloads).
+
+The operator renders it into the router's ConfigMap; ``mol up`` writes it locally.
+It is derived from a ``MoLDeployment`` by :func:`router_config_from_spec` so both
+paths produce the same file. Secrets never go into it: the catalog token and the API
+keys live in files (mounted Secrets) that the config names, and the router re-reads
+them whenever it reloads. :class:`ApiKeysFile` is the format of the API keys file.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from mol_platform.contract.refs import check_name
+from mol_platform.contract.spec import AdapterRefStr, MoLDeployment
+
+# Where the operator mounts the Secret named by ``spec.router.apiKeys.secretRef``; the
+# Secret holds the API keys file under the key ``keys.yaml``.
+API_KEYS_SECRET_KEY = "keys.yaml"
+DEFAULT_API_KEYS_FILE = f"/etc/mol/api-keys/{API_KEYS_SECRET_KEY}"
+DEFAULT_BODY_LIMIT = 4 * 1024 * 1024  # 4 MiB: long chat histories fit, floods do not
+DEFAULT_POLICY = "mol-affinity"  # mol_router.policy.DEFAULT_POLICY
+_SHA256_RE = re.compile(r"[0-9a-f]{64}")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True
+    )
+
+
+class RouterCanary(_Model):
+    adapter: AdapterRefStr
+    weight: float = Field(default=0.0, ge=0.0, le=100.0)  # percent of the expert's traffic
+
+
+class RouterExpert(_Model):
+    name: str
+    adapter: AdapterRefStr
+    description: str = ""
+    canary: RouterCanary | None = None
+
+
+class EndpointSliceSelector(_Model):
+    namespace: str
+    service_name: str
+    port_name: str = "http"
+
+
+class RouterTimeouts(_Model):
+    """Seconds. ``upstream`` bounds a whole upstream request (streams included);
+    ``headerRead``/``bodyRead`` bound how long a client may take to send its request."""
+
+    classifier: float = Field(default=2.0, gt=0, le=60)
+    connect: float = Field(default=2.0, gt=0, le=60)
+    upstream: float = Field(default=600.0, gt=0, le=86400)
+    header_read: float = Field(default=10.0, gt=0, le=600)
+    body_read: float = Field(default=30.0, gt=0, le=600)
+    queue: float = Field(default=30.0, ge=0, le=3600)  # wait for a ready engine, then 503
+
+
+class RouterConfig(_Model):
+    deployment: str
+    namespace: str = "default"
+    profile: str
+    catalog_url: str | None = None
+    experts: list[RouterExpert] = Field(min_length=1)
+    mode: Literal["auto", "explicit"] = "explicit"
+    classifier: str | None = None
+    default: str
+    handoff_enabled: bool = False
+    handoff_max_hops: int = Field(default=2, ge=1)
+    adapter_namespaces: list[str] = Field(default_factory=list)
+    endpoints: list[str] = Field(default_factory=list)  # static engine base URLs
+    endpoint_slice: EndpointSliceSelector | None = None
+    base_model: str = ""  # the engine's served model name
+    catalog_token_file: str | None = None  # else env MOL_CATALOG_TOKEN
+    api_keys_file: str | None = None  # an ApiKeysFile; when set, every request needs a key
+    timeouts: RouterTimeouts = Field(default_factory=RouterTimeouts)
+    body_limit_bytes: int = Field(default=DEFAULT_BODY_LIMIT, ge=1024, le=1 << 30)
+    queue_limit: int = Field(default=1024, ge=0, le=1_000_000)  # requests waiting for engines
+    max_attempts: int = Field(default=3, ge=1, le=10)  # upstream tries before the first byte
+    policy: str = DEFAULT_POLICY
+    policy_knobs: dict[str, Any] = Field(default_factory=dict)
+    scrape_interval_seconds: float = Field(default=1.0, gt=0, le=60)
+    eject_after_failures: int = Field(default=3, ge=1, le=100)
+    readmit_after_seconds: float = Field(default=10.0, gt=0, le=3600)
+
+    @model_validator(mode="after")
+    def _check(self) -> RouterConfig:
+        names = {e.name for e in self.experts}
+        if self.default not in names:
+            raise ValueError(f"default {self.default!r} is not an expert")
+        if self.classifier is not None and self.classifier not in names:
+            raise ValueError(f"classifier {self.classifier!r} is not an expert")
+        if not self.endpoints and self.endpoint_slice is None:
+            raise ValueError("set endpoints or endpointSlice: the router needs engines")
+        if len(names) != len(self.experts):
+            raise ValueError("expert names must be unique")
+        for ns in self.adapter_namespaces:
+            check_name(ns, "adapter namespace")
+        return self
+
+    def expert(self, name: str) -> RouterExpert | None:
+        for e in self.experts:
+            if e.name == name:
+                return e
+        return None
+
+
+class ApiKey(_Model):
+    """One client key: who it is (the ``tenant`` metric label), which catalog
+    namespaces it may call adapters from by name (``"*"``: any of the deployment's
+    ``adapterNamespaces``), and its limits (``None``: unlimited). Give the key itself
+    or its sha256 hex digest, not both."""
+
+    tenant: str
+    key: str | None = Field(default=None, min_length=16, max_length=512)
+    key_sha256: str | None = None
+    namespaces: list[str] = Field(default_factory=lambda: ["*"])
+    requests_per_minute: int | None = Field(default=None, ge=1, le=10_000_000)
+    tokens_per_minute: int | None = Field(default=None, ge=1, le=10_000_000_000)
+
+    @field_validator("tenant")
+    @classmethod
+    def _tenant(cls, v: str) -> str:
+        return check_name(v, "tenant")
+
+    @field_validator("key_sha256")
+    @classmethod
+    def _digest(cls, v: str | None) -> str | None:
+        if v is not None and not _SHA256_RE.fullmatch(v):
+            raise ValueError("keySha256 must be 64 lowercase hex digits")
+        return v
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces(cls, v: list[str]) -> list[str]:
+        for ns in v:
+            if ns != "*":
+                check_name(ns, "namespace")
+        return v
+
+    @model_validator(mode="after")
+    def _one_key(self) -> ApiKey:
+        if (self.key is None) == (self.key_sha256 is None):
+            raise ValueError(f"tenant {self.tenant!r}: set exactly one of key and keySha256")
+        return self
+
+
+class ApiKeysFile(_Model):
+    """The API keys file (YAML or JSON), the ``keys.yaml`` entry of the Secret named by
+    ``spec.router.apiKeys.secretRef``."""
+
+    keys: list[ApiKey] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _unique(self) -> ApiKeysFile:
+        seen: set[str] = set()
+        for k in self.keys:
+            ident = k.key_sha256 or k.key or ""
+            if ident in seen:
+                raise ValueError(f"tenant {k.tenant!r}: the same key appears twice")
+            seen.add(ident)
+        return self
+
+    @classmethod
+    def load(cls, path: str | Path) -> ApiKeysFile:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        return cls.model_validate(data if data is not None else {})
+
+
+def load_router_config(path: str | Path) -> RouterConfig:
+    """Read and validate a RouterConfig file (YAML or JSON)."""
+    data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping at the top level")
+    return RouterConfig.model_validate(data)
+
+
+def profile_name(deployment: str, namespace: str = "default") -> str:
+    """The serving profile a deployment declares in the catalog."""
+    return f"{namespace}.{deployment}"
+
+
+def router_config_from_spec(
+    obj: MoLDeployment,
+    *,
+    endpoints: list[str] | None = None,
+    endpoint_slice: EndpointSliceSelector | None = None,
+    catalog_url: str | None = None,
+    canary_weights: dict[str, float] | None = None,
+    catalog_token_file: str | None = None,
+    api_keys_file: str | None = None,
+    **overrides: Any,
+) -> RouterConfig:
+    """The router's config for a deployment. ``api_keys_file`` defaults to
+    :data:`DEFAULT_API_KEYS_FILE` when the spec sets ``router.apiKeys``; ``overrides``
+    set any other RouterConfig field (timeouts, policy, limits) by its Python name."""
+    spec = obj.spec
+    ns = obj.metadata.namespace or "default"
+    weights = canary_weights or {}
+    experts = [
+        RouterExpert(
+            name=e.name,
+            adapter=e.adapter,
+            description=e.description,
+            canary=(
+                RouterCanary(adapter=e.canary.adapter, weight=weights.get(e.name, 0.0))
+                if e.canary is not None
+                else None
+            ),
+        )
+        for e in spec.experts
+    ]
+    return RouterConfig(
+        deployment=obj.metadata.name,
+        namespace=ns,
+        profile=profile_name(obj.metadata.name, ns),
+        catalog_url=catalog_url,
+        experts=experts,
+        mode=spec.router.mode,
+        classifier=spec.router.classifier.expert if spec.router.classifier else None,
+        default=spec.default_expert,
+        handoff_enabled=spec.router.handoff.enabled,
+        handoff_max_hops=spec.router.handoff.max_hops,
+        adapter_namespaces=list(spec.adapter_namespaces),
+        endpoints=list(endpoints or []),
+        endpoint_slice=endpoint_slice,
+        base_model=spec.base_model.name,
+        catalog_token_file=catalog_token_file,
+        api_keys_file=api_keys_file or (
+            DEFAULT_API_KEYS_FILE if spec.router.api_keys is not None else None),
+        **overrides,
+    )
