@@ -51,7 +51,7 @@ class Engine:
 
 def repo_root() -> Path | None:
     """The source checkout this module runs from, if it is one (editable install)."""
-    root = Path(__file__).resolve().parents[3]
+    root = Path(__file__).resolve().parents[2]
     return root if (root / "scripts" / "engine-venv.sh").is_file() else None
 
 

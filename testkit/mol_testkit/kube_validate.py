@@ -22,7 +22,7 @@ import jsonschema
 import kubernetes_validate
 import yaml
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
+REPO_ROOT = Path(__file__).resolve().parents[2]
 SHARED_CRDS = REPO_ROOT.parent / "shared" / "schemas" / "crds"
 CHART_CRDS = REPO_ROOT / "charts" / "mol-platform" / "files" / "crds"
 
