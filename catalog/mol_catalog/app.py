@@ -13,13 +13,14 @@ from fastapi.telemetry import TelemetryConfig
 from starlette.responses import Response
 from starlette.types import ASGIApp
 
-from mol_catalog import leftovers, openapi
+from mol_catalog import openapi
 from mol_catalog.adapters.endpoints import lean_routes as adapters_routes
 from mol_catalog.adapters.endpoints import router as adapters_router
 from mol_catalog.adapters.sample import NameSample
 from mol_catalog.admin.endpoints import router as admin_router
 from mol_catalog.base_models.endpoints import router as base_models_router
-from mol_catalog.blobs import open_blob_store
+from mol_catalog.blobs import leftovers
+from mol_catalog.blobs.store import open_blob_store
 from mol_catalog.db import Database
 from mol_catalog.db_urls import Timeouts
 from mol_catalog.deps import Catalog, get_catalog

@@ -15,7 +15,7 @@ from mol_catalog.auth import (
     matches_admin_token,
 )
 from mol_catalog.auth import token_hash as hash_token
-from mol_catalog.blobs import BlobStore
+from mol_catalog.blobs.store import BlobStore
 from mol_catalog.db import Database
 from mol_catalog.errors import Unauthorized
 from mol_catalog.metrics import CatalogMetrics

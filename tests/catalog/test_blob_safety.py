@@ -90,7 +90,7 @@ async def test_publish_stores_a_referenced_blob_gone_from_the_store(
     assert (await client.post("/v1/adapters/acme/a/versions",
                               files=model.files(pair))).status_code == 201
     weights = digest_of(pair[1])
-    from mol_catalog.blobs import open_blob_store
+    from mol_catalog.blobs.store import open_blob_store
 
     blobs = open_blob_store(store["blob_url"], store.get("s3_endpoint_url"))
     await blobs.delete(weights)

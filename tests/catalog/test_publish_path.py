@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from mol_catalog.adapters import uploads
-from mol_catalog.blobs import S3BlobStore, open_blob_store
+from mol_catalog.blobs.store import S3BlobStore, open_blob_store
 
 
 def digest_of(data: bytes) -> str:

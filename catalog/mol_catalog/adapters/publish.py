@@ -24,7 +24,7 @@ from mol_catalog.adapters.uploads import (
     Upload,
 )
 from mol_catalog.base_models import service as base_service
-from mol_catalog.blob_gc import BlobsGone
+from mol_catalog.blobs.orphans import BlobsGone
 from mol_catalog.db import Database
 from mol_catalog.deps import Catalog
 from mol_catalog.errors import BadRequest, Incompatible, InvalidFile
@@ -126,7 +126,7 @@ def _read_header(weights: StoredFile) -> dict[str, TensorInfo]:
 async def _store_blobs(catalog: Catalog, upload: Upload,
                        base_model_id: int) -> publish_sql.Precheck:
     """Make sure every file of the upload is in the store, concurrently; returns what was
-    read before: the newest blob deletion id (see blob_gc) and the base's profiles.
+    read before: the newest blob deletion id (see blobs.orphans) and the base's profiles.
 
     A blob a stored version references is only checked (a HEAD or a stat: cheaper than
     a write-once PUT answered 412, for the config file many adapters share) and written

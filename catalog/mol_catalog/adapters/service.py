@@ -6,12 +6,12 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from mol_catalog import blob_gc
 from mol_catalog.adapters import publish_sql as sql
 from mol_catalog.adapters import repository as repo
 from mol_catalog.adapters.repository import AdapterRow, VersionRow
 from mol_catalog.adapters.schemas import PublishRequest
 from mol_catalog.base_models import repository as base_repo
+from mol_catalog.blobs import orphans
 from mol_catalog.db import ReadConn, UnitOfWork
 from mol_catalog.errors import BadRequest, Conflict, NotFound
 from mol_catalog.models import utcnow
@@ -68,7 +68,7 @@ async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[Prof
         return {**body, "applied": applied, "changed": changed}, False
     # A new version references the blobs: none may have been removed by gc since the
     # publish stored them, and none may be until this commits.
-    await blob_gc.guard(uow, req.upload.digests(), req.blobs_after)
+    await orphans.guard(uow, req.upload.digests(), req.blobs_after)
     count = found.version_count if found is not None else 0
     if req.parent is not None and not 1 <= req.parent <= count:
         raise BadRequest(f"parent version {req.parent} does not exist in {req.full_name!r}")

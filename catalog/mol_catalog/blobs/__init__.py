@@ -1,0 +1,1 @@
+"""Blobs: the content-addressed store, presigned URLs, references, gc, verify, leftovers."""
