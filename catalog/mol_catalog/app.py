@@ -16,7 +16,7 @@ from starlette.types import ASGIApp
 from mol_catalog import openapi
 from mol_catalog.adapters.endpoints import lean_routes as adapters_routes
 from mol_catalog.adapters.endpoints import router as adapters_router
-from mol_catalog.adapters.sample import NameSample
+from mol_catalog.adapters.name_sample import NameSample
 from mol_catalog.admin.endpoints import router as admin_router
 from mol_catalog.base_models.endpoints import router as base_models_router
 from mol_catalog.blobs import leftovers

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
-from mol_catalog.adapters.sample import NameSample
+from mol_catalog.adapters.name_sample import NameSample
 from mol_catalog.auth import (
     ANONYMOUS_ADMIN,
     Principal,

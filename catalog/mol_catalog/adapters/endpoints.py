@@ -26,7 +26,7 @@ from mol_catalog.adapters.schemas import (
 from mol_catalog.adapters.uploads import FIELDS, FILE_PARTS, receive_upload
 from mol_catalog.auth import Principal
 from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
-from mol_catalog.errors import CatalogError, ValidationFailed, json_bytes, json_response
+from mol_catalog.errors import ApiError, ValidationFailed, json_bytes, json_response
 from mol_catalog.openapi import LeanRoute, query
 from mol_catalog.util import (
     checked,
@@ -71,7 +71,7 @@ async def publish_version(ns: str, name: str, request: Request, catalog: Catalog
             body, created = await pipeline.publish(catalog, ns, name, upload, who.name)
         finally:
             upload.cleanup()
-    except CatalogError as exc:
+    except ApiError as exc:
         result = {413: "too_large", 422: "incompatible"}.get(exc.status, "invalid")
         catalog.metrics.publishes.labels(result).inc()
         raise

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mol_catalog import shared_docs
-from mol_catalog.adapters import publish_sql, service
+from mol_catalog.adapters import service, writes
 from mol_catalog.adapters.schemas import PublishRequest
 from mol_catalog.adapters.uploads import (
     CONFIG_FILE,
@@ -99,7 +99,7 @@ class _Base:
 # content under the same name@revision is refused), so it is safe to keep.
 _BASES: weakref.WeakKeyDictionary[Database, dict[str, _Base]] = weakref.WeakKeyDictionary()
 MAX_CACHED_BASES = 1024
-# namespace -> id, per database (filled by publish_sql.namespace_id).
+# namespace -> id, per database (filled by writes.namespace_id).
 _NAMESPACES: weakref.WeakKeyDictionary[Database, dict[str, int]] = weakref.WeakKeyDictionary()
 
 
@@ -124,7 +124,7 @@ def _read_header(weights: StoredFile) -> dict[str, TensorInfo]:
 
 
 async def _store_blobs(catalog: Catalog, upload: Upload,
-                       base_model_id: int) -> publish_sql.Precheck:
+                       base_model_id: int) -> writes.Precheck:
     """Make sure every file of the upload is in the store, concurrently; returns what was
     read before: the newest blob deletion id (see blobs.orphans) and the base's profiles.
 
@@ -134,7 +134,7 @@ async def _store_blobs(catalog: Catalog, upload: Upload,
     publish leaves its blobs present.
     """
     async with catalog.db.read() as conn:
-        pre = await publish_sql.precheck(conn, upload.digests(), base_model_id)
+        pre = await writes.precheck(conn, upload.digests(), base_model_id)
     await _put(catalog, upload, set(upload.digests()), pre.referenced)
     return pre
 
