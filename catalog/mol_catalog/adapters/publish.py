@@ -8,9 +8,6 @@ that gc removes after its grace period; a version row never points at a missing 
 from __future__ import annotations
 
 import asyncio
-import weakref
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from mol_catalog import shared_docs
@@ -24,8 +21,8 @@ from mol_catalog.adapters.uploads import (
     Upload,
 )
 from mol_catalog.base_models import service as base_service
+from mol_catalog.base_models.service import KnownBase
 from mol_catalog.blobs.orphans import BlobsGone
-from mol_catalog.db import Database
 from mol_catalog.deps import Catalog
 from mol_catalog.errors import BadRequest, Incompatible, InvalidFile
 from mol_catalog.util import (
@@ -37,7 +34,7 @@ from mol_catalog.util import (
     version_number,
 )
 from mol_platform.contract import refs
-from mol_platform.contract.compat import AdapterConfigError, AdapterInfo, BaseShapes, check_base
+from mol_platform.contract.compat import AdapterConfigError, AdapterInfo, check_base
 from mol_platform.contract.safetensors_header import (
     HeaderError,
     TensorInfo,
@@ -88,29 +85,17 @@ def _default_base(info: AdapterInfo) -> str:
     return ref.rstrip("/").rsplit("/", 1)[-1].lower()
 
 
-@dataclass(frozen=True)
-class _Base:
-    id: int
-    ref: str  # name@revision
-    shapes: BaseShapes
+MAX_CACHED_BASES = 1024  # bounds Catalog.bases
 
 
-# name@revision -> base, per database: a registered revision never changes (other
-# content under the same name@revision is refused), so it is safe to keep.
-_BASES: weakref.WeakKeyDictionary[Database, dict[str, _Base]] = weakref.WeakKeyDictionary()
-MAX_CACHED_BASES = 1024
-# namespace -> id, per database (filled by writes.namespace_id).
-_NAMESPACES: weakref.WeakKeyDictionary[Database, dict[str, int]] = weakref.WeakKeyDictionary()
-
-
-async def _find_base(catalog: Catalog, ref: str) -> _Base:
-    cache = _BASES.setdefault(catalog.db, {})
+async def _find_base(catalog: Catalog, ref: str) -> KnownBase:
+    cache = catalog.bases
     hit = cache.get(ref)
     if hit is not None:
         return hit
     async with catalog.db.read() as conn:
         row = await base_service.find(conn, ref)
-    base = _Base(row.id, row.ref, base_service.shapes_of(row))
+    base = KnownBase(row.id, row.ref, base_service.shapes_of(row))
     if "@" in ref and len(cache) < MAX_CACHED_BASES:  # a bare name means "newest": not kept
         cache[ref] = base
     return base
@@ -164,11 +149,6 @@ async def _store_docs(catalog: Catalog, config: dict[str, Any],
     return config_digest, tensors_digest
 
 
-# Runs between storing the blobs and the transaction that references them; tests set it
-# to interleave a gc there (on Postgres they hold the adapter's row lock instead).
-after_store: Callable[[], Awaitable[None]] | None = None
-
-
 async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
                   created_by: str | None) -> tuple[dict[str, Any], bool]:
     """Check, store blobs, insert the version; returns (body, created)."""
@@ -199,9 +179,8 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
     pre = await _store_blobs(catalog, upload, base.id)
     tensors = header_shapes(header)
     digests = await _store_docs(catalog, config, tensors)
-    if after_store is not None:
-        await after_store()
-    namespaces = _NAMESPACES.setdefault(catalog.db, {})
+    if catalog.after_store is not None:
+        await catalog.after_store()
     req = PublishRequest(namespace=namespace, name=name, upload=upload, info=info, config=config,
                          tensors=tensors, base_model_id=base.id, base_ref=base.ref,
                          config_digest=digests[0], tensors_digest=digests[1],
@@ -213,7 +192,7 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
             # (same content, same number or a new namespace/adapter row): the retry
             # sees the new state.
             body, created = await catalog.db.transact(
-                lambda uow: service.publish(uow, req, pre.profiles, namespaces),
+                lambda uow: service.publish(uow, req, pre.profiles, catalog.namespace_ids),
                 attempts=RETRIES, pause=0.01)
         except BlobsGone as gone:
             # gc deleted a blob this publish had stored: store it again, then retry.

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from starlette.responses import Response
 
 from mol_catalog.admin.schemas import GcOut, VerifyReport
-from mol_catalog.auth import Principal
 from mol_catalog.blobs import orphans, verify
-from mol_catalog.deps import Catalog, get_catalog, get_principal
+from mol_catalog.deps import CatalogDep, PrincipalDep
 from mol_catalog.errors import json_response
 
 router = APIRouter(tags=["operations"])
 MAX_GRACE_SECONDS = 10 * 365 * 86400.0
-CatalogDep = Annotated[Catalog, Depends(get_catalog)]
-PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
 @router.post("/v1/admin/gc", response_model=GcOut)
