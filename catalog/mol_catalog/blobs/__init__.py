@@ -1,1 +1,1 @@
-"""Blobs: the content-addressed store, presigned URLs, references, gc, verify, leftovers."""
+"""blobs: store (local folder, S3), presign, repository, orphans (gc), verify, leftovers."""
