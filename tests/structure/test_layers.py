@@ -58,6 +58,8 @@ CASES = [
      "operator builders and planner are pure"),
     ("router/mol_router/selection.py", "import mol_router.proxy",
      "router policies and selection are pure"),
+    ("catalog/mol_catalog/admin/endpoints.py", "import mol_catalog.blobs.repository",
+     "catalog endpoints reach the database only through services"),
 ]
 
 

@@ -135,11 +135,6 @@ def meta(facts: Facts, name: str, component: str,
     )
 
 
-def meta_dict(facts: Facts, name: str, component: str) -> dict[str, Any]:
-    out: dict[str, Any] = serialize(meta(facts, name, component))
-    return out
-
-
 def serialize(obj: Any) -> Any:
     """A typed model (kubernetes or kserve) -> the API's JSON dict."""
     return _api.sanitize_for_serialization(obj)  # type: ignore[no-untyped-call]
