@@ -51,6 +51,7 @@ def make_runtime(settings: OperatorSettings) -> Runtime:
     from mol_operator.builders import MANAGED
     from mol_operator.informer import ChildCache
     from mol_operator.kube import KubeApi
+    from mol_operator.planner import OPTIONAL_APIS
     from mol_platform.clients.catalog_async import AsyncCatalogClient
 
     kube = KubeApi.connect(settings.kube_url)
@@ -59,7 +60,7 @@ def make_runtime(settings: OperatorSettings) -> Runtime:
         catalog=AsyncCatalogClient(settings.catalog_url, settings.admin_token() or "",
                                    timeout=settings.catalog_timeout),
         children=ChildCache(kube, dict.fromkeys((m.api_version, m.plural) for m in MANAGED),
-                            settings.namespaces),
+                            settings.namespaces, optional=OPTIONAL_APIS),
         defaults=settings.defaults(),
         retry_seconds=settings.retry_seconds,
         max_concurrent=settings.max_concurrent_reconciles,

@@ -17,6 +17,10 @@ arrives; an older event never replaces a newer object.
 
 An optional API (KEDA, Prometheus operator, KServe) that is not served is listed again
 every minute, and at once when a reconcile needs it and discovery says it is now served.
+One that is served but that the operator may not read (403 Forbidden: the CRDs are
+installed, the chart grants no RBAC for them) counts as absent, with the reason kept
+(``forbidden``), so it never holds back the rest; it is listed again every minute, so a
+Role granted later is picked up.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -59,6 +63,7 @@ class _Kind:
     plural: str
     objects: dict[tuple[str | None, str], tuple[int | None, str]] = field(default_factory=dict)
     served: bool | None = None
+    forbidden: str | None = None  # the API server's 403 message while we may not read it
     synced: dict[str | None, asyncio.Event] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -93,8 +98,10 @@ class ChildCache:
     """The informer over every child kind; ``start()`` in the operator's loop, ``stop()``."""
 
     def __init__(self, kube: KubeApi, kinds: Iterable[tuple[str, str]],
-                 namespaces: Sequence[str] = ()) -> None:
+                 namespaces: Sequence[str] = (), optional: Collection[str] = ()) -> None:
+        """``optional``: the apiVersions a 403 marks absent; a 403 elsewhere is retried."""
         self.kube = kube
+        self.optional = frozenset(optional)
         self.scopes: list[str | None] = list(namespaces) or [None]
         self.kinds = {(api, plural): _Kind(api, plural) for api, plural in kinds}
         self._tasks: list[asyncio.Task[None]] = []
@@ -144,7 +151,7 @@ class ChildCache:
         only when ``needed`` (a desired object lives there); if it is served now, its
         watch is started and awaited (a minute's wait otherwise)."""
         kind = self.kinds[(api_version, plural)]
-        if kind.served or not needed:
+        if kind.served or not needed or kind.forbidden is not None:
             return bool(kind.served)
         if not await self.kube.served(api_version, plural):
             return False
@@ -155,6 +162,30 @@ class ChildCache:
             return False
         return bool(kind.served)
 
+    def forbidden(self, api_version: str) -> str | None:
+        """Why the operator may not read an optional API it found served, else None."""
+        return next((k.forbidden for k in self.kinds.values()
+                     if k.api_version == api_version and k.forbidden is not None), None)
+
+    def _refused(self, kind: _Kind, exc: KubeError) -> bool:
+        """A 403 on an optional API: it counts as absent (logged once), not as an error."""
+        if exc.status != 403 or kind.api_version not in self.optional:
+            return False
+        if kind.forbidden is None:
+            log.warning("%s is served but the operator may not read it (%s); treating it as "
+                        "absent until RBAC allows it", kind.plural, exc.message)
+        kind.forbidden = exc.message
+        return True
+
+    async def _absent(self, kind: _Kind, scope: str | None) -> None:
+        """Mark ``kind`` absent in ``scope`` and wait until it is worth listing again."""
+        kind.served = False
+        kind.replace(scope, [], "")
+        kind.synced[scope].set()
+        kind.wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(kind.wake.wait(), UNSERVED_RELIST)
+
     async def _reflect(self, kind: _Kind, scope: str | None) -> None:
         """List, then watch from the list's version, forever; errors re-list."""
         failures = 0
@@ -163,6 +194,9 @@ class ChildCache:
             try:
                 listed = await self.kube.list(kind.api_version, kind.plural, scope, SELECTOR)
             except KubeError as exc:
+                if self._refused(kind, exc):
+                    await self._absent(kind, scope)
+                    continue
                 log.warning("listing %s failed: %s; retrying", kind.plural, exc)
                 await asyncio.sleep(BACKOFF[min(failures, len(BACKOFF) - 1)])
                 failures += 1
@@ -170,22 +204,21 @@ class ChildCache:
             self.relists += int(not first)
             first = False
             if listed is None:
-                kind.served = False
-                kind.replace(scope, [], "")
-                kind.synced[scope].set()
-                kind.wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(kind.wake.wait(), UNSERVED_RELIST)
+                kind.forbidden = None
+                await self._absent(kind, scope)
                 continue
             items, version = listed
             kind.served = True
+            kind.forbidden = None
             kind.replace(scope, items, version)
             kind.synced[scope].set()
             try:
                 await self._watch(kind, scope, version)
                 failures = 0
             except KubeError as exc:
-                if exc.status != 410:
+                if self._refused(kind, exc):
+                    await self._absent(kind, scope)
+                elif exc.status != 410:
                     log.warning("watching %s failed: %s; listing again", kind.plural, exc)
                     await asyncio.sleep(BACKOFF[min(failures, len(BACKOFF) - 1)])
                     failures += 1
