@@ -21,7 +21,7 @@ import orjson
 from mol_platform.contract.router_config import EndpointSliceSelector, RouterConfig
 from mol_router.settings import RouterSettings
 
-log = logging.getLogger("mol.router.endpoints")
+log = logging.getLogger("mol.router.discovery")
 SetEndpoints = Callable[[list[str]], None]
 
 
