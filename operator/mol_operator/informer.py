@@ -3,9 +3,10 @@ memory instead of GETting each child slot.
 
 For every child kind (and each watched namespace, or the whole cluster) one task lists
 the objects labelled ``app.kubernetes.io/managed-by=mol-operator`` and then watches from
-the list's resourceVersion. A watch the server ends is resumed from the last version
-seen; a version the server no longer has (410 Gone), a broken stream or any other error
-leads to a fresh list after a short backoff, which also drops what was deleted meanwhile.
+the list's resourceVersion (``mol_platform.clients.kube.list_watch``, the loop the
+router's discovery runs too): a watch the server ends is resumed; 410 Gone, a broken
+stream or any other error leads to a fresh list, which also drops what was deleted
+meanwhile.
 A restarted operator starts from a list, so reconciles wait until every kind has been
 listed once (``wait_synced``) and never plan against an empty cache.
 
@@ -34,13 +35,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mol_operator.builders.common import MANAGER
-from mol_operator.kube import KubeApi, KubeError
+from mol_platform.clients.kube import KubeApi, KubeError, list_watch
 
 log = logging.getLogger(__name__)
 SELECTOR = {"app.kubernetes.io/managed-by": MANAGER}
-WATCH_SECONDS = 300  # the server ends a watch after this; it is resumed, not re-listed
 UNSERVED_RELIST = 60.0  # how often an API that is not served is looked for again
-BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0)
 
 
 def _version(obj: Mapping[str, Any]) -> int | None:
@@ -167,75 +166,46 @@ class ChildCache:
         return next((k.forbidden for k in self.kinds.values()
                      if k.api_version == api_version and k.forbidden is not None), None)
 
-    def _refused(self, kind: _Kind, exc: KubeError) -> bool:
-        """A 403 on an optional API: it counts as absent (logged once), not as an error."""
-        if exc.status != 403 or kind.api_version not in self.optional:
-            return False
-        if kind.forbidden is None:
-            log.warning("%s is served but the operator may not read it (%s); treating it as "
-                        "absent until RBAC allows it", kind.plural, exc.message)
-        kind.forbidden = exc.message
-        return True
+    async def _reflect(self, kind: _Kind, scope: str | None) -> None:
+        await list_watch(self.kube, kind.api_version, kind.plural, scope, SELECTOR,
+                         _Scope(self, kind, scope),
+                         forbidden_is_absent=kind.api_version in self.optional)
 
-    async def _absent(self, kind: _Kind, scope: str | None) -> None:
-        """Mark ``kind`` absent in ``scope`` and wait until it is worth listing again."""
+
+@dataclass
+class _Scope:
+    """The list/watch of one kind in one scope, applied to the cache (a Reflector)."""
+
+    cache: ChildCache
+    kind: _Kind
+    scope: str | None
+    lists: int = 0
+
+    def listed(self, items: list[dict[str, Any]], version: str) -> None:
+        self.cache.relists += int(self.lists > 0)
+        self.lists += 1
+        self.kind.served = True
+        self.kind.forbidden = None
+        self.kind.replace(self.scope, items, version)
+        self.kind.synced[self.scope].set()
+
+    def changed(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            meta = obj.get("metadata") or {}
+            self.kind.drop(meta.get("namespace"), str(meta.get("name")), _version(obj))
+        elif kind in ("ADDED", "MODIFIED"):
+            self.kind.put(obj)
+
+    async def absent(self, refusal: KubeError | None) -> None:
+        """Not served, or (an optional API) not readable: empty until listed again."""
+        kind = self.kind
+        if refusal is not None and kind.forbidden is None:
+            log.warning("%s is served but the operator may not read it (%s); treating it as "
+                        "absent until RBAC allows it", kind.plural, refusal.message)
+        kind.forbidden = refusal.message if refusal is not None else None
         kind.served = False
-        kind.replace(scope, [], "")
-        kind.synced[scope].set()
+        kind.replace(self.scope, [], "")
+        kind.synced[self.scope].set()
         kind.wake.clear()
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(kind.wake.wait(), UNSERVED_RELIST)
-
-    async def _reflect(self, kind: _Kind, scope: str | None) -> None:
-        """List, then watch from the list's version, forever; errors re-list."""
-        failures = 0
-        first = True
-        while True:
-            try:
-                listed = await self.kube.list(kind.api_version, kind.plural, scope, SELECTOR)
-            except KubeError as exc:
-                if self._refused(kind, exc):
-                    await self._absent(kind, scope)
-                    continue
-                log.warning("listing %s failed: %s; retrying", kind.plural, exc)
-                await asyncio.sleep(BACKOFF[min(failures, len(BACKOFF) - 1)])
-                failures += 1
-                continue
-            self.relists += int(not first)
-            first = False
-            if listed is None:
-                kind.forbidden = None
-                await self._absent(kind, scope)
-                continue
-            items, version = listed
-            kind.served = True
-            kind.forbidden = None
-            kind.replace(scope, items, version)
-            kind.synced[scope].set()
-            try:
-                await self._watch(kind, scope, version)
-                failures = 0
-            except KubeError as exc:
-                if self._refused(kind, exc):
-                    await self._absent(kind, scope)
-                elif exc.status != 410:
-                    log.warning("watching %s failed: %s; listing again", kind.plural, exc)
-                    await asyncio.sleep(BACKOFF[min(failures, len(BACKOFF) - 1)])
-                    failures += 1
-
-    async def _watch(self, kind: _Kind, scope: str | None, version: str) -> None:
-        """Apply watch events until one is an error (raised); resume after a normal end."""
-        while True:
-            async for event in self.kube.watch(kind.api_version, kind.plural, scope, SELECTOR,
-                                               version, WATCH_SECONDS):
-                obj = event.get("object") or {}
-                kind_of = event.get("type")
-                if kind_of == "ERROR":
-                    raise KubeError(int(obj.get("code") or 500),
-                                    str(obj.get("message") or obj.get("reason") or obj))
-                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                if kind_of == "DELETED":
-                    meta = obj.get("metadata") or {}
-                    kind.drop(meta.get("namespace"), str(meta.get("name")), _version(obj))
-                elif kind_of in ("ADDED", "MODIFIED"):
-                    kind.put(obj)

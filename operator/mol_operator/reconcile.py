@@ -44,13 +44,13 @@ from mol_operator.catalog import (
     token_scopes,
 )
 from mol_operator.informer import ChildCache
-from mol_operator.kube import KubeApi, KubeError
 from mol_operator.metrics import OperatorMetrics
 from mol_operator.planner import OPTIONAL_APIS, Key, Plan, plan
 from mol_operator.rollout import step_canaries
 from mol_operator.status import condition, merge_conditions
 from mol_operator.warmup import Warmer
 from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_platform.clients.kube import KubeApi, KubeError
 from mol_platform.contract.router_config import profile_name
 from mol_platform.contract.spec import MoLDeployment
 

@@ -2,8 +2,10 @@
 
 In a cluster the router lists and then watches the EndpointSlices of the engine
 Service (label ``kubernetes.io/service-name``) through the Kubernetes API, and hands
-the tracker every ready address on the named port. A dropped watch is resumed from
-the last resourceVersion; a 410 (too old) or any error starts over with a fresh list.
+the tracker every ready address on the named port. The loop is the platform's
+(``mol_platform.clients.kube.list_watch``, the operator's informer runs it too): a
+dropped watch is resumed from the last resourceVersion; a 410 (too old) or any error
+starts over with a fresh list.
 """
 
 from __future__ import annotations
@@ -11,13 +13,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import ssl
 from collections.abc import Callable
 from typing import Any, Protocol
 
-import aiohttp
-import orjson
-
+from mol_platform.clients.kube import KubeApi, KubeError, list_watch
 from mol_platform.contract.router_config import EndpointSliceSelector, RouterConfig
 from mol_router.settings import RouterSettings
 
@@ -60,34 +59,16 @@ def slice_urls(slices: dict[str, dict[str, Any]], port_name: str) -> list[str]:
 
 
 class EndpointSliceWatcher:
-    """List + watch the EndpointSlices of one Service."""
+    """List + watch the EndpointSlices of one Service (a Reflector of ``list_watch``)."""
 
-    def __init__(self, selector: EndpointSliceSelector, settings: RouterSettings,
-                 api_url: str, sink: SetEndpoints) -> None:
+    def __init__(self, selector: EndpointSliceSelector, kube: KubeApi,
+                 sink: SetEndpoints) -> None:
         self.selector = selector
-        self.settings = settings
-        self.api_url = api_url
+        self.kube = kube
         self.sink = sink
         self._task: asyncio.Task[None] | None = None
         self._slices: dict[str, dict[str, Any]] = {}
         self.synced = asyncio.Event()
-
-    @property
-    def path(self) -> str:
-        return f"/apis/discovery.k8s.io/v1/namespaces/{self.selector.namespace}/endpointslices"
-
-    def _headers(self) -> dict[str, str]:
-        try:
-            token = self.settings.kube_token_file.read_text().strip()
-        except OSError:
-            return {}
-        return {"Authorization": f"Bearer {token}"} if token else {}
-
-    def _ssl(self) -> ssl.SSLContext | bool:
-        if not self.api_url.startswith("https://"):
-            return False
-        ca = self.settings.kube_ca_file
-        return ssl.create_default_context(cafile=str(ca)) if ca.is_file() else True
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="mol-endpointslices")
@@ -99,63 +80,33 @@ class EndpointSliceWatcher:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        await self.kube.aclose()
+
+    async def _run(self) -> None:
+        labels = {"kubernetes.io/service-name": self.selector.service_name}
+        await list_watch(self.kube, "discovery.k8s.io/v1", "endpointslices",
+                         self.selector.namespace, labels, self)
 
     def _publish(self) -> None:
         self.sink(slice_urls(self._slices, self.selector.port_name))
 
-    async def _run(self) -> None:
-        params = {"labelSelector": f"kubernetes.io/service-name={self.selector.service_name}"}
-        connector = aiohttp.TCPConnector(ssl=self._ssl())
-        async with aiohttp.ClientSession(self.api_url, connector=connector) as http:
-            while True:
-                try:
-                    version: str | None = await self._list(http, params)
-                    while version is not None:
-                        version = await self._watch(http, params, version)
-                except asyncio.CancelledError:
-                    raise
-                except Exception as exc:
-                    log.warning("EndpointSlice watch failed (%s); retrying", exc)
-                    await asyncio.sleep(1.0)
-
-    async def _list(self, http: aiohttp.ClientSession, params: dict[str, str]) -> str:
-        async with http.get(self.path, params=params, headers=self._headers()) as resp:
-            resp.raise_for_status()
-            body = orjson.loads(await resp.read())
-        self._slices = {i["metadata"]["name"]: i for i in body.get("items") or ()}
+    def listed(self, items: list[dict[str, Any]], version: str) -> None:
+        self._slices = {i["metadata"]["name"]: i for i in items}
         self._publish()
         self.synced.set()
-        return str(body.get("metadata", {}).get("resourceVersion", ""))
 
-    async def _watch(self, http: aiohttp.ClientSession, params: dict[str, str],
-                     since: str) -> str | None:
-        """Follow one watch; the version to resume from, or None to list again."""
-        version: str = since
-        query = {**params, "watch": "true", "resourceVersion": since,
-                 "allowWatchBookmarks": "true", "timeoutSeconds": "300"}
-        timeout = aiohttp.ClientTimeout(total=None, sock_read=330)
-        async with http.get(self.path, params=query, headers=self._headers(),
-                            timeout=timeout) as resp:
-            if resp.status == 410:
-                return None
-            resp.raise_for_status()
-            async for line in resp.content:
-                if not line.strip():
-                    continue
-                event = orjson.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    return None  # e.g. 410 Gone inside the stream
-                meta = obj.get("metadata") or {}
-                version = str(meta.get("resourceVersion", version))
-                if kind == "BOOKMARK":
-                    continue
-                if kind == "DELETED":
-                    self._slices.pop(meta.get("name", ""), None)
-                else:
-                    self._slices[meta.get("name", "")] = obj
-                self._publish()
-        return version
+    def changed(self, kind: str, obj: dict[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name", ""))
+        if kind == "DELETED":
+            self._slices.pop(name, None)
+        else:
+            self._slices[name] = obj
+        self._publish()
+
+    async def absent(self, refusal: KubeError | None) -> None:
+        """The EndpointSlice API is served by every supported cluster: wait and retry."""
+        log.warning("the Kubernetes API does not serve EndpointSlices; retrying")
+        await asyncio.sleep(5.0)
 
 
 def make_endpoint_source(cfg: RouterConfig, settings: RouterSettings,
@@ -165,5 +116,8 @@ def make_endpoint_source(cfg: RouterConfig, settings: RouterSettings,
         if url is None:
             raise ValueError("endpointSlice needs the Kubernetes API: run in a pod or set "
                              "MOL_ROUTER_KUBE_API_URL")
-        return EndpointSliceWatcher(cfg.endpoint_slice, settings, url, sink)
+        kube = KubeApi.connect(url, field_manager="mol-router",
+                               token_file=settings.kube_token_file,
+                               ca_file=settings.kube_ca_file)
+        return EndpointSliceWatcher(cfg.endpoint_slice, kube, sink)
     return StaticEndpoints(cfg.endpoints, sink)

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mol_operator.informer import ChildCache, _Kind
-from mol_operator.kube import KubeApi
+from mol_platform.clients.kube import KubeApi
 from mol_testkit.kube import KubeServer
 from mol_testkit.kube_client import KubeClient, ResourceSpec
 
