@@ -48,7 +48,13 @@ FULL: dict[str, Any] = {
     "networkPolicy": {"catalogExtraFrom": [{"namespaceSelector": {"matchLabels": {
         "kubernetes.io/metadata.name": "ci"}}}]},
 }
-VALUE_SETS = {"default": {}, "minimal": MINIMAL, "full": FULL}
+# Cluster-wide (the default RBAC mode) with every optional integration on.
+INTEGRATIONS: dict[str, Any] = {
+    "keda": {"enabled": True},
+    "kserve": {"enabled": True},
+    "monitoring": {"serviceMonitors": {"enabled": True}, "prometheusRule": {"enabled": True}},
+}
+VALUE_SETS = {"default": {}, "minimal": MINIMAL, "full": FULL, "integrations": INTEGRATIONS}
 
 
 @pytest.fixture(scope="session")
