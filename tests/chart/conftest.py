@@ -62,8 +62,9 @@ def chart() -> helm.Chart:
     return helm.Chart.load(str(CHART))
 
 
-def render(chart: helm.Chart, values: dict[str, Any]) -> list[dict[str, Any]]:
+def render(chart: helm.Chart, values: dict[str, Any], release: str = "mol"
+           ) -> list[dict[str, Any]]:
     """Every object the chart renders for ``values`` (NOTES.txt left out)."""
-    out = chart.render(values, name="mol", namespace="mol-system", is_install=True)
+    out = chart.render(values, name=release, namespace="mol-system", is_install=True)
     return [doc for path, text in sorted(out.items()) if path.endswith(".yaml")
             for doc in yaml.safe_load_all(text) if doc]
