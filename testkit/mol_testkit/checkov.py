@@ -9,6 +9,7 @@ callers render manifests themselves and scan the folder with the Kubernetes fram
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
@@ -42,10 +43,18 @@ def version() -> str:
 
 
 def ensure_checkov() -> Path:
-    """The cached venv's ``checkov`` executable, built when missing or broken."""
+    """The cached venv's ``checkov`` executable, built when missing or broken (one
+    builder at a time: a second caller waits on the lock, then reuses the venv)."""
     want = version()
     cache = Path(os.environ.get("MOL_CACHE_DIR", Path.home() / ".cache" / "mol-platform"))
     venv = cache / "policy" / f"checkov-{want}"
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with (venv.parent / f"checkov-{want}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _build(venv, want)
+
+
+def _build(venv: Path, want: str) -> Path:
     exe = venv / "bin" / "checkov"
     if exe.exists():
         probe = subprocess.run([str(exe), "--version"], capture_output=True, text=True,
@@ -53,7 +62,6 @@ def ensure_checkov() -> Path:
         if probe.returncode == 0 and probe.stdout.strip() == want:
             return exe
     print(f"checkov {want}: building its venv in {venv} (once)", file=sys.stderr)
-    venv.parent.mkdir(parents=True, exist_ok=True)
     python = venv / "bin" / "python"
     try:
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
