@@ -48,7 +48,13 @@ FULL: dict[str, Any] = {
     "networkPolicy": {"catalogExtraFrom": [{"namespaceSelector": {"matchLabels": {
         "kubernetes.io/metadata.name": "ci"}}}]},
 }
-VALUE_SETS = {"default": {}, "minimal": MINIMAL, "full": FULL}
+# Cluster-wide (the default RBAC mode) with every optional integration on.
+INTEGRATIONS: dict[str, Any] = {
+    "keda": {"enabled": True},
+    "kserve": {"enabled": True},
+    "monitoring": {"serviceMonitors": {"enabled": True}, "prometheusRule": {"enabled": True}},
+}
+VALUE_SETS = {"default": {}, "minimal": MINIMAL, "full": FULL, "integrations": INTEGRATIONS}
 
 
 @pytest.fixture(scope="session")
@@ -56,8 +62,9 @@ def chart() -> helm.Chart:
     return helm.Chart.load(str(CHART))
 
 
-def render(chart: helm.Chart, values: dict[str, Any]) -> list[dict[str, Any]]:
+def render(chart: helm.Chart, values: dict[str, Any], release: str = "mol"
+           ) -> list[dict[str, Any]]:
     """Every object the chart renders for ``values`` (NOTES.txt left out)."""
-    out = chart.render(values, name="mol", namespace="mol-system", is_install=True)
+    out = chart.render(values, name=release, namespace="mol-system", is_install=True)
     return [doc for path, text in sorted(out.items()) if path.endswith(".yaml")
             for doc in yaml.safe_load_all(text) if doc]

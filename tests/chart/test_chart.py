@@ -22,7 +22,6 @@ from mol_testkit.kube_validate import (
     validate_builtin,
     validate_custom_resource,
 )
-from mol_testkit.prometheus import promtool_check_rules
 
 from .conftest import CHART, FULL, VALUE_SETS, render
 
@@ -128,10 +127,6 @@ def test_values_schema_covers_every_default_value() -> None:
     walk(defaults, schema, "")
 
 
-def test_alert_rules_pass_promtool() -> None:
-    promtool_check_rules(CHART / "files" / "prometheus" / "mol-alerts.rules.yaml")
-
-
 def _mol_commands(objects: list[dict[str, Any]]) -> list[list[str]]:
     out = []
     for obj in objects:
@@ -168,20 +163,6 @@ def test_every_setting_the_chart_sets_exists(chart: helm.Chart) -> None:
                 for env in c.get("env", []):
                     if env["name"].startswith("MOL_"):
                         assert env["name"] in known, (obj["metadata"]["name"], env["name"])
-
-
-def test_dashboards_are_generated_from_source() -> None:
-    source = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards.py"
-    run = subprocess.run([sys.executable, "-c",
-                          "import json, runpy, sys; m = runpy.run_path(sys.argv[1]); "
-                          "print(json.dumps(m['render']()))", str(source)],
-                         capture_output=True, text=True, timeout=120, check=True)
-    expected: dict[str, str] = json.loads(run.stdout)
-    folder = CHART / "files" / "dashboards"
-    assert sorted(p.name for p in folder.glob("*.json")) == sorted(expected)
-    for file, text in expected.items():
-        assert (folder / file).read_text() == text, (
-            f"{file} is stale: run python deploy/grafana/dashboards.py")
 
 
 # What the operator reads besides what it renders: its own resource, pods to warm,

@@ -209,3 +209,19 @@ def test_names_are_deterministic() -> None:
     assert first == build_all(_facts(_obj()))
     assert {o["metadata"]["name"] for o in first} == {
         "macaron-catalog", "macaron-router", "macaron-engine"}
+
+
+def test_monitors_name_their_job_and_label_vllm_metrics_with_the_deployment() -> None:
+    objects = _by_kind(build_all(_facts(_obj())))
+    engine = objects[("ServiceMonitor", "macaron-engine")]["spec"]["endpoints"][0]
+    router = objects[("ServiceMonitor", "macaron-router")]["spec"]["endpoints"][0]
+    # The alert rules' up/absent select on the job.
+    assert router["relabelings"] == [{"targetLabel": "job", "replacement": "mol-router"}]
+    # vLLM's own series carry no MoLDeployment; the dashboards filter on `deployment`.
+    # (The router exports `deployment` itself: relabelling it would rename its label.)
+    assert engine["relabelings"] == [
+        {"targetLabel": "job", "replacement": "mol-engine"},
+        {"sourceLabels": ["__meta_kubernetes_service_label_app_kubernetes_io_instance"],
+         "targetLabel": "deployment"}]
+    service = objects[("Service", "macaron-engine")]
+    assert service["metadata"]["labels"]["app.kubernetes.io/instance"] == "macaron"

@@ -25,8 +25,19 @@ KSERVE_API_VERSION = "serving.kserve.io/v1alpha2"
 
 
 def service_monitor(facts: Facts, component: str) -> dict[str, Any]:
-    """A prometheus-operator ServiceMonitor scraping the component's Service."""
+    """A prometheus-operator ServiceMonitor scraping the component's Service.
+
+    The job is named ``mol-<component>`` (the alert rules' ``up``/``absent`` select on
+    it). vLLM's metrics carry no MoLDeployment, so the engine monitor adds
+    ``deployment`` from the Service's instance label (the dashboards' ``$deployment``
+    filters on it); the router exports its own."""
     name = facts.names.engine if component == "engine" else facts.names.router
+    relabel: list[dict[str, Any]] = [{"targetLabel": "job", "replacement": f"mol-{component}"}]
+    if component == "engine":
+        relabel.append({
+            "sourceLabels": ["__meta_kubernetes_service_label_app_kubernetes_io_instance"],
+            "targetLabel": "deployment"})
+    endpoint = {"port": "http", "path": "/metrics", "interval": "15s", "relabelings": relabel}
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
@@ -34,7 +45,7 @@ def service_monitor(facts: Facts, component: str) -> dict[str, Any]:
         "spec": {
             "selector": {"matchLabels": selector(facts, component)},
             "namespaceSelector": {"matchNames": [facts.namespace]},
-            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+            "endpoints": [endpoint],
         },
     }
 
