@@ -141,6 +141,14 @@ def test_kind_path_renders_cpu_engines_with_the_image_it_builds() -> None:
     assert "--dtype" in container["args"]
 
 
+def _set_value(text: str) -> Any:
+    """A ``--set`` value as Helm reads it: ``{a,b}`` lists, booleans, else strings."""
+    text = text.strip("'\"")
+    if text.startswith("{") and text.endswith("}"):
+        return [v for v in text[1:-1].split(",") if v]
+    return {"true": True, "false": False}.get(text, text)
+
+
 def _set_values(text: str) -> dict[str, Any]:
     values: dict[str, Any] = {}
     for key, value in re.findall(r"--set ([\w.]+)=(\S+)", text):
@@ -148,7 +156,7 @@ def _set_values(text: str) -> dict[str, Any]:
         *parents, last = key.split(".")
         for part in parents:
             node = node.setdefault(part, {})
-        node[last] = value.strip('"') if "$" not in value else "x"
+        node[last] = _set_value(value) if "$" not in value else "x"
     return values
 
 
@@ -164,3 +172,43 @@ def test_no_example_runs_an_unpinned_image(example: Path) -> None:
     obj = MoLDeployment.from_yaml(example.read_text())
     assert not obj.spec.engine.image.endswith(":latest")
     assert ":" in obj.spec.engine.image.rpartition("/")[2]
+
+
+def _walkthrough() -> str:
+    docs = (ROOT / "docs" / "kubernetes.md").read_text()
+    section = docs.split("## From `helm install` to a first answer", 1)[1].split("\n## ", 1)[0]
+    m = re.search(r"```bash\n(.*?)```", section, re.S)
+    assert m
+    return m[1]
+
+
+def test_docs_walk_from_helm_install_to_a_first_answer(chart: helm.Chart) -> None:
+    text = _walkthrough()
+    commands = _commands(text)
+    assert any(c[:2] == ["helm", "install"] for c in _helm(text))
+    assert re.search(r"helm install kube-prometheus-stack .*\n", text)
+    assert re.search(r"helm install keda kedacore/keda", text)
+    obj = _check_chain(commands, ROOT / "deploy/examples/macaron.yaml")
+    (apply,) = [c for c in commands if "apply" in c]
+    namespace = _flag(apply, "-n")
+    # The install: real values, a namespaced operator watching the example's namespace,
+    # monitors and rules labelled for kube-prometheus-stack, KEDA granted.
+    (install,) = [c for c in _helm(text) if c[:3] == ["helm", "install", "mol"]]
+    values = _set_values(" ".join(install))
+    chart.validate_schema(values)
+    assert values["operator"]["watchNamespaces"] == [namespace]
+    assert values["keda"]["enabled"] is True
+    assert values["monitoring"]["serviceMonitors"]["labels"] == {
+        "release": "kube-prometheus-stack"}
+    assert render(chart, values)
+    assert f"label namespace {namespace} pod-security.kubernetes.io/enforce=restricted" in text
+    assert f"svc/{obj.metadata.name}-router" in text
+
+
+def _helm(text: str) -> list[list[str]]:
+    out = []
+    for line in text.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True) if line.strip().startswith("helm") else []
+        if words:
+            out.append(words)
+    return out
