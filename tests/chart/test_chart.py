@@ -22,7 +22,7 @@ from mol_testkit.kube_validate import (
     validate_builtin,
     validate_custom_resource,
 )
-from mol_testkit.pod_security import pod_spec_of, restricted_violations
+from mol_testkit.pod_security import restricted_violations
 from mol_testkit.prometheus import promtool_check_rules
 
 from .conftest import CHART, FULL, VALUE_SETS, render

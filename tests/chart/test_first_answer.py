@@ -62,7 +62,8 @@ def _flag(words: list[str], name: str) -> str:
 
 def _published(commands: list[list[str]]) -> tuple[set[str], set[str], dict[str, str]]:
     """(registered bases, published name@alias, folder of each base)."""
-    bases = {_flag(c, "--name"): c[4] for c in commands if c[1:4] == ["catalog", "base", "register"]}
+    bases = {_flag(c, "--name"): c[4] for c in commands
+             if c[1:4] == ["catalog", "base", "register"]}
     refs = {f"{_flag(c, '--name')}@{_flag(c, '--alias')}" for c in commands
             if c[1:3] == ["catalog", "publish"]}
     return set(bases), refs, bases
@@ -127,11 +128,13 @@ def test_kind_path_renders_cpu_engines_with_the_image_it_builds() -> None:
     assert not engine_image.endswith(":latest")
     build = re.search(r"docker build -f \"\$ROOT/deploy/images/engine.Dockerfile\"(.*?)\"\$ROOT\"",
                       UP.read_text(), re.S)
-    assert build and '-t "$ENGINE_IMAGE"' in build[1] and "VLLM_IMAGE=$CPU_VLLM" in build[1]
+    assert build
+    assert '-t "$ENGINE_IMAGE"' in build[1]
+    assert "VLLM_IMAGE=$CPU_VLLM" in build[1]
     # Built on vLLM's CPU image of the same version as the GPU one.
     tag = engine_image.rpartition(":")[2]
-    assert re.search(rf'^CPU_VLLM="\$\{{MOL_VLLM_CPU_IMAGE:-[^}}]*vllm-cpu[^}}]*:v{re.escape(tag)}\}}"',
-                     UP.read_text(), re.M)
+    cpu = rf'^CPU_VLLM="\$\{{MOL_VLLM_CPU_IMAGE:-[^}}]*vllm-cpu[^}}]*:v{re.escape(tag)}\}}"'
+    assert re.search(cpu, UP.read_text(), re.M)
     facts = Facts(obj=obj, uid="u", token="t", token_id=1, defaults=Defaults())
     engine = next(o for o in build_all(facts) if o["kind"] == "Deployment"
                   and o["metadata"]["name"].endswith("-engine"))

@@ -142,10 +142,12 @@ def _notes(chart: helm.Chart, values: dict[str, Any]) -> str:
 
 def test_notes_name_existing_secret_as_the_gitops_path(chart: helm.Chart) -> None:
     generated = _notes(chart, {})
-    assert "adminToken.existingSecret" in generated and "GitOps" in generated
+    assert "adminToken.existingSecret" in generated
+    assert "GitOps" in generated
     assert "GitOps" not in _notes(chart, FULL)
     docs = (ROOT / "docs" / "kubernetes.md").read_text()
-    assert "## GitOps" in docs and "adminToken.existingSecret" in docs
+    assert "## GitOps" in docs
+    assert "adminToken.existingSecret" in docs
 
 
 def test_workload_identity_reaches_service_accounts_and_pods(chart: helm.Chart) -> None:

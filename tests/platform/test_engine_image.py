@@ -28,7 +28,8 @@ def test_default_engine_image_is_pinned_and_is_the_dockerfiles() -> None:
     image = EngineSpec().image
     repo, _, tag = image.rpartition(":")
     assert repo == "ghcr.io/mol-platform/vllm-mol"
-    assert tag and tag != "latest"
+    assert tag
+    assert tag != "latest"
     # The tag is the vLLM version the Dockerfile builds on (the serving profile's engine).
     vllm = next(rest for word, rest in _instructions()
                 if word == "ARG" and rest.startswith("VLLM_IMAGE="))
@@ -40,7 +41,8 @@ def test_engine_image_runs_as_a_non_root_user() -> None:
     users = [rest for word, rest in _instructions() if word == "USER"]
     assert users, "the engine image must name a non-root USER"
     uid = users[-1].split(":")[0]
-    assert re.fullmatch(r"[0-9]+", uid) and int(uid) > 0, users[-1]
+    assert re.fullmatch(r"[0-9]+", uid), users[-1]
+    assert int(uid) > 0
     # The operator runs engines as that uid and mounts emptyDirs at the image's HOME.
     assert int(uid) == RUN_AS
     env = " ".join(rest for word, rest in _instructions() if word == "ENV")

@@ -36,7 +36,7 @@ def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
         node = pod
         *parents, last = path.split(".")
         for key in parents:
-            node = node[int(key)] if key.isdigit() else node.setdefault(key, {})
+            node = node.setdefault(key, {})
         node[last] = value
     return change
 

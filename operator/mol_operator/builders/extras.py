@@ -81,7 +81,7 @@ def engine_network_policy(facts: Facts) -> dict[str, Any]:
             pod_selector=V1LabelSelector(match_labels=selector(facts, "engine")),
             policy_types=["Ingress"],
             ingress=[V1NetworkPolicyIngressRule(
-                _from=peers, ports=[V1NetworkPolicyPort(port="http", protocol="TCP")])],
+                var_from=peers, ports=[V1NetworkPolicyPort(port="http", protocol="TCP")])],
         ),
     )
     out: dict[str, Any] = serialize(obj)
