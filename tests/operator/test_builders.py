@@ -88,7 +88,7 @@ def test_raw_engine_deployment() -> None:
     pod = dep["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert c["command"] == ["vllm"]
-    assert c["args"][:2] == ["serve", "/models/tiny-llama"]
+    assert c["args"][:2] == ["serve", "/models/demo/tiny-llama"]
     for flag in ("--enable-lora", "--enable-auto-tool-choice", "--tool-call-parser"):
         assert flag in c["args"]
     assert c["args"][c["args"].index("--tensor-parallel-size") + 1] == "2"
@@ -282,7 +282,7 @@ def test_kserve_mode() -> None:
     isvc = objects[("LLMInferenceService", "macaron")]
     assert isvc["apiVersion"] == "serving.kserve.io/v1alpha2"
     model = isvc["spec"]["model"]
-    assert model["uri"] == "file:///models/tiny-llama"
+    assert model["uri"] == "file:///models/demo/tiny-llama"
     assert model["lora"] == {"maxAdapters": 8, "maxRank": 32, "maxCpuAdapters": 64}
     env = {e["name"] for e in isvc["spec"]["template"]["containers"][0]["env"]}
     assert {"MOL_CATALOG_URL", "MOL_CATALOG_TOKEN", "MOL_SERVING_PROFILE"} <= env

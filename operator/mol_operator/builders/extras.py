@@ -80,8 +80,9 @@ def engine_network_policy(facts: Facts) -> dict[str, Any]:
         spec=V1NetworkPolicySpec(
             pod_selector=V1LabelSelector(match_labels=selector(facts, "engine")),
             policy_types=["Ingress"],
-            ingress=[V1NetworkPolicyIngressRule(
-                var_from=peers, ports=[V1NetworkPolicyPort(port="http", protocol="TCP")])],
+            # By its API name: the client's Python name (var_from) is dropped on output.
+            ingress=[V1NetworkPolicyIngressRule.model_validate(
+                {"from": peers, "ports": [V1NetworkPolicyPort(port="http", protocol="TCP")]})],
         ),
     )
     out: dict[str, Any] = serialize(obj)
