@@ -51,6 +51,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "api-keys": {"router": {"mode": "explicit", "default": "chat",
                             "apiKeys": {"secretRef": "keys"}}},
     "cpu": {"nodePool": {"gpusPerReplica": 0}},
+    "cpu-hf-weights": {"nodePool": {"gpusPerReplica": 0},
+                       "baseModel": {"name": "tiny-llama", "uri": "hf://org/tiny"}},
 }
 # What the chart passes: a NetworkPolicy per deployment, monitors for kube-prometheus-stack.
 CHART_DEFAULTS = Defaults(prometheus_url="http://prometheus:9090", network_policy=True,
@@ -140,6 +142,12 @@ def test_a_cpu_engine_runs_the_cpu_build_and_surges() -> None:
     assert c["args"][c["args"].index("--dtype") + 1] == "float32"
     assert {e["name"] for e in c["env"]} >= {"VLLM_CPU_KVCACHE_SPACE", "HOME"}
     assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    # The CPU build runs offline, except where the weights come from the Hub.
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in c["env"]
+    hub = _by_kind(build_all(_facts(_obj(**VARIANTS["cpu-hf-weights"]))))
+    env = hub[("Deployment", "macaron-engine")]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "HF_HUB_OFFLINE" not in {e["name"] for e in env}
+    assert {"name": "HF_HOME", "value": "/models"} in env
 
 
 def test_no_handoff_no_tool_flags() -> None:

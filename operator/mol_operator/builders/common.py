@@ -170,8 +170,9 @@ def pod_labels(facts: Facts, component: str) -> dict[str, str]:
 
 def pod_security() -> V1PodSecurityContext:
     """Pod Security "restricted": non-root (also for images built to run as root)."""
+    # OnRootMismatch: a model PVC of many GiB is not chowned file by file at every mount.
     return V1PodSecurityContext(run_as_non_root=True, run_as_user=RUN_AS, run_as_group=RUN_AS,
-                                fs_group=RUN_AS,
+                                fs_group=RUN_AS, fs_group_change_policy="OnRootMismatch",
                                 seccomp_profile=V1SeccompProfile(type="RuntimeDefault"))
 
 
