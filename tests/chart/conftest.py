@@ -29,10 +29,18 @@ FULL: dict[str, Any] = {
             "existingSecret": "mol-s3"}},
         "nodeSelector": {"pool": "cpu"}, "tolerations": [{"key": "cpu", "operator": "Exists"}],
         "podAnnotations": {"team": "ml"},
+        "serviceAccount": {"annotations": {
+            "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/mol-catalog"}},
+        "podLabels": {"azure.workload.identity/use": "true"},
     },
-    "operator": {"watchNamespaces": ["team-a", "team-b"], "metricsPort": 9100},
+    "operator": {"watchNamespaces": ["team-a", "team-b"], "metricsPort": 9100,
+                 "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "op@p.iam"}},
+                 "podLabels": {"team": "platform"}},
+    "engine": {"resources": {"requests": {"cpu": "4", "memory": "32Gi"}}, "shmSize": "8Gi"},
     "router": {
-        "image": {"repository": "registry.example.com/mol", "tag": "0.1.0"}, "replicas": 3,
+        "image": {"repository": "registry.example.com/mol", "tag": "0.1.0"},
+        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"},
+                      "limits": {"cpu": "2", "memory": "1Gi"}},
         "ingress": {"enabled": True, "className": "nginx", "hosts": [
             {"host": "chat.example.com", "deployment": "macaron", "namespace": "team-a",
              "tls": {"secretName": "chat-tls"}}]},
