@@ -49,7 +49,10 @@ def _operator_manifests(example: Path, mode: str) -> list[dict[str, Any]]:
     data["spec"]["serving"] = {"mode": mode}
     facts = Facts(obj=MoLDeployment.model_validate(data), uid="0f4e2c1a-uid", token="t",
                   token_id=1, token_scopes=("read:demo",),
-                  defaults=Defaults(prometheus_url="http://prometheus:9090"))
+                  defaults=Defaults(prometheus_url="http://prometheus:9090",
+                                    # as the chart sets them (networkPolicy.enabled)
+                                    network_policy=True, operator_namespace="mol-system",
+                                    operator_pod_labels={"app.kubernetes.io/name": "mol"}))
     return build_all(facts)
 
 
@@ -90,11 +93,6 @@ def test_chart_passes_the_policy_scan(findings: list[Finding]) -> None:
     assert not failed, "checks the chart fails:\n" + _report(failed)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "operator-rendered pods are not hardened yet: securityContext (CKV_K8S_20, 22, 23, 28, "
-    "29, 30, 31, 37, 40), engine resource requests/limits (CKV_K8S_10, 12, 13), the "
-    "engine and router default images :latest (CKV_K8S_14), no NetworkPolicy for engines "
-    "and routers (CKV2_K8S_6), the service account token mounted in engines (CKV_K8S_38)"))
 def test_operator_manifests_pass_the_policy_scan(findings: list[Finding]) -> None:
     failed = [f for f in findings if f.file.startswith("operator-") and _skipped_by(f) is None]
     assert not failed, "checks the operator's manifests fail:\n" + _report(failed)

@@ -222,6 +222,8 @@ def engine_pod_spec(facts: Facts) -> V1PodSpec:
         tolerations=[V1Toleration(**t.model_dump(exclude_none=True)) for t in pool.tolerations]
         or None,
         security_context=pod_security(),
+        # Engines never call the Kubernetes API (the plugin reads its catalog token from env).
+        automount_service_account_token=False,
         # vLLM finishes in-flight requests on SIGTERM; long generations need time.
         termination_grace_period_seconds=120,
         volumes=[
