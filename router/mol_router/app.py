@@ -16,13 +16,15 @@ from mol_router.proxy import GenerationProxy
 from mol_router.resolver import Resolved
 from mol_router.selection import AUTO
 from mol_router.state import Runtime
-from mol_router.tenants import OPEN
+from mol_router.tenants import OPEN, Tenant
 from mol_router.wire import Request, Response, error_response
 
 log = logging.getLogger("mol.router")
 Handler = Callable[[Request], Awaitable[Response | None]]
 _NO_ROUTE = ("; the API is /v1/chat/completions, /v1/completions and /v1/models")
 _JSON = {"Content-Type": "application/json"}
+_NO_KEY = RouterError(401, "missing or invalid API key: send Authorization: Bearer <key>",
+                      "invalid_api_key")
 
 
 class RouterHandler:
@@ -41,6 +43,7 @@ class RouterHandler:
             ("POST", "/v1/completions"): partial(proxy.handle, path="/v1/completions",
                                                  chat=False),
             ("GET", "/v1/models"): self.models,
+            ("GET", "/status"): self.status,
             ("GET", "/metrics"): self.metrics,
             ("GET", "/healthz"): self.healthz,
             ("GET", "/readyz"): self.readyz,
@@ -81,14 +84,9 @@ class RouterHandler:
         """The deployment's experts, ``auto``, and the adapters of its adapter namespaces
         (those the caller's key may use), as ``ns/name@latest`` from the catalog."""
         rt = self.rt
-        tenant = OPEN
-        if rt.keys.enabled:
-            found = rt.keys.lookup(request.headers.get("authorization"))
-            if found is None:
-                return error_response(RouterError(401, "missing or invalid API key: send "
-                                                  "Authorization: Bearer <key>",
-                                                  "invalid_api_key"))
-            tenant = found
+        tenant = self._tenant(request)
+        if tenant is None:
+            return error_response(_NO_KEY)
         cfg = rt.config
         created = int(time.time())
         parent = cfg.base_model or None
@@ -118,6 +116,38 @@ class RouterHandler:
                 data.append(card(f"{ns}/<name>@<ref>", ns, None,
                                  f"any adapter of catalog namespace {ns!r}"))
         return Response(200, orjson.dumps({"object": "list", "data": data}), _JSON)
+
+    def _tenant(self, request: Request) -> Tenant | None:
+        """The caller's tenant; None when keys are on and the request has no valid one."""
+        if not self.rt.keys.enabled:
+            return OPEN
+        return self.rt.keys.lookup(request.headers.get("authorization"))
+
+    async def status(self, request: Request) -> Response:
+        """The deployment as it runs, for dashboards (the catalog's console): each
+        expert's stable and canary references with what they resolve to now and the
+        canary weight, and each engine's readiness, queue and resident adapters."""
+        if self._tenant(request) is None:
+            return error_response(_NO_KEY)
+        rt = self.rt
+        cfg = rt.config
+
+        def ref(adapter: str) -> dict[str, Any]:
+            cached = rt.resolver.cached(adapter)
+            resolved = cached if isinstance(cached, Resolved) else None
+            return {"ref": adapter, "resolved": resolved.name if resolved else None,
+                    "compatible": resolved.compatible if resolved else None}
+
+        experts = [{"name": e.name, "description": e.description, "stable": ref(e.adapter),
+                    "canary": {**ref(e.canary.adapter), "weight": e.canary.weight}
+                    if e.canary is not None else None} for e in cfg.experts]
+        snapshot = rt.tracker.snapshot() if rt.tracker is not None else {}
+        engines = [{"url": url, "ready": s.healthy, "running": s.running, "waiting": s.waiting,
+                    "kv_cache_usage": s.kv_cache_usage, "max_lora": s.max_lora,
+                    "adapters": sorted(s.resident)} for url, s in snapshot.items()]
+        body = {"deployment": cfg.deployment, "base_model": cfg.base_model, "mode": cfg.mode,
+                "default": cfg.default, "experts": experts, "engines": engines}
+        return Response(200, orjson.dumps(body), _JSON)
 
     async def metrics(self, request: Request) -> Response:
         return Response(200, generate_latest(self.rt.metrics.registry),

@@ -13,6 +13,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.requests import Request
+
 from mol_catalog import shared_docs
 from mol_catalog.adapters import publish_sql, service
 from mol_catalog.adapters.schemas import PublishRequest
@@ -22,12 +24,13 @@ from mol_catalog.adapters.uploads import (
     WEIGHTS_FILE,
     StoredFile,
     Upload,
+    receive_upload,
 )
 from mol_catalog.base_models import service as base_service
 from mol_catalog.blob_gc import BlobsGone
 from mol_catalog.db import Database
 from mol_catalog.deps import Catalog
-from mol_catalog.errors import BadRequest, Incompatible, InvalidFile
+from mol_catalog.errors import BadRequest, CatalogError, Incompatible, InvalidFile
 from mol_catalog.util import (
     checked,
     clean_text,
@@ -227,3 +230,21 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
                 catalog.metrics.compat_rejections.labels(code).inc()
         return body, created
     raise AssertionError("unreachable")
+
+
+async def publish_form(catalog: Catalog, namespace: str, name: str, request: Request,
+                       created_by: str | None) -> tuple[dict[str, Any], bool]:
+    """A publish from a request's multipart body, counted in the publishes metric by
+    result: the REST API and the console publish through here alike."""
+    try:
+        upload = await receive_upload(request, catalog.settings.max_upload_bytes)
+        try:
+            body, created = await publish(catalog, namespace, name, upload, created_by)
+        finally:
+            upload.cleanup()
+    except CatalogError as exc:
+        result = {413: "too_large", 422: "incompatible"}.get(exc.status, "invalid")
+        catalog.metrics.publishes.labels(result).inc()
+        raise
+    catalog.metrics.publishes.labels("created" if created else "existing").inc()
+    return body, created

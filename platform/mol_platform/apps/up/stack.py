@@ -112,13 +112,17 @@ def admin_token(data_dir: Path) -> str:
     return token
 
 
-def start_catalog(sup: Supervisor, host: str, port: int, data_dir: Path) -> tuple[str, str | None]:
-    """Start the catalog; returns its URL and the admin token (None on loopback: no auth)."""
+def start_catalog(sup: Supervisor, host: str, port: int, data_dir: Path,
+                  router_url: str | None = None) -> tuple[str, str | None]:
+    """Start the catalog; returns its URL and the admin token (None on loopback: no auth).
+    ``router_url``: the router the console's stack page and playground show."""
     auth = not is_loopback(host)
     token = admin_token(data_dir) if auth else None
     connect = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     url = f"http://{'[' + connect + ']' if ':' in connect else connect}:{port}"
     env = {"MOL_CATALOG_ADMIN_TOKEN": token} if token else {}
+    if router_url:
+        env["MOL_CATALOG_ROUTER_URL"] = router_url
     sup.start(Service("catalog", catalog_argv(host, port, data_dir, auth=auth),
                       f"{url}/healthz", env=env, log_path=data_dir / "logs" / "catalog.log"))
     return url, token
@@ -130,7 +134,7 @@ def catalog_banner(url: str, data_dir: Path, token: str | None) -> str:
              f"blobs {data_dir.resolve() / 'blobs'})",
              f"          curl{auth} {url}/v1/adapters",
              f"          MOL_CATALOG_URL={url} mol catalog ls",
-             f"          API docs: {url}/docs"]
+             f"          console: {url}/ui   API docs: {url}/docs"]
     if token:
         lines.append(f"          admin token (kept in {data_dir / 'admin-token'}): {token}")
     return "\n".join(lines)
@@ -163,7 +167,8 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     check_port_free("127.0.0.1", ports.engine, "--engine-port")
     check_port_free(host, ports.router, "--router-port")
     spec = obj.spec
-    url, token = start_catalog(sup, host, ports.catalog, data_dir)
+    router_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{ports.router}"
+    url, token = start_catalog(sup, host, ports.catalog, data_dir, router_url)
     profile = profile_name(obj.metadata.name, obj.metadata.namespace or "default")
     say("building and publishing the demo adapters ...")
     seeded = seed_demo(url, data_dir / "demo", token=token, profile=profile,
@@ -192,7 +197,6 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     config_path = data_dir / "router.yaml"
     config_path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True,
                                                             exclude_none=True), sort_keys=False))
-    router_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{ports.router}"
     env = {"MOL_CATALOG_TOKEN": token} if token else {}
     sup.start(Service("router", mol_argv("router", "serve", "--config", str(config_path),
                                          "--host", host, "--port", str(ports.router)),
