@@ -118,17 +118,19 @@ def _router_config(path: Path, stack_catalog: str, engine: str) -> None:
 @contextlib.contextmanager
 def simulator(log: Path) -> Iterator[str]:
     """One simulated engine (streams with a visible pace); yields its URL."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mol_testkit.simulator", "--model", "tiny", "--dynamic-loras",
-         "--ttft-s", "0.05", "--itl-s", "0.02", "--output-tokens", "24"],
-        stdout=subprocess.PIPE, stderr=log.open("ab"), start_new_session=True)
+    with log.open("ab") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mol_testkit.simulator", "--model", "tiny",
+             "--dynamic-loras", "--ttft-s", "0.05", "--itl-s", "0.02", "--output-tokens", "24"],
+            stdout=subprocess.PIPE, stderr=err, start_new_session=True)
+    assert proc.stdout is not None
     try:
-        assert proc.stdout is not None
         url = proc.stdout.readline().decode().strip()
         assert url.startswith("http"), f"simulator printed {url!r}; see {log}"
         yield url
     finally:
         stop_process_group(proc)
+        proc.stdout.close()
 
 
 @contextlib.contextmanager

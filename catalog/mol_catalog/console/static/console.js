@@ -133,6 +133,12 @@ function initStack(root) {
         row.querySelector(".ttft").textContent = e.live.ttft_ms === null ? "none yet" : `${Math.round(e.live.ttft_ms)} ms`;
         row.querySelector(".count").textContent = String(Math.round(e.live.requests));
       }
+      root.querySelector("#engines").replaceChildren(...body.engines.map((g) => el("tr", {},
+        el("td", {}, el("code", {}, g.url)), el("td", {}, g.ready ? "yes" : "no"),
+        el("td", {}, `${g.running} / ${g.waiting}`),
+        el("td", {}, `${Math.round(g.kv_cache_usage * 100)}%`),
+        el("td", {}, ...(g.adapters.length ? g.adapters.flatMap((a) => [el("code", {}, a), " "]) : ["none "]),
+          `(${g.max_lora || "?"} slots)`))));
     } finally {
       setTimeout(refresh, 2000);
     }

@@ -1,0 +1,44 @@
+"""One seeded stack (catalog with auth on, simulated engine, router) and one headless
+chromium for the whole session; each test gets a fresh browser context (no cookies)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from playwright.sync_api import Browser, Page, expect
+
+from mol_testkit.console import ADMIN_TOKEN, ConsoleStack, chromium, console_stack, login
+
+
+# Two shared cores: ReDoc's first render of the whole schema may take several seconds.
+expect.set_options(timeout=15_000)
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleStack]:
+    with console_stack(tmp_path_factory.mktemp("console")) as running:
+        yield running
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    with chromium() as b:
+        yield b
+
+
+@pytest.fixture
+def page(browser: Browser) -> Iterator[Page]:
+    context = browser.new_context()
+    context.set_default_timeout(15_000)
+    try:
+        yield context.new_page()
+    finally:
+        context.close()
+
+
+@pytest.fixture
+def admin(page: Page, stack: ConsoleStack) -> Page:
+    """A page logged in with the admin token."""
+    login(page, stack.url, ADMIN_TOKEN)
+    return page
