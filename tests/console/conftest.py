@@ -10,7 +10,6 @@ from playwright.sync_api import Browser, Page, expect
 
 from mol_testkit.console import ADMIN_TOKEN, ConsoleStack, chromium, console_stack, login
 
-
 # Two shared cores: ReDoc's first render of the whole schema may take several seconds.
 expect.set_options(timeout=15_000)
 

@@ -158,7 +158,8 @@ def test_forms_without_the_csrf_token_are_refused(admin: Page, stack: ConsoleSta
     cookies = {c["name"]: c["value"] for c in admin.context.cookies()}
     assert {"mol_console", "mol_csrf"} <= set(cookies)
     session = next(c for c in admin.context.cookies() if c["name"] == "mol_console")
-    assert session["httpOnly"] and session["sameSite"] == "Strict"
+    assert session["httpOnly"]
+    assert session["sameSite"] == "Strict"
     with httpx.Client(base_url=stack.url, cookies=cookies) as client:
         url = "/ui/adapters/demo/coding/alias"
         forged = client.post(url, data={"alias": "stable", "version": "2"})
