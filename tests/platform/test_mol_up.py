@@ -40,6 +40,12 @@ def test_catalog_only_demo_then_reuse_and_sigterm(tmp_path: Path, runs: list[Mol
     banner = first.wait_ready(120)
     assert "demo/coding@candidate -> v2" in banner
     assert httpx.get(f"http://127.0.0.1:{port}/v1/adapters").status_code == 200
+    # the console, printed in the banner, serves the seeded adapters (auth off on loopback)
+    console = f"http://127.0.0.1:{port}/ui"
+    assert f"console: {console}" in banner
+    page = httpx.get(f"{console}/adapters?namespace=demo")
+    assert page.status_code == 200
+    assert "demo/coding" in page.text
     weights = tmp_path / "data" / "demo" / "adapters" / "chat" / "adapter_model.safetensors"
     built = weights.stat().st_mtime_ns
     assert first.stop(signal.SIGTERM) == []
