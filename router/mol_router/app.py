@@ -81,8 +81,10 @@ class RouterHandler:
                                               "was logged", "router_error", retry_after=1.0))
 
     async def models(self, request: Request) -> Response:
-        """The deployment's experts, ``auto``, and the adapters of its adapter namespaces
-        (those the caller's key may use), as ``ns/name@latest`` from the catalog."""
+        """The deployment's experts, ``auto`` and the deployment's name (both let the
+        router pick), and the adapters of its adapter namespaces (those the caller's key
+        may use), as ``ns/name@latest`` from the catalog; entries known to be
+        incompatible with the serving profile (they would answer 422) are left out."""
         rt = self.rt
         tenant = self._tenant(request)
         if tenant is None:
@@ -98,20 +100,27 @@ class RouterHandler:
         data: list[dict[str, Any]] = []
         for e in cfg.experts:
             cached = rt.resolver.cached(e.adapter)
+            if isinstance(cached, Resolved) and not cached.compatible:
+                continue  # it would answer 422 (the reasons are in the request's error)
             root = cached.name if isinstance(cached, Resolved) else e.adapter
             data.append(card(e.name, cfg.deployment, root, e.description))
-        data.append(card(AUTO, cfg.deployment, None, "the router picks the expert"
-                         if cfg.mode == "auto" else f"the default expert ({cfg.default})"))
+        picks = ("the router picks the expert" if cfg.mode == "auto"
+                 else f"the default expert ({cfg.default})")
+        data.append(card(AUTO, cfg.deployment, None, picks))
+        data.append(card(cfg.deployment, cfg.deployment, None, f"same as {AUTO}: {picks}"))
         for ns in cfg.adapter_namespaces:
             if not tenant.may_use(ns):
                 continue
             items = await rt.resolver.listing(ns)
             for item in items:
                 if isinstance(item.get("adapter"), str) and item.get("latest_version"):
+                    ref = f"{item['adapter']}@latest"
+                    cached = rt.resolver.cached(ref)
+                    if isinstance(cached, Resolved) and not cached.compatible:
+                        continue
                     tags = ", ".join(item.get("tags") or [])
-                    data.append(card(f"{item['adapter']}@latest", ns,
-                                     f"{item['adapter']}@v{item['latest_version']}",
-                                     f"catalog adapter (tags: {tags})"))
+                    data.append(card(ref, ns, f"{item['adapter']}@v{item['latest_version']}",
+                                     "catalog adapter" + (f" (tags: {tags})" if tags else "")))
             if not items:
                 data.append(card(f"{ns}/<name>@<ref>", ns, None,
                                  f"any adapter of catalog namespace {ns!r}"))
