@@ -21,12 +21,14 @@ def test_playground_streams_an_answer_with_the_routing_headers(admin: Page,
     page.get_by_role("button", name="Send").click()
     expect(page.locator("#h-expert")).to_have_text("chat")
     expect(page.locator("#h-version")).to_have_text("demo/chat@v1")
+    expect(page.locator("#h-route")).to_have_text("model")
     expect(page.locator("#chat-status")).to_contain_text("Done: first token after")
     assert page.locator("#answer").inner_text().strip()
 
     page.get_by_label("Expert, auto or adapter").select_option("acme/support@latest")
     page.get_by_role("button", name="Send").click()
     expect(page.locator("#h-version")).to_have_text("acme/support@v1")
+    expect(page.locator("#h-route")).to_have_text("adapter")
     expect(page.locator("#chat-status")).to_contain_text("Done")
 
 

@@ -155,7 +155,7 @@ function initChat(form) {
     e.preventDefault();
     answer.textContent = "";
     status.textContent = "Waiting for the first token ...";
-    for (const id of ["h-expert", "h-version", "h-canary", "h-handoff"]) show(id, "");
+    for (const id of ["h-expert", "h-version", "h-canary", "h-route", "h-handoff"]) show(id, "");
     const started = performance.now();
     const r = await fetch("/ui/playground/chat", {
       method: "POST",
@@ -167,6 +167,7 @@ function initChat(form) {
     show("h-expert", r.headers.get("x-mol-expert"));
     show("h-version", r.headers.get("x-mol-adapter-version"));
     show("h-canary", r.headers.get("x-mol-canary") || "false");
+    show("h-route", r.headers.get("x-mol-route"));
     if (r.headers.get("x-mol-handoffs")) show("h-handoff", r.headers.get("x-mol-handoffs"));
     if (!r.ok) {
       const text = await r.text();

@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import secrets
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -128,12 +129,23 @@ def start_catalog(sup: Supervisor, host: str, port: int, data_dir: Path,
     return url, token
 
 
+def mol_command() -> str:
+    """``mol`` as a shell can run it: the bare name when PATH finds this installation's
+    script, else the script's full path (a virtual environment that is not activated,
+    as after ``make demo``), else this interpreter with ``-m mol_platform``."""
+    script = Path(sys.executable).parent / "mol"
+    found = shutil.which("mol")
+    if found is not None and script.exists() and Path(found).resolve() == script.resolve():
+        return "mol"
+    return str(script) if script.exists() else f"{sys.executable} -m mol_platform"
+
+
 def catalog_banner(url: str, data_dir: Path, token: str | None) -> str:
     auth = f" -H 'Authorization: Bearer {token}'" if token else ""
     lines = [f"catalog   {url}  (SQLite {data_dir.resolve() / 'catalog.db'}, "
              f"blobs {data_dir.resolve() / 'blobs'})",
              f"          curl{auth} {url}/v1/adapters",
-             f"          MOL_CATALOG_URL={url} mol catalog ls",
+             f"          MOL_CATALOG_URL={url} {mol_command()} catalog ls",
              f"          console: {url}/ui   API docs: {url}/docs"]
     if token:
         lines.append(f"          admin token (kept in {data_dir / 'admin-token'}): {token}")
