@@ -184,6 +184,8 @@ def login(page: Page, base: str, token: str) -> None:
 
 def axe_violations(page: Page) -> list[dict[str, Any]]:
     """axe-core's serious and critical violations on the page as it is now."""
+    if not AXE.is_file():
+        raise FileNotFoundError(f"{AXE} is missing: `make assets` fetches axe-core from npm")
     page.add_script_tag(path=str(AXE))
     result: dict[str, Any] = page.evaluate("async () => await axe.run(document)")
     return [v for v in result["violations"] if v.get("impact") in ("serious", "critical")]

@@ -4,6 +4,7 @@ with their event, yank, scopes, CSRF and logout."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
@@ -95,6 +96,24 @@ def test_publish_a_folder_and_see_the_verdicts(admin: Page, stack: ConsoleStack,
     page.get_by_role("link", name="demo/too-wide v1").click()
     expect(page.get_by_role("table", name="Verdict per serving profile")).to_contain_text(
         "rank_above_max")
+
+    # shaped for another base: refused before anything is stored, with the reasons
+    page.goto(f"{stack.url}/ui/publish")
+    page.get_by_label("Namespace").fill("demo")
+    page.get_by_label("Adapter name").fill("misfit")
+    other = dataclasses.replace(stack.model, hidden=128)
+    misfit = tmp_path / "misfit"
+    misfit.mkdir()
+    cfg, weights = other.lora_files(8)
+    (misfit / "adapter_config.json").write_bytes(cfg)
+    (misfit / "adapter_model.safetensors").write_bytes(weights)
+    page.get_by_label("PEFT folder").set_input_files(misfit)
+    page.get_by_role("button", name="Publish").click()
+    expect(page.get_by_role("alert")).to_contain_text(
+        "Incompatible: demo/misfit does not fit base model tiny-llama@r1")
+    expect(page.locator("#result li").first).to_contain_text("shape_mismatch")
+    with stack.api() as api:
+        assert api.get("/v1/adapters/demo/misfit").status_code == 404
 
 
 def test_move_an_alias_after_confirmation_and_see_the_event(admin: Page,
