@@ -3,8 +3,9 @@
 # pg_trgm, which Debian ships inside postgresql-15), Prometheus + promtool (PromQL and
 # rule checks), wrk (benchmarks), chromium (the console's browser tests, driven by
 # Playwright; its own browser downloads are never used) and npm (the console's
-# front-end assets, scripts/console-assets.sh). Installs only what is missing, so a second run
-# costs nothing. Services are never started: the tests start their own on loopback.
+# front-end assets, scripts/console-assets.sh). Installs only what is missing, so a
+# second run costs nothing. Services are never started: the tests start their own on
+# loopback.
 set -euo pipefail
 
 need=()
