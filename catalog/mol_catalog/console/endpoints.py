@@ -19,7 +19,6 @@ from mol_catalog.errors import BadRequest, CatalogError, json_response
 from mol_catalog.events import service as events
 from mol_catalog.profiles import service as profiles
 from mol_catalog.util import (
-    clamp_limit,
     decode_cursor,
     encode_cursor,
     valid_alias,
@@ -29,8 +28,9 @@ from mol_catalog.util import (
 
 pages = APIRouter(route_class=PageRoute, include_in_schema=False)
 calls = APIRouter(include_in_schema=False)  # script requests: JSON answers and errors
-PAGE_SIZE = 25
-FEED_LIMIT = 200
+PAGE_SIZE = 25  # adapters per search page
+VERSIONS_SHOWN = 100  # newest versions on an adapter's page
+FEED_LIMIT = 200  # events the live feed reads per poll (other adapters' included)
 FormText = Annotated[str, Form()]
 OptionalText = Annotated[str | None, Query()]
 
@@ -105,7 +105,7 @@ async def _adapter_context(request: Request, who: Principal, ns: str,
     catalog = session.catalog_of(request)
     async with catalog.db.read() as conn:
         adapter = await adapters.describe(conn, full)
-        versions, _ = await adapters.versions(conn, full, None, clamp_limit(100))
+        versions, _ = await adapters.versions(conn, full, None, VERSIONS_SHOWN)
         history = {alias: await adapters.alias_history(conn, full, alias, 20)
                    for alias in sorted(adapter["aliases"])}
         feed_after = await events.latest_id(conn)

@@ -33,12 +33,15 @@ def _when(value: object) -> str:
 
 
 def _size(value: object) -> str:
+    """Bytes as people read them (1 decimal from KiB up)."""
     size = float(value) if isinstance(value, int | float) else 0.0
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+    if size < 1024:
+        return f"{size:.0f} B"
+    for unit in ("KiB", "MiB"):
         size /= 1024
-    raise AssertionError("unreachable")
+        if size < 1024:
+            return f"{size:.1f} {unit}"
+    return f"{size / 1024:.1f} GiB"
 
 
 def _decoded(value: object) -> Any:
