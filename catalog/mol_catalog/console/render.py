@@ -23,6 +23,7 @@ from mol_catalog.errors import CatalogError
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
 templates = Jinja2Templates(directory=HERE / "templates")
+templates.env.auto_reload = False  # shipped files: no stat of each template per page
 
 
 def _when(value: object) -> str:
