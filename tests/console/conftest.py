@@ -1,5 +1,10 @@
-"""One seeded stack (catalog with auth on, simulated engine, router) and one headless
-chromium for the whole session; each test gets a fresh browser context (no cookies)."""
+"""One seeded stack (catalog with auth on, simulated engine, router) for the session and
+one headless chromium per test module; each test gets a fresh browser context (no
+cookies).
+
+The browser is not kept for the whole session: Playwright's sync API runs an event
+loop in the main thread while it lives, and the async tests of the modules that follow
+could not start theirs. A launch costs about a second."""
 
 from __future__ import annotations
 
@@ -20,7 +25,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleStack]:
         yield running
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Browser]:
     with chromium() as b:
         yield b
