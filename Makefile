@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 TYPED := platform/mol_platform catalog/mol_catalog operator/mol_operator router/mol_router testkit/mol_testkit tests bench
 PYTEST_ARGS ?= -v --durations=15
 
-.PHONY: demo test deps system venv engine lint typecheck imports pytest bench bench-serve bench-operator clean
+.PHONY: demo test deps system venv assets engine lint typecheck imports pytest bench bench-serve bench-operator screenshots clean
 
 # The engine venv is built on first use (~3 min, progress on the terminal), then reused.
 demo: venv
@@ -22,7 +22,11 @@ deps: system venv
 system:
 	bash scripts/system-deps.sh
 
-venv: $(VENV)/.installed
+venv: $(VENV)/.installed assets
+
+# The console's third-party front-end assets, from npm through catalog/web's lockfile.
+assets:
+	bash scripts/console-assets.sh
 
 $(VENV)/.installed: pyproject.toml testkit/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -55,5 +59,10 @@ bench-serve: venv
 bench-operator: venv
 	$(BIN)/python bench/operator_scale.py
 
+# docs/img/console/*.png from the running pages (a catalog and a router on the simulator).
+screenshots: venv
+	$(BIN)/python scripts/console_screenshots.py
+
 clean:
-	rm -rf $(VENV) .mol .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .mol .pytest_cache .mypy_cache .ruff_cache catalog/web/node_modules \
+	  catalog/mol_catalog/console/static/vendor

@@ -315,3 +315,25 @@ def search_paths(path: Path, n: int, sample: int, limit: int, seed: int = 13) ->
                 q = f"{rng.randint(1, n):07d}"[2:]
             fh.write(f"/v1/adapters?q={urllib.parse.quote(q)}&limit={limit}\n")
     return path
+
+
+def console_paths(path: Path, n: int, bases: list[SeedBase], sample: int,
+                  seed: int = 17) -> Path:
+    """Console pages (/ui) as a browser asks for them, in turn: a search by base and tag,
+    a text search, an adapter's page and one of its versions' pages."""
+    rng = random.Random(seed)
+    with path.open("w") as fh:
+        for j in range(sample):
+            i = rng.randint(1, n)
+            page = f"/ui/adapters/{Layout.namespace(i)}/{Layout.name(i)}"
+            kind = j % 4
+            if kind == 0:
+                fh.write(f"/ui/adapters?base={rng.choice(bases).name}&tag={rng.choice(TAGS)}\n")
+            elif kind == 1:
+                q = f"{rng.choice(WORDS)}-{rng.choice(KINDS)[:4]}"
+                fh.write(f"/ui/adapters?q={urllib.parse.quote(q)}\n")
+            elif kind == 2:
+                fh.write(page + "\n")
+            else:
+                fh.write(f"{page}/versions/{rng.randint(1, VERSIONS)}\n")
+    return path

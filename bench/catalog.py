@@ -229,6 +229,10 @@ class Bench:
                      a.latency_connections, auth)
         search = _seed.search_paths(w / "search.txt", a.adapters, 2000, 50)
         self.wrk("ours:search:latency", base_url, search, a.latency_connections, auth)
+        # The console's pages, logged in as a browser is (the token in its cookie).
+        console = _seed.console_paths(w / "console.txt", a.adapters, bases, 2000)
+        self.wrk("ours:console:latency", base_url, console, a.latency_connections,
+                 (f"Cookie: mol_console={token}",))
         self.cpu_roots["s3"] = s3.popen.pid  # moto: the S3 writes belong to publishing
         cpu0 = self.cpu_now()
         small = next(b for b in bases if b.name != _shapes.BIG_BASE)

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Debian packages the tests need: PostgreSQL 15 server binaries (initdb/pg_ctl, with
 # pg_trgm, which Debian ships inside postgresql-15), Prometheus + promtool (PromQL and
-# rule checks) and wrk (benchmarks). Installs only what is missing, so a second run
-# costs nothing. Services are never started: the tests start their own on loopback.
+# rule checks), wrk (benchmarks), chromium (the console's browser tests, driven by
+# Playwright; its own browser downloads are never used) and npm (the console's
+# front-end assets, scripts/console-assets.sh). Installs only what is missing, so a
+# second run costs nothing. Services are never started: the tests start their own on
+# loopback.
 set -euo pipefail
 
 need=()
@@ -14,6 +17,8 @@ if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2
   need+=(prometheus)
 fi
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
+[[ -x /usr/bin/chromium ]] || need+=(chromium)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 ((${#need[@]})) || exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -11,6 +11,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from fastapi.telemetry import TelemetryConfig
 from starlette.responses import Response
+from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from mol_catalog import openapi
@@ -21,6 +22,9 @@ from mol_catalog.admin.endpoints import router as admin_router
 from mol_catalog.base_models.endpoints import router as base_models_router
 from mol_catalog.blobs import leftovers
 from mol_catalog.blobs.store import open_blob_store
+from mol_catalog.console import apidocs, stack_pages
+from mol_catalog.console import endpoints as console
+from mol_catalog.console.render import STATIC_DIR
 from mol_catalog.db import Database
 from mol_catalog.db_urls import Timeouts
 from mol_catalog.deps import Catalog, CatalogDep
@@ -121,10 +125,15 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
     app = CatalogAPI(metrics=metrics_obj, title="MoL catalog", version="1", lifespan=lifespan,
                      description="Versions LoRA adapters and knows which base model each "
                                  "fits.",
-                     routes=[*resolve_routes, *adapters_routes], telemetry=NO_TELEMETRY)
+                     routes=[*resolve_routes, *adapters_routes], telemetry=NO_TELEMETRY,
+                     docs_url=None, redoc_url=None)  # served with local assets (apidocs)
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
                    events_router, tokens_router, ops, admin_router):
         app.include_router(router, responses=ERROR_RESPONSES)
+    for router in (apidocs.router, console.pages, console.calls, stack_pages.pages,
+                   stack_pages.calls):
+        app.include_router(router)
+    app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="console-static")
     openapi.install(app)
     return app
 

@@ -48,6 +48,10 @@ class CatalogSettings(BaseSettings):
     log_level: LogLevel = "info"
     access_log: bool = False
     log_format: LogFormat = "text"
+    # The console's stack page and playground (/ui/stack, /ui/playground) show and call
+    # this router (its /status, /metrics and chat API); the key when its API keys are on.
+    router_url: str | None = None
+    router_api_key: str | None = None
 
     @field_validator("auth", mode="before")
     @classmethod

@@ -1,6 +1,14 @@
 # The MoL Platform image: one image for `mol catalog serve`, `mol router serve` and
 # `mol operator run` (the chart picks the command). Build from the repository root:
 #   docker build -f deploy/images/platform.Dockerfile -t ghcr.io/mol-platform/mol-platform:0.1.0 .
+# The console's third-party front-end assets (Swagger UI, ReDoc), from npm through the
+# lockfile; the wheel ships them.
+FROM node:20-slim AS assets
+WORKDIR /src
+COPY catalog/web catalog/web
+COPY scripts/console-assets.sh scripts/console-assets.sh
+RUN bash scripts/console-assets.sh
+
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -9,6 +17,7 @@ COPY catalog catalog
 COPY operator operator
 COPY router router
 COPY migrations migrations
+COPY --from=assets /src/catalog/mol_catalog/console/static/vendor catalog/mol_catalog/console/static/vendor
 RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[catalog,operator,router]"
 
 FROM python:3.11-slim

@@ -16,13 +16,15 @@ from mol_router.proxy import GenerationProxy
 from mol_router.resolver import Resolved
 from mol_router.runtime import Runtime
 from mol_router.selection import AUTO
-from mol_router.tenants import OPEN
+from mol_router.tenants import OPEN, Tenant
 from mol_router.wire import Request, Response, error_response
 
 log = logging.getLogger("mol.router")
 Handler = Callable[[Request], Awaitable[Response | None]]
 _NO_ROUTE = ("; the API is /v1/chat/completions, /v1/completions and /v1/models")
 _JSON = {"Content-Type": "application/json"}
+_NO_KEY = RouterError(401, "missing or invalid API key: send Authorization: Bearer <key>",
+                      "invalid_api_key")
 
 
 class RouterHandler:
@@ -41,6 +43,7 @@ class RouterHandler:
             ("POST", "/v1/completions"): partial(proxy.handle, path="/v1/completions",
                                                  chat=False),
             ("GET", "/v1/models"): self.models,
+            ("GET", "/status"): self.status,
             ("GET", "/metrics"): self.metrics,
             ("GET", "/healthz"): self.healthz,
             ("GET", "/readyz"): self.readyz,
@@ -78,17 +81,14 @@ class RouterHandler:
                                               "was logged", "router_error", retry_after=1.0))
 
     async def models(self, request: Request) -> Response:
-        """The deployment's experts, ``auto``, and the adapters of its adapter namespaces
-        (those the caller's key may use), as ``ns/name@latest`` from the catalog."""
+        """The deployment's experts, ``auto`` and the deployment's name (both let the
+        router pick), and the adapters of its adapter namespaces (those the caller's key
+        may use), as ``ns/name@latest`` from the catalog; entries known to be
+        incompatible with the serving profile (they would answer 422) are left out."""
         rt = self.rt
-        tenant = OPEN
-        if rt.keys.enabled:
-            found = rt.keys.lookup(request.headers.get("authorization"))
-            if found is None:
-                return error_response(RouterError(401, "missing or invalid API key: send "
-                                                  "Authorization: Bearer <key>",
-                                                  "invalid_api_key"))
-            tenant = found
+        tenant = self._tenant(request)
+        if tenant is None:
+            return error_response(_NO_KEY)
         cfg = rt.config
         created = int(time.time())
         parent = cfg.base_model or None
@@ -100,24 +100,63 @@ class RouterHandler:
         data: list[dict[str, Any]] = []
         for e in cfg.experts:
             cached = rt.resolver.cached(e.adapter)
+            if isinstance(cached, Resolved) and not cached.compatible:
+                continue  # it would answer 422 (the reasons are in the request's error)
             root = cached.name if isinstance(cached, Resolved) else e.adapter
             data.append(card(e.name, cfg.deployment, root, e.description))
-        data.append(card(AUTO, cfg.deployment, None, "the router picks the expert"
-                         if cfg.mode == "auto" else f"the default expert ({cfg.default})"))
+        picks = ("the router picks the expert" if cfg.mode == "auto"
+                 else f"the default expert ({cfg.default})")
+        data.append(card(AUTO, cfg.deployment, None, picks))
+        data.append(card(cfg.deployment, cfg.deployment, None, f"same as {AUTO}: {picks}"))
         for ns in cfg.adapter_namespaces:
             if not tenant.may_use(ns):
                 continue
             items = await rt.resolver.listing(ns)
             for item in items:
                 if isinstance(item.get("adapter"), str) and item.get("latest_version"):
+                    ref = f"{item['adapter']}@latest"
+                    cached = rt.resolver.cached(ref)
+                    if isinstance(cached, Resolved) and not cached.compatible:
+                        continue
                     tags = ", ".join(item.get("tags") or [])
-                    data.append(card(f"{item['adapter']}@latest", ns,
-                                     f"{item['adapter']}@v{item['latest_version']}",
-                                     f"catalog adapter (tags: {tags})"))
+                    data.append(card(ref, ns, f"{item['adapter']}@v{item['latest_version']}",
+                                     "catalog adapter" + (f" (tags: {tags})" if tags else "")))
             if not items:
                 data.append(card(f"{ns}/<name>@<ref>", ns, None,
                                  f"any adapter of catalog namespace {ns!r}"))
         return Response(200, orjson.dumps({"object": "list", "data": data}), _JSON)
+
+    def _tenant(self, request: Request) -> Tenant | None:
+        """The caller's tenant; None when keys are on and the request has no valid one."""
+        if not self.rt.keys.enabled:
+            return OPEN
+        return self.rt.keys.lookup(request.headers.get("authorization"))
+
+    async def status(self, request: Request) -> Response:
+        """The deployment as it runs, for dashboards (the catalog's console): each
+        expert's stable and canary references with what they resolve to now and the
+        canary weight, and each engine's readiness, queue and resident adapters."""
+        if self._tenant(request) is None:
+            return error_response(_NO_KEY)
+        rt = self.rt
+        cfg = rt.config
+
+        def ref(adapter: str) -> dict[str, Any]:
+            cached = rt.resolver.cached(adapter)
+            resolved = cached if isinstance(cached, Resolved) else None
+            return {"ref": adapter, "resolved": resolved.name if resolved else None,
+                    "compatible": resolved.compatible if resolved else None}
+
+        experts = [{"name": e.name, "description": e.description, "stable": ref(e.adapter),
+                    "canary": {**ref(e.canary.adapter), "weight": e.canary.weight}
+                    if e.canary is not None else None} for e in cfg.experts]
+        snapshot = rt.tracker.snapshot() if rt.tracker is not None else {}
+        engines = [{"url": url, "ready": s.healthy, "running": s.running, "waiting": s.waiting,
+                    "kv_cache_usage": s.kv_cache_usage, "max_lora": s.max_lora,
+                    "adapters": sorted(s.resident)} for url, s in snapshot.items()]
+        body = {"deployment": cfg.deployment, "base_model": cfg.base_model, "mode": cfg.mode,
+                "default": cfg.default, "experts": experts, "engines": engines}
+        return Response(200, orjson.dumps(body), _JSON)
 
     async def metrics(self, request: Request) -> Response:
         return Response(200, generate_latest(self.rt.metrics.registry),

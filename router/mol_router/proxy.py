@@ -211,7 +211,8 @@ class GenerationProxy:
                  content_type: str = "application/json") -> dict[str, str]:
         h = {"Content-Type": content_type, "x-request-id": rid,
              "x-mol-expert": served.choice.expert,
-             "x-mol-adapter-version": served.resolved.name}
+             "x-mol-adapter-version": served.resolved.name,
+             "x-mol-route": served.choice.mode}
         if served.choice.canary:
             h["x-mol-canary"] = "true"
         if len(served.path) > 1:

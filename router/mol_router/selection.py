@@ -13,6 +13,7 @@ seeing one version while the weight stays put.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import random
 from dataclasses import dataclass
@@ -56,10 +57,10 @@ class Routing:
         experts = {e.name: e for e in config.experts}
         choices = tuple(n for n in experts
                         if n != config.classifier or n == config.default or len(experts) == 1)
-        listed = [*experts, AUTO]
+        listed = ", ".join([*experts, AUTO, config.deployment])
         if config.adapter_namespaces:
-            listed.append(" or adapters " + ", ".join(f"{ns}/<name>@<ref>"
-                                                       for ns in config.adapter_namespaces))
+            listed += " or adapters " + ", ".join(f"{ns}/<name>@<ref>"
+                                                  for ns in config.adapter_namespaces)
         tools = {}
         for name in experts:
             targets = tuple(n for n in choices if n != name)
@@ -67,7 +68,7 @@ class Routing:
                 descriptions = {n: experts[n].description for n in targets}
                 tools[name] = (handoff.tool(targets, descriptions), frozenset(targets))
         return cls(config, experts, frozenset({AUTO, config.deployment}),
-                   frozenset(config.adapter_namespaces), choices, ", ".join(listed), tools)
+                   frozenset(config.adapter_namespaces), choices, listed, tools)
 
     def refs(self) -> list[str]:
         """Every reference the config names (to resolve ahead of traffic)."""
@@ -86,7 +87,14 @@ class Routing:
         return Choice(name, expert.adapter, mode)
 
     def unknown(self, what: str, value: str, param: str) -> RouterError:
-        return RouterError(404, f"{what} {value!r} is not served here; available: "
+        """404 naming what is served, the closest name first when one is near."""
+        known = [*self.experts, AUTO, self.config.deployment]
+        close = difflib.get_close_matches(value, known, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        if value == self.config.base_model:
+            hint = ("that is the base model: this router serves its experts (adapters on "
+                    "it), not the bare base; ")
+        return RouterError(404, f"{what} {value!r} is not served here; {hint}available: "
                            f"{self.models_list}", "model_not_found", param=param)
 
     def select(self, router_field: object, model: object, user: str | None) -> Choice | None:

@@ -20,15 +20,16 @@ from mol_testkit.net import free_port
 
 class LiveCatalog:
     def __init__(self, data_dir: Path, port: int | None = None,
-                 admin_token: str | None = None) -> None:
+                 admin_token: str | None = None, env: dict[str, str] | None = None) -> None:
         self.data_dir = data_dir
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.admin_token = admin_token
+        self.env = env or {}  # MOL_CATALOG_* settings beyond the defaults
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
-        env = {**os.environ}
+        env = {**os.environ, **self.env}
         if self.admin_token:
             env["MOL_CATALOG_ADMIN_TOKEN"] = self.admin_token
         argv = catalog_argv("127.0.0.1", self.port, self.data_dir,

@@ -3,6 +3,7 @@ loopback, and clear messages for missing prerequisites."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -40,11 +41,26 @@ def test_catalog_only_demo_then_reuse_and_sigterm(tmp_path: Path, runs: list[Mol
     banner = first.wait_ready(120)
     assert "demo/coding@candidate -> v2" in banner
     assert httpx.get(f"http://127.0.0.1:{port}/v1/adapters").status_code == 200
+    # the console, printed in the banner, serves the seeded adapters (auth off on loopback)
+    console = f"http://127.0.0.1:{port}/ui"
+    assert f"console: {console}" in banner
+    page = httpx.get(f"{console}/adapters?namespace=demo")
+    assert page.status_code == 200
+    assert "demo/coding" in page.text
+    # the printed `mol` command runs as printed, activated virtual environment or not
+    line = re.search(r"MOL_CATALOG_URL=(\S+) (.+) catalog ls", banner)
+    assert line is not None, banner
+    listed = subprocess.run(f"{line[2]} catalog ls", shell=True, capture_output=True,
+                            text=True, timeout=60, env={**os.environ, "MOL_CATALOG_URL": line[1],
+                                                        "PATH": "/usr/bin:/bin"})
+    assert listed.returncode == 0, listed.stderr
+    assert "demo/coding" in listed.stdout
     weights = tmp_path / "data" / "demo" / "adapters" / "chat" / "adapter_model.safetensors"
     built = weights.stat().st_mtime_ns
     assert first.stop(signal.SIGTERM) == []
     assert first.started  # the catalog (and its workers) were there to stop
     assert first.proc.returncode == 0
+    assert "mol up: stopping catalog ...\nmol up: stopped." in first.stderr
     second = MolUp(args, cwd=tmp_path)  # same data dir: nothing rebuilt or republished
     runs.append(second)
     again = second.wait_ready(120)

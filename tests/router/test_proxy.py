@@ -31,6 +31,7 @@ async def test_whole_and_streamed_chat_name_the_adapter(router_config: Any, star
                 body = await resp.json()
                 assert resp.headers["x-mol-expert"] == "coding"
                 assert resp.headers["x-mol-adapter-version"] == "demo/coding@v1"
+                assert resp.headers["x-mol-route"] == "model"  # named by the request
                 assert resp.headers["x-request-id"] == "req-1"
             assert body["model"] == "demo/coding@v1"
             async with http.post(router.url + "/v1/chat/completions",
@@ -38,6 +39,7 @@ async def test_whole_and_streamed_chat_name_the_adapter(router_config: Any, star
                 assert resp.status == 200
                 assert resp.headers["content-type"].startswith("text/event-stream")
                 assert resp.headers["x-mol-expert"] == "chat"
+                assert resp.headers["x-mol-route"] == "default"  # no model: explicit mode
                 events = parse_sse(await resp.text())
             assert events[-1] == "[DONE]"
             chunks = [e for e in events if e != "[DONE]"]

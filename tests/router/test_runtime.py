@@ -68,7 +68,7 @@ async def test_models_lists_experts_auto_and_namespaces(router_config: Any,
         async with http.get(router.url + "/healthz") as resp:
             assert resp.status == 200
     ids = [m["id"] for m in data]
-    assert ids == ["chat", "coding", "auto", "acme/<name>@<ref>"]
+    assert ids == ["chat", "coding", "auto", "demo", "acme/<name>@<ref>"]
     assert data[0]["root"] == "demo/chat@v1"
     assert data[0]["parent"] == "tiny"
 

@@ -26,10 +26,16 @@ def _auto(urls: list[str], router_config: Any, **kw: Any) -> RouterConfig:
     return cfg
 
 
-async def _served(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> str:
+async def _served_by(http: aiohttp.ClientSession, url: str,
+                     body: dict[str, Any]) -> tuple[str, str]:
+    """(the expert that answered, what decided: the x-mol-route header)."""
     async with http.post(url + "/v1/chat/completions", json=body) as resp:
         assert resp.status == 200, await resp.text()
-        return str(resp.headers["x-mol-expert"])
+        return str(resp.headers["x-mol-expert"]), str(resp.headers["x-mol-route"])
+
+
+async def _served(http: aiohttp.ClientSession, url: str, body: dict[str, Any]) -> str:
+    return (await _served_by(http, url, body))[0]
 
 
 async def test_selection_order(router_config: Any, start_router: Any, ready: Any) -> None:
@@ -40,13 +46,13 @@ async def test_selection_order(router_config: Any, start_router: Any, ready: Any
             sims.script_text("demo/router@v1", "coding", when_prompt_contains="parser")
             url = router.url
             # "router" wins over "model".
-            assert await _served(http, url, {"messages": MSG, "model": "chat",
-                                             "router": "coding"}) == "coding"
+            assert await _served_by(http, url, {"messages": MSG, "model": "chat",
+                                                "router": "coding"}) == ("coding", "router")
             assert await _served(http, url, {"messages": MSG, "model": "chat"}) == "chat"
             # auto / the deployment's name / no model: the classifier decides.
             for model in ("auto", "demo", None):
                 body = {"messages": MSG} if model is None else {"messages": MSG, "model": model}
-                assert await _served(http, url, body) == "coding"
+                assert await _served_by(http, url, body) == ("coding", "classifier")
             # A named adapter in an adapter namespace goes to that adapter.
             async with http.post(url + "/v1/chat/completions",
                                  json={"messages": MSG, "model": "acme/bot@v7"}) as resp:
@@ -76,7 +82,7 @@ async def test_classifier_failure_and_timeout_fall_back_to_default(
             assert await _served(http, router.url, {"messages": MSG}) == "chat"
             assert asyncio.get_running_loop().time() - started < 2.0
             sims.script_failure("demo/router@v1", status=500)
-            assert await _served(http, router.url, {"messages": MSG}) == "chat"
+            assert await _served_by(http, router.url, {"messages": MSG}) == ("chat", "fallback")
             metrics = await (await http.get(router.url + "/metrics")).text()
     assert ('mol_router_route_decisions_total{deployment="demo",'
             'expert="chat",mode="fallback"} 2.0') in metrics
@@ -93,7 +99,9 @@ async def test_explicit_mode_auto_means_default(router_config: Any, start_router
 
 
 @pytest.mark.parametrize(("model", "status", "fragment"), [
-    ("nope", 404, "available: chat, coding, auto"),
+    ("nope", 404, "available: chat, coding, auto, demo or adapters acme/<name>@<ref>"),
+    ("codin", 404, "did you mean 'coding'?"),
+    ("tiny", 404, "that is the base model"),
     ("other/bot@v1", 404, "adapter namespace 'other'"),
     ("acme/Bad@v1", 400, "invalid adapter reference"),
 ])

@@ -47,6 +47,17 @@ def test_runtime_wheel_holds_no_test_rig(runtime_wheel: set[str]) -> None:
     assert "mol_catalog/_migrations/env.py" in runtime_wheel
 
 
+def test_runtime_wheel_ships_the_console_and_its_assets(runtime_wheel: set[str]) -> None:
+    """Templates, scripts and the npm-built vendor files (git-ignored, hatch artifacts):
+    the console and /docs work offline from the wheel alone."""
+    for path in ("console/templates/base.html", "console/static/console.js",
+                 "console/static/vendor/swagger-ui/swagger-ui-bundle.js",
+                 "console/static/vendor/swagger-ui/swagger-ui.css",
+                 "console/static/vendor/redoc/redoc.standalone.js"):
+        assert f"mol_catalog/{path}" in runtime_wheel, path
+    assert not [n for n in runtime_wheel if "node_modules" in n]
+
+
 def test_testkit_wheel_holds_only_the_rigs(tmp_path: Path) -> None:
     names = _build(ROOT / "testkit", tmp_path)
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
@@ -63,4 +74,5 @@ def test_runtime_images_install_no_test_rig(dockerfile: Path) -> None:
     sources = {s for line in copies for s in line.split()}
     assert sources, "no COPY lines read"
     assert sources <= {"pyproject.toml", "README.md", "platform", "catalog", "operator",
-                       "router", "migrations"}, sources
+                       "router", "migrations", "catalog/web",
+                       "scripts/console-assets.sh"}, sources

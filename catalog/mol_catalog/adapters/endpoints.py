@@ -23,26 +23,18 @@ from mol_catalog.adapters.schemas import (
     YankBody,
     YankOut,
 )
-from mol_catalog.adapters.uploads import FIELDS, FILE_PARTS, receive_upload
-from mol_catalog.deps import (
-    Catalog,
-    CatalogDep,
-    PrincipalDep,
-    principal_for,
-)
-from mol_catalog.errors import ApiError, ValidationFailed, json_bytes, json_response
+from mol_catalog.adapters.uploads import FIELDS, FILE_PARTS
+from mol_catalog.deps import Catalog, CatalogDep, PrincipalDep, principal_for
+from mol_catalog.errors import ValidationFailed, json_bytes, json_response
 from mol_catalog.openapi import LeanRoute, query
 from mol_catalog.util import (
-    checked,
     clamp_limit,
-    clean_text,
     decode_cursor,
     encode_cursor,
     valid_alias,
     valid_name,
     version_number,
 )
-from mol_platform.contract import refs
 
 router = APIRouter(tags=["adapters"])
 PAGE_LIMIT = 50  # items per page of a listing when the request sets no limit
@@ -67,17 +59,7 @@ async def publish_version(ns: str, name: str, request: Request, catalog: Catalog
                           who: PrincipalDep) -> Response:
     """Publish a version (multipart). 201 new, 200 identical content already published."""
     who.require_publish(ns)
-    try:
-        upload = await receive_upload(request, catalog.settings.max_upload_bytes)
-        try:
-            body, created = await pipeline.publish(catalog, ns, name, upload, who.name)
-        finally:
-            upload.cleanup()
-    except ApiError as exc:
-        result = {413: "too_large", 422: "incompatible"}.get(exc.status, "invalid")
-        catalog.metrics.publishes.labels(result).inc()
-        raise
-    catalog.metrics.publishes.labels("created" if created else "existing").inc()
+    body, created = await pipeline.publish_form(catalog, ns, name, request, who.name)
     return json_response(body, 201 if created else 200)
 
 
@@ -99,28 +81,10 @@ async def list_adapters(request: Request) -> bytes:
     limit = page_limit(params.get("limit"))
     catalog: Catalog = request.app.state.catalog
     who = await principal_for(catalog, request.headers.get("authorization"))
-    after = decode_cursor(params.get("cursor"))
-    namespaces = who.readable_namespaces()
-    namespace = params.get("namespace")
-    if namespace is not None:
-        valid_name(namespace, "namespace")
-        who.require_read(namespace)
-        namespaces = {namespace}
-    base, tag, q = params.get("base"), params.get("tag"), params.get("q")
-    clean_text(base, "base")
-    clean_text(q, "q")
-    if tag is not None:
-        checked(refs.check_tag, tag)
-    search = bool(q) and tag is None
-    rare = False
-    if search:
-        await catalog.names.ensure(catalog.db)
-        rare = catalog.names.rare(str(q).lower(), catalog.settings.search_window, limit + 1)
-    async with catalog.db.read(generic_plans=search) as conn:
-        items, last = await service.list_adapters(
-            conn, base=base, tag=tag, q=q, namespaces=namespaces,
-            after=after, limit=limit,
-            window=catalog.settings.search_window, rare=rare)
+    items, last = await service.search(
+        catalog, who, base=params.get("base"), tag=params.get("tag"), q=params.get("q"),
+        namespace=params.get("namespace"), after=decode_cursor(params.get("cursor")),
+        limit=limit)
     return json_bytes({"items": items,
                        "next_cursor": encode_cursor(last) if last is not None else None})
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from starlette.requests import Request
+
 from mol_catalog import shared_docs
 from mol_catalog.adapters import service, writes
 from mol_catalog.adapters.schemas import PublishRequest
@@ -19,12 +21,13 @@ from mol_catalog.adapters.uploads import (
     WEIGHTS_FILE,
     StoredFile,
     Upload,
+    receive_upload,
 )
 from mol_catalog.base_models import service as base_service
 from mol_catalog.base_models.service import KnownBase
 from mol_catalog.blobs.orphans import BlobsGone
 from mol_catalog.deps import Catalog
-from mol_catalog.errors import BadRequest, Incompatible, InvalidFile
+from mol_catalog.errors import ApiError, BadRequest, Incompatible, InvalidFile
 from mol_catalog.util import (
     checked,
     clean_text,
@@ -206,3 +209,21 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
                 catalog.metrics.compat_rejections.labels(code).inc()
         return body, created
     raise AssertionError("unreachable")
+
+
+async def publish_form(catalog: Catalog, namespace: str, name: str, request: Request,
+                       created_by: str | None) -> tuple[dict[str, Any], bool]:
+    """A publish from a request's multipart body, counted in the publishes metric by
+    result: the REST API and the console publish through here alike."""
+    try:
+        upload = await receive_upload(request, catalog.settings.max_upload_bytes)
+        try:
+            body, created = await publish(catalog, namespace, name, upload, created_by)
+        finally:
+            upload.cleanup()
+    except ApiError as exc:
+        result = {413: "too_large", 422: "incompatible"}.get(exc.status, "invalid")
+        catalog.metrics.publishes.labels(result).inc()
+        raise
+    catalog.metrics.publishes.labels("created" if created else "existing").inc()
+    return body, created

@@ -10,15 +10,18 @@ from mol_catalog.adapters import repository as repo
 from mol_catalog.adapters import writes
 from mol_catalog.adapters.repository import AdapterRow, VersionRow
 from mol_catalog.adapters.schemas import PublishRequest
+from mol_catalog.auth import Principal
 from mol_catalog.base_models import repository as base_repo
 from mol_catalog.blobs import orphans
 from mol_catalog.db import ReadConn, UnitOfWork
+from mol_catalog.deps import Catalog
 from mol_catalog.errors import BadRequest, Conflict, NotFound
 from mol_catalog.models import utcnow
 from mol_catalog.profiles import repository as profiles_repo
 from mol_catalog.profiles import service as profiles
 from mol_catalog.profiles.repository import ProfileRow
-from mol_catalog.util import valid_alias
+from mol_catalog.util import checked, clean_text, valid_alias, valid_name
+from mol_platform.contract import refs
 
 
 def version_item(v: VersionRow) -> dict[str, Any]:
@@ -287,6 +290,32 @@ async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,
                                     namespaces=namespaces, window=window, rare=rare)
     items = [item for _, item in rows[:limit]]
     return items, (rows[limit - 1][0] if len(rows) > limit else None)
+
+
+async def search(catalog: Catalog, who: Principal, *, base: str | None, tag: str | None,
+                 q: str | None, namespace: str | None, after: int | None,
+                 limit: int) -> tuple[list[dict[str, Any]], int | None]:
+    """One page of the listing as ``who`` may see it (their namespaces only), filters
+    checked (400 on bad ones); the REST listing and the console's search both use it.
+    A text search picks its first step from the name sample (``catalog.names``)."""
+    namespaces = who.readable_namespaces()
+    if namespace is not None:
+        valid_name(namespace, "namespace")
+        who.require_read(namespace)
+        namespaces = {namespace}
+    clean_text(base, "base")
+    clean_text(q, "q")
+    if tag is not None:
+        checked(refs.check_tag, tag)
+    searching = bool(q) and tag is None
+    rare = False
+    if searching:
+        await catalog.names.ensure(catalog.db)
+        rare = catalog.names.rare(str(q).lower(), catalog.settings.search_window, limit + 1)
+    async with catalog.db.read(generic_plans=searching) as conn:
+        return await list_adapters(conn, base=base, tag=tag, q=q, namespaces=namespaces,
+                                   after=after, limit=limit,
+                                   window=catalog.settings.search_window, rare=rare)
 
 
 async def delete_version(uow: UnitOfWork, full_name: str, number: int,

@@ -22,3 +22,8 @@ async def feed(conn: ReadConn, who: Principal, after: int,
                       "alias": alias, "data": json_text(data, "{}"),
                       "created_at": datetime_value(created_at)})
     return items, last
+
+
+async def latest_id(conn: ReadConn) -> int:
+    """Where a feed that shows only what happens from now on starts (its ``after``)."""
+    return await repository.latest_id(conn)

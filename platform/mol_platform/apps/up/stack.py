@@ -14,6 +14,7 @@ import importlib.util
 import json
 import os
 import secrets
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,16 +113,31 @@ def admin_token(data_dir: Path) -> str:
     return token
 
 
-def start_catalog(sup: Supervisor, host: str, port: int, data_dir: Path) -> tuple[str, str | None]:
-    """Start the catalog; returns its URL and the admin token (None on loopback: no auth)."""
+def start_catalog(sup: Supervisor, host: str, port: int, data_dir: Path,
+                  router_url: str | None = None) -> tuple[str, str | None]:
+    """Start the catalog; returns its URL and the admin token (None on loopback: no auth).
+    ``router_url``: the router the console's stack page and playground show."""
     auth = not is_loopback(host)
     token = admin_token(data_dir) if auth else None
     connect = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     url = f"http://{'[' + connect + ']' if ':' in connect else connect}:{port}"
     env = {"MOL_CATALOG_ADMIN_TOKEN": token} if token else {}
+    if router_url:
+        env["MOL_CATALOG_ROUTER_URL"] = router_url
     sup.start(Service("catalog", catalog_argv(host, port, data_dir, auth=auth),
                       f"{url}/healthz", env=env, log_path=data_dir / "logs" / "catalog.log"))
     return url, token
+
+
+def mol_command() -> str:
+    """``mol`` as a shell can run it: the bare name when PATH finds this installation's
+    script, else the script's full path (a virtual environment that is not activated,
+    as after ``make demo``), else this interpreter with ``-m mol_platform``."""
+    script = Path(sys.executable).parent / "mol"
+    found = shutil.which("mol")
+    if found is not None and script.exists() and Path(found).resolve() == script.resolve():
+        return "mol"
+    return str(script) if script.exists() else f"{sys.executable} -m mol_platform"
 
 
 def catalog_banner(url: str, data_dir: Path, token: str | None) -> str:
@@ -129,8 +145,8 @@ def catalog_banner(url: str, data_dir: Path, token: str | None) -> str:
     lines = [f"catalog   {url}  (SQLite {data_dir.resolve() / 'catalog.db'}, "
              f"blobs {data_dir.resolve() / 'blobs'})",
              f"          curl{auth} {url}/v1/adapters",
-             f"          MOL_CATALOG_URL={url} mol catalog ls",
-             f"          API docs: {url}/docs"]
+             f"          MOL_CATALOG_URL={url} {mol_command()} catalog ls",
+             f"          console: {url}/ui   API docs: {url}/docs"]
     if token:
         lines.append(f"          admin token (kept in {data_dir / 'admin-token'}): {token}")
     return "\n".join(lines)
@@ -163,7 +179,8 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     check_port_free("127.0.0.1", ports.engine, "--engine-port")
     check_port_free(host, ports.router, "--router-port")
     spec = obj.spec
-    url, token = start_catalog(sup, host, ports.catalog, data_dir)
+    router_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{ports.router}"
+    url, token = start_catalog(sup, host, ports.catalog, data_dir, router_url)
     profile = profile_name(obj.metadata.name, obj.metadata.namespace or "default")
     say("building and publishing the demo adapters ...")
     seeded = seed_demo(url, data_dir / "demo", token=token, profile=profile,
@@ -192,7 +209,6 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     config_path = data_dir / "router.yaml"
     config_path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True,
                                                             exclude_none=True), sort_keys=False))
-    router_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{ports.router}"
     env = {"MOL_CATALOG_TOKEN": token} if token else {}
     sup.start(Service("router", mol_argv("router", "serve", "--config", str(config_path),
                                          "--host", host, "--port", str(ports.router)),

@@ -187,8 +187,11 @@ def run_supervised(body: Callable[[Supervisor], str]) -> int:
             finally:
                 signal.signal(signal.SIGINT, signal.SIG_IGN)  # finish stopping first
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-                if sup.services:
-                    say("stopping ...")
+                names = ", ".join(svc.name for svc in reversed(sup.services))
+                if names:
+                    say(f"stopping {names} ...")
                 sup.stop()
+                if names:
+                    say("stopped.")
         except Stopped:
             return 0
