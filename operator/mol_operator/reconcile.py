@@ -312,8 +312,7 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
     rolled = the_plan.writes > 0 or updated < obj.spec.effective_replicas
     rolled_back = [e["name"] for e in experts
                    if (e.get("canary") or {}).get("phase") == "RolledBack"]
-    canary_msgs = [f"{e['name']}: {e['canary'].get('message', '')}".strip(": ")
-                   for e in experts if e["name"] in rolled_back]
+    paused = [e["name"] for e in experts if (e.get("canary") or {}).get("phase") == "Paused"]
     conds = [
         ready_cond,
         condition("AdaptersResolved", True, "Resolved",
@@ -323,9 +322,7 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
                   "; ".join(bad) if bad else f"every adapter fits {cat.base}"),
         condition("Progressing", rolled, "RollingOut" if rolled else "Stable",
                   f"{updated}/{obj.spec.effective_replicas} engines updated"),
-        condition("CanaryHealthy", not rolled_back,
-                  "RolledBack" if rolled_back else ("Healthy" if cat.canaries else "NoCanary"),
-                  "; ".join(canary_msgs)),
+        canary_condition(experts, rolled_back, paused, bool(cat.canaries)),
         condition("OptionalApisAvailable", not missing, "Missing" if missing else "Served",
                   missing_msg),
     ]
@@ -346,6 +343,21 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
     if summary:
         status["canary"] = summary
     return status
+
+
+def canary_condition(experts: list[dict[str, Any]], rolled_back: list[str], paused: list[str],
+                     any_canary: bool) -> dict[str, Any]:
+    """``CanaryHealthy``: False once a canary rolled back; Unknown while one is held for want
+    of a measurement (Prometheus unset or unreachable, or no canary traffic yet), since
+    nothing has shown it healthy; True otherwise. The message names each expert and why."""
+    def why(names: list[str]) -> str:
+        return "; ".join(f"{e['name']}: {e['canary'].get('message', '')}".strip(": ")
+                         for e in experts if e["name"] in names)
+    if rolled_back:
+        return condition("CanaryHealthy", False, "RolledBack", why(rolled_back))
+    if paused:
+        return condition("CanaryHealthy", None, "NoMeasurement", why(paused))
+    return condition("CanaryHealthy", True, "Healthy" if any_canary else "NoCanary")
 
 
 def _condition_events(old: list[Mapping[str, Any]], new: list[Mapping[str, Any]]) -> list[Event]:
