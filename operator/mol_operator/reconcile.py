@@ -49,6 +49,7 @@ from mol_operator.metrics import OperatorMetrics
 from mol_operator.planner import OPTIONAL_APIS, Key, Plan, plan
 from mol_operator.rollout import step_canaries
 from mol_operator.status import condition, merge_conditions
+from mol_operator.tokens import revoke_owner_tokens, token_name
 from mol_operator.warmup import Warmer
 from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.contract.router_config import profile_name
@@ -160,6 +161,15 @@ def _token_from(secret: Mapping[str, Any] | None,
         return None
 
 
+def _held_ids(secret: Mapping[str, Any] | None) -> set[int]:
+    """The id of the token a Secret holds, whatever its scopes."""
+    notes = (secret or {}).get("metadata", {}).get("annotations") or {}
+    try:
+        return {int(notes[TOKEN_ID_ANNOTATION])}
+    except (KeyError, ValueError):
+        return set()
+
+
 async def _execute(rt: Runtime, the_plan: Plan, namespace: str) -> list[Key]:
     plurals = {(m.api_version, m.kind): m.plural for m in MANAGED}
     missing: list[Key] = []
@@ -219,8 +229,13 @@ async def _reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
     secret = observed.get(Key("v1", "Secret", facts.names.catalog_secret))
     token = _token_from(secret, scopes)
     old_token_id = (old_status.get("catalogToken") or {}).get("id")
+    minted = token is None
     if token is None:
-        token = await mint_token(rt.catalog, f"mol-operator/{ns}/{obj.metadata.name}", scopes,
+        # A token minted before a Secret write that never happened is nobody's: revoke it
+        # (keeping the one the Secret still holds, which running pods use) before minting.
+        await revoke_owner_tokens(rt.catalog, uid, keep=_held_ids(secret),
+                                  delay=rt.retry_seconds)
+        token = await mint_token(rt.catalog, token_name(uid, ns, obj.metadata.name), scopes,
                                  delay=rt.retry_seconds)
         events.append(("Normal", "CatalogToken",
                        f"minted catalog read token {token[0]} ({', '.join(scopes)})"))
@@ -234,7 +249,9 @@ async def _reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
                     "delete or rename them, or rename this MoLDeployment",
                     max(rt.retry_seconds, 60.0), condition="Ready")
     late_missing = await _execute(rt, the_plan, ns)
-    if old_token_id is not None and old_token_id != token[0]:
+    if minted:  # the Secret holds the new token now: every other one of this owner goes
+        await revoke_owner_tokens(rt.catalog, uid, keep={token[0]}, delay=rt.retry_seconds)
+    if old_token_id is not None and old_token_id != token[0]:  # named by an older operator
         await revoke_token(rt.catalog, int(old_token_id), delay=rt.retry_seconds)
     for verb in ("create", "update", "delete"):
         done = [str(a.key) for a in the_plan.actions if a.verb == verb]

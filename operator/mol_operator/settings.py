@@ -47,6 +47,9 @@ class OperatorSettings(BaseSettings):
     canary_tick_seconds: float = Field(
         default=10.0, gt=0, description="How often running canaries are analysed and stepped.")
     catalog_timeout: float = Field(default=10.0, gt=0)
+    token_sweep_seconds: float = Field(
+        default=3600.0, gt=0, description="How often catalog tokens of deleted deployments "
+        "are looked for and revoked (also once at startup).")
     max_concurrent_reconciles: int = Field(
         default=32, ge=1, le=1024,
         description="Reconciles in flight at once; the rest wait their turn (a thousand "

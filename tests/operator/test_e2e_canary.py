@@ -122,8 +122,8 @@ def test_failing_canary_is_rolled_back(
 
 
 def _held(obj: dict[str, Any]) -> bool:
-    healthy = next((c for c in obj.get("status", {}).get("conditions", [])
-                    if c["type"] == "CanaryHealthy"), {})
+    healthy: dict[str, Any] = next((c for c in obj.get("status", {}).get("conditions", [])
+                                    if c["type"] == "CanaryHealthy"), {})
     return _canary(obj).get("phase") == "Paused" and healthy.get("status") == "Unknown"
 
 
