@@ -1,5 +1,5 @@
 """A small async Kubernetes API client: get, list, watch, server-side apply, delete,
-discovery.
+discovery, and create/replace (the leader-election Lease).
 
 Server-side apply with field manager ``mol-operator`` is the only way the operator
 writes children, so a field someone else owns (KEDA's replica count, an admission
@@ -204,6 +204,31 @@ class KubeApi:
         )
         if answer.status == 404:
             raise KubeError(404, f"{manifest['kind']} API {manifest['apiVersion']} is not served")
+        out: dict[str, Any] = answer.json()
+        return out
+
+    async def create(self, manifest: Mapping[str, Any], plural: str) -> dict[str, Any]:
+        """POST; ``KubeError`` 409 when the name is taken (a Lease another replica made)."""
+        meta = manifest["metadata"]
+        answer = await self._call("POST", path_for(manifest["apiVersion"], plural,
+                                                   meta.get("namespace")),
+                                  write=True, body=json.dumps(manifest),
+                                  content_type="application/json")
+        if answer.status == 404:
+            raise KubeError(404, f"{manifest['kind']} API {manifest['apiVersion']} is not served")
+        out: dict[str, Any] = answer.json()
+        return out
+
+    async def replace(self, manifest: Mapping[str, Any], plural: str) -> dict[str, Any]:
+        """PUT with the manifest's resourceVersion: ``KubeError`` 409 when the object
+        changed since it was read (optimistic concurrency, as leader election needs)."""
+        meta = manifest["metadata"]
+        answer = await self._call("PUT", path_for(manifest["apiVersion"], plural,
+                                                  meta.get("namespace"), meta["name"]),
+                                  write=True, body=json.dumps(manifest),
+                                  content_type="application/json")
+        if answer.status == 404:
+            raise KubeError(404, f"{manifest['kind']} {meta['name']} is gone")
         out: dict[str, Any] = answer.json()
         return out
 

@@ -9,6 +9,8 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mol_operator.builders.common import Defaults
 
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
 
 class OperatorSettings(BaseSettings):
     """One object for the whole operator; every field is ``MOL_OPERATOR_<FIELD>``."""
@@ -54,6 +56,26 @@ class OperatorSettings(BaseSettings):
         default=32, ge=1, le=1024,
         description="Reconciles in flight at once; the rest wait their turn (a thousand "
                     "deployments at startup must not swamp the catalog and the API server).")
+
+    leader_election: bool = Field(
+        default=True, description="Run under a Lease so that of several replicas one "
+        "works and the others stand by (docs/operator.md, High availability).")
+    lease_name: str = Field(default="mol-operator", min_length=1, max_length=253)
+    lease_namespace: str | None = Field(
+        default=None, description="Namespace of the Lease (default: the pod's own, from "
+        "its service account, else default).")
+    lease_identity: str | None = Field(
+        default=None, description="This replica's name in the Lease (default: host name "
+        "plus a random suffix).")
+    lease_duration_seconds: float = Field(
+        default=15.0, gt=0, le=3600, description="How long a dead leader's Lease holds; "
+        "renewed every duration/7.5 s, given up after 2/3 of it without a renewal.")
+
+    def lease_namespace_or_default(self) -> str:
+        if self.lease_namespace:
+            return self.lease_namespace
+        own = SA_NAMESPACE_FILE
+        return own.read_text().strip() if own.exists() else "default"
 
     def admin_token(self) -> str | None:
         if self.catalog_token_file is not None:
