@@ -1,5 +1,5 @@
 """kopf handlers: MoLDeployments are reconciled on create, update, resume, a resync timer
-and a canary timer; deletion revokes the catalog token before kopf releases the
+and a canary timer; deletion revokes the catalog tokens before kopf releases the
 finalizer; engine Pods that turn Ready get their experts' adapters warmed.
 
 Importing this module registers the handlers on kopf's default registry. The shared
