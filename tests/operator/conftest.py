@@ -121,14 +121,20 @@ def settings_for(kube: KubeServer, catalog: LiveCatalog, **overrides: Any) -> An
 
 
 @pytest.fixture
-def run_operator(kube: KubeServer, catalog: LiveCatalog,
+def operator_kube(kube: KubeServer) -> KubeServer:
+    """``kube`` serving every kind the operator writes (RBAC is not there by default)."""
+    for spec in RBAC:
+        kube.register(spec)
+    return kube
+
+
+@pytest.fixture
+def run_operator(operator_kube: KubeServer, catalog: LiveCatalog,
                  kopf_runner: Callable[..., KopfRunner]) -> Callable[..., KopfRunner]:
     """Start the operator (its handlers on kopf's default registry) against ``kube``."""
     import mol_operator.handlers  # noqa: F401  (registers the handlers)
 
-    for spec in RBAC:
-        kube.register(spec)
-
+    kube = operator_kube
     quiet_kopf_logs()
 
     def start(lead: Any = None, wait: bool = True, **overrides: Any) -> KopfRunner:
