@@ -57,6 +57,7 @@ class Leader:
         self.renew_deadline = duration * 2 / 3  # give up leading well before it expires
         self.retry = duration / 7.5  # 2 s for the default 15 s, as client-go
         self.lost = False
+        self.holder: str | None = None  # the holder last read from the Lease
         self._seen: tuple[Any, float] | None = None  # (the holder's record, when first seen)
 
     def _spec(self, holder: str, previous: dict[str, Any]) -> dict[str, Any]:
@@ -87,7 +88,7 @@ class Leader:
                     "spec": self._spec(self.identity, {})}, LEASE_PLURAL)
                 return True
             spec = dict(lease.get("spec") or {})
-            holder = spec.get("holderIdentity")
+            holder = self.holder = spec.get("holderIdentity")
             if holder and holder != self.identity and not self._expired(spec):
                 return False
             lease["spec"] = self._spec(self.identity, spec)
@@ -110,17 +111,18 @@ class Leader:
         return False
 
     async def keep(self, halt: asyncio.Event) -> None:
-        """Renew every retry period; when no renewal succeeded for ``renew_deadline``,
-        mark leadership lost and set ``halt``."""
+        """Renew every retry period; when another replica holds the Lease, or no renewal
+        succeeded for ``renew_deadline``, mark leadership lost and set ``halt``."""
         renewed = time.monotonic()
         while True:
             await asyncio.sleep(self.retry)
             if await self.try_acquire():
                 renewed = time.monotonic()
-            elif time.monotonic() - renewed > self.renew_deadline:
-                log.error("leader election: %s could not renew lease %s/%s for %.1fs; "
-                          "stopping all work", self.identity, self.namespace, self.name,
-                          self.renew_deadline)
+            elif self.holder not in (None, self.identity) or (
+                    time.monotonic() - renewed > self.renew_deadline):
+                log.error("leader election: %s lost lease %s/%s (held by %s, or not renewed "
+                          "for %.1fs); stopping all work", self.identity, self.namespace,
+                          self.name, self.holder, self.renew_deadline)
                 self.lost = True
                 halt.set()
                 return

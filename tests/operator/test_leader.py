@@ -24,13 +24,14 @@ DURATION = 2.0  # seconds a dead leader's Lease holds, in these tests
 LEASES = kmock.resource(group="coordination.k8s.io", version="v1", plural="leases")
 
 
-def campaign(url: str, identity: str) -> Callable[[Operate, Any], Any]:
+def campaign(url: str, identity: str,
+             duration: float = DURATION) -> Callable[[Operate, Any], Any]:
     """``lead`` for a KopfRunner: this replica's Leader on Lease default/mol-operator."""
     async def run(operate: Operate, stop: Any) -> bool:
         api = KubeApi(url)
         try:
             return await lead(Leader(api, namespace="default", name="mol-operator",
-                                     identity=identity, duration=DURATION), operate, stop)
+                                     identity=identity, duration=duration), operate, stop)
         finally:
             await api.aclose()
     return run
@@ -122,3 +123,17 @@ def test_a_leader_that_cannot_renew_stops_all_work(
     kube_client.create(make_manifest())
     kube_client.wait_for("MoLDeployment", "macaron", generation(1), timeout=WAIT)
     assert reconciles(standby) >= 1
+
+
+def test_a_leader_whose_lease_is_taken_stops_at_once(
+        kube: Any, kube_client: KubeClient, run_operator: Any) -> None:
+    from mol_operator.leader import _micro_time
+
+    leader = run_operator(lead=campaign(kube.url, "ousted", duration=45.0))
+    kube_client.patch("Lease", "mol-operator", {"spec": {
+        "holderIdentity": "usurper", "renewTime": _micro_time(),
+        "leaseDurationSeconds": 600}}, "default")
+    taken = time.monotonic()
+    until(lambda: not leader.running, "the ousted leader to stop")
+    assert time.monotonic() - taken < 20  # one renewal (6 s), not the 30 s renew deadline
+    assert leader.result is True
