@@ -89,7 +89,9 @@ async def sweep_orphans(client: AsyncCatalogClient, kube: KubeApi, namespaces: S
         except KubeError as exc:
             raise Retry("KubeUnreachable", f"listing MoLDeployments failed: {exc}", delay
                         ) from None
-        for item in (listed or ([], ""))[0]:
+        if listed is None:  # not served (yet): no list to trust, so nothing is revoked
+            raise Retry("CrdNotServed", "the MoLDeployment API is not served", delay)
+        for item in listed[0]:
             meta = item.get("metadata") or {}
             uids.add(str(meta.get("uid")))
             names.add((str(meta.get("namespace")), str(meta.get("name"))))
