@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from mol_catalog.blobs import open_blob_store
+from mol_catalog.blobs.store import open_blob_store
 
 
 @pytest.fixture(params=["local", "s3"])

@@ -5,24 +5,25 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, FastAPI
 from fastapi.middleware.asyncexitstack import AsyncExitStackMiddleware
 from fastapi.telemetry import TelemetryConfig
 from starlette.responses import Response
 from starlette.types import ASGIApp
 
-from mol_catalog import leftovers, openapi
+from mol_catalog import openapi
 from mol_catalog.adapters.endpoints import lean_routes as adapters_routes
 from mol_catalog.adapters.endpoints import router as adapters_router
-from mol_catalog.adapters.sample import NameSample
+from mol_catalog.adapters.name_sample import NameSample
 from mol_catalog.admin.endpoints import router as admin_router
 from mol_catalog.base_models.endpoints import router as base_models_router
-from mol_catalog.blobs import open_blob_store
+from mol_catalog.blobs import leftovers
+from mol_catalog.blobs.store import open_blob_store
 from mol_catalog.db import Database
 from mol_catalog.db_urls import Timeouts
-from mol_catalog.deps import Catalog, get_catalog
+from mol_catalog.deps import Catalog, CatalogDep
 from mol_catalog.errors import ERROR_RESPONSES, RETRY_AFTER_SECONDS, ErrorBody, json_response
 from mol_catalog.events.endpoints import router as events_router
 from mol_catalog.metrics import CatalogMetrics
@@ -36,7 +37,6 @@ from mol_catalog.util import ResponseBody
 
 ops = APIRouter(tags=["operations"])
 READY_TIMEOUT = 5.0  # seconds each backend may take to answer a readiness probe
-CatalogDep = Annotated[Catalog, Depends(get_catalog)]
 
 
 class CatalogAPI(FastAPI):

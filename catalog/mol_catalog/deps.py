@@ -1,12 +1,16 @@
-"""What every endpoint gets: the catalog context and the calling principal."""
+"""What every endpoint gets: the catalog context and the calling principal, as the
+FastAPI dependencies ``CatalogDep`` and ``PrincipalDep``."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from typing import Annotated
 
+from fastapi import Depends
 from starlette.requests import Request
 
-from mol_catalog.adapters.sample import NameSample
+from mol_catalog.adapters.name_sample import NameSample
 from mol_catalog.auth import (
     ANONYMOUS_ADMIN,
     Principal,
@@ -15,7 +19,8 @@ from mol_catalog.auth import (
     matches_admin_token,
 )
 from mol_catalog.auth import token_hash as hash_token
-from mol_catalog.blobs import BlobStore
+from mol_catalog.base_models.service import KnownBase
+from mol_catalog.blobs.store import BlobStore
 from mol_catalog.db import Database
 from mol_catalog.errors import Unauthorized
 from mol_catalog.metrics import CatalogMetrics
@@ -33,6 +38,13 @@ class Catalog:
     tokens: TokenCache = field(default_factory=TokenCache)
     metrics: CatalogMetrics = field(default_factory=CatalogMetrics)
     names: NameSample = field(default_factory=NameSample)  # picks a search's first step
+    # What publishes remember (adapters/publish.py), bounded there: base revisions by
+    # name@revision and namespace ids by name; neither changes once stored.
+    bases: dict[str, KnownBase] = field(default_factory=dict)
+    namespace_ids: dict[str, int] = field(default_factory=dict)
+    # Awaited between a publish's blob writes and the transaction that references them;
+    # tests set it to interleave a gc there (on Postgres they hold a row lock instead).
+    after_store: Callable[[], Awaitable[None]] | None = None
 
     @property
     def download_base(self) -> str:
@@ -51,6 +63,10 @@ async def get_principal(request: Request) -> Principal:
     """The caller: anonymous admin when auth is off, else from the bearer token."""
     catalog: Catalog = request.app.state.catalog
     return await principal_for(catalog, request.headers.get("authorization"))
+
+
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]  # an endpoint's ``catalog`` parameter
+PrincipalDep = Annotated[Principal, Depends(get_principal)]  # ... and its caller
 
 
 async def principal_for(catalog: Catalog, authorization: str | None) -> Principal:

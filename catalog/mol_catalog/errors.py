@@ -1,5 +1,7 @@
-"""One error type for the whole service, turned into ``{"error", "detail"}`` in one place
-(``mol_catalog.middleware.error_response``)."""
+"""One error base class for the whole service, ``ApiError``, turned into ``{"error",
+"detail"}`` in one place (``mol_catalog.middleware.error_response``). Its name differs
+from the catalog client's ``CatalogError`` (what callers catch) so that neither side
+reads as the other."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import Response
 
 
-class CatalogError(Exception):
+class ApiError(Exception):
     """Base of every error the API reports; ``status`` and ``error`` pick the response."""
 
     status: ClassVar[int] = 500
@@ -25,7 +27,7 @@ class CatalogError(Exception):
         return {"error": self.error, "detail": self.detail, **self.extra}
 
 
-class BadRequest(CatalogError):
+class BadRequest(ApiError):
     status = 400
     error = "BadRequest"
 
@@ -42,54 +44,54 @@ class UnknownBaseModel(BadRequest):
     error = "UnknownBaseModel"
 
 
-class Unauthorized(CatalogError):
+class Unauthorized(ApiError):
     status = 401
     error = "Unauthorized"
 
 
-class Forbidden(CatalogError):
+class Forbidden(ApiError):
     status = 403
     error = "Forbidden"
 
 
-class NotFound(CatalogError):
+class NotFound(ApiError):
     status = 404
     error = "NotFound"
 
 
-class MethodNotAllowed(CatalogError):
+class MethodNotAllowed(ApiError):
     status = 405
     error = "MethodNotAllowed"
 
 
-class Conflict(CatalogError):
+class Conflict(ApiError):
     status = 409
     error = "Conflict"
 
 
-class PayloadTooLarge(CatalogError):
+class PayloadTooLarge(ApiError):
     status = 413
     error = "PayloadTooLarge"
 
 
-class Incompatible(CatalogError):
+class Incompatible(ApiError):
     status = 422
     error = "Incompatible"
 
 
-class ValidationFailed(CatalogError):
+class ValidationFailed(ApiError):
     status = 422
     error = "ValidationError"
 
 
-class Unavailable(CatalogError):
+class Unavailable(ApiError):
     """The database or the blob store cannot be reached; the request may be retried."""
 
     status = 503
     error = "Unavailable"
 
 
-class BackendTimeout(CatalogError):
+class BackendTimeout(ApiError):
     """The database or the blob store did not answer in time (its timeout setting)."""
 
     status = 504
@@ -100,7 +102,7 @@ class BackendTimeout(CatalogError):
 RETRY_AFTER_SECONDS = 5
 
 
-def error_headers(exc: CatalogError) -> dict[str, str] | None:
+def error_headers(exc: ApiError) -> dict[str, str] | None:
     """Headers of an error response: the auth challenge of a 401, Retry-After of 503/504."""
     if exc.status == 401:
         return {"WWW-Authenticate": "Bearer"}

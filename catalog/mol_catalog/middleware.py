@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mol_catalog.errors import (
     INTERNAL_ERROR,
-    CatalogError,
+    ApiError,
     MethodNotAllowed,
     NotFound,
     ValidationFailed,
@@ -39,9 +39,9 @@ log = logging.getLogger("mol_catalog")
 UNMATCHED = "unmatched"  # the route label of requests no route matched
 
 
-def _catalog_error(exc: Exception, scope: Scope) -> CatalogError | None:
-    """The catalog error ``exc`` answers as; None for an unexpected failure."""
-    if isinstance(exc, CatalogError):
+def _api_error(exc: Exception, scope: Scope) -> ApiError | None:
+    """The API error ``exc`` answers as; None for an unexpected failure."""
+    if isinstance(exc, ApiError):
         return exc
     if isinstance(exc, RequestValidationError):
         parts = []
@@ -62,7 +62,7 @@ def error_response(exc: Exception, scope: Scope) -> Response:
     body; an unexpected failure is logged with its traceback and answered as a bare 500."""
     if isinstance(exc, HTTPException) and exc.status_code not in (404, 405):
         return json_response({"error": "HTTPError", "detail": str(exc.detail)}, exc.status_code)
-    err = _catalog_error(exc, scope)
+    err = _api_error(exc, scope)
     if err is None:
         log.error("request failed: %s %s", scope.get("method"), scope.get("path"), exc_info=exc)
         return json_response(INTERNAL_ERROR, 500)

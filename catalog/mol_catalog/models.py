@@ -185,7 +185,7 @@ class VersionBlob(Base):
 
 class BlobDeletion(Base):
     """A blob gc deleted: a publish that checked the blob present before this row's id
-    stores it again before it commits (see blob_gc)."""
+    stores it again before it commits (see blobs.orphans)."""
 
     __tablename__ = "blob_deletions"
 

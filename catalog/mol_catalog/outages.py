@@ -14,7 +14,7 @@ import errno
 import socket
 from collections.abc import Iterator
 
-from mol_catalog.errors import BackendTimeout, CatalogError, Unavailable
+from mol_catalog.errors import ApiError, BackendTimeout, Unavailable
 
 # OSErrors that mean "the other side is not there" (disk full and I/O errors included:
 # the local store cannot take the request either).
@@ -75,7 +75,7 @@ def _driver_kind(e: BaseException) -> str | None:
     return None
 
 
-def backend_error(exc: BaseException) -> CatalogError | None:
+def backend_error(exc: BaseException) -> ApiError | None:
     """The 503/504 for a backend failure, None for any other exception."""
     kinds = {_kind(e) for e in _chain(exc)}
     what = _backend(exc)

@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
-from mol_catalog.errors import BadRequest, CatalogError, InvalidName
+from mol_catalog.errors import ApiError, BadRequest, InvalidName
 from mol_platform.contract import refs
 
 
@@ -75,7 +75,7 @@ def _text(value: str) -> str:
 Text = Annotated[str, AfterValidator(_text)]
 
 
-def check_json(value: Any, what: str, error: type[CatalogError] = BadRequest) -> Any:
+def check_json(value: Any, what: str, error: type[ApiError] = BadRequest) -> Any:
     """A JSON document the catalog stores and serves back: finite numbers, 64-bit integers,
     storable strings, nested at most MAX_JSON_DEPTH levels; 400 naming the problem."""
     stack: list[tuple[Any, int]] = [(value, 1)]
@@ -101,7 +101,7 @@ def check_json(value: Any, what: str, error: type[CatalogError] = BadRequest) ->
     return value
 
 
-def load_json(raw: bytes | str, what: str, error: type[CatalogError] = BadRequest) -> Any:
+def load_json(raw: bytes | str, what: str, error: type[ApiError] = BadRequest) -> Any:
     """Parse untrusted JSON: NaN/Infinity refused (JSON has neither) and checked as above."""
     def constant(name: str) -> Any:
         raise error(f"{what} contains {name}, which JSON cannot represent")

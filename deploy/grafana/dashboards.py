@@ -17,12 +17,21 @@ from pathlib import Path
 
 from grafana_foundation_sdk.builders import dashboard, prometheus, stat, table, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
-from grafana_foundation_sdk.models.dashboard import DataSourceRef, VariableRefresh
+from grafana_foundation_sdk.models.dashboard import (
+    DataSourceRef,
+    DataTransformerConfig,
+    VariableRefresh,
+)
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 OUT = Path(__file__).resolve().parents[2] / "charts" / "mol-platform" / "files" / "dashboards"
 DS = DataSourceRef(type_val="prometheus", uid="${datasource}")
 RATE = "$__rate_interval"
-DEP = 'deployment=~"$deployment"'
+# Every query of a dashboard carries its variables' selectors: Prometheus adds
+# `namespace` to every scraped series (the ServiceMonitor's), the router and the engine
+# monitor `deployment`.
+NS = 'namespace=~"$namespace"'
+DEP = f'{NS},deployment=~"$deployment"'
 
 
 @dataclass(frozen=True)
@@ -30,12 +39,15 @@ class Query:
     expr: str
     legend: str = ""
     instant: bool = False
+    table: bool = False  # one row per series, labels as columns
 
 
 def _target(q: Query, ref: str) -> prometheus.Dataquery:
     t = prometheus.Dataquery().expr(q.expr).ref_id(ref).datasource(DS)
     if q.legend:
         t = t.legend_format(q.legend)
+    if q.table:
+        t = t.format(PromQueryFormat.TABLE)
     return t.instant() if q.instant else t.range()
 
 
@@ -63,25 +75,38 @@ def quantiles(metric: str, by: str, selector: str, qs: tuple[float, ...] = (0.5,
             for q in qs]
 
 
-def _base(uid: str, title: str, tags: list[str]) -> dashboard.Dashboard:
+def _base(uid: str, title: str, tags: list[str], ns_metric: str) -> dashboard.Dashboard:
+    """A dashboard with the data source and namespace variables (``ns_metric`` lists
+    the namespaces that have the dashboard's data)."""
     d = (dashboard.Dashboard(title).uid(uid).tags(["mol-platform", *tags]).refresh("30s")
          .time("now-1h", "now").timezone("browser").editable())
     d = d.with_variable(dashboard.DatasourceVariable("datasource").label("Data source")
                         .type("prometheus"))
-    return d
+    return d.with_variable(
+        dashboard.QueryVariable("namespace").label("Namespace").datasource(DS)
+        .query(f"label_values({ns_metric}, namespace)").multi(True).include_all(True)
+        .all_value(".*").refresh(VariableRefresh.ON_TIME_RANGE_CHANGED))
 
 
 def _deployment_var(d: dashboard.Dashboard, metric: str = "mol_router_requests_total"
                     ) -> dashboard.Dashboard:
     return d.with_variable(
         dashboard.QueryVariable("deployment").label("MoLDeployment").datasource(DS)
-        .query(f"label_values({metric}, deployment)").multi(True).include_all(True)
+        .query(f"label_values({metric}{{{NS}}}, deployment)").multi(True).include_all(True)
         .all_value(".*").refresh(VariableRefresh.ON_TIME_RANGE_CHANGED))
+
+
+def _with_panels(d: dashboard.Dashboard, panels: list[PanelBuilder]) -> dashboard.Dashboard:
+    """Add ``panels`` with explicit ids (1, 2, ...): links and alerts that name a panel
+    by id keep working when panels are added, and Grafana never renumbers them."""
+    for i, p in enumerate(panels, start=1):
+        d = d.with_panel(p.id(i))
+    return d
 
 
 def overview() -> dashboard.Dashboard:
     req = "mol_router_requests_total"
-    d = _deployment_var(_base("mol-overview", "MoL overview", ["router"]))
+    d = _deployment_var(_base("mol-overview", "MoL overview", ["router"], req))
     panels = [
         ts("Requests/s by expert and adapter version", "reqps",
            Query(f"sum by (expert, version) (rate({req}{{{DEP}}}[{RATE}]))",
@@ -97,10 +122,11 @@ def overview() -> dashboard.Dashboard:
         ts("Time to first token p50 / p95", "s",
            *quantiles("mol_router_time_to_first_token_seconds", "expert, version", DEP)),
         ts("Route decisions by mode", "reqps",
-           Query(f"sum by (mode, expert) (rate(mol_router_route_decisions_total[{RATE}]))",
+           Query(f"sum by (mode, expert) "
+                 f"(rate(mol_router_route_decisions_total{{{DEP}}}[{RATE}]))",
                  "{{mode}} -> {{expert}}")),
         ts("Handoffs", "reqps",
-           Query(f'sum by (from, to) (rate(mol_router_handoffs_total[{RATE}]))',
+           Query(f"sum by (from, to) (rate(mol_router_handoffs_total{{{DEP}}}[{RATE}]))",
                  "{{from}} -> {{to}}")),
         ts("Tokens/s by tenant", "short",
            Query(f"sum by (tenant, kind) (rate(mol_router_tokens_total{{{DEP}}}[{RATE}]))",
@@ -114,16 +140,15 @@ def overview() -> dashboard.Dashboard:
            Query(f'sum by (deployment) (rate({req}{{{DEP},code="429"}}[{RATE}]))',
                  "{{deployment}}")),
     ]
-    for p in panels:
-        d = d.with_panel(p)
-    return d
+    return _with_panels(d, panels)
 
 
 def canary() -> dashboard.Dashboard:
-    d = _deployment_var(_base("mol-canary", "MoL canary", ["canary"]))
+    d = _deployment_var(_base("mol-canary", "MoL canary", ["canary"],
+                             "mol_router_requests_total"))
     d = d.with_variable(
         dashboard.QueryVariable("expert").label("Expert").datasource(DS)
-        .query('label_values(mol_canary_weight{deployment=~"$deployment"}, expert)')
+        .query(f"label_values(mol_canary_weight{{{DEP}}}, expert)")
         .multi(True).include_all(True).all_value(".*"))
     for name, default, label in (("max_error_rate", "0.02", "analysis.maxErrorRate"),
                                  ("max_latency_ratio", "1.25", "analysis.maxLatencyRatio")):
@@ -153,80 +178,94 @@ def canary() -> dashboard.Dashboard:
         ts("Slowest/fastest version p95 ratio, against the analysis threshold", "none",
            Query(f"max by (expert) ({p95}) / min by (expert) ({p95})", "{{expert}}"),
            Query("vector($max_latency_ratio)", "maxLatencyRatio")),
+        # The operator's series carry its own namespace, so only the deployment filters.
         ts("Canary transitions (1h)", "short",
-           Query("sum by (result) (increase(mol_operator_canary_transitions_total[1h]))",
-                 "{{result}}")),
+           Query('sum by (expert, result) (increase(mol_operator_canary_transitions_total'
+                 '{deployment=~"$deployment",expert=~"$expert"}[1h]))',
+                 "{{expert}} {{result}}")),
     ]
-    for p in panels:
-        d = d.with_panel(p)
-    return d
+    return _with_panels(d, panels)
+
+
+def _fleet_table(title: str, expr: str) -> PanelBuilder:
+    """One row per engine replica, its labels as columns: vLLM reports which adapters
+    run as labels of ``vllm:lora_requests_info`` (the value is only a timestamp)."""
+    columns = {"namespace": "Namespace", "deployment": "MoLDeployment",
+               "instance": "Replica", "max_lora": "LoRA slots",
+               "running_lora_adapters": "Running adapters",
+               "waiting_lora_adapters": "Waiting adapters"}
+    return (table.Panel().title(title).unit("none").datasource(DS).height(8).span(24)
+            .with_target(_target(Query(expr, instant=True, table=True), "A"))
+            .show_header(True)
+            .with_transformation(DataTransformerConfig(id_val="organize", options={
+                "excludeByName": {"Time": True, "Value": True, "__name__": True,
+                                  "job": True, "model_name": True, "engine": True,
+                                  "endpoint": True, "pod": True, "service": True,
+                                  "container": True},
+                "indexByName": {name: i for i, name in enumerate(columns)},
+                "renameByName": columns})))
 
 
 def lora_fleet() -> dashboard.Dashboard:
-    d = _base("mol-lora-fleet", "MoL LoRA fleet", ["vllm", "lora"])
+    d = _deployment_var(_base("mol-lora-fleet", "MoL LoRA fleet", ["vllm", "lora"],
+                              "mol_router_requests_total"))
+    loads, req = "mol_router_adapter_loads_total", "mol_router_requests_total"
     panels: list[PanelBuilder] = [
-        _panel(table.Panel, "Adapters running per replica (newest vllm:lora_requests_info)",
-               "none", [Query("topk by (instance) (1, vllm:lora_requests_info)", instant=True)],
-               w=24),
+        _fleet_table("Adapters running per replica (newest vllm:lora_requests_info)",
+                     f"topk by (namespace, deployment, instance) "
+                     f"(1, vllm:lora_requests_info{{{DEP}}})"),
         ts("Adapter loads seen by the router", "short",
-           Query(f"sum by (deployment) (rate(mol_router_adapter_loads_total[{RATE}]))",
-                 "{{deployment}}")),
+           Query(f"sum by (deployment) (rate({loads}{{{DEP}}}[{RATE}]))", "{{deployment}}")),
         ts("Adapter loads per request", "percentunit",
-           Query(f"sum by (deployment) (rate(mol_router_adapter_loads_total[{RATE}])) / "
-                 f"sum by (deployment) (rate(mol_router_requests_total[{RATE}]))",
-                 "{{deployment}}")),
+           Query(f"sum by (deployment) (rate({loads}{{{DEP}}}[{RATE}])) / "
+                 f"sum by (deployment) (rate({req}{{{DEP}}}[{RATE}]))", "{{deployment}}")),
         ts("Requests waiting per replica", "short",
-           Query("sum by (instance) (vllm:num_requests_waiting)", "{{instance}}")),
+           Query(f"sum by (instance) (vllm:num_requests_waiting{{{DEP}}})", "{{instance}}")),
         ts("Requests running per replica", "short",
-           Query("sum by (instance) (vllm:num_requests_running)", "{{instance}}")),
+           Query(f"sum by (instance) (vllm:num_requests_running{{{DEP}}})", "{{instance}}")),
         ts("KV-cache usage per replica", "percentunit",
-           Query("max by (instance) (vllm:kv_cache_usage_perc)", "{{instance}}")),
+           Query(f"max by (instance) (vllm:kv_cache_usage_perc{{{DEP}}})", "{{instance}}")),
     ]
-    for p in panels:
-        d = d.with_panel(p)
-    return d
+    return _with_panels(d, panels)
 
 
 def catalog() -> dashboard.Dashboard:
-    d = _base("mol-catalog", "MoL adapter catalog", ["catalog"])
+    req = "mol_catalog_requests_total"
+    d = _base("mol-catalog", "MoL adapter catalog", ["catalog"], req)
     dur = "mol_catalog_request_duration_seconds"
     panels = [
         ts("Publishes/s by result", "reqps",
-           Query(f"sum by (result) (rate(mol_catalog_publishes_total[{RATE}]))", "{{result}}")),
+           Query(f"sum by (result) (rate(mol_catalog_publishes_total{{{NS}}}[{RATE}]))",
+                 "{{result}}")),
         ts("Resolve latency p50 / p99", "s",
-           *quantiles(dur, "route", 'route=~"/v1/resolve.*"', (0.5, 0.99))),
+           *quantiles(dur, "route", f'{NS},route=~"/v1/resolve.*"', (0.5, 0.99))),
         ts("Compatibility rejections by reason", "short",
-           Query(f"sum by (reason) (rate(mol_catalog_compat_rejections_total[{RATE}]))",
-                 "{{reason}}")),
+           Query(f"sum by (reason) (rate(mol_catalog_compat_rejections_total{{{NS}}}"
+                 f"[{RATE}]))", "{{reason}}")),
         ts("Requests/s by route and code", "reqps",
-           Query(f"sum by (route, code) (rate(mol_catalog_requests_total[{RATE}]))",
-                 "{{route}} {{code}}")),
+           Query(f"sum by (route, code) (rate({req}{{{NS}}}[{RATE}]))", "{{route}} {{code}}")),
         ts("5xx ratio", "percentunit",
-           Query(f'(sum(rate(mol_catalog_requests_total{{code=~"5.."}}[{RATE}])) or vector(0)) / '
-                 f"sum(rate(mol_catalog_requests_total[{RATE}]))", "5xx")),
+           Query(f'(sum(rate({req}{{{NS},code=~"5.."}}[{RATE}])) or vector(0)) / '
+                 f"sum(rate({req}{{{NS}}}[{RATE}]))", "5xx")),
     ]
-    for p in panels:
-        d = d.with_panel(p)
-    return d
+    return _with_panels(d, panels)
 
 
 def operator() -> dashboard.Dashboard:
-    d = _base("mol-operator", "MoL operator", ["operator"])
+    rec = "mol_operator_reconcile_total"
+    d = _base("mol-operator", "MoL operator", ["operator"], rec)
     panels = [
         ts("Reconciles/s by result", "reqps",
-           Query(f"sum by (result) (rate(mol_operator_reconcile_total[{RATE}]))", "{{result}}")),
+           Query(f"sum by (result) (rate({rec}{{{NS}}}[{RATE}]))", "{{result}}")),
         ts("Reconciles not done (invalid spec, retried)/s", "reqps",
-           Query(f'sum by (result) (rate(mol_operator_reconcile_total{{result!="ok"}}[{RATE}]))',
-                 "{{result}}")),
+           Query(f'sum by (result) (rate({rec}{{{NS},result!="ok"}}[{RATE}]))', "{{result}}")),
         ts("Reconcile duration p50 / p99", "s",
-           *quantiles("mol_operator_reconcile_duration_seconds", "job", "", (0.5, 0.99))),
+           *quantiles("mol_operator_reconcile_duration_seconds", "job", NS, (0.5, 0.99))),
         ts("Canary transitions by result", "short",
-           Query(f"sum by (result) (increase(mol_operator_canary_transitions_total[{RATE}]))",
-                 "{{result}}")),
+           Query(f"sum by (result) (increase(mol_operator_canary_transitions_total{{{NS}}}"
+                 f"[{RATE}]))", "{{result}}")),
     ]
-    for p in panels:
-        d = d.with_panel(p)
-    return d
+    return _with_panels(d, panels)
 
 
 DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {

@@ -18,13 +18,14 @@ no data never promotes. After the last step the canary is ``Promoted`` (weight 1
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
 
-import httpx
+import aiohttp
 
 from mol_platform.contract.spec import CanarySpec
 
@@ -242,12 +243,15 @@ def canary_queries(
     return requests, latency
 
 
-async def _query(client: httpx.AsyncClient, promql: str) -> list[dict[str, Any]]:
+async def _query(client: aiohttp.ClientSession, base: str, promql: str
+                 ) -> list[dict[str, Any]]:
     try:
-        rsp = await client.get("/api/v1/query", params={"query": promql})
-        body = rsp.json()
-    except (httpx.HTTPError, ValueError) as exc:
-        raise CanaryAnalysisError(f"Prometheus at {client.base_url} unreachable: {exc}") from exc
+        async with client.get(f"{base.rstrip('/')}/api/v1/query",
+                              params={"query": promql}) as rsp:
+            body = json.loads(await rsp.read())
+    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+        raise CanaryAnalysisError(f"Prometheus at {base} unreachable: "
+                                  f"{exc!r}") from exc
     if body.get("status") != "success":
         raise CanaryAnalysisError(
             f"Prometheus refused {promql!r}: {body.get('errorType')}: {body.get('error')}"
@@ -277,9 +281,11 @@ async def measure_canary(
         deployment=deployment, expert=expert, stable_version=stable_version,
         canary_version=canary_version, window=window,
     )  # fmt: skip
-    async with httpx.AsyncClient(base_url=prometheus_url, timeout=QUERY_TIMEOUT_S) as client:
+    async with aiohttp.ClientSession(
+            timeout=aiohttp.ClientTimeout(total=QUERY_TIMEOUT_S)) as client:
         by_code, latency = await asyncio.gather(
-            _query(client, requests_q), _query(client, latency_q)
+            _query(client, prometheus_url, requests_q),
+            _query(client, prometheus_url, latency_q)
         )
     total = errors = 0.0
     for sample in by_code:

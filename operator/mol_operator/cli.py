@@ -42,8 +42,6 @@ def run(
     prometheus_url: Annotated[str | None, typer.Option(
         help="Prometheus for canary analysis and KEDA ScaledObjects.")] = None,
     router_image: Annotated[str | None, typer.Option(help="Image of the rendered routers.")] = None,
-    router_replicas: Annotated[int | None, typer.Option(
-        min=0, help="Replicas of every router (overrides spec.router.replicas).")] = None,
     metrics_port: Annotated[int | None, typer.Option(
         min=0, max=65535, help="Port of /metrics and /healthz (default 8090; 0: off).")] = None,
     resync_seconds: Annotated[float | None, typer.Option(
@@ -63,7 +61,7 @@ def run(
     flags = {"kube_url": kube_url, "catalog_url": catalog_url,
              "catalog_public_url": catalog_public_url,
              "catalog_token_file": catalog_token_file, "prometheus_url": prometheus_url,
-             "router_image": router_image, "router_replicas": router_replicas,
+             "router_image": router_image,
              "metrics_port": metrics_port, "resync_seconds": resync_seconds,
              "retry_seconds": retry_seconds, "leader_election": leader_election}
     for key, value in flags.items():

@@ -52,16 +52,17 @@ def configure(settings: kopf.OperatorSettings) -> None:
 def make_runtime(settings: OperatorSettings) -> Runtime:
     from mol_operator.builders import MANAGED
     from mol_operator.informer import ChildCache
-    from mol_operator.kube import KubeApi
+    from mol_operator.planner import OPTIONAL_APIS
     from mol_platform.clients.catalog_async import AsyncCatalogClient
+    from mol_platform.clients.kube import KubeApi
 
-    kube = KubeApi.connect(settings.kube_url)
+    kube = KubeApi.connect(settings.kube_url, field_manager=MANAGER)
     return Runtime(
         kube=kube,
         catalog=AsyncCatalogClient(settings.catalog_url, settings.admin_token() or "",
                                    timeout=settings.catalog_timeout),
         children=ChildCache(kube, dict.fromkeys((m.api_version, m.plural) for m in MANAGED),
-                            settings.namespaces),
+                            settings.namespaces, optional=OPTIONAL_APIS),
         defaults=settings.defaults(),
         retry_seconds=settings.retry_seconds,
         max_concurrent=settings.max_concurrent_reconciles,

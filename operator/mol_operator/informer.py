@@ -3,9 +3,10 @@ memory instead of GETting each child slot.
 
 For every child kind (and each watched namespace, or the whole cluster) one task lists
 the objects labelled ``app.kubernetes.io/managed-by=mol-operator`` and then watches from
-the list's resourceVersion. A watch the server ends is resumed from the last version
-seen; a version the server no longer has (410 Gone), a broken stream or any other error
-leads to a fresh list after a short backoff, which also drops what was deleted meanwhile.
+the list's resourceVersion (``mol_platform.clients.kube.list_watch``, the loop the
+router's discovery runs too): a watch the server ends is resumed; 410 Gone, a broken
+stream or any other error leads to a fresh list, which also drops what was deleted
+meanwhile.
 A restarted operator starts from a list, so reconciles wait until every kind has been
 listed once (``wait_synced``) and never plan against an empty cache.
 
@@ -17,6 +18,10 @@ arrives; an older event never replaces a newer object.
 
 An optional API (KEDA, Prometheus operator, KServe) that is not served is listed again
 every minute, and at once when a reconcile needs it and discovery says it is now served.
+One that is served but that the operator may not read (403 Forbidden: the CRDs are
+installed, the chart grants no RBAC for them) counts as absent, with the reason kept
+(``forbidden``), so it never holds back the rest; it is listed again every minute, so a
+Role granted later is picked up.
 """
 
 from __future__ import annotations
@@ -25,18 +30,16 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from mol_operator.builders.common import MANAGER
-from mol_operator.kube import KubeApi, KubeError
+from mol_platform.clients.kube import KubeApi, KubeError, list_watch
 
 log = logging.getLogger(__name__)
 SELECTOR = {"app.kubernetes.io/managed-by": MANAGER}
-WATCH_SECONDS = 300  # the server ends a watch after this; it is resumed, not re-listed
 UNSERVED_RELIST = 60.0  # how often an API that is not served is looked for again
-BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0)
 
 
 def _version(obj: Mapping[str, Any]) -> int | None:
@@ -59,6 +62,7 @@ class _Kind:
     plural: str
     objects: dict[tuple[str | None, str], tuple[int | None, str]] = field(default_factory=dict)
     served: bool | None = None
+    forbidden: str | None = None  # the API server's 403 message while we may not read it
     synced: dict[str | None, asyncio.Event] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
 
@@ -93,8 +97,10 @@ class ChildCache:
     """The informer over every child kind; ``start()`` in the operator's loop, ``stop()``."""
 
     def __init__(self, kube: KubeApi, kinds: Iterable[tuple[str, str]],
-                 namespaces: Sequence[str] = ()) -> None:
+                 namespaces: Sequence[str] = (), optional: Collection[str] = ()) -> None:
+        """``optional``: the apiVersions a 403 marks absent; a 403 elsewhere is retried."""
         self.kube = kube
+        self.optional = frozenset(optional)
         self.scopes: list[str | None] = list(namespaces) or [None]
         self.kinds = {(api, plural): _Kind(api, plural) for api, plural in kinds}
         self._tasks: list[asyncio.Task[None]] = []
@@ -144,7 +150,7 @@ class ChildCache:
         only when ``needed`` (a desired object lives there); if it is served now, its
         watch is started and awaited (a minute's wait otherwise)."""
         kind = self.kinds[(api_version, plural)]
-        if kind.served or not needed:
+        if kind.served or not needed or kind.forbidden is not None:
             return bool(kind.served)
         if not await self.kube.served(api_version, plural):
             return False
@@ -155,54 +161,51 @@ class ChildCache:
             return False
         return bool(kind.served)
 
-    async def _reflect(self, kind: _Kind, scope: str | None) -> None:
-        """List, then watch from the list's version, forever; errors re-list."""
-        failures = 0
-        first = True
-        while True:
-            try:
-                listed = await self.kube.list(kind.api_version, kind.plural, scope, SELECTOR)
-            except KubeError as exc:
-                log.warning("listing %s failed: %s; retrying", kind.plural, exc)
-                await asyncio.sleep(BACKOFF[min(failures, len(BACKOFF) - 1)])
-                failures += 1
-                continue
-            self.relists += int(not first)
-            first = False
-            if listed is None:
-                kind.served = False
-                kind.replace(scope, [], "")
-                kind.synced[scope].set()
-                kind.wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(kind.wake.wait(), UNSERVED_RELIST)
-                continue
-            items, version = listed
-            kind.served = True
-            kind.replace(scope, items, version)
-            kind.synced[scope].set()
-            try:
-                await self._watch(kind, scope, version)
-                failures = 0
-            except KubeError as exc:
-                if exc.status != 410:
-                    log.warning("watching %s failed: %s; listing again", kind.plural, exc)
-                    await asyncio.sleep(BACKOFF[min(failures, len(BACKOFF) - 1)])
-                    failures += 1
+    def forbidden(self, api_version: str) -> str | None:
+        """Why the operator may not read an optional API it found served, else None."""
+        return next((k.forbidden for k in self.kinds.values()
+                     if k.api_version == api_version and k.forbidden is not None), None)
 
-    async def _watch(self, kind: _Kind, scope: str | None, version: str) -> None:
-        """Apply watch events until one is an error (raised); resume after a normal end."""
-        while True:
-            async for event in self.kube.watch(kind.api_version, kind.plural, scope, SELECTOR,
-                                               version, WATCH_SECONDS):
-                obj = event.get("object") or {}
-                kind_of = event.get("type")
-                if kind_of == "ERROR":
-                    raise KubeError(int(obj.get("code") or 500),
-                                    str(obj.get("message") or obj.get("reason") or obj))
-                version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
-                if kind_of == "DELETED":
-                    meta = obj.get("metadata") or {}
-                    kind.drop(meta.get("namespace"), str(meta.get("name")), _version(obj))
-                elif kind_of in ("ADDED", "MODIFIED"):
-                    kind.put(obj)
+    async def _reflect(self, kind: _Kind, scope: str | None) -> None:
+        await list_watch(self.kube, kind.api_version, kind.plural, scope, SELECTOR,
+                         _Scope(self, kind, scope),
+                         forbidden_is_absent=kind.api_version in self.optional)
+
+
+@dataclass
+class _Scope:
+    """The list/watch of one kind in one scope, applied to the cache (a Reflector)."""
+
+    cache: ChildCache
+    kind: _Kind
+    scope: str | None
+    lists: int = 0
+
+    def listed(self, items: list[dict[str, Any]], version: str) -> None:
+        self.cache.relists += int(self.lists > 0)
+        self.lists += 1
+        self.kind.served = True
+        self.kind.forbidden = None
+        self.kind.replace(self.scope, items, version)
+        self.kind.synced[self.scope].set()
+
+    def changed(self, kind: str, obj: dict[str, Any]) -> None:
+        if kind == "DELETED":
+            meta = obj.get("metadata") or {}
+            self.kind.drop(meta.get("namespace"), str(meta.get("name")), _version(obj))
+        elif kind in ("ADDED", "MODIFIED"):
+            self.kind.put(obj)
+
+    async def absent(self, refusal: KubeError | None) -> None:
+        """Not served, or (an optional API) not readable: empty until listed again."""
+        kind = self.kind
+        if refusal is not None and kind.forbidden is None:
+            log.warning("%s is served but the operator may not read it (%s); treating it as "
+                        "absent until RBAC allows it", kind.plural, refusal.message)
+        kind.forbidden = refusal.message if refusal is not None else None
+        kind.served = False
+        kind.replace(self.scope, [], "")
+        kind.synced[self.scope].set()
+        kind.wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(kind.wake.wait(), UNSERVED_RELIST)

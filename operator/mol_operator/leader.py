@@ -33,8 +33,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from mol_operator.endpoint import start_server
-from mol_operator.kube import KubeApi, KubeError
 from mol_operator.settings import OperatorSettings
+from mol_platform.clients.kube import KubeApi, KubeError
 
 log = logging.getLogger(__name__)
 LEASE_API, LEASE_PLURAL = "coordination.k8s.io/v1", "leases"

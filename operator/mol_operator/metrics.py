@@ -11,7 +11,7 @@ import contextlib
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 CANARY_RESULTS = ("started", "advanced", "paused", "promoted", "rolled_back")
-"""Values of ``mol_operator_canary_transitions_total{result}``."""
+"""Values of ``mol_operator_canary_transitions_total{deployment,expert,result}``."""
 
 
 class OperatorMetrics:
@@ -29,7 +29,7 @@ class OperatorMetrics:
         self.canary_transitions = Counter(
             "mol_operator_canary_transitions",
             "Canary decisions by result (started, advanced, paused, promoted, rolled_back).",
-            ["result"], registry=r)  # fmt: skip
+            ["deployment", "expert", "result"], registry=r)  # fmt: skip
         self.canary_weight = Gauge(
             "mol_canary_weight", "Percent of an expert's traffic sent to its canary version.",
             ["deployment", "expert"], registry=r)  # fmt: skip
@@ -44,7 +44,7 @@ class OperatorMetrics:
         """Record one canary step: the weight now and, when one was made, the decision."""
         self.canary_weight.labels(deployment, expert).set(weight)
         if result is not None:
-            self.canary_transitions.labels(result).inc()
+            self.canary_transitions.labels(deployment, expert, result).inc()
 
     def forget_canary(self, deployment: str, expert: str) -> None:
         """Drop the weight series of a canary that no longer exists."""

@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -44,7 +44,6 @@ from mol_operator.catalog import (
     token_scopes,
 )
 from mol_operator.informer import ChildCache
-from mol_operator.kube import KubeApi, KubeError
 from mol_operator.metrics import OperatorMetrics
 from mol_operator.planner import OPTIONAL_APIS, Key, Plan, plan
 from mol_operator.rollout import step_canaries
@@ -52,6 +51,7 @@ from mol_operator.status import condition, merge_conditions
 from mol_operator.tokens import revoke_owner_tokens, token_name
 from mol_operator.warmup import Warmer
 from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_platform.clients.kube import KubeApi, KubeError
 from mol_platform.contract.router_config import profile_name
 from mol_platform.contract.spec import MoLDeployment
 
@@ -257,13 +257,30 @@ async def _reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
         done = [str(a.key) for a in the_plan.actions if a.verb == verb]
         if done:
             events.append(("Normal", verb.capitalize() + "d", f"{verb}d {', '.join(done)}"))
-    missing = [(k, who) for k, who in the_plan.missing] + [
-        (k, OPTIONAL_APIS[k.api_version]) for k in late_missing]
+    missing = [_skipped(rt, k, who) for k, who in the_plan.missing] + [
+        _skipped(rt, k, OPTIONAL_APIS[k.api_version]) for k in late_missing]
     status = compute_status(obj, generation, old_status, cat, observed, the_plan, missing,
                             token, scopes, rt.defaults, rollout.states)
     events += _condition_events(old_status.get("conditions") or [], status["conditions"])
     return Outcome(status=status, events=events, plan=the_plan,
                    seconds=time.perf_counter() - started)
+
+
+class Skipped(NamedTuple):
+    """An optional child not written: its API is not installed, or not readable."""
+
+    key: Key
+    why: str
+    forbidden: bool
+
+
+def _skipped(rt: Runtime, key: Key, who: str) -> Skipped:
+    refused = rt.children.forbidden(key.api_version)
+    if refused is None:
+        return Skipped(key, f"{who} ({key.api_version}) is not installed", False)
+    return Skipped(key, f"{who} ({key.api_version}) is installed but the operator may not "
+                   f"read it ({refused}); grant it RBAC (the chart's values for {who}) or "
+                   "uninstall it", True)
 
 
 def _int(value: Any) -> int:
@@ -272,7 +289,7 @@ def _int(value: Any) -> int:
 
 def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
                    cat: CatalogFacts, observed: Mapping[Key, Mapping[str, Any] | None],
-                   the_plan: Plan, missing: list[tuple[Key, str]],
+                   the_plan: Plan, missing: list[Skipped],
                    token: tuple[int, str], scopes: tuple[str, ...],
                    defaults: Defaults, canaries: Mapping[str, Mapping[str, Any]]
                    ) -> dict[str, Any]:
@@ -314,11 +331,12 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
             if keep in old_expert and old_expert.get("version") == r.version:
                 item[keep] = old_expert[keep]
         experts.append(item)
-    missing_msg = "; ".join(f"{k} skipped: {who} ({k.api_version}) is not installed"
-                            for k, who in missing)
-    workload_missing = any(k == engine_key for k, _ in missing)
-    if workload_missing:
-        ready_cond = condition("Ready", False, "KServeNotInstalled", missing_msg)
+    missing_msg = "; ".join(f"{s.key} skipped: {s.why}" for s in missing)
+    forbidden = any(s.forbidden for s in missing)
+    workload = next((s for s in missing if s.key == engine_key), None)
+    if workload is not None:
+        ready_cond = condition("Ready", False, "KServeForbidden" if workload.forbidden
+                               else "KServeNotInstalled", missing_msg)
     elif ready > 0 and router_ready > 0:
         ready_cond = condition("Ready", True, "Ready",
                                f"{ready}/{replicas} engines and {router_ready} routers ready")
@@ -340,7 +358,8 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
         condition("Progressing", rolled, "RollingOut" if rolled else "Stable",
                   f"{updated}/{obj.spec.effective_replicas} engines updated"),
         canary_condition(experts, rolled_back, paused, bool(cat.canaries)),
-        condition("OptionalApisAvailable", not missing, "Missing" if missing else "Served",
+        condition("OptionalApisAvailable", not missing,
+                  ("Forbidden" if forbidden else "Missing") if missing else "Served",
                   missing_msg),
     ]
     summary = ", ".join(f"{e['name']} v{e['canary'].get('version')} "

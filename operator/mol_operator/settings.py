@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mol_operator.builders.common import Defaults
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_DEFAULTS = Defaults()
 
 
 class OperatorSettings(BaseSettings):
@@ -30,13 +31,37 @@ class OperatorSettings(BaseSettings):
         default=None, description="File holding the admin token (a mounted Secret).")
     prometheus_url: str | None = Field(
         default=None, description="Prometheus for canary analysis and KEDA ScaledObjects.")
-    router_image: str = "ghcr.io/mol-platform/mol:latest"
-    router_cpu: str = "250m"
-    router_memory: str = "256Mi"
-    router_replicas: int | None = Field(
-        default=None, ge=0, description="Override every deployment's router.replicas.")
-    s3_sync_image: str = "amazon/aws-cli:2.22.0"
-    adapter_cache_bytes: int = Field(default=20 * 1024**3, ge=1)
+    router_image: str = Field(default=_DEFAULTS.router_image,
+                              description="Image of the rendered routers.")
+    router_cpu: str = Field(default=_DEFAULTS.router_cpu, description="Router CPU request.")
+    router_memory: str = Field(default=_DEFAULTS.router_memory,
+                               description="Router memory request.")
+    router_cpu_limit: str | None = Field(default=None, description="Router CPU limit (none).")
+    router_memory_limit: str | None = Field(
+        default=None, description="Router memory limit (default: the request).")
+    engine_cpu: str = Field(default=_DEFAULTS.engine_cpu,
+                            description="CPU request of every engine replica.")
+    engine_memory: str = Field(default=_DEFAULTS.engine_memory,
+                               description="Memory request of every engine replica.")
+    engine_shm_size: str = Field(default=_DEFAULTS.engine_shm_size,
+                                 description="Size limit of the engines' /dev/shm.")
+    s3_sync_image: str = _DEFAULTS.s3_sync_image
+    adapter_cache_bytes: int = Field(default=_DEFAULTS.adapter_cache_bytes, ge=1)
+    monitor_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels added to every rendered ServiceMonitor (JSON object), e.g. "
+                    '{"release": "kube-prometheus-stack"} for its serviceMonitorSelector.')
+    network_policy: bool = Field(
+        default=False, description="Render a NetworkPolicy per deployment: engines admit "
+                                   "their router, the operator's pods and Prometheus only.")
+    pod_namespace: str | None = Field(
+        default=None, description="The operator's own namespace (the engines' NetworkPolicy "
+                                  "admits its pods for warm-up).")
+    pod_labels: dict[str, str] = Field(
+        default_factory=dict, description="Labels selecting the operator's own pods (JSON).")
+    prometheus_pod_labels: dict[str, str] = Field(
+        default_factory=lambda: dict(_DEFAULTS.prometheus_pod_labels),
+        description="Labels of the Prometheus pods engines admit (any namespace).")
     metrics_port: int = Field(default=8090, ge=0, le=65535,
                               description="/metrics and /healthz; 0 turns them off.")
     metrics_host: str = "0.0.0.0"
@@ -56,7 +81,6 @@ class OperatorSettings(BaseSettings):
         default=32, ge=1, le=1024,
         description="Reconciles in flight at once; the rest wait their turn (a thousand "
                     "deployments at startup must not swamp the catalog and the API server).")
-
     leader_election: bool = Field(
         default=True, description="Run under a Lease so that of several replicas one "
         "works and the others stand by (docs/operator.md, High availability).")
@@ -72,10 +96,19 @@ class OperatorSettings(BaseSettings):
         "renewed every duration/7.5 s, given up after 2/3 of it without a renewal.")
 
     def lease_namespace_or_default(self) -> str:
-        if self.lease_namespace:
-            return self.lease_namespace
+        if self.lease_namespace or self.pod_namespace:
+            return str(self.lease_namespace or self.pod_namespace)
         own = SA_NAMESPACE_FILE
         return own.read_text().strip() if own.exists() else "default"
+
+    @model_validator(mode="after")
+    def _network_policy(self) -> OperatorSettings:
+        if self.network_policy and not (self.pod_namespace and self.pod_labels):
+            raise ValueError(
+                "network_policy needs pod_namespace and pod_labels (MOL_OPERATOR_POD_NAMESPACE,"
+                " MOL_OPERATOR_POD_LABELS): the engines' NetworkPolicy must admit the "
+                "operator's warm-up")
+        return self
 
     def admin_token(self) -> str | None:
         if self.catalog_token_file is not None:
@@ -89,7 +122,16 @@ class OperatorSettings(BaseSettings):
             router_image=self.router_image,
             router_cpu=self.router_cpu,
             router_memory=self.router_memory,
-            router_replicas=self.router_replicas,
+            router_cpu_limit=self.router_cpu_limit,
+            router_memory_limit=self.router_memory_limit,
+            engine_cpu=self.engine_cpu,
+            engine_memory=self.engine_memory,
+            engine_shm_size=self.engine_shm_size,
             s3_sync_image=self.s3_sync_image,
             adapter_cache_bytes=self.adapter_cache_bytes,
+            monitor_labels=dict(self.monitor_labels),
+            network_policy=self.network_policy,
+            operator_namespace=self.pod_namespace or "",
+            operator_pod_labels=dict(self.pod_labels),
+            prometheus_pod_labels=dict(self.prometheus_pod_labels),
         )

@@ -24,9 +24,9 @@ import re
 from collections.abc import Collection, Sequence
 
 from mol_operator.catalog import Retry, revoke_token
-from mol_operator.kube import KubeApi, KubeError
 from mol_platform.clients.catalog import CatalogError
 from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_platform.clients.kube import KubeApi, KubeError
 
 log = logging.getLogger(__name__)
 PREFIX = "mol-operator/"

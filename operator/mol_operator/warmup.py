@@ -16,10 +16,11 @@ are warmed.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-import httpx
+import aiohttp
 
 from mol_platform.contract.refs import AdapterRef
 from mol_platform.contract.spec import MoLDeploymentSpec
@@ -92,33 +93,36 @@ def ready_pod_urls(pods: Iterable[Mapping[str, Any]]) -> list[str]:
     return sorted({url for pod in pods if (url := pod_url(pod)) is not None})
 
 
-def _error_text(rsp: httpx.Response) -> str:
+def _error_text(status: int, text: str) -> str:
     try:
-        body = rsp.json()
+        body = json.loads(text)
     except ValueError:
-        return f"HTTP {rsp.status_code}: {rsp.text[:200]}"
+        return f"HTTP {status}: {text[:200]}"
     err = body.get("error") if isinstance(body, dict) else None
     message = err.get("message") if isinstance(err, dict) else None
     if message is None and isinstance(body, dict):
         message = body.get("message") or body.get("detail") or err
-    return f"HTTP {rsp.status_code}: {message}"
+    return f"HTTP {status}: {message}"
 
 
 async def _warm_one(
-    client: httpx.AsyncClient, gate: asyncio.Semaphore, url: str, model: str, limit: float
+    client: aiohttp.ClientSession, gate: asyncio.Semaphore, url: str, model: str, limit: float
 ) -> str | None:
     async with gate:
         try:
-            rsp = await client.post(
+            async with client.post(
                 f"{url}/v1/completions",
                 json={"model": model, "prompt": WARMUP_PROMPT, "max_tokens": 1},
-                timeout=limit,
-            )
-        except httpx.TimeoutException:
+                timeout=aiohttp.ClientTimeout(total=limit),
+            ) as rsp:
+                if rsp.status == 200:
+                    await rsp.read()
+                    return None
+                return _error_text(rsp.status, await rsp.text(errors="replace"))
+        except TimeoutError:
             return f"timed out after {limit:g}s"
-        except httpx.HTTPError as exc:
+        except aiohttp.ClientError as exc:
             return f"{type(exc).__name__}: {exc}"
-        return None if rsp.status_code == 200 else _error_text(rsp)
 
 
 async def warm_adapters(
@@ -132,7 +136,7 @@ async def warm_adapters(
     ``timeout`` bounds each request; one slow adapter does not cut the others short."""
     gates = {url: asyncio.Semaphore(PER_POD_CONCURRENCY) for url in pod_urls}
     pairs = [(url, name) for url in dict.fromkeys(pod_urls) for name in dict.fromkeys(model_names)]
-    async with httpx.AsyncClient() as client:
+    async with aiohttp.ClientSession() as client:
         results = await asyncio.gather(
             *(_warm_one(client, gates[url], url, name, timeout) for url, name in pairs)
         )

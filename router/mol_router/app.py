@@ -14,8 +14,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from mol_router.errors import RouterError
 from mol_router.proxy import GenerationProxy
 from mol_router.resolver import Resolved
+from mol_router.runtime import Runtime
 from mol_router.selection import AUTO
-from mol_router.state import Runtime
 from mol_router.tenants import OPEN
 from mol_router.wire import Request, Response, error_response
 

@@ -16,8 +16,8 @@ from typing import Any
 import orjson
 
 from mol_router.policy import RouteRequest
+from mol_router.runtime import Runtime
 from mol_router.selection import Routing
-from mol_router.state import Runtime
 from mol_router.upstream import Upstreams
 
 log = logging.getLogger("mol.router.classifier")

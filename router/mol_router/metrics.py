@@ -36,7 +36,7 @@ class RouterMetrics:
         self.decisions = Counter(
             "mol_router_route_decisions",
             "Expert selections by how they were made (router, model, adapter, classifier, "
-            "fallback, default).", ["mode", "expert"], registry=r)
+            "fallback, default, handoff).", ["deployment", "mode", "expert"], registry=r)
         self.adapter_loads = Counter(
             "mol_router_adapter_loads", "Adapter loads seen on engines (estimated from "
             "vllm:lora_requests_info).", ["deployment"], registry=r)
@@ -51,7 +51,7 @@ class RouterMetrics:
             ["deployment"], registry=r)
         self.handoffs = Counter(
             "mol_router_handoffs", "Same-request switches from one expert to another.",
-            ["from", "to"], registry=r)
+            ["deployment", "from", "to"], registry=r)
         self.canary_weight = Gauge(
             "mol_canary_weight", "Percent of an expert's traffic sent to its canary version.",
             ["deployment", "expert"], registry=r)
@@ -107,7 +107,8 @@ class RouterMetrics:
     def decision(self, mode: str, expert: str) -> None:
         child = self._decided.get((mode, expert))
         if child is None:
-            child = self._decided[(mode, expert)] = self.decisions.labels(mode, expert)
+            child = self._decided[(mode, expert)] = self.decisions.labels(
+                self.deployment, mode, expert)
         child.inc()
 
     def upstream_error(self, reason: str) -> None:
@@ -117,4 +118,4 @@ class RouterMetrics:
         self._child(self.rejections, self.deployment, reason).inc()
 
     def handoff(self, src: str, dst: str) -> None:
-        self._child(self.handoffs, src, dst).inc()
+        self._child(self.handoffs, self.deployment, src, dst).inc()

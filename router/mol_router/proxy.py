@@ -24,9 +24,9 @@ from mol_router.errors import RouterError, error_body
 from mol_router.policy import RouteRequest
 from mol_router.pool import UpstreamBroken
 from mol_router.resolver import Resolved, Unresolved
+from mol_router.runtime import Runtime
 from mol_router.selection import ADAPTER_LABEL, Choice, Routing
 from mol_router.sse import DONE_EVENT, StreamHop
-from mol_router.state import Runtime
 from mol_router.tenants import OPEN, Tenant
 from mol_router.upstream import Upstreams
 from mol_router.wire import Request, Response, Stream, error_response

@@ -7,13 +7,12 @@ the Kubernetes API when engines come from EndpointSlices.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-_SA = Path("/var/run/secrets/kubernetes.io/serviceaccount")
+from mol_platform.clients.kube import SA_DIR, in_cluster
 
 
 class RouterSettings(BaseSettings):
@@ -26,14 +25,13 @@ class RouterSettings(BaseSettings):
     log_level: str = "INFO"
     # Kubernetes API for EndpointSlices: in a pod, the service account's; else set these.
     kube_api_url: str | None = None
-    kube_token_file: Path = _SA / "token"
-    kube_ca_file: Path = _SA / "ca.crt"
+    kube_token_file: Path = SA_DIR / "token"
+    kube_ca_file: Path = SA_DIR / "ca.crt"
     max_connections_per_engine: int = Field(default=0, ge=0)  # 0: unlimited pool
 
     def kube_url(self) -> str | None:
         """Explicit URL, else the in-cluster one from the service environment."""
         if self.kube_api_url:
             return self.kube_api_url.rstrip("/")
-        host, port = os.environ.get("KUBERNETES_SERVICE_HOST"), os.environ.get(
-            "KUBERNETES_SERVICE_PORT", "443")
-        return f"https://{host}:{port}" if host else None
+        pod = in_cluster(self.kube_token_file, self.kube_ca_file)
+        return pod.url if pod is not None else None

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from mol_router.engine_metrics import EngineMetrics, parse_engine_metrics
-from mol_router.policy.stats import Demand, EngineStats, FleetStats
+from mol_router.policy.interface import Demand, EngineStats, FleetStats
 
 log = logging.getLogger(__name__)
 

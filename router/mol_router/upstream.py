@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from mol_router.errors import RouterError
 from mol_router.policy import RouteRequest
 from mol_router.pool import UpstreamResponse, UpstreamUnreachable
-from mol_router.state import Runtime
+from mol_router.runtime import Runtime
 
 log = logging.getLogger("mol.router.upstream")
 _QUEUE_POLL = 0.05

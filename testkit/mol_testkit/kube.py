@@ -44,6 +44,8 @@ DEFAULT_RESOURCES: tuple[ResourceSpec, ...] = (
        shortnames=("deploy",)),
     _r("discovery.k8s.io/v1", "endpointslices", "EndpointSlice", subresources=()),
     _r("policy/v1", "poddisruptionbudgets", "PodDisruptionBudget", shortnames=("pdb",)),
+    _r("networking.k8s.io/v1", "networkpolicies", "NetworkPolicy", subresources=(),
+       shortnames=("netpol",)),
     _r("coordination.k8s.io/v1", "leases", "Lease", subresources=()),
     _r("apiextensions.k8s.io/v1", "customresourcedefinitions", "CustomResourceDefinition",
        namespaced=False, shortnames=("crd",)),

@@ -21,6 +21,8 @@ its object store logic (it touches kmock internals: keep kmock pinned):
 - garbage collection by ``metadata.ownerReferences`` (background, foreground and
   orphan propagation; :mod:`mol_testkit.kube_gc`).
 
+A resource can be forbidden to the client (403, :mod:`mol_testkit.kube_rbac`).
+
 Not emulated: defaulting, admission, validation (use :mod:`mol_testkit.kube_validate`),
 pagination, field managers.
 kmock's DSL still works on top: ``emulator["patch", kmock.resource(...)] << 500``
@@ -57,6 +59,7 @@ from mol_testkit.kube_patch import (
     match_labels,
     merge_patch,
 )
+from mol_testkit.kube_rbac import Rbac
 
 Body = dict[str, Any]
 _NS_PATH = re.compile(r"^/api/v1/namespaces(?:/([^/]+)(?:/(status|finalize))?)?/?$")
@@ -141,6 +144,7 @@ class KubeEmulator(kmock.KubernetesEmulator):
     _closing: bool = attrs.field(default=False, init=False)
     _expired_at: int = attrs.field(default=0, init=False)
     _expiries: int = attrs.field(default=0, init=False)
+    rbac: Rbac = attrs.field(factory=Rbac)  # forbidden resources: mol_testkit.kube_rbac
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -197,6 +201,9 @@ class KubeEmulator(kmock.KubernetesEmulator):
         # which replays the whole request log through the filters: quadratic in the number
         # of requests (seconds per request after a few thousand). Plain filter chains are
         # decided on this request alone; anything else (slices, groups) goes the slow way.
+        refusal = self.rbac.refusal(request)
+        if refusal is not None:
+            return await self._render_error(refusal)
         for payload in self._ranked_payloads():
             seen = self._sees(payload._source, request)
             if seen is None:

@@ -15,7 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,8 @@ import yaml
 from mol_testkit.net import DEPS_HINT, LOOPBACK, InfraError, free_port, stop_process
 
 Result = list[dict[str, Any]]
+# ``host:port`` scrape targets of one job, or {job name: its targets} for several.
+Targets = Sequence[str] | Mapping[str, Sequence[str]]
 
 
 def _binary(name: str) -> str:
@@ -57,7 +59,7 @@ class PrometheusServer:
         return self.dir / "prometheus.yml"
 
     def _write_config(
-        self, targets: Sequence[str], job: str, rule_files: Sequence[str | Path], path: str
+        self, targets: Targets, job: str, rule_files: Sequence[str | Path], path: str
     ) -> None:
         config: dict[str, Any] = {
             "global": {
@@ -68,22 +70,25 @@ class PrometheusServer:
             "rule_files": [str(Path(p).resolve()) for p in rule_files],
             "scrape_configs": [],
         }
-        if targets:
-            config["scrape_configs"].append({
-                "job_name": job,
-                "metrics_path": path,
-                "static_configs": [{"targets": list(targets)}],
-            })
+        jobs = targets if isinstance(targets, Mapping) else {job: targets}
+        for name, hosts in jobs.items():
+            if hosts:
+                config["scrape_configs"].append({
+                    "job_name": name,
+                    "metrics_path": path,
+                    "static_configs": [{"targets": list(hosts)}],
+                })
         self.config_file.write_text(yaml.safe_dump(config))
 
     def start(
         self,
-        targets: Sequence[str] = (),
+        targets: Targets = (),
         job: str = "test",
         rule_files: Sequence[str | Path] = (),
         metrics_path: str = "/metrics",
     ) -> PrometheusServer:
-        """Start with the given ``host:port`` scrape targets; wait until ready (30 s max)."""
+        """Start with the given scrape targets (of ``job``, or a {job: targets} mapping);
+        wait until ready (30 s max)."""
         binary = _binary("prometheus")
         if self.dir is not None:
             raise InfraError("Prometheus is already started")
@@ -129,7 +134,7 @@ class PrometheusServer:
 
     def configure(
         self,
-        targets: Sequence[str] = (),
+        targets: Targets = (),
         job: str = "test",
         rule_files: Sequence[str | Path] = (),
         metrics_path: str = "/metrics",

@@ -1,7 +1,8 @@
 """Catalog fixtures: the app on SQLite and on Postgres (parametrized), live servers, builders.
 
 - ``backend``: "sqlite" | "postgres"; ``db_url``: a fresh, migrated database of it.
-- ``make_client(**settings)``: an httpx AsyncClient on the app (lifespan run), same DB.
+- ``make_client(**settings)``: an :class:`AppClient` on the app (lifespan run), same DB;
+  its ``catalog`` is the app's runtime object (caches, the ``after_store`` hook).
 - ``client``: ``make_client()`` with auth off and local blobs.
 - ``catalog_server``: base URL of a real uvicorn catalog (SQLite + local blobs, auth off).
 - ``catalog_server_auth``: a :class:`LiveCatalog` (``url``, ``admin_token``) with auth on.
@@ -23,9 +24,11 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
+from fastapi import FastAPI
 
 from mol_catalog.app import create_app
 from mol_catalog.db import migrate
+from mol_catalog.deps import Catalog
 from mol_catalog.settings import CatalogSettings
 from mol_testkit.lora import SyntheticLlama
 from mol_testkit.net import free_port, stop_process, wait_port
@@ -76,7 +79,16 @@ def db_url(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
     return url
 
 
-MakeClient = Callable[..., Awaitable[httpx.AsyncClient]]
+class AppClient(httpx.AsyncClient):
+    """An in-process client of a started app that also holds the app's ``Catalog`` (made
+    by its lifespan), for tests that look at its caches or set its ``after_store`` hook."""
+
+    def __init__(self, app: FastAPI) -> None:
+        super().__init__(transport=httpx.ASGITransport(app=app), base_url="http://catalog.test")
+        self.catalog: Catalog = app.state.catalog
+
+
+MakeClient = Callable[..., Awaitable[AppClient]]
 
 
 @pytest.fixture
@@ -84,14 +96,13 @@ async def make_client(db_url: str, tmp_path: Path) -> AsyncIterator[MakeClient]:
     """Factory of in-process clients sharing one database; settings override defaults."""
     async with AsyncExitStack() as stack:
 
-        async def make(**overrides: Any) -> httpx.AsyncClient:
+        async def make(**overrides: Any) -> AppClient:
             values: dict[str, Any] = {"db_url": db_url, "blob_url": f"file://{tmp_path/'blobs'}",
                                       "auth": "off", "pool_size": 5}
             values.update(overrides)
             app = create_app(CatalogSettings(**values))
             await stack.enter_async_context(app.router.lifespan_context(app))
-            client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app),
-                                       base_url="http://catalog.test")
+            client = AppClient(app)
             await stack.enter_async_context(client)
             return client
 

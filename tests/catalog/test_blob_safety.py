@@ -5,23 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Iterator
 from typing import Any
 
 import psycopg
-import pytest
 from sqlalchemy.engine import make_url
 
-from mol_catalog.adapters import publish as pipeline
 from tests.blob_helpers import assert_all_present, digest_of, store, stored
 
 __all__ = ["store"]  # the fixture, used by the tests below
-
-
-@pytest.fixture
-def no_hook() -> Iterator[None]:
-    yield
-    pipeline.after_store = None
 
 
 def _libpq(db_url: str) -> str:
@@ -42,8 +33,7 @@ async def _wait_for_lock_wait(dsn: str) -> None:
 
 
 async def test_gc_between_store_and_commit_keeps_the_blob(
-        backend: str, db_url: str, make_client: Any, store: dict[str, Any], model: Any,
-        no_hook: None) -> None:
+        backend: str, db_url: str, make_client: Any, store: dict[str, Any], model: Any) -> None:
     """The orphan case: a failed publish left the weights stored; the same weights are
     published again (the store reports them present) and gc runs after that check but
     before the version commits. The blob must be there afterwards."""
@@ -72,7 +62,7 @@ async def test_gc_between_store_and_commit_keeps_the_blob(
             lock.rollback()
             r = await task
     else:
-        pipeline.after_store = run_gc
+        client.catalog.after_store = run_gc
         r = await client.post("/v1/adapters/acme/a/versions", files=model.files(pair))
     assert r.status_code == 201, r.text
     assert weights in gc["deleted"]  # gc did run in between and removed the orphan
@@ -90,7 +80,7 @@ async def test_publish_stores_a_referenced_blob_gone_from_the_store(
     assert (await client.post("/v1/adapters/acme/a/versions",
                               files=model.files(pair))).status_code == 201
     weights = digest_of(pair[1])
-    from mol_catalog.blobs import open_blob_store
+    from mol_catalog.blobs.store import open_blob_store
 
     blobs = open_blob_store(store["blob_url"], store.get("s3_endpoint_url"))
     await blobs.delete(weights)

@@ -19,7 +19,7 @@ from sqlalchemy import insert
 from sqlalchemy.dialects import sqlite
 
 from mol_catalog.adapters import repository as repo
-from mol_catalog.adapters.sample import NameSample
+from mol_catalog.adapters.name_sample import NameSample
 from mol_catalog.db import Database, Reader, migrate
 from mol_catalog.models import Adapter, BaseLLM, Namespace
 

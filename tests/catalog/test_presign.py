@@ -12,8 +12,8 @@ import httpx
 import pytest
 from botocore.config import Config
 
-from mol_catalog.blobs import S3BlobStore
-from mol_catalog.presign import Target
+from mol_catalog.blobs.presign import Target
+from mol_catalog.blobs.store import S3BlobStore
 
 WHEN = dt.datetime(2026, 3, 14, 23, 59, 58)
 LATER = dt.datetime(2026, 3, 15, 0, 0, 3)  # the next day: a new signing key
@@ -65,7 +65,7 @@ def test_store_urls_match_botocore_for_blob_keys() -> None:
         store = S3BlobStore("bkt", "prefix/cat", presign_seconds=3600, client=client)
         digest = "sha256:" + hashlib.sha256(b"x").hexdigest()
         now = _unix(WHEN)
-        with mock.patch("mol_catalog.presign.time.time", return_value=now):
+        with mock.patch("mol_catalog.blobs.presign.time.time", return_value=now):
             ours = store.download_url(digest, "")
         assert ours == _botocore(client, "bkt", f"prefix/cat/blobs/sha256/{digest[7:]}", WHEN,
                                  3600)

@@ -4,6 +4,7 @@ and the rows a second version writes (tags, alias history) on both backends."""
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import tempfile
 from pathlib import Path
@@ -13,7 +14,7 @@ import httpx
 import pytest
 
 from mol_catalog.adapters import uploads
-from mol_catalog.blobs import S3BlobStore, open_blob_store
+from mol_catalog.blobs.store import S3BlobStore, open_blob_store
 
 
 def digest_of(data: bytes) -> str:
@@ -171,3 +172,33 @@ async def test_referenced_blob_is_checked_not_uploaded_again(make_client: Any, m
     cfg_url = next(f["url"] for f in res["files"] if f["path"] == "adapter_config.json")
     async with httpx.AsyncClient() as http:
         assert (await http.get(cfg_url)).content == second[0]
+
+
+async def test_publishes_remember_bases_and_namespaces_on_the_catalog(
+        client: Any, model: Any) -> None:
+    """A base named with its revision and a namespace id read committed are kept on the
+    app's ``Catalog`` and used by later publishes; a bare base name (the newest revision,
+    which a registration may change) and a namespace this publish created are not."""
+    catalog = client.catalog
+    assert (await client.post("/v1/base-models", json=model.base_body())).status_code == 201
+    first = await client.post("/v1/adapters/acme/a/versions", files=model.files(model.adapter()),
+                              data={"base": model.name})
+    assert first.status_code == 201, first.text
+    assert (catalog.bases, catalog.namespace_ids) == ({}, {})
+    ref = f"{model.name}@{model.revision}"
+    second = await client.post("/v1/adapters/acme/b/versions",
+                               files=model.files(model.adapter(seed=1)), data={"base": ref})
+    assert second.status_code == 201, second.text
+    assert list(catalog.bases) == [ref]
+    assert catalog.bases[ref].ref == ref
+    assert list(catalog.namespace_ids) == ["acme"]
+    # The kept shapes are what the next publish checks against: without v_proj, the
+    # adapter does not fit.
+    known = catalog.bases[ref]
+    modules = {k: v for k, v in known.shapes.modules.items() if k != "self_attn.v_proj"}
+    catalog.bases[ref] = dataclasses.replace(
+        known, shapes=dataclasses.replace(known.shapes, modules=modules))
+    third = await client.post("/v1/adapters/acme/c/versions",
+                              files=model.files(model.adapter(seed=2)), data={"base": ref})
+    assert third.status_code == 422, third.text
+    assert "v_proj" in third.text

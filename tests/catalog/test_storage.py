@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from mol_catalog.blobs import LocalBlobStore, S3BlobStore, open_blob_store
+from mol_catalog.blobs.store import LocalBlobStore, S3BlobStore, open_blob_store
 
 
 def digest_of(data: bytes) -> str:

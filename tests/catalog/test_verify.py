@@ -11,7 +11,7 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from mol_catalog import blob_verify
+from mol_catalog.blobs import verify
 from mol_catalog.cli import app
 from mol_platform.clients.catalog import CatalogClient
 from tests.blob_helpers import digest_of
@@ -75,7 +75,7 @@ async def test_verify_pages_through_every_blob(client: httpx.AsyncClient, model:
                                                tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """In key-ordered batches (here of two) on both databases, sample or full."""
-    monkeypatch.setattr(blob_verify, "BATCH", 2)
+    monkeypatch.setattr(verify, "BATCH", 2)
     assert (await client.post("/v1/base-models", json=model.base_body())).status_code == 201
     pairs = [model.adapter(seed=s) for s in (1, 2, 3)]
     for i, pair in enumerate(pairs):

@@ -29,10 +29,18 @@ FULL: dict[str, Any] = {
             "existingSecret": "mol-s3"}},
         "nodeSelector": {"pool": "cpu"}, "tolerations": [{"key": "cpu", "operator": "Exists"}],
         "podAnnotations": {"team": "ml"},
+        "serviceAccount": {"annotations": {
+            "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/mol-catalog"}},
+        "podLabels": {"azure.workload.identity/use": "true"},
     },
-    "operator": {"watchNamespaces": ["team-a", "team-b"], "metricsPort": 9100},
+    "operator": {"watchNamespaces": ["team-a", "team-b"], "metricsPort": 9100,
+                 "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "op@p.iam"}},
+                 "podLabels": {"team": "platform"}},
+    "engine": {"resources": {"requests": {"cpu": "4", "memory": "32Gi"}}, "shmSize": "8Gi"},
     "router": {
-        "image": {"repository": "registry.example.com/mol", "tag": "0.1.0"}, "replicas": 3,
+        "image": {"repository": "registry.example.com/mol", "tag": "0.1.0"},
+        "resources": {"requests": {"cpu": "500m", "memory": "256Mi"},
+                      "limits": {"cpu": "2", "memory": "1Gi"}},
         "ingress": {"enabled": True, "className": "nginx", "hosts": [
             {"host": "chat.example.com", "deployment": "macaron", "namespace": "team-a",
              "tls": {"secretName": "chat-tls"}}]},
@@ -48,7 +56,13 @@ FULL: dict[str, Any] = {
     "networkPolicy": {"catalogExtraFrom": [{"namespaceSelector": {"matchLabels": {
         "kubernetes.io/metadata.name": "ci"}}}]},
 }
-VALUE_SETS = {"default": {}, "minimal": MINIMAL, "full": FULL}
+# Cluster-wide (the default RBAC mode) with every optional integration on.
+INTEGRATIONS: dict[str, Any] = {
+    "keda": {"enabled": True},
+    "kserve": {"enabled": True},
+    "monitoring": {"serviceMonitors": {"enabled": True}, "prometheusRule": {"enabled": True}},
+}
+VALUE_SETS = {"default": {}, "minimal": MINIMAL, "full": FULL, "integrations": INTEGRATIONS}
 
 
 @pytest.fixture(scope="session")
@@ -56,8 +70,9 @@ def chart() -> helm.Chart:
     return helm.Chart.load(str(CHART))
 
 
-def render(chart: helm.Chart, values: dict[str, Any]) -> list[dict[str, Any]]:
+def render(chart: helm.Chart, values: dict[str, Any], release: str = "mol"
+           ) -> list[dict[str, Any]]:
     """Every object the chart renders for ``values`` (NOTES.txt left out)."""
-    out = chart.render(values, name="mol", namespace="mol-system", is_install=True)
+    out = chart.render(values, name=release, namespace="mol-system", is_install=True)
     return [doc for path, text in sorted(out.items()) if path.endswith(".yaml")
             for doc in yaml.safe_load_all(text) if doc]

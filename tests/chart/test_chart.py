@@ -22,7 +22,7 @@ from mol_testkit.kube_validate import (
     validate_builtin,
     validate_custom_resource,
 )
-from mol_testkit.prometheus import promtool_check_rules
+from mol_testkit.pod_security import restricted_violations
 
 from .conftest import CHART, FULL, VALUE_SETS, render
 
@@ -90,6 +90,7 @@ def test_pods_are_locked_down(chart: helm.Chart) -> None:
         if obj["kind"] not in ("Deployment", "Job"):
             continue
         pod = obj["spec"]["template"]["spec"]
+        assert restricted_violations(pod) == [], obj["metadata"]["name"]
         assert pod["securityContext"]["runAsNonRoot"] is True
         assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
         for c in pod["containers"]:
@@ -140,7 +141,11 @@ def test_a_single_operator_needs_no_lease(chart: helm.Chart) -> None:
 
 
 @pytest.mark.parametrize("bad", [
-    {"router": {"replicas": -1}},
+    # Values that did nothing or overrode what a MoLDeployment says no longer exist.
+    {"router": {"replicas": 2}},
+    {"engine": {"image": {"repository": "ghcr.io/mol-platform/vllm-mol", "tag": "0.32.0"}}},
+    {"engine": {"resources": {"requests": {"cpu": "lots", "memory": "8Gi"}}}},
+    {"catalog": {"serviceAccount": {"annotations": {"a": 1}}}},
     {"catalog": {"workers": "two"}},
     {"unknown": True},
     {"catalog": {"database": {"password": "x"}}},
@@ -167,10 +172,6 @@ def test_values_schema_covers_every_default_value() -> None:
                 walk(value, sub, f"{path}.{key}")
 
     walk(defaults, schema, "")
-
-
-def test_alert_rules_pass_promtool() -> None:
-    promtool_check_rules(CHART / "files" / "prometheus" / "mol-alerts.rules.yaml")
 
 
 def _mol_commands(objects: list[dict[str, Any]]) -> list[list[str]]:
@@ -211,22 +212,9 @@ def test_every_setting_the_chart_sets_exists(chart: helm.Chart) -> None:
                         assert env["name"] in known, (obj["metadata"]["name"], env["name"])
 
 
-def test_dashboards_are_generated_from_source() -> None:
-    source = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "dashboards.py"
-    run = subprocess.run([sys.executable, "-c",
-                          "import json, runpy, sys; m = runpy.run_path(sys.argv[1]); "
-                          "print(json.dumps(m['render']()))", str(source)],
-                         capture_output=True, text=True, timeout=120, check=True)
-    expected: dict[str, str] = json.loads(run.stdout)
-    folder = CHART / "files" / "dashboards"
-    assert sorted(p.name for p in folder.glob("*.json")) == sorted(expected)
-    for file, text in expected.items():
-        assert (folder / file).read_text() == text, (
-            f"{file} is stale: run python deploy/grafana/dashboards.py")
-
-
 # What the operator reads besides what it renders: its own resource, pods to warm,
-# EndpointSlices it grants routers, events, namespaces (cluster scope), optional CRDs.
+# EndpointSlices it grants routers, events, and (cluster scope only) namespaces and
+# CRDs, which kopf watches.
 READ_OR_EVENTS = {("mol.dev", "moldeployments"), ("mol.dev", "moldeployments/status"),
                   ("mol.dev", "moldeployments/finalizers"), ("", "pods"),
                   ("discovery.k8s.io", "endpointslices"), ("", "events"),
@@ -240,20 +228,22 @@ def _rendered_kinds() -> set[tuple[str, str]]:
     from mol_operator.builders import Defaults, Facts, build_all
     from mol_platform.contract.spec import MoLDeployment
 
+    defaults = Defaults(prometheus_url="http://prometheus:9090", network_policy=True,
+                        operator_namespace="mol-system", operator_pod_labels={"a": "b"})
     base = yaml.safe_load((Path(__file__).resolve().parents[2]
                            / "deploy/examples/macaron.yaml").read_text())
     plurals = {"Deployment": "deployments", "Service": "services", "ConfigMap": "configmaps",
                "Secret": "secrets", "ServiceAccount": "serviceaccounts", "Role": "roles",
                "RoleBinding": "rolebindings", "PodDisruptionBudget": "poddisruptionbudgets",
                "ScaledObject": "scaledobjects", "ServiceMonitor": "servicemonitors",
-               "LLMInferenceService": "llminferenceservices"}
+               "LLMInferenceService": "llminferenceservices",
+               "NetworkPolicy": "networkpolicies"}
     kinds = set()
     for extra in ({}, {"replicas": None, "autoscaling": {"minReplicas": 0, "maxReplicas": 2}},
                   {"serving": {"mode": "kserve"}}):
         data = {**base, "spec": {**base["spec"], **extra}}
         facts = Facts(obj=MoLDeployment.model_validate(data), uid="u", token="t", token_id=1,
-                      token_scopes=("read:demo",),
-                      defaults=Defaults(prometheus_url="http://prometheus:9090"))
+                      token_scopes=("read:demo",), defaults=defaults)
         for o in build_all(facts):
             group = o["apiVersion"].rpartition("/")[0]
             kinds.add((group, plurals[o["kind"]]))
@@ -278,3 +268,34 @@ def test_operator_rbac_is_what_it_renders_and_nothing_more(chart: helm.Chart) ->
         if kind in READ_OR_EVENTS - {("mol.dev", "moldeployments"),
                                      ("mol.dev", "moldeployments/status")}:
             assert not verbs & {"create", "delete"} or kind[1] == "events", (kind, verbs)
+
+
+# Cluster-scoped resources: a Role granting them grants nothing.
+CLUSTER_SCOPED = {("", "namespaces"), ("apiextensions.k8s.io", "customresourcedefinitions")}
+
+
+def test_namespaced_mode_grants_roles_only_in_the_watched_namespaces(chart: helm.Chart) -> None:
+    objects = render(chart, FULL)
+    assert not [o for o in objects if o["kind"] in ("ClusterRole", "ClusterRoleBinding")]
+    roles = [o for o in objects if o["kind"] == "Role"
+             and o["metadata"]["name"].endswith("-operator")]
+    bindings = [o for o in objects if o["kind"] == "RoleBinding"
+                and o["metadata"]["name"].endswith("-operator")]
+    watched = ["team-a", "team-b"]
+    assert sorted(r["metadata"]["namespace"] for r in roles) == watched
+    assert sorted(b["metadata"]["namespace"] for b in bindings) == watched
+    for role in roles:
+        for rule in role["rules"]:
+            for group in rule["apiGroups"]:
+                for res in rule["resources"]:
+                    assert (group, res) not in CLUSTER_SCOPED, (group, res)
+    operator = next(o for o in objects if o["kind"] == "Deployment"
+                    and o["metadata"]["name"].endswith("-operator"))
+    env = {e["name"]: e.get("value") for e in
+           operator["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert json.loads(env["MOL_OPERATOR_NAMESPACES"]) == watched
+    # Cluster mode: kopf's namespace and CRD watches need the ClusterRole's rules.
+    cluster = next(o for o in render(chart, {}) if o["kind"] == "ClusterRole")
+    granted = {(g, r) for rule in cluster["rules"] for g in rule["apiGroups"]
+               for r in rule["resources"]}
+    assert granted >= CLUSTER_SCOPED

@@ -30,13 +30,15 @@ from .conftest import CHART
 
 pytestmark = pytest.mark.prometheus
 
-VARIABLES = {"$__rate_interval": "1m", "$deployment": ".*", "$expert": ".*",
+VARIABLES = {"$__rate_interval": "1m", "$namespace": ".*", "$deployment": ".*", "$expert": ".*",
              "$max_error_rate": "0.02", "$max_latency_ratio": "1.25"}
 # Expressions that only have data after a failure this test does not cause; the
 # expression still has to evaluate.
 NEEDS_AN_INCIDENT = {
     "MoLCatalog5xx": "a catalog failure (tests/catalog/test_outages.py makes them)",
     "MoLCanaryRolledBack": "a rollback (tests/operator/test_canary_prometheus.py makes one)",
+    **{f"MoL{c}NotScraped": "a missing target (tests/chart/alerts/ has one)"
+       for c in ("Catalog", "Operator", "Router")},
 }
 PROFILE = "default.macaron"
 KEY, LIMITED_KEY = "k-acme-" + "a" * 20, "k-tiny-" + "b" * 20
@@ -195,8 +197,11 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer
                     {"name": "chat", "adapter": "demo/chat@stable"},
                     {"name": "chat", "adapter": "demo/coding@stable"}]))
 
-            prom.configure([f"127.0.0.1:{p}" for p in (cport, rport, oport)]
-                           + [u.removeprefix("http://") for u in sims.urls])
+            # The job names the chart's and the operator's ServiceMonitors give.
+            prom.configure({"mol-catalog": [f"127.0.0.1:{cport}"],
+                            "mol-router": [f"127.0.0.1:{rport}"],
+                            "mol-operator": [f"127.0.0.1:{oport}"],
+                            "mol-engine": [u.removeprefix("http://") for u in sims.urls]})
             prom.wait_for('count(up == 1) == 5', timeout=60)
             _traffic(f"http://127.0.0.1:{rport}", sims)
             # Two scrapes after the traffic, so that rate() has two samples of each.

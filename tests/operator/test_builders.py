@@ -13,6 +13,7 @@ import yaml
 from mol_operator.builders import BuildError, Defaults, Facts, build_all, router_config
 from mol_platform.contract.spec import MoLDeployment
 from mol_testkit.kube_validate import validate_builtin, validate_custom_resource
+from mol_testkit.pod_security import pod_spec_of, restricted_violations
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMAS = ROOT.parent / "shared" / "schemas" / "crds"
@@ -49,7 +50,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                  "secretRef": "hf"}},
     "api-keys": {"router": {"mode": "explicit", "default": "chat",
                             "apiKeys": {"secretRef": "keys"}}},
+    "cpu": {"nodePool": {"gpusPerReplica": 0}},
+    "cpu-hf-weights": {"nodePool": {"gpusPerReplica": 0},
+                       "baseModel": {"name": "tiny-llama", "uri": "hf://org/tiny"}},
 }
+# What the chart passes: a NetworkPolicy per deployment, monitors for kube-prometheus-stack.
+CHART_DEFAULTS = Defaults(prometheus_url="http://prometheus:9090", network_policy=True,
+                          operator_namespace="mol-system",
+                          operator_pod_labels={"app.kubernetes.io/component": "operator"},
+                          monitor_labels={"release": "kube-prometheus-stack"})
 
 
 def test_crd_schemas_are_there() -> None:
@@ -58,7 +67,7 @@ def test_crd_schemas_are_there() -> None:
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_every_manifest_validates(variant: str) -> None:
-    objects = build_all(_facts(_obj(**VARIANTS[variant])))
+    objects = build_all(_facts(_obj(**VARIANTS[variant]), defaults=CHART_DEFAULTS))
     kinds = {o["kind"] for o in objects}
     assert "Secret" in kinds
     for manifest in objects:
@@ -81,11 +90,13 @@ def test_raw_engine_deployment() -> None:
     pod = dep["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert c["command"] == ["vllm"]
-    assert c["args"][:2] == ["serve", "/models/tiny-llama"]
+    assert c["args"][:2] == ["serve", "/models/demo/tiny-llama"]
     for flag in ("--enable-lora", "--enable-auto-tool-choice", "--tool-call-parser"):
         assert flag in c["args"]
     assert c["args"][c["args"].index("--tensor-parallel-size") + 1] == "2"
     assert c["resources"]["limits"] == {"nvidia.com/gpu": "2"}
+    assert c["resources"]["requests"] == {"cpu": "2", "memory": "8Gi", "nvidia.com/gpu": "2"}
+    assert c["image"] == "ghcr.io/mol-platform/vllm-mol:0.32.0"
     env = {e["name"]: e for e in c["env"]}
     assert env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"]["value"] == "True"
     assert env["MOL_SERVING_PROFILE"]["value"] == "default.macaron"
@@ -95,9 +106,48 @@ def test_raw_engine_deployment() -> None:
     assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists"}]
     for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
         assert c[probe]["httpGet"]["path"] == "/health"
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["dshm"]["emptyDir"] == {"medium": "Memory", "sizeLimit": "2Gi"}
+    assert int(volumes["adapters"]["emptyDir"]["sizeLimit"]) > 20 * 1024**3
     assert pod["terminationGracePeriodSeconds"] > 30
     assert dep["spec"]["replicas"] == 2
+    # A surge pod would wait for a spare GPU: replace one pod at a time instead.
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_rendered_pod_passes_pod_security_restricted(variant: str) -> None:
+    pods = 0
+    for obj in build_all(_facts(_obj(**VARIANTS[variant]), defaults=CHART_DEFAULTS)):
+        pod = pod_spec_of(obj)
+        if pod is None and obj["kind"] == "LLMInferenceService":
+            pod = obj["spec"]["template"]
+        if pod is None:
+            continue
+        pods += 1
+        assert restricted_violations(pod) == [], obj["metadata"]["name"]
+        for c in (*pod.get("initContainers", []), *pod["containers"]):
+            assert c["securityContext"]["readOnlyRootFilesystem"] is True, c["name"]
+            assert {"cpu", "memory"} <= set(c["resources"]["requests"]), c["name"]
+            written = {m["mountPath"] for m in c.get("volumeMounts", [])}
+            assert "/tmp" in written, c["name"]
+    assert pods == 2
+
+
+def test_a_cpu_engine_runs_the_cpu_build_and_surges() -> None:
+    dep = _by_kind(build_all(_facts(_obj(**VARIANTS["cpu"]))))[("Deployment", "macaron-engine")]
+    c = dep["spec"]["template"]["spec"]["containers"][0]
+    assert "nvidia.com/gpu" not in c["resources"]["requests"]
+    assert "limits" not in c["resources"]
+    assert c["args"][c["args"].index("--dtype") + 1] == "float32"
+    assert {e["name"] for e in c["env"]} >= {"VLLM_CPU_KVCACHE_SPACE", "HOME"}
+    assert dep["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 1, "maxUnavailable": 0}
+    # The CPU build runs offline, except where the weights come from the Hub.
+    assert {"name": "HF_HUB_OFFLINE", "value": "1"} in c["env"]
+    hub = _by_kind(build_all(_facts(_obj(**VARIANTS["cpu-hf-weights"]))))
+    env = hub[("Deployment", "macaron-engine")]["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert "HF_HUB_OFFLINE" not in {e["name"] for e in env}
+    assert {"name": "HF_HOME", "value": "/models"} in env
 
 
 def test_no_handoff_no_tool_flags() -> None:
@@ -165,9 +215,53 @@ def test_router_objects_and_config() -> None:
     assert coding["canary"] == {"adapter": "demo/coding@candidate", "weight": 25.0}
     router = objects[("Deployment", "macaron-router")]["spec"]
     assert router["replicas"] == 2
+    assert router["template"]["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "256Mi"}}
     assert router["template"]["spec"]["serviceAccountName"] == "macaron-router"
     secret = objects[("Secret", "macaron-catalog")]
     assert base64.b64decode(secret["data"]["token"]) == b"mol_secret"
+
+
+def test_router_replicas_are_the_specs_and_resources_the_settings() -> None:
+    obj = _obj(router={"mode": "explicit", "default": "chat", "replicas": 5})
+    defaults = Defaults(router_cpu="100m", router_memory="128Mi", router_cpu_limit="1",
+                        router_memory_limit="512Mi")
+    router = _by_kind(build_all(_facts(obj, defaults=defaults)))[("Deployment", "macaron-router")]
+    assert router["spec"]["replicas"] == 5
+    assert router["spec"]["template"]["spec"]["containers"][0]["resources"] == {
+        "requests": {"cpu": "100m", "memory": "128Mi"},
+        "limits": {"cpu": "1", "memory": "512Mi"}}
+
+
+def test_service_monitors_carry_the_configured_labels() -> None:
+    objects = build_all(_facts(_obj(), defaults=CHART_DEFAULTS))
+    monitors = [o for o in objects if o["kind"] == "ServiceMonitor"]
+    assert len(monitors) == 2
+    for monitor in monitors:
+        assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+        assert monitor["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "mol-operator"
+
+
+def test_engines_admit_only_their_router_the_operator_and_prometheus() -> None:
+    objects = _by_kind(build_all(_facts(_obj(), defaults=CHART_DEFAULTS)))
+    policy = objects[("NetworkPolicy", "macaron-engine")]["spec"]
+    engine = objects[("Deployment", "macaron-engine")]["spec"]["template"]["metadata"]
+    router = objects[("Deployment", "macaron-router")]["spec"]["template"]["metadata"]
+    assert policy["policyTypes"] == ["Ingress"]
+    assert policy["podSelector"]["matchLabels"].items() <= engine["labels"].items()
+    (rule,) = policy["ingress"]
+    assert rule["ports"] == [{"port": "http", "protocol": "TCP"}]
+    own_router, operator, prometheus = rule["from"]
+    assert own_router == {"podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "mol-router", "app.kubernetes.io/instance": "macaron"}}}
+    assert own_router["podSelector"]["matchLabels"].items() <= router["labels"].items()
+    assert operator == {
+        "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mol-system"}},
+        "podSelector": {"matchLabels": {"app.kubernetes.io/component": "operator"}}}
+    assert prometheus == {"namespaceSelector": {}, "podSelector": {
+        "matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+    # Off (the operator's own default outside the chart): none rendered.
+    assert not [o for o in build_all(_facts(_obj())) if o["kind"] == "NetworkPolicy"]
 
 
 def test_api_keys_secret_is_mounted_where_the_config_points() -> None:
@@ -196,12 +290,17 @@ def test_kserve_mode() -> None:
     isvc = objects[("LLMInferenceService", "macaron")]
     assert isvc["apiVersion"] == "serving.kserve.io/v1alpha2"
     model = isvc["spec"]["model"]
-    assert model["uri"] == "file:///models/tiny-llama"
+    assert model["uri"] == "file:///models/demo/tiny-llama"
     assert model["lora"] == {"maxAdapters": 8, "maxRank": 32, "maxCpuAdapters": 64}
     env = {e["name"] for e in isvc["spec"]["template"]["containers"][0]["env"]}
     assert {"MOL_CATALOG_URL", "MOL_CATALOG_TOKEN", "MOL_SERVING_PROFILE"} <= env
     config = yaml.safe_load(objects[("ConfigMap", "macaron-router")]["data"]["router.yaml"])
     assert config["endpointSlice"]["serviceName"] == "macaron-kserve-workload-svc"
+    main = isvc["spec"]["template"]["containers"][0]
+    assert main["image"] == obj.spec.engine.image
+    # The catalog's NetworkPolicy admits pods with this label, KServe's engines included.
+    assert isvc["spec"]["labels"] == {"mol.dev/component": "engine"}
+    assert main["resources"]["limits"] == {"nvidia.com/gpu": "1"}
 
 
 def test_names_are_deterministic() -> None:
@@ -209,3 +308,19 @@ def test_names_are_deterministic() -> None:
     assert first == build_all(_facts(_obj()))
     assert {o["metadata"]["name"] for o in first} == {
         "macaron-catalog", "macaron-router", "macaron-engine"}
+
+
+def test_monitors_name_their_job_and_label_vllm_metrics_with_the_deployment() -> None:
+    objects = _by_kind(build_all(_facts(_obj())))
+    engine = objects[("ServiceMonitor", "macaron-engine")]["spec"]["endpoints"][0]
+    router = objects[("ServiceMonitor", "macaron-router")]["spec"]["endpoints"][0]
+    # The alert rules' up/absent select on the job.
+    assert router["relabelings"] == [{"targetLabel": "job", "replacement": "mol-router"}]
+    # vLLM's own series carry no MoLDeployment; the dashboards filter on `deployment`.
+    # (The router exports `deployment` itself: relabelling it would rename its label.)
+    assert engine["relabelings"] == [
+        {"targetLabel": "job", "replacement": "mol-engine"},
+        {"sourceLabels": ["__meta_kubernetes_service_label_app_kubernetes_io_instance"],
+         "targetLabel": "deployment"}]
+    service = objects[("Service", "macaron-engine")]
+    assert service["metadata"]["labels"]["app.kubernetes.io/instance"] == "macaron"

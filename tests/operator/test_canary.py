@@ -194,8 +194,10 @@ def test_metrics_record_weight_and_transitions() -> None:
     metrics.canary("demo", "coding", 0.0, "rolled_back")
     sample = metrics.registry.get_sample_value
     assert sample("mol_canary_weight", {"deployment": "demo", "expert": "coding"}) == 0.0
-    assert sample("mol_operator_canary_transitions_total", {"result": "advanced"}) == 1.0
-    assert sample("mol_operator_canary_transitions_total", {"result": "rolled_back"}) == 1.0
+    which = {"deployment": "demo", "expert": "coding"}
+    assert sample("mol_operator_canary_transitions_total", {**which, "result": "advanced"}) == 1.0
+    assert sample("mol_operator_canary_transitions_total",
+                  {**which, "result": "rolled_back"}) == 1.0
     metrics.forget_canary("demo", "coding")
     metrics.forget_canary("demo", "coding")  # twice is fine
     assert sample("mol_canary_weight", {"deployment": "demo", "expert": "coding"}) is None

@@ -348,7 +348,8 @@ async def test_promotion(
     assert weights[-1] == 0.0  # promoted: the router's stable entry serves the new version
     kinds = [(kind, reason) for _, out in rounds for kind, reason, _ in out.events]
     assert kinds.count(("Normal", "CanaryPromoted")) == 1
-    assert sample(metrics, "mol_operator_canary_transitions_total", result="promoted") == 1.0
+    assert sample(metrics, "mol_operator_canary_transitions_total", deployment=router.deployment,
+                  expert=EXPERT, result="promoted") == 1.0
 
 
 async def test_rollback_through_the_rollout_step(

@@ -50,4 +50,5 @@ async def test_metrics_and_health_endpoint() -> None:
         await server.cleanup()
     assert 'mol_operator_reconcile_total{result="ok"} 1.0' in text
     assert 'mol_canary_weight{deployment="shop",expert="coding"} 25.0' in text
-    assert 'mol_operator_canary_transitions_total{result="advanced"} 1.0' in text
+    assert ('mol_operator_canary_transitions_total{deployment="shop",expert="coding",'
+            'result="advanced"} 1.0') in text

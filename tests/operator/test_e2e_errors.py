@@ -109,6 +109,43 @@ def test_missing_optional_apis_are_reported_not_fatal(kube: KubeServer, kube_cli
     assert _has_event(kube_client, "Missing", "macaron")
 
 
+def test_optional_apis_served_but_forbidden_count_as_absent(
+        kube: KubeServer, kube_client: KubeClient, run_operator: Any,
+        make_manifest: Any) -> None:
+    """KEDA's and the Prometheus operator's CRDs installed, no RBAC for them (the chart's
+    defaults): the 403 on their list marks them absent instead of holding every
+    reconcile at CacheNotSynced."""
+    def forbid() -> None:
+        kube.emulator.rbac.forbid("keda.sh", "scaledobjects")
+        kube.emulator.rbac.forbid("monitoring.coreos.com", "servicemonitors")
+
+    kube.call(forbid)
+    run_operator()
+    kube_client.create(make_manifest())
+    obj = kube_client.wait_for("MoLDeployment", "macaron",
+                               _cond_is("OptionalApisAvailable", "False", "Forbidden"),
+                               timeout=WAIT)
+    message = _cond(obj, "OptionalApisAvailable")["message"]
+    assert "ServiceMonitor macaron-engine skipped: the Prometheus operator" in message
+    assert "may not read it" in message
+    assert "forbidden" in message
+    assert "ScaledObject" not in message  # not needed without autoscaling: not mentioned
+    assert kube_client.find("Deployment", "macaron-engine") is not None
+    assert kube_client.find("Deployment", "macaron-router") is not None
+    assert _has_event(kube_client, "Forbidden", "macaron")
+
+
+def test_forbidden_resource_is_refused_by_the_emulator(kube: KubeServer,
+                                                       kube_client: KubeClient) -> None:
+    kube.call(lambda: kube.emulator.rbac.forbid("keda.sh", "scaledobjects", ["list"]))
+    with pytest.raises(Exception, match=r"403|[Ff]orbidden"):
+        kube_client.list("ScaledObject")
+    kube.call(lambda: kube.emulator.rbac.allow("keda.sh", "scaledobjects"))
+    assert kube_client.list("ScaledObject") == []
+    with pytest.raises(ValueError, match="unknown verbs"):
+        kube.emulator.rbac.forbid("keda.sh", "scaledobjects", ["escalate"])
+
+
 def test_kserve_mode_creates_an_llminferenceservice(kube: KubeServer, kube_client: KubeClient,
                                                     run_operator: Any, llmisvc: Any,
                                                     make_manifest: Any) -> None:

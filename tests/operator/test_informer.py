@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mol_operator.informer import ChildCache, _Kind
-from mol_operator.kube import KubeApi
+from mol_platform.clients.kube import KubeApi
 from mol_testkit.kube import KubeServer
 from mol_testkit.kube_client import KubeClient, ResourceSpec
 
@@ -111,3 +111,30 @@ def test_an_older_version_never_replaces_a_newer_one() -> None:
     kind.put(_obj("b", 7))
     kind.replace("ns", [_obj("c", 6)], "6")
     assert sorted(kind.objects) == [("ns", "b"), ("ns", "c")]
+
+
+async def test_a_forbidden_optional_api_is_absent_until_granted(
+        kube: KubeServer, kube_client: KubeClient, api: KubeApi) -> None:
+    so = ("keda.sh/v1alpha1", "scaledobjects")
+    kube.call(lambda: kube.emulator.rbac.forbid("keda.sh", "scaledobjects"))
+    required = ChildCache(api, [CM, so])  # not declared optional: the 403 is retried
+    required.start()
+    try:
+        assert not await required.wait_synced(1.5)
+    finally:
+        await required.stop()
+
+    cache = ChildCache(api, [CM, so], optional=[so[0]])
+    cache.start()
+    try:
+        assert await cache.wait_synced(10)  # the 403 does not hold the other kinds back
+        assert not await cache.served(*so, needed=True, seconds=5)
+        assert "forbidden" in (cache.forbidden(so[0]) or "")
+        assert cache.forbidden("v1") is None
+        # a Role granted later: the next list (here woken at once) finds it readable
+        kube.call(lambda: kube.emulator.rbac.allow("keda.sh", "scaledobjects"))
+        cache.kinds[so].wake.set()
+        await _until(lambda: cache.kinds[so].served is True)
+        assert cache.forbidden(so[0]) is None
+    finally:
+        await cache.stop()

@@ -14,8 +14,8 @@ from typing import Any
 import kmock
 import pytest
 
-from mol_operator.kube import KubeApi
 from mol_operator.leader import Leader, lead
+from mol_platform.clients.kube import KubeApi
 from mol_testkit.kube_client import KubeClient
 from mol_testkit.kube_kopf import KopfRunner, Operate
 

@@ -13,13 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from mol_platform.apps.vllm_plugin.cache import (
-    AdapterCache,
-    BlobFile,
-    CacheError,
-    digest_hex,
-    manifest_digest,
-)
+from mol_platform.apps.vllm_plugin.cache import AdapterCache, CacheError
+from mol_platform.contract.blob_files import BlobFile, BlobFileError, digest_hex, manifest_digest
 from mol_platform.contract.catalog_models import ResolvedFile
 
 
@@ -89,7 +84,7 @@ async def test_file_list_must_match_the_digest(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["../evil", "a/b", ".hidden", "", "x" * 200])
 def test_file_names_must_be_plain(name: str) -> None:
     raw = ResolvedFile(path=name, digest="sha256:" + "0" * 64, size=1, url="/x")
-    with pytest.raises(CacheError, match="plain file name"):
+    with pytest.raises(BlobFileError, match="plain file name"):
         BlobFile.parse(raw)
 
 

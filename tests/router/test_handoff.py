@@ -49,7 +49,7 @@ async def test_handoff_continues_with_the_target_expert(
     assert second["model"] == "demo/coding@v1"
     assert "wants a parser in Python" in second["messages"][0]["content"]
     assert second["messages"][0]["role"] == "system"
-    assert 'mol_router_handoffs_total{from="chat",to="coding"} 1.0' in metrics
+    assert 'mol_router_handoffs_total{deployment="demo",from="chat",to="coding"} 1.0' in metrics
     if stream:
         events = parse_sse(raw)
         assert events[-1] == "[DONE]"

@@ -11,9 +11,9 @@ import pytest
 from mol_router.policy import DEFAULT_POLICY, POLICY_NAMES, EngineStats, RouteRequest, make_policy
 from mol_router.policy.gie import lora_affinity_score
 from mol_router.policy.hashing import home, ranking
+from mol_router.policy.interface import Demand, FleetStats
 from mol_router.policy.llmd import LlmdLoraLoadState
 from mol_router.policy.mol import eviction_cost
-from mol_router.policy.stats import Demand, FleetStats
 
 A = "acme/bot@v1"
 EPS = [f"http://e{i}" for i in range(4)]

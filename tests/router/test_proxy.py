@@ -71,7 +71,8 @@ async def test_completions_and_usage_when_asked(router_config: Any, start_router
             metrics = await (await http.get(router.url + "/metrics")).text()
         assert ('mol_router_tokens_total{deployment="demo",expert="chat",kind="completion",'
                 'tenant="anonymous"} 3.0') in metrics
-        assert 'mol_router_route_decisions_total{expert="chat",mode="model"} 1.0' in metrics
+        assert ('mol_router_route_decisions_total{deployment="demo",'
+                'expert="chat",mode="model"} 1.0') in metrics
 
 
 async def test_connect_error_and_5xx_retry_on_another_replica(router_config: Any,

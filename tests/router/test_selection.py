@@ -57,9 +57,12 @@ async def test_selection_order(router_config: Any, start_router: Any, ready: Any
     classifier_calls = [r.body for r in received if r.body["model"] == "demo/router@v1"]
     assert len(classifier_calls) == 3
     assert classifier_calls[0]["structured_outputs"] == {"choice": ["chat", "coding"]}
-    assert 'mol_router_route_decisions_total{expert="coding",mode="classifier"} 3.0' in metrics
-    assert 'mol_router_route_decisions_total{expert="coding",mode="router"} 1.0' in metrics
-    assert 'mol_router_route_decisions_total{expert="adapter",mode="adapter"} 1.0' in metrics
+    assert ('mol_router_route_decisions_total{deployment="demo",'
+            'expert="coding",mode="classifier"} 3.0') in metrics
+    assert ('mol_router_route_decisions_total{deployment="demo",'
+            'expert="coding",mode="router"} 1.0') in metrics
+    assert ('mol_router_route_decisions_total{deployment="demo",'
+            'expert="adapter",mode="adapter"} 1.0') in metrics
 
 
 async def test_classifier_failure_and_timeout_fall_back_to_default(
@@ -75,7 +78,8 @@ async def test_classifier_failure_and_timeout_fall_back_to_default(
             sims.script_failure("demo/router@v1", status=500)
             assert await _served(http, router.url, {"messages": MSG}) == "chat"
             metrics = await (await http.get(router.url + "/metrics")).text()
-    assert 'mol_router_route_decisions_total{expert="chat",mode="fallback"} 2.0' in metrics
+    assert ('mol_router_route_decisions_total{deployment="demo",'
+            'expert="chat",mode="fallback"} 2.0') in metrics
 
 
 async def test_explicit_mode_auto_means_default(router_config: Any, start_router: Any,

@@ -268,7 +268,7 @@ def test_slot_estimate_and_demand_follow_sends_and_scrapes() -> None:
     and what the engine showed running, never dropping a running adapter; every
     request counts toward its adapter's demand share."""
     from mol_router.engine_metrics import EngineMetrics
-    from mol_router.policy.stats import FleetStats
+    from mol_router.policy.interface import FleetStats
 
     session: aiohttp.ClientSession = None  # type: ignore[assignment]
     t = EngineTracker(session, scrape_interval=60, demand_half_life=1_000_000)

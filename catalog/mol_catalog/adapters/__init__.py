@@ -1,1 +1,2 @@
-"""adapters: endpoints, service, repository, schemas."""
+"""adapters: endpoints, service, publish (the pipeline), schemas, uploads, repository (reads),
+writes, name_sample (picks how a search starts)."""

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Depends, Query, Request
+from fastapi import APIRouter, Query, Request
 from pydantic import TypeAdapter, ValidationError
 from starlette.responses import Response
 
@@ -24,9 +24,13 @@ from mol_catalog.adapters.schemas import (
     YankOut,
 )
 from mol_catalog.adapters.uploads import FIELDS, FILE_PARTS, receive_upload
-from mol_catalog.auth import Principal
-from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
-from mol_catalog.errors import CatalogError, ValidationFailed, json_bytes, json_response
+from mol_catalog.deps import (
+    Catalog,
+    CatalogDep,
+    PrincipalDep,
+    principal_for,
+)
+from mol_catalog.errors import ApiError, ValidationFailed, json_bytes, json_response
 from mol_catalog.openapi import LeanRoute, query
 from mol_catalog.util import (
     checked,
@@ -41,8 +45,6 @@ from mol_catalog.util import (
 from mol_platform.contract import refs
 
 router = APIRouter(tags=["adapters"])
-CatalogDep = Annotated[Catalog, Depends(get_catalog)]
-PrincipalDep = Annotated[Principal, Depends(get_principal)]
 PAGE_LIMIT = 50  # items per page of a listing when the request sets no limit
 INTEGER = TypeAdapter(int)
 
@@ -71,7 +73,7 @@ async def publish_version(ns: str, name: str, request: Request, catalog: Catalog
             body, created = await pipeline.publish(catalog, ns, name, upload, who.name)
         finally:
             upload.cleanup()
-    except CatalogError as exc:
+    except ApiError as exc:
         result = {413: "too_large", 422: "incompatible"}.get(exc.status, "invalid")
         catalog.metrics.publishes.labels(result).inc()
         raise

@@ -8,13 +8,10 @@ that gc removes after its grace period; a version row never points at a missing 
 from __future__ import annotations
 
 import asyncio
-import weakref
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from typing import Any
 
 from mol_catalog import shared_docs
-from mol_catalog.adapters import publish_sql, service
+from mol_catalog.adapters import service, writes
 from mol_catalog.adapters.schemas import PublishRequest
 from mol_catalog.adapters.uploads import (
     CONFIG_FILE,
@@ -24,8 +21,8 @@ from mol_catalog.adapters.uploads import (
     Upload,
 )
 from mol_catalog.base_models import service as base_service
-from mol_catalog.blob_gc import BlobsGone
-from mol_catalog.db import Database
+from mol_catalog.base_models.service import KnownBase
+from mol_catalog.blobs.orphans import BlobsGone
 from mol_catalog.deps import Catalog
 from mol_catalog.errors import BadRequest, Incompatible, InvalidFile
 from mol_catalog.util import (
@@ -37,7 +34,7 @@ from mol_catalog.util import (
     version_number,
 )
 from mol_platform.contract import refs
-from mol_platform.contract.compat import AdapterConfigError, AdapterInfo, BaseShapes, check_base
+from mol_platform.contract.compat import AdapterConfigError, AdapterInfo, check_base
 from mol_platform.contract.safetensors_header import (
     HeaderError,
     TensorInfo,
@@ -88,29 +85,17 @@ def _default_base(info: AdapterInfo) -> str:
     return ref.rstrip("/").rsplit("/", 1)[-1].lower()
 
 
-@dataclass(frozen=True)
-class _Base:
-    id: int
-    ref: str  # name@revision
-    shapes: BaseShapes
+MAX_CACHED_BASES = 1024  # bounds Catalog.bases
 
 
-# name@revision -> base, per database: a registered revision never changes (other
-# content under the same name@revision is refused), so it is safe to keep.
-_BASES: weakref.WeakKeyDictionary[Database, dict[str, _Base]] = weakref.WeakKeyDictionary()
-MAX_CACHED_BASES = 1024
-# namespace -> id, per database (filled by publish_sql.namespace_id).
-_NAMESPACES: weakref.WeakKeyDictionary[Database, dict[str, int]] = weakref.WeakKeyDictionary()
-
-
-async def _find_base(catalog: Catalog, ref: str) -> _Base:
-    cache = _BASES.setdefault(catalog.db, {})
+async def _find_base(catalog: Catalog, ref: str) -> KnownBase:
+    cache = catalog.bases
     hit = cache.get(ref)
     if hit is not None:
         return hit
     async with catalog.db.read() as conn:
         row = await base_service.find(conn, ref)
-    base = _Base(row.id, row.ref, base_service.shapes_of(row))
+    base = KnownBase(row.id, row.ref, base_service.shapes_of(row))
     if "@" in ref and len(cache) < MAX_CACHED_BASES:  # a bare name means "newest": not kept
         cache[ref] = base
     return base
@@ -124,9 +109,9 @@ def _read_header(weights: StoredFile) -> dict[str, TensorInfo]:
 
 
 async def _store_blobs(catalog: Catalog, upload: Upload,
-                       base_model_id: int) -> publish_sql.Precheck:
+                       base_model_id: int) -> writes.Precheck:
     """Make sure every file of the upload is in the store, concurrently; returns what was
-    read before: the newest blob deletion id (see blob_gc) and the base's profiles.
+    read before: the newest blob deletion id (see blobs.orphans) and the base's profiles.
 
     A blob a stored version references is only checked (a HEAD or a stat: cheaper than
     a write-once PUT answered 412, for the config file many adapters share) and written
@@ -134,7 +119,7 @@ async def _store_blobs(catalog: Catalog, upload: Upload,
     publish leaves its blobs present.
     """
     async with catalog.db.read() as conn:
-        pre = await publish_sql.precheck(conn, upload.digests(), base_model_id)
+        pre = await writes.precheck(conn, upload.digests(), base_model_id)
     await _put(catalog, upload, set(upload.digests()), pre.referenced)
     return pre
 
@@ -162,11 +147,6 @@ async def _store_docs(catalog: Catalog, config: dict[str, Any],
     async with catalog.db.unit() as uow:
         await shared_docs.store(uow.conn, {config_digest: config, tensors_digest: tensors})
     return config_digest, tensors_digest
-
-
-# Runs between storing the blobs and the transaction that references them; tests set it
-# to interleave a gc there (on Postgres they hold the adapter's row lock instead).
-after_store: Callable[[], Awaitable[None]] | None = None
 
 
 async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
@@ -199,9 +179,8 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
     pre = await _store_blobs(catalog, upload, base.id)
     tensors = header_shapes(header)
     digests = await _store_docs(catalog, config, tensors)
-    if after_store is not None:
-        await after_store()
-    namespaces = _NAMESPACES.setdefault(catalog.db, {})
+    if catalog.after_store is not None:
+        await catalog.after_store()
     req = PublishRequest(namespace=namespace, name=name, upload=upload, info=info, config=config,
                          tensors=tensors, base_model_id=base.id, base_ref=base.ref,
                          config_digest=digests[0], tensors_digest=digests[1],
@@ -213,7 +192,7 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
             # (same content, same number or a new namespace/adapter row): the retry
             # sees the new state.
             body, created = await catalog.db.transact(
-                lambda uow: service.publish(uow, req, pre.profiles, namespaces),
+                lambda uow: service.publish(uow, req, pre.profiles, catalog.namespace_ids),
                 attempts=RETRIES, pause=0.01)
         except BlobsGone as gone:
             # gc deleted a blob this publish had stored: store it again, then retry.

@@ -1,7 +1,7 @@
 """Reads of adapters, versions, aliases and listings: ``Prepared`` statements.
 
 Every function takes a read connection (``Database.read()``) or a unit of work's
-connection; the domain's writes are in ``publish_sql``.
+connection; the domain's writes are in ``writes``.
 """
 
 from __future__ import annotations
@@ -310,7 +310,7 @@ async def _search(conn: ReadConn, params: dict[str, Any], base: str, namespaces:
 
     A common term fills its page from the next few thousand ids, where the trigram index
     would intersect long posting lists and sort every match; a rare term (``rare``: see
-    ``adapters.sample``) goes to the index at once, which finds its few matches cheaply.
+    ``adapters.name_sample``) goes to the index at once, which finds its few matches cheaply.
     The index takes over where the scanned range ended, so the rows are exactly the page,
     in id order, whichever way the term was taken.
     """

@@ -42,7 +42,7 @@ class PublishRequest:
     tags: list[str] | None = None
     labels: dict[str, str] | None = None
     created_by: str | None = None
-    # The newest blob deletion id seen before the blobs were stored (blob_gc.guard).
+    # The newest blob deletion id seen before the blobs were stored (blobs.orphans.guard).
     blobs_after: int = 0
     verdict_reasons: dict[str, list[str]] = field(default_factory=dict)
 

@@ -6,12 +6,12 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from mol_catalog import blob_gc
-from mol_catalog.adapters import publish_sql as sql
 from mol_catalog.adapters import repository as repo
+from mol_catalog.adapters import writes
 from mol_catalog.adapters.repository import AdapterRow, VersionRow
 from mol_catalog.adapters.schemas import PublishRequest
 from mol_catalog.base_models import repository as base_repo
+from mol_catalog.blobs import orphans
 from mol_catalog.db import ReadConn, UnitOfWork
 from mol_catalog.errors import BadRequest, Conflict, NotFound
 from mol_catalog.models import utcnow
@@ -59,7 +59,7 @@ async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[Prof
     conn = uow.conn
     req.verdict_reasons.clear()
     digest = req.upload.manifest_digest()
-    found = await sql.target(conn, req.full_name, digest, req.alias)
+    found = await writes.target(conn, req.full_name, digest, req.alias)
     if found is not None and found.existing is not None:
         existing = await repo.version_by_number(conn, found.id, found.existing)
         assert existing is not None
@@ -68,7 +68,7 @@ async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[Prof
         return {**body, "applied": applied, "changed": changed}, False
     # A new version references the blobs: none may have been removed by gc since the
     # publish stored them, and none may be until this commits.
-    await blob_gc.guard(uow, req.upload.digests(), req.blobs_after)
+    await orphans.guard(uow, req.upload.digests(), req.blobs_after)
     count = found.version_count if found is not None else 0
     if req.parent is not None and not 1 <= req.parent <= count:
         raise BadRequest(f"parent version {req.parent} does not exist in {req.full_name!r}")
@@ -83,24 +83,24 @@ async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[Prof
     if req.labels is not None:
         changes["labels"] = req.labels
     if found is None:
-        ns_id = await sql.namespace_id(conn, req.namespace, namespaces)
-        adapter_id = await sql.insert_adapter(conn, {
+        ns_id = await writes.namespace_id(conn, req.namespace, namespaces)
+        adapter_id = await writes.insert_adapter(conn, {
             "namespace_id": ns_id, "name": req.name, "full_name": req.full_name, "tags": [],
             "labels": {}, "created_at": now, **changes})
         if req.tags:
-            await sql.set_tags(conn, adapter_id, req.tags, base_name, req.base_model_id,
+            await writes.set_tags(conn, adapter_id, req.tags, base_name, req.base_model_id,
                                 fresh=True)
     else:
         adapter_id = found.id
-        await sql.update_adapter(conn, adapter_id, changes)
+        await writes.update_adapter(conn, adapter_id, changes)
         old_tags = list(found.tags or [])
         tags = req.tags if req.tags is not None else old_tags
         if tags != old_tags or found.base_model_id != req.base_model_id:
-            await sql.set_tags(conn, adapter_id, tags, base_name, req.base_model_id,
+            await writes.set_tags(conn, adapter_id, tags, base_name, req.base_model_id,
                                 fresh=False)
     files = [{"path": p, "digest": f.digest, "size": f.size}
              for p, f in sorted(req.upload.files.items())]
-    version_id = await sql.insert_version(conn, {
+    version_id = await writes.insert_version(conn, {
         "adapter_id": adapter_id, "number": number, "digest": digest,
         "base_model_id": req.base_model_id, "rank": req.info.max_rank, "alpha": req.info.alpha,
         "target_modules": sorted(req.info.target_kinds()), "status": "ready",
@@ -109,7 +109,7 @@ async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[Prof
         "files": files, "config_digest": req.config_digest,
         "tensors_digest": req.tensors_digest,
         "created_by": req.created_by, "created_at": now})
-    await sql.insert_rows(conn, sql.VERSION_BLOBS, [
+    await writes.insert_rows(conn, writes.VERSION_BLOBS, [
         {"digest": d, "version_id": version_id} for d in sorted({f.digest for f in
                                                                  req.upload.files.values()})])
     verdicts = await _judge_new_version(uow, req, base_profiles, version_id, now)
@@ -117,7 +117,7 @@ async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[Prof
              data={"digest": digest, "base": req.base_ref})
     if req.alias is not None:
         previous = found.alias_version if found is not None else None
-        await sql.move_alias(conn, adapter_id, req.alias, number, previous, req.created_by, now)
+        await writes.move_alias(conn, adapter_id, req.alias, number, previous, req.created_by, now)
         uow.emit("alias.moved", adapter=req.full_name, version=number, alias=req.alias,
                  data={"previous": previous, "digest": digest})
     return {"adapter": req.full_name, "version": number, "digest": digest, "created": True,
@@ -168,7 +168,7 @@ async def _apply_to_existing(uow: UnitOfWork, req: PublishRequest,
         applied["tags"] = req.tags
         if row.tags != req.tags:
             values["tags"] = req.tags
-            await sql.set_tags(uow.conn, row.id, req.tags, row.base_name, row.base_model_id,
+            await writes.set_tags(uow.conn, row.id, req.tags, row.base_name, row.base_model_id,
                                fresh=False)
             changed.append("tags")
     if req.labels is not None:
@@ -177,7 +177,7 @@ async def _apply_to_existing(uow: UnitOfWork, req: PublishRequest,
             values["labels"] = req.labels
             changed.append("labels")
     if changed:
-        await sql.update_adapter(uow.conn, row.id, {**values, "updated_at": utcnow()})
+        await writes.update_adapter(uow.conn, row.id, {**values, "updated_at": utcnow()})
     return applied, changed
 
 
@@ -192,7 +192,7 @@ async def _published_body(conn: ReadConn, full_name: str, v: VersionRow,
 async def _move_alias(uow: UnitOfWork, row: AdapterRow, name: str, v: VersionRow,
                       who: str | None, previous: int | None) -> None:
     """Point the alias at ``v`` (``previous``: where it points now, None when new)."""
-    await sql.move_alias(uow.conn, row.id, name, v.number, previous, who, utcnow())
+    await writes.move_alias(uow.conn, row.id, name, v.number, previous, who, utcnow())
     uow.emit("alias.moved", adapter=row.full_name, version=v.number, alias=name,
              data={"previous": previous, "digest": v.digest})
 
@@ -229,8 +229,8 @@ async def yank(uow: UnitOfWork, full_name: str, number: int, reason: str) -> dic
                        f"{', '.join(pointing)}: move them to another version first")
     if v.status != "yanked":
         v = dataclasses.replace(v, status="yanked", yank_reason=reason)
-        await sql.update_version(uow.conn, v.id, {"status": v.status, "yank_reason": reason})
-        await sql.update_adapter(uow.conn, row.id, {
+        await writes.update_version(uow.conn, v.id, {"status": v.status, "yank_reason": reason})
+        await writes.update_adapter(uow.conn, row.id, {
             "latest_version": await repo.newest_ready(uow.conn, row.id),
             "updated_at": utcnow()})
         uow.emit("version.yanked", adapter=full_name, version=number,
@@ -300,13 +300,13 @@ async def delete_version(uow: UnitOfWork, full_name: str, number: int,
     if v.status == "pending":
         raise Conflict(f"{full_name} v{number} is still being published: try again later")
     removed = await repo.aliases_at(uow.conn, row.id, number)
-    await sql.delete_version(uow.conn, row.id, v.id, number)
+    await writes.delete_version(uow.conn, row.id, v.id, number)
     now = utcnow()
-    await sql.insert_rows(uow.conn, sql.ALIAS_HISTORY, [
+    await writes.insert_rows(uow.conn, writes.ALIAS_HISTORY, [
         {"adapter_id": row.id, "alias": name, "version": None, "previous": number,
          "changed_by": who, "changed_at": now} for name in removed])
     latest = await repo.newest_ready(uow.conn, row.id)
-    await sql.update_adapter(uow.conn, row.id, {"latest_version": latest, "updated_at": now})
+    await writes.update_adapter(uow.conn, row.id, {"latest_version": latest, "updated_at": now})
     uow.emit("version.deleted", adapter=full_name, version=number,
              data={"digest": v.digest, "aliases_removed": removed, "by": who})
     return {"adapter": full_name, "version": number, "digest": v.digest,

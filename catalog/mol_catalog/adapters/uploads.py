@@ -22,8 +22,8 @@ from python_multipart.exceptions import FormParserError
 from python_multipart.multipart import MultipartParser, parse_options_header
 from starlette.requests import Request
 
+from mol_catalog.blobs.leftovers import upload_dir_prefix
 from mol_catalog.errors import BadRequest, PayloadTooLarge
-from mol_catalog.leftovers import upload_dir_prefix
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"

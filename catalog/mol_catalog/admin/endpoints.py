@@ -4,19 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from mol_catalog import blob_gc, blob_verify
 from mol_catalog.admin.schemas import GcOut, VerifyReport
-from mol_catalog.auth import Principal
-from mol_catalog.deps import Catalog, get_catalog, get_principal
+from mol_catalog.blobs import orphans, verify
+from mol_catalog.deps import CatalogDep, PrincipalDep
 from mol_catalog.errors import json_response
 
 router = APIRouter(tags=["operations"])
 MAX_GRACE_SECONDS = 10 * 365 * 86400.0
-CatalogDep = Annotated[Catalog, Depends(get_catalog)]
-PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
 @router.post("/v1/admin/gc", response_model=GcOut)
@@ -24,7 +21,7 @@ async def run_gc(catalog: CatalogDep, who: PrincipalDep,
                  grace_seconds: float = Query(3600.0, ge=0, le=MAX_GRACE_SECONDS)) -> Response:
     """Delete blobs no version references that are older than the grace period (admin)."""
     who.require_admin()
-    return json_response(await blob_gc.collect(catalog.db, catalog.blobs, grace_seconds))
+    return json_response(await orphans.collect(catalog.db, catalog.blobs, grace_seconds))
 
 
 @router.post("/v1/admin/verify", responses={200: {"model": VerifyReport}})
@@ -40,6 +37,6 @@ async def run_verify(
 ) -> Response:
     """Check that referenced blobs are in the store with their size and digest (admin)."""
     who.require_admin()
-    report = await blob_verify.verify(catalog.db, catalog.blobs, sample, content)
+    report = await verify.verify(catalog.db, catalog.blobs, sample, content)
     body: dict[str, Any] = report.model_dump()
     return json_response(body)

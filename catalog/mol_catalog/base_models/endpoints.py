@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from starlette.responses import Response
 
-from mol_catalog.auth import Principal
 from mol_catalog.base_models import service
 from mol_catalog.base_models.schemas import BaseModelCreate, BaseModelDetailOut, BaseModelOut
-from mol_catalog.deps import Catalog, get_catalog, get_principal
+from mol_catalog.deps import CatalogDep, PrincipalDep
 from mol_catalog.errors import json_response
 
 router = APIRouter(tags=["base-models"])
-CatalogDep = Annotated[Catalog, Depends(get_catalog)]
-PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
 @router.post("/v1/base-models", status_code=201, response_model=BaseModelOut, responses={

@@ -20,6 +20,17 @@ from mol_platform.contract.compat import BaseModelError, BaseShapes
 MAX_LAYERS = 100_000  # far beyond any model; keeps layer numbers plain 64-bit integers
 
 
+@dataclasses.dataclass(frozen=True)
+class KnownBase:
+    """A registered base revision as a publish checks adapters against it. A revision's
+    content never changes (other content under the same name@revision is refused), so
+    the catalog keeps these for the life of the process (``Catalog.bases``)."""
+
+    id: int
+    ref: str  # name@revision
+    shapes: BaseShapes
+
+
 def shapes_of(row: BaseRow) -> BaseShapes:
     s = row.shapes
     return BaseShapes(architecture=s["architecture"], num_layers=int(s["num_layers"]),

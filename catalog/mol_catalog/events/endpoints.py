@@ -3,21 +3,17 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+from fastapi import APIRouter, Query
 from starlette.responses import Response
 
-from mol_catalog.auth import Principal
-from mol_catalog.deps import Catalog, get_catalog, get_principal
+from mol_catalog.deps import CatalogDep, PrincipalDep
 from mol_catalog.errors import json_response
 from mol_catalog.events import service
 from mol_catalog.events.schemas import EventPageOut
 from mol_catalog.util import MAX_BIGINT
 
 router = APIRouter(tags=["events"])
-CatalogDep = Annotated[Catalog, Depends(get_catalog)]
-PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
 @router.get("/v1/events", response_model=EventPageOut)

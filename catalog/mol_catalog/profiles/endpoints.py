@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from starlette.responses import Response
 
-from mol_catalog.auth import Principal
-from mol_catalog.deps import Catalog, get_catalog, get_principal
+from mol_catalog.deps import CatalogDep, PrincipalDep
 from mol_catalog.errors import json_response
 from mol_catalog.profiles import service
 from mol_catalog.profiles.schemas import ProfileListOut, ProfileOut, ProfilePut
 
 router = APIRouter(tags=["serving-profiles"])
-CatalogDep = Annotated[Catalog, Depends(get_catalog)]
-PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
 @router.put("/v1/serving-profiles/{profile}", response_model=ProfileOut, responses={

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
-from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from mol_catalog.auth import Principal
-from mol_catalog.deps import Catalog, get_catalog, get_principal, principal_for
+from mol_catalog.deps import (
+    Catalog,
+    CatalogDep,
+    PrincipalDep,
+    principal_for,
+)
 from mol_catalog.errors import BadRequest, NotFound, json_bytes
 from mol_catalog.openapi import LeanRoute, query
 from mol_catalog.resolve import service
@@ -18,8 +21,6 @@ from mol_catalog.resolve.schemas import ResolveOut
 from mol_catalog.util import valid_name
 
 router = APIRouter(tags=["resolve"])
-CatalogDep = Annotated[Catalog, Depends(get_catalog)]
-PrincipalDep = Annotated[Principal, Depends(get_principal)]
 HEX_RE = re.compile(r"[0-9a-f]{64}")
 
 

@@ -4,19 +4,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
-from mol_catalog.auth import Principal
-from mol_catalog.deps import Catalog, get_catalog, get_principal
+from mol_catalog.deps import CatalogDep, PrincipalDep
 from mol_catalog.errors import json_response
 from mol_catalog.tokens import service
 from mol_catalog.tokens.schemas import TokenCreate, TokenCreatedOut, TokenListOut
 from mol_catalog.util import MAX_BIGINT
 
 router = APIRouter(tags=["tokens"])
-CatalogDep = Annotated[Catalog, Depends(get_catalog)]
-PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
 @router.post("/v1/tokens", status_code=201, response_model=TokenCreatedOut)

@@ -1,15 +1,16 @@
 {{/* Names, labels and shared pod settings. */}}
 {{- define "mol.name" -}}
-{{- .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
 {{- define "mol.fullname" -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
 {{- if .Values.fullnameOverride -}}
 {{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
-{{- else if contains .Chart.Name .Release.Name -}}
+{{- else if contains $name .Release.Name -}}
 {{- .Release.Name | trunc 63 | trimSuffix "-" -}}
 {{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 {{- end -}}
 
@@ -52,6 +53,40 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- default (printf "%s-admin-token" (include "mol.fullname" .)) .Values.adminToken.existingSecret -}}
 {{- end -}}
 
+{{/*
+The generated admin token (base64), decided once per render: the Secret and the
+checksums on the catalog's and the operator's pods must see the same value. An
+existing Secret's token is kept (`lookup`; empty when rendering offline).
+*/}}
+{{- define "mol.generatedAdminToken" -}}
+{{- if not (hasKey .Values "__adminToken") -}}
+{{- $existing := lookup "v1" "Secret" .Release.Namespace (include "mol.adminTokenSecret" .) -}}
+{{- $token := "" -}}
+{{- if and $existing $existing.data (index $existing.data .Values.adminToken.key) -}}
+{{- $token = index $existing.data .Values.adminToken.key -}}
+{{- else -}}
+{{- $token = printf "mol_%s" (randAlphaNum 43) | b64enc -}}
+{{- end -}}
+{{- $_ := set .Values "__adminToken" $token -}}
+{{- end -}}
+{{- index .Values "__adminToken" -}}
+{{- end -}}
+
+{{/*
+Pod annotation that rolls a pod when the admin token changes: the generated token's
+checksum, or an existing Secret's when the cluster can be asked (helm install/upgrade).
+*/}}
+{{- define "mol.adminTokenChecksum" -}}
+{{- if .Values.adminToken.existingSecret -}}
+{{- $secret := lookup "v1" "Secret" .Release.Namespace .Values.adminToken.existingSecret -}}
+{{- if and $secret $secret.data -}}
+checksum/admin-token: {{ index $secret.data .Values.adminToken.key | default "" | sha256sum | quote }}
+{{- end -}}
+{{- else -}}
+checksum/admin-token: {{ include "mol.generatedAdminToken" . | sha256sum | quote }}
+{{- end -}}
+{{- end -}}
+
 {{- define "mol.podSecurityContext" -}}
 runAsNonRoot: true
 runAsUser: 10001
@@ -86,10 +121,6 @@ permission it grants routers (EndpointSlices), or Kubernetes refuses the Role.
 - apiGroups: [mol.dev]
   resources: [moldeployments/finalizers]
   verbs: [update]
-# Optional CRDs (KEDA, Prometheus operator, KServe): present or not, said in a condition.
-- apiGroups: [apiextensions.k8s.io]
-  resources: [customresourcedefinitions]
-  verbs: [get, list, watch]
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]
@@ -110,6 +141,9 @@ permission it grants routers (EndpointSlices), or Kubernetes refuses the Role.
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
   verbs: [get, list, watch, create, patch, delete]
 - apiGroups: [monitoring.coreos.com]
   resources: [servicemonitors]

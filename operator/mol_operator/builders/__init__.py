@@ -21,6 +21,7 @@ from mol_operator.builders.engine import (
 from mol_operator.builders.extras import (
     KSERVE_API_VERSION,
     catalog_secret,
+    engine_network_policy,
     llm_inference_service,
     service_monitor,
 )
@@ -53,6 +54,7 @@ MANAGED: tuple[ManagedKind, ...] = (
     ManagedKind("apps/v1", "Deployment", "deployments", "engine"),
     ManagedKind("apps/v1", "Deployment", "deployments", "router"),
     ManagedKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", "engine"),
+    ManagedKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", "engine"),
     ManagedKind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects", "engine"),
     ManagedKind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", "engine"),
     ManagedKind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", "router"),
@@ -72,6 +74,8 @@ def build_all(facts: Facts) -> list[dict[str, Any]]:
     router = router_objects(facts)
     if spec.serving.mode == "raw":
         engine = [engine_service(facts), engine_deployment(facts), engine_pdb(facts)]
+        if facts.defaults.network_policy:
+            engine.append(engine_network_policy(facts))
         scaler = scaled_object(facts)
         monitors = [service_monitor(facts, "engine"), service_monitor(facts, "router")]
         workload = [*engine, *([scaler] if scaler else [])]

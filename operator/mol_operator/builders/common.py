@@ -13,13 +13,18 @@ from typing import Any
 
 from kubernetes.client import (
     ApiClient,
+    V1Capabilities,
     V1EnvVar,
     V1EnvVarSource,
     V1ObjectMeta,
     V1OwnerReference,
+    V1PodSecurityContext,
+    V1SeccompProfile,
     V1SecretKeySelector,
+    V1SecurityContext,
 )
 
+from mol_platform import __version__
 from mol_platform.contract.spec import API_VERSION, KIND, MoLDeployment
 
 MANAGER = "mol-operator"
@@ -31,6 +36,11 @@ MAX_NAME = 63 - len("-engine")
 TOKEN_KEY = "token"
 TOKEN_ID_ANNOTATION = "mol.dev/catalog-token-id"
 TOKEN_SCOPES_ANNOTATION = "mol.dev/catalog-token-scopes"
+# Every pod the operator renders carries this label (router or engine, KServe's engine
+# pods included): the catalog's NetworkPolicy admits exactly these.
+COMPONENT_LABEL = "mol.dev/component"
+# The non-root user of the platform and engine images (deploy/images/).
+RUN_AS = 10001
 _api = ApiClient()
 
 
@@ -68,12 +78,25 @@ class Defaults:
 
     catalog_url: str = "http://mol-catalog:8080"
     prometheus_url: str | None = None
-    router_image: str = "ghcr.io/mol-platform/mol:latest"
+    router_image: str = f"ghcr.io/mol-platform/mol-platform:{__version__}"
     router_cpu: str = "250m"
     router_memory: str = "256Mi"
-    router_replicas: int | None = None
+    router_cpu_limit: str | None = None
+    router_memory_limit: str | None = None  # None: the memory request
+    engine_cpu: str = "2"
+    engine_memory: str = "8Gi"
+    engine_shm_size: str = "2Gi"
     s3_sync_image: str = "amazon/aws-cli:2.22.0"
     adapter_cache_bytes: int = 20 * 1024**3
+    # Labels added to every rendered ServiceMonitor (a Prometheus' serviceMonitorSelector).
+    monitor_labels: Mapping[str, str] = field(default_factory=dict)
+    # A NetworkPolicy per deployment: engines admit their router, the operator's pods
+    # (warm-up) and Prometheus only.
+    network_policy: bool = False
+    operator_namespace: str = ""
+    operator_pod_labels: Mapping[str, str] = field(default_factory=dict)
+    prometheus_pod_labels: Mapping[str, str] = field(
+        default_factory=lambda: {"app.kubernetes.io/name": "prometheus"})
 
 
 @dataclass(frozen=True)
@@ -135,9 +158,26 @@ def meta(facts: Facts, name: str, component: str,
     )
 
 
-def meta_dict(facts: Facts, name: str, component: str) -> dict[str, Any]:
-    out: dict[str, Any] = serialize(meta(facts, name, component))
-    return out
+
+def pod_labels(facts: Facts, component: str) -> dict[str, str]:
+    """Labels of a rendered pod: the object's plus the catalog NetworkPolicy's key."""
+    return {**labels(facts, component), COMPONENT_LABEL: component}
+
+
+def pod_security() -> V1PodSecurityContext:
+    """Pod Security "restricted": non-root (also for images built to run as root)."""
+    # OnRootMismatch: a model PVC of many GiB is not chowned file by file at every mount.
+    return V1PodSecurityContext(run_as_non_root=True, run_as_user=RUN_AS, run_as_group=RUN_AS,
+                                fs_group=RUN_AS, fs_group_change_policy="OnRootMismatch",
+                                seccomp_profile=V1SeccompProfile(type="RuntimeDefault"))
+
+
+def container_security() -> V1SecurityContext:
+    """Every rendered container: no escalation, no capabilities, read-only root (the
+    writable paths are emptyDirs)."""
+    return V1SecurityContext(allow_privilege_escalation=False, read_only_root_filesystem=True,
+                             run_as_non_root=True, capabilities=V1Capabilities(drop=["ALL"]),
+                             seccomp_profile=V1SeccompProfile(type="RuntimeDefault"))
 
 
 def serialize(obj: Any) -> Any:

@@ -44,8 +44,10 @@ from kubernetes.client import (
 from mol_operator.builders.common import (
     ENGINE_PORT,
     Facts,
-    labels,
+    container_security,
     meta,
+    pod_labels,
+    pod_security,
     selector,
     serialize,
     token_env,
@@ -55,7 +57,15 @@ from mol_platform.contract.router_config import profile_name
 
 MODEL_DIR = "/models"
 ADAPTER_CACHE_DIR = "/var/cache/mol-adapters"
+# The engine image's home (deploy/images/engine.Dockerfile): vLLM, Triton and torch
+# write their caches under it, so it is an emptyDir beside /tmp (the root is read-only).
+ENGINE_HOME = "/home/mol"
 GPU_RESOURCE = "nvidia.com/gpu"
+# Room over the plugin's own cache limit: the kubelet evicts a pod whose emptyDir
+# passes its sizeLimit, and a download may finish just past the plugin's bound.
+CACHE_HEADROOM = 1.25
+TMP_SIZE = "1Gi"
+HOME_SIZE = "4Gi"
 
 
 class BuildError(ValueError):
@@ -99,8 +109,12 @@ def base_weights(facts: Facts) -> Weights:
             name="fetch-model",
             image=facts.defaults.s3_sync_image,
             command=["aws", "s3", "sync", "--only-show-errors", uri, MODEL_DIR],
+            env=[V1EnvVar(name="HOME", value="/tmp")],
             env_from=env_from or None,
-            volume_mounts=[V1VolumeMount(name="model", mount_path=MODEL_DIR)],
+            security_context=container_security(),
+            resources=V1ResourceRequirements(requests={"cpu": "100m", "memory": "256Mi"}),
+            volume_mounts=[V1VolumeMount(name="model", mount_path=MODEL_DIR),
+                           V1VolumeMount(name="tmp", mount_path="/tmp")],
         )
         return Weights(
             model=MODEL_DIR,
@@ -115,7 +129,8 @@ def base_weights(facts: Facts) -> Weights:
         return Weights(
             model=repo,
             volumes=[V1Volume(name="model", empty_dir=V1EmptyDirVolumeSource())],
-            mounts=[V1VolumeMount(name="model", mount_path="/root/.cache/huggingface")],
+            mounts=[V1VolumeMount(name="model", mount_path=MODEL_DIR)],
+            env=[V1EnvVar(name="HF_HOME", value=MODEL_DIR)],
             env_from=env_from,
         )
     if parsed.scheme in ("", "file"):
@@ -143,12 +158,36 @@ def _probe(path: str, period: int, failures: int) -> V1Probe:
                    failure_threshold=failures, timeout_seconds=5)
 
 
+def scratch_volumes() -> list[V1Volume]:
+    """The engine's writable paths besides its caches: /tmp and its home."""
+    return [V1Volume(name="tmp", empty_dir=V1EmptyDirVolumeSource(size_limit=TMP_SIZE)),
+            V1Volume(name="home", empty_dir=V1EmptyDirVolumeSource(size_limit=HOME_SIZE))]
+
+
+def scratch_mounts() -> list[V1VolumeMount]:
+    return [V1VolumeMount(name="tmp", mount_path="/tmp"),
+            V1VolumeMount(name="home", mount_path=ENGINE_HOME)]
+
+
+def engine_resources(facts: Facts) -> V1ResourceRequirements:
+    """CPU and memory requests (never BestEffort) plus the pool's GPUs; no CPU or memory
+    limit: vLLM's host-memory adapter tier grows with ``maxCpuLoras``."""
+    d = facts.defaults
+    gpus = facts.obj.spec.node_pool.gpus_per_replica
+    gpu = {GPU_RESOURCE: str(gpus)} if gpus else {}
+    return V1ResourceRequirements(requests={"cpu": d.engine_cpu, "memory": d.engine_memory,
+                                            **gpu}, limits=gpu or None)
+
+
 def engine_container(facts: Facts, weights: Weights) -> V1Container:
     spec = facts.obj.spec
-    launch = engine_args(spec, model=weights.model, host="0.0.0.0", port=ENGINE_PORT)
-    env = [V1EnvVar(name=k, value=v) for k, v in sorted(launch.env.items())]
-    gpus = spec.node_pool.gpus_per_replica
-    limits = {GPU_RESOURCE: str(gpus)} if gpus else None
+    # gpusPerReplica 0 is vLLM's CPU build (kind, k3d, CI): its dtype and env.
+    launch = engine_args(spec, model=weights.model, host="0.0.0.0", port=ENGINE_PORT,
+                         cpu=spec.node_pool.gpus_per_replica == 0)
+    # The CPU env is offline (HF_HUB_OFFLINE); hf:// weights must still download.
+    offline = {"HF_HUB_OFFLINE"} if urlparse(spec.base_model.uri).scheme == "hf" else set()
+    env = [V1EnvVar(name=k, value=v) for k, v in sorted(launch.env.items()) if k not in offline]
+    env.append(V1EnvVar(name="HOME", value=ENGINE_HOME))
     return V1Container(
         name="vllm",
         image=spec.engine.image,
@@ -157,7 +196,8 @@ def engine_container(facts: Facts, weights: Weights) -> V1Container:
         ports=[V1ContainerPort(name="http", container_port=ENGINE_PORT)],
         env=[*env, *weights.env, *plugin_env(facts)],
         env_from=weights.env_from or None,
-        resources=V1ResourceRequirements(limits=limits, requests=limits),
+        resources=engine_resources(facts),
+        security_context=container_security(),
         # Loading a large base takes minutes: the startup probe allows 20 of them.
         startup_probe=_probe("/health", 10, 120),
         readiness_probe=_probe("/health", 5, 3),
@@ -166,6 +206,7 @@ def engine_container(facts: Facts, weights: Weights) -> V1Container:
             *weights.mounts,
             V1VolumeMount(name="dshm", mount_path="/dev/shm"),
             V1VolumeMount(name="adapters", mount_path=ADAPTER_CACHE_DIR),
+            *scratch_mounts(),
         ],
     )
 
@@ -180,14 +221,29 @@ def engine_pod_spec(facts: Facts) -> V1PodSpec:
         node_selector=dict(pool.node_selector) or None,
         tolerations=[V1Toleration(**t.model_dump(exclude_none=True)) for t in pool.tolerations]
         or None,
+        security_context=pod_security(),
+        # Engines never call the Kubernetes API (the plugin reads its catalog token from env).
+        automount_service_account_token=False,
         # vLLM finishes in-flight requests on SIGTERM; long generations need time.
         termination_grace_period_seconds=120,
         volumes=[
             *weights.volumes,
-            V1Volume(name="dshm", empty_dir=V1EmptyDirVolumeSource(medium="Memory")),
-            V1Volume(name="adapters", empty_dir=V1EmptyDirVolumeSource()),
+            V1Volume(name="dshm", empty_dir=V1EmptyDirVolumeSource(
+                medium="Memory", size_limit=facts.defaults.engine_shm_size)),
+            V1Volume(name="adapters", empty_dir=V1EmptyDirVolumeSource(
+                size_limit=str(int(facts.defaults.adapter_cache_bytes * CACHE_HEADROOM)))),
+            *scratch_volumes(),
         ],
     )
+
+
+def rollout_strategy(facts: Facts) -> V1DeploymentStrategy:
+    """GPU pools replace a pod before starting its successor (a surge pod would need a
+    spare GPU and wait Pending); CPU engines surge one so capacity never dips."""
+    gpus = facts.obj.spec.node_pool.gpus_per_replica
+    surge, unavailable = (0, 1) if gpus else (1, 0)
+    return V1DeploymentStrategy(type="RollingUpdate", rolling_update=V1RollingUpdateDeployment(
+        max_surge=surge, max_unavailable=unavailable))
 
 
 def engine_deployment(facts: Facts) -> dict[str, Any]:
@@ -202,10 +258,9 @@ def engine_deployment(facts: Facts) -> dict[str, Any]:
         spec=V1DeploymentSpec(
             replicas=replicas,
             selector=V1LabelSelector(match_labels=selector(facts, "engine")),
-            strategy=V1DeploymentStrategy(type="RollingUpdate", rolling_update=(
-                V1RollingUpdateDeployment(max_surge=1, max_unavailable=0))),
+            strategy=rollout_strategy(facts),
             template=V1PodTemplateSpec(
-                metadata=V1ObjectMeta(labels=labels(facts, "engine")),
+                metadata=V1ObjectMeta(labels=pod_labels(facts, "engine")),
                 spec=engine_pod_spec(facts),
             ),
         ),

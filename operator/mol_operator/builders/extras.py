@@ -1,4 +1,5 @@
-"""ServiceMonitors, the catalog-token Secret and KServe's LLMInferenceService."""
+"""ServiceMonitors, the engines' NetworkPolicy, the catalog-token Secret and KServe's
+LLMInferenceService."""
 
 from __future__ import annotations
 
@@ -6,37 +7,98 @@ from typing import Any
 
 import kserve
 from kserve.models import V1alpha2LLMInferenceService
-from kubernetes.client import V1Secret
+from kubernetes.client import (
+    V1LabelSelector,
+    V1NetworkPolicy,
+    V1NetworkPolicyIngressRule,
+    V1NetworkPolicyPeer,
+    V1NetworkPolicyPort,
+    V1NetworkPolicySpec,
+    V1Secret,
+)
 
 from mol_operator.builders.common import (
+    COMPONENT_LABEL,
     TOKEN_ID_ANNOTATION,
     TOKEN_KEY,
     TOKEN_SCOPES_ANNOTATION,
     Facts,
     b64,
     meta,
+    pod_security,
     selector,
     serialize,
 )
-from mol_operator.builders.engine import base_weights, engine_container
+from mol_operator.builders.engine import (
+    base_weights,
+    engine_container,
+    scratch_mounts,
+    scratch_volumes,
+)
 from mol_platform.contract.engine_args import HANDOFF_TOOL_CALL_PARSER
 
 KSERVE_API_VERSION = "serving.kserve.io/v1alpha2"
 
 
 def service_monitor(facts: Facts, component: str) -> dict[str, Any]:
-    """A prometheus-operator ServiceMonitor scraping the component's Service."""
+    """A prometheus-operator ServiceMonitor scraping the component's Service.
+
+    The job is named ``mol-<component>`` (the alert rules' ``up``/``absent`` select on
+    it). vLLM's metrics carry no MoLDeployment, so the engine monitor adds
+    ``deployment`` from the Service's instance label (the dashboards' ``$deployment``
+    filters on it); the router exports its own."""
     name = facts.names.engine if component == "engine" else facts.names.router
+    relabel: list[dict[str, Any]] = [{"targetLabel": "job", "replacement": f"mol-{component}"}]
+    if component == "engine":
+        relabel.append({
+            "sourceLabels": ["__meta_kubernetes_service_label_app_kubernetes_io_instance"],
+            "targetLabel": "deployment"})
+    endpoint = {"port": "http", "path": "/metrics", "interval": "15s", "relabelings": relabel}
+
+    metadata: dict[str, Any] = serialize(meta(facts, name, component))
+    # The Prometheus' own selector labels (e.g. release: <kube-prometheus-stack>) first:
+    # ours win, so a setting can never take a monitor away from the operator.
+    metadata["labels"] = {**facts.defaults.monitor_labels, **metadata["labels"]}
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "ServiceMonitor",
-        "metadata": serialize(meta(facts, name, component)),
+        "metadata": metadata,
         "spec": {
             "selector": {"matchLabels": selector(facts, component)},
             "namespaceSelector": {"matchNames": [facts.namespace]},
-            "endpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+            "endpoints": [endpoint],
         },
     }
+
+
+def engine_network_policy(facts: Facts) -> dict[str, Any]:
+    """Engines admit their own router, the operator's pods (adapter warm-up) and
+    Prometheus (``/metrics``), on the engine port only: vLLM's runtime LoRA-load API
+    is not open to the cluster."""
+    d = facts.defaults
+    peers = [
+        V1NetworkPolicyPeer(pod_selector=V1LabelSelector(match_labels=selector(facts, "router"))),
+        V1NetworkPolicyPeer(
+            namespace_selector=V1LabelSelector(
+                match_labels={"kubernetes.io/metadata.name": d.operator_namespace}),
+            pod_selector=V1LabelSelector(match_labels=dict(d.operator_pod_labels))),
+        V1NetworkPolicyPeer(namespace_selector=V1LabelSelector(),
+                            pod_selector=V1LabelSelector(
+                                match_labels=dict(d.prometheus_pod_labels))),
+    ]
+    obj = V1NetworkPolicy(
+        api_version="networking.k8s.io/v1", kind="NetworkPolicy",
+        metadata=meta(facts, facts.names.engine, "engine"),
+        spec=V1NetworkPolicySpec(
+            pod_selector=V1LabelSelector(match_labels=selector(facts, "engine")),
+            policy_types=["Ingress"],
+            # By its API name: the client's Python name (var_from) is dropped on output.
+            ingress=[V1NetworkPolicyIngressRule.model_validate(
+                {"from": peers, "ports": [V1NetworkPolicyPort(port="http", protocol="TCP")]})],
+        ),
+    )
+    out: dict[str, Any] = serialize(obj)
+    return out
 
 
 def catalog_secret(facts: Facts) -> dict[str, Any]:
@@ -59,7 +121,10 @@ def llm_inference_service(facts: Facts) -> dict[str, Any]:
     weights = base_weights(facts)
     container = serialize(engine_container(facts, weights))
     # KServe renders vLLM's command itself; we contribute the LoRA flags and plugin env.
-    main: dict[str, Any] = {"name": "main", "env": container["env"]}
+    main: dict[str, Any] = {"name": "main", "image": eng.image, "env": container["env"],
+                            "resources": container["resources"],
+                            "securityContext": container["securityContext"],
+                            "volumeMounts": serialize(scratch_mounts())}
     args = list(eng.extra_args)
     if spec.router.handoff.enabled:
         args = ["--enable-auto-tool-choice", "--tool-call-parser", HANDOFF_TOOL_CALL_PARSER,
@@ -71,7 +136,10 @@ def llm_inference_service(facts: Facts) -> dict[str, Any]:
         lora["maxCpuAdapters"] = eng.max_cpu_loras
     body: dict[str, Any] = {
         "model": {"uri": spec.base_model.uri, "name": spec.base_model.name, "lora": lora},
-        "template": {"containers": [main]},
+        # KServe's workload pods carry these: the catalog's NetworkPolicy admits them.
+        "labels": {COMPONENT_LABEL: "engine"},
+        "template": {"containers": [main], "volumes": serialize(scratch_volumes()),
+                     "securityContext": serialize(pod_security())},
     }
     if spec.autoscaling is None:
         body["replicas"] = spec.effective_replicas
@@ -83,9 +151,6 @@ def llm_inference_service(facts: Facts) -> dict[str, Any]:
     if pool.tolerations:
         body["template"]["tolerations"] = [t.model_dump(exclude_none=True)
                                            for t in pool.tolerations]
-    if pool.gpus_per_replica:
-        gpu = {"nvidia.com/gpu": str(pool.gpus_per_replica)}
-        main["resources"] = {"limits": gpu, "requests": gpu}
     obj = V1alpha2LLMInferenceService(
         api_version=KSERVE_API_VERSION, kind="LLMInferenceService",
         metadata=meta(facts, facts.names.kserve, "engine"), spec=body,

@@ -19,6 +19,7 @@ from kubernetes.client import (
     V1ContainerPort,
     V1Deployment,
     V1DeploymentSpec,
+    V1EmptyDirVolumeSource,
     V1HTTPGetAction,
     V1LabelSelector,
     V1ObjectMeta,
@@ -42,8 +43,10 @@ from kubernetes.client import (
 from mol_operator.builders.common import (
     ROUTER_PORT,
     Facts,
-    labels,
+    container_security,
     meta,
+    pod_labels,
+    pod_security,
     selector,
     serialize,
     token_env,
@@ -93,6 +96,17 @@ def render_router_config(config: RouterConfig) -> str:
     return yaml.dump(data, Dumper=_DUMPER, sort_keys=True)
 
 
+def router_resources(facts: Facts) -> V1ResourceRequirements:
+    """Requests and limits from the operator's settings (the chart's router.resources);
+    without a memory limit set, the request is the limit."""
+    d = facts.defaults
+    limits = {"memory": d.router_memory_limit or d.router_memory}
+    if d.router_cpu_limit:
+        limits["cpu"] = d.router_cpu_limit
+    return V1ResourceRequirements(requests={"cpu": d.router_cpu, "memory": d.router_memory},
+                                  limits=limits)
+
+
 def router_objects(facts: Facts) -> list[dict[str, Any]]:
     names = facts.names
     name = names.router
@@ -117,8 +131,11 @@ def router_objects(facts: Facts) -> list[dict[str, Any]]:
         "metadata": serialize(meta(facts, name, "router")),
         "data": {CONFIG_FILE: render_router_config(router_config(facts))},
     }
-    volumes = [V1Volume(name="config", config_map=V1ConfigMapVolumeSource(name=name))]
-    mounts = [V1VolumeMount(name="config", mount_path=CONFIG_DIR, read_only=True)]
+    # The platform image's HOME is /tmp; the root filesystem stays read-only.
+    volumes = [V1Volume(name="config", config_map=V1ConfigMapVolumeSource(name=name)),
+               V1Volume(name="tmp", empty_dir=V1EmptyDirVolumeSource(size_limit="256Mi"))]
+    mounts = [V1VolumeMount(name="config", mount_path=CONFIG_DIR, read_only=True),
+              V1VolumeMount(name="tmp", mount_path="/tmp")]
     if spec.router.api_keys is not None:
         volumes.append(V1Volume(name="api-keys", secret=V1SecretVolumeSource(
             secret_name=spec.router.api_keys.secret_ref)))
@@ -131,24 +148,24 @@ def router_objects(facts: Facts) -> list[dict[str, Any]]:
               "--port", str(ROUTER_PORT)],
         ports=[V1ContainerPort(name="http", container_port=ROUTER_PORT)],
         env=[token_env(facts)],
-        resources=V1ResourceRequirements(requests={"cpu": d.router_cpu, "memory": d.router_memory},
-                                         limits={"memory": d.router_memory}),
+        resources=router_resources(facts),
+        security_context=container_security(),
         readiness_probe=V1Probe(http_get=V1HTTPGetAction(path="/readyz", port="http"),
                                 period_seconds=5),
         liveness_probe=V1Probe(http_get=V1HTTPGetAction(path="/healthz", port="http"),
                                period_seconds=10, failure_threshold=6),
         volume_mounts=mounts,
     )
-    replicas = spec.router.replicas if d.router_replicas is None else d.router_replicas
     deployment = V1Deployment(
         api_version="apps/v1", kind="Deployment",
         metadata=meta(facts, name, "router"),
         spec=V1DeploymentSpec(
-            replicas=replicas,
+            replicas=spec.router.replicas,
             selector=V1LabelSelector(match_labels=selector(facts, "router")),
             template=V1PodTemplateSpec(
-                metadata=V1ObjectMeta(labels=labels(facts, "router")),
+                metadata=V1ObjectMeta(labels=pod_labels(facts, "router")),
                 spec=V1PodSpec(service_account_name=name, containers=[container],
+                               security_context=pod_security(),
                                volumes=volumes, termination_grace_period_seconds=30),
             ),
         ),

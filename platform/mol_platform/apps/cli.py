@@ -30,12 +30,6 @@ demo_app = typer.Typer(
 app.add_typer(demo_app, name="demo")
 
 
-def not_built(what: str) -> None:
-    """Say plainly that a verb is not available yet and exit non-zero."""
-    typer.echo(f"mol: '{what}' is not built yet in this release.", err=True)
-    raise typer.Exit(code=2)
-
-
 def _version_callback(value: bool) -> None:
     if value:
         typer.echo(f"mol {__version__}")

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mol_platform.apps.vllm_plugin.cache import BlobFile, CacheError, digest_hex
 from mol_platform.clients.catalog import CatalogClient, CatalogError
+from mol_platform.contract.blob_files import BlobFile, BlobFileError, digest_hex
 from mol_platform.contract.catalog_models import Resolved
 
 
@@ -56,7 +56,7 @@ def plan(client: CatalogClient, ref: str) -> tuple[Resolved, list[BlobFile]]:
     answer = client.resolve(ref)
     try:
         files = [BlobFile.parse(f) for f in answer.files]
-    except CacheError as exc:
+    except BlobFileError as exc:
         raise CatalogError(0, "MalformedAnswer", f"{ref}: {exc}") from None
     if not files:
         raise CatalogError(0, "MalformedAnswer", f"{ref} lists no files")

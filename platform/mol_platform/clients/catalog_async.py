@@ -1,13 +1,13 @@
 """The catalog client for long-running async processes: router, operator, the vLLM plugin.
 
 Same calls, request shapes and errors as :class:`mol_platform.clients.catalog.CatalogClient`
-(whose module builds the requests both send); see docs/client.md.
+(``catalog_http`` builds the requests both send and reads their answers; this class
+only awaits them); see docs/client.md.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -15,21 +15,24 @@ from typing import Any
 
 import httpx
 
-from mol_platform.clients.catalog import (  # the request shapes both clients share
-    IDEMPOTENT,
-    CatalogError,
+from mol_platform.clients.catalog_http import (
     ClientSettings,
-    _absolute_files,
-    _alias_path,
-    _auth_headers,
-    _download_request,
-    _error_from,
-    _profile_body,
-    _q,
-    _resolve_call,
-    _token_body,
+    DownloadFile,
+    absolute_files,
+    alias_path,
+    auth_headers,
+    checked,
+    decoded,
+    download_request,
+    events_params,
     join_url,
+    profile_body,
+    quote_segment,
+    resend,
+    resolve_call,
+    token_body,
     typed,
+    unreachable,
 )
 from mol_platform.contract import catalog_models as m
 
@@ -56,7 +59,7 @@ class AsyncCatalogClient:
         token = token if token is not None else settings.token
         self._slots = asyncio.Semaphore(max_connections)
         self._http = httpx.AsyncClient(
-            base_url=self.url, headers=_auth_headers(token), transport=transport,
+            base_url=self.url, headers=auth_headers(token), transport=transport,
             timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
             limits=httpx.Limits(max_connections=max_connections,
                                 max_keepalive_connections=max_connections))
@@ -82,51 +85,48 @@ class AsyncCatalogClient:
                 try:
                     response = await self._http.request(method, path, **kwargs)
                 except httpx.RemoteProtocolError:
-                    if method not in IDEMPOTENT:
+                    if not resend(method):
                         raise
                     response = await self._http.request(method, path, **kwargs)
         except httpx.TransportError as exc:
-            raise CatalogError(0, "ConnectionError",
-                               f"cannot reach the catalog at {self.url}: {exc}") from None
-        if response.is_error:
-            raise _error_from(response)
-        return response
+            raise unreachable("reach the catalog at", self.url, exc) from None
+        return checked(response)
 
     async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
-        response = await self.request(method, path, **kwargs)
-        return response.json() if response.content else None
+        return decoded(await self.request(method, path, **kwargs))
 
     async def resolve(self, ref: str, profile: str | None = None) -> m.Resolved:
         """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict."""
-        path, params = _resolve_call(ref, profile)
-        return _absolute_files(typed(m.Resolved, await self._json("GET", path, params=params)),
+        path, params = resolve_call(ref, profile)
+        return absolute_files(typed(m.Resolved, await self._json("GET", path, params=params)),
                                self.url)
 
     async def events(self, after: int = 0, limit: int = 100) -> m.EventPage:
         """One page of the change feed: ``items`` after ``after``, and ``last``."""
         return typed(m.EventPage, await self._json("GET", "/v1/events",
-                                                   params={"after": after, "limit": limit}))
+                                                   params=events_params(after, limit)))
 
     async def get_base(self, name: str) -> m.BaseDetail:
-        return typed(m.BaseDetail, await self._json("GET", f"/v1/base-models/{_q(name)}"))
+        path = f"/v1/base-models/{quote_segment(name)}"
+        return typed(m.BaseDetail, await self._json("GET", path))
 
     async def set_profile(self, name: str, *, base_model: str, max_lora_rank: int,
                           max_loras: int, engine: str | None = None,
                           supported_modules: Sequence[str] | None = None) -> m.Profile:
         """Declare or change a serving profile."""
-        body = _profile_body(base_model, max_lora_rank, max_loras, engine, supported_modules)
-        return typed(m.Profile, await self._json("PUT", f"/v1/serving-profiles/{_q(name)}",
-                                                 json=body))
+        body = profile_body(base_model, max_lora_rank, max_loras, engine, supported_modules)
+        path = f"/v1/serving-profiles/{quote_segment(name)}"
+        return typed(m.Profile, await self._json("PUT", path, json=body))
 
     async def set_alias(self, adapter: str, alias: str, version: int) -> m.AliasSet:
         """Point ``alias`` at ``version`` (``previous``: where it pointed before)."""
-        return typed(m.AliasSet, await self._json("PUT", _alias_path(adapter, alias),
+        return typed(m.AliasSet, await self._json("PUT", alias_path(adapter, alias),
                                                   json={"version": int(version)}))
 
     async def create_token(self, name: str, scopes: Sequence[str]) -> m.TokenCreated:
         """Create a token; the answer's ``token`` is shown only this once."""
         return typed(m.TokenCreated, await self._json("POST", "/v1/tokens",
-                                                      json=_token_body(name, scopes)))
+                                                      json=token_body(name, scopes)))
 
     async def list_tokens(self, prefix: str = "", *, active: bool = False) -> list[m.TokenInfo]:
         """Tokens whose name starts with ``prefix``; ``active``: only unrevoked ones."""
@@ -135,7 +135,7 @@ class AsyncCatalogClient:
         return typed(m.TokenList, await self._json("GET", "/v1/tokens", params=params)).items
 
     async def revoke_token(self, token_id: str) -> None:
-        await self.request("DELETE", f"/v1/tokens/{_q(str(token_id))}")
+        await self.request("DELETE", f"/v1/tokens/{quote_segment(str(token_id))}")
 
     async def download(self, url: str, dest: Path, *, chunk: int = 1 << 20) -> str:
         """Stream one file to ``dest`` (absolute or catalog-relative URL); its sha256 hex.
@@ -143,22 +143,20 @@ class AsyncCatalogClient:
         The caller verifies the digest and moves the file into place: ``dest`` may hold
         a partial file when this raises.
         """
-        digest = hashlib.sha256()
-        request = _download_request(self._http, self.url, url)
+        request = download_request(self._http, self.url, url)
+        out = DownloadFile(dest)
         try:
             async with self._slots:
                 response = await self._http.send(request, stream=True)
                 try:
                     if response.is_error:
                         await response.aread()
-                        raise _error_from(response)
-                    with dest.open("wb") as out:
+                    checked(response)
+                    with out:
                         async for block in response.aiter_bytes(chunk):
-                            digest.update(block)
                             out.write(block)
                 finally:
                     await response.aclose()
         except httpx.TransportError as exc:
-            raise CatalogError(0, "ConnectionError",
-                               f"cannot download {url} from {self.url}: {exc}") from None
-        return digest.hexdigest()
+            raise unreachable(f"download {url} from", self.url, exc) from None
+        return out.hexdigest

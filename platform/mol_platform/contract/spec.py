@@ -98,7 +98,7 @@ class BaseModelSpec(_Model):
 
 
 class EngineSpec(_Model):
-    image: str = "vllm/vllm-openai:latest"
+    image: str = "ghcr.io/mol-platform/vllm-mol:0.32.0"
     max_loras: int = Field(default=4, ge=1, le=256)
     max_lora_rank: int = Field(
         default=64, json_schema_extra={"enum": list(ALLOWED_MAX_LORA_RANKS)}

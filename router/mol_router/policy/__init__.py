@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from mol_router.policy.gie import GieLoraAffinity
+from mol_router.policy.interface import EngineStats, Policy, RouteRequest
 from mol_router.policy.llmd import LlmdLoraLoadState
 from mol_router.policy.mol import MolAffinity
 from mol_router.policy.simple import LeastLoaded, RoundRobin
-from mol_router.policy.stats import EngineStats, Policy, RouteRequest
 
 DEFAULT_POLICY = "mol-affinity"
 

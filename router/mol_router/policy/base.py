@@ -6,7 +6,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
-from mol_router.policy.stats import EngineStats, RouteRequest
+from mol_router.policy.interface import EngineStats, RouteRequest
 
 DEFAULT_STATS = EngineStats()
 """Stats of an endpoint never scraped yet: assumed healthy and idle."""

@@ -28,7 +28,7 @@ from mol_router.policy.base import (
     max_score,
     queue_scores,
 )
-from mol_router.policy.stats import EngineStats, RouteRequest
+from mol_router.policy.interface import EngineStats, RouteRequest
 
 
 def lora_affinity_score(stats: EngineStats, adapter: str | None) -> float:

@@ -36,7 +36,7 @@ from mol_router.policy.base import (
     queue_scores,
 )
 from mol_router.policy.hashing import home
-from mol_router.policy.stats import EngineStats, RouteRequest
+from mol_router.policy.interface import EngineStats, RouteRequest
 
 GPU_RESIDENT, FREE_SLOT, SATURATED = 1.0, 0.6, 0.0
 PLACEMENT_BONUS = HEADROOM_BONUS = 0.03

@@ -39,7 +39,7 @@ from typing import Any
 
 from mol_router.policy.base import Candidates, EligibleFirst, Knobs
 from mol_router.policy.hashing import ranking
-from mol_router.policy.stats import Demand, EngineStats, FleetStats, RouteRequest
+from mol_router.policy.interface import Demand, EngineStats, FleetStats, RouteRequest
 
 
 def has_free_slot(s: EngineStats, adapter: str) -> bool:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 from mol_router.policy.base import Candidates, EligibleFirst
-from mol_router.policy.stats import RouteRequest
+from mol_router.policy.interface import RouteRequest
 
 
 class RoundRobin(EligibleFirst):

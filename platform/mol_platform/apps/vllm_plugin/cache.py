@@ -24,25 +24,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import hashlib
 import json
 import logging
 import os
-import re
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mol_platform.contract.catalog_models import ResolvedFile
+from mol_platform.contract.blob_files import BlobFile, BlobFileError, digest_hex, manifest_digest
 
 log = logging.getLogger("vllm.mol_platform.cache")
 
-HEX_RE = re.compile(r"[0-9a-f]{64}")
-# A file inside an adapter folder: a plain name, never a path or a hidden file.
-FILE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 META = ".mol-entry.json"
 USED = ".used"
 # Temp folders older than this belong to a crashed writer.
@@ -51,44 +45,6 @@ STALE_TMP_SECONDS = 3600.0
 
 class CacheError(Exception):
     """An entry could not be fetched or verified (the reason is the message)."""
-
-
-@dataclass(frozen=True)
-class BlobFile:
-    """One file of an adapter version, as the catalog's resolve answer lists it."""
-
-    path: str
-    digest: str
-    size: int
-    url: str
-
-    @classmethod
-    def parse(cls, f: ResolvedFile) -> BlobFile:
-        """A file of a resolve answer, refused unless it is a plain file name (it is
-        written into a folder) with a sha256 digest and a download URL."""
-        path, digest, size, url = f.path, f.digest, f.size, f.url
-        if not FILE_NAME_RE.fullmatch(path) or ".." in path:
-            raise CacheError(f"refusing file name {path!r}: not a plain file name")
-        if not digest.startswith("sha256:") or not HEX_RE.fullmatch(digest[7:]):
-            raise CacheError(f"file {path}: malformed digest {digest!r}")
-        if size < 0:
-            raise CacheError(f"file {path}: malformed size {size!r}")
-        if not url:
-            raise CacheError(f"file {path}: no download URL")
-        return cls(path, digest, size, url)
-
-
-def manifest_digest(files: Sequence[BlobFile]) -> str:
-    """The catalog's version digest: sha256 over ``<file digest>  <path>\\n`` sorted by path."""
-    lines = "".join(f"{f.digest}  {f.path}\n" for f in sorted(files, key=lambda f: f.path))
-    return "sha256:" + hashlib.sha256(lines.encode()).hexdigest()
-
-
-def digest_hex(digest: str) -> str:
-    hexpart = digest.removeprefix("sha256:")
-    if not digest.startswith("sha256:") or not HEX_RE.fullmatch(hexpart):
-        raise CacheError(f"malformed digest {digest!r}")
-    return hexpart
 
 
 # Downloads one file to a path and returns the sha256 hex of what it wrote.
@@ -161,7 +117,7 @@ class AdapterCache:
         try:
             digest = (self.refs / adapter / f"v{version}").read_text().strip()
             digest_hex(digest)
-        except (OSError, CacheError):
+        except (OSError, BlobFileError):
             return None
         return digest
 

@@ -21,11 +21,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mol_platform.apps.vllm_plugin.cache import AdapterCache, BlobFile, CacheError, digest_hex
+from mol_platform.apps.vllm_plugin.cache import AdapterCache, CacheError
 from mol_platform.apps.vllm_plugin.settings import ResolverSettings
 from mol_platform.clients.catalog import CatalogError
 from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.contract import catalog_models
+from mol_platform.contract.blob_files import BlobFile, BlobFileError, digest_hex
 from mol_platform.contract.catalog_models import Verdict
 from mol_platform.contract.refs import AdapterRef, RefError
 
@@ -140,7 +141,7 @@ class MolResolver:
                 return await client.download(f.url, dest)
 
             path = await self.cache.ensure(digest, files, fetch, meta)
-        except (CacheError, CatalogError) as exc:
+        except (CacheError, BlobFileError, CatalogError) as exc:
             raise Refused(f"cannot fetch {digest}: {exc}") from None
         self.cache.remember_ref(ref.adapter, version, digest)
         if self.profile is not None:

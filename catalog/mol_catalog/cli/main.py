@@ -1,7 +1,8 @@
 """``mol catalog`` verbs: serve the catalog, publish, resolve, list, alias and yank adapters.
 
 Administration verbs (base models, serving profiles, tokens, gc) live in
-:mod:`mol_catalog.cli_admin`. Every verb talks to the catalog over its REST API through
+:mod:`mol_catalog.cli.admin`, pull, delete and events in :mod:`mol_catalog.cli.versions`.
+Every verb talks to the catalog over its REST API through
 :class:`mol_platform.clients.catalog.CatalogClient`; errors print the server's detail to
 stderr and exit 1.
 """
@@ -13,8 +14,8 @@ from typing import Annotated
 
 import typer
 
-from mol_catalog.cli_admin import register_admin
-from mol_catalog.cli_common import (
+from mol_catalog.cli.admin import register_admin
+from mol_catalog.cli.common import (
     CliState,
     Output,
     OutputOption,
@@ -28,7 +29,7 @@ from mol_catalog.cli_common import (
     print_reasons,
     print_table,
 )
-from mol_catalog.cli_versions import register_versions
+from mol_catalog.cli.versions import register_versions
 from mol_catalog.logs import LogFormat, LogLevel
 from mol_platform.contract.catalog_models import AdapterDetail, Published, VersionItem
 from mol_platform.contract.refs import AdapterRef

@@ -1,36 +1,42 @@
-"""A small async Kubernetes API client: get, list, watch, server-side apply, delete,
-discovery, and create/replace (the leader-election Lease).
+"""The platform's one Kubernetes API client: get, list, watch, server-side apply,
+delete, create/replace (the operator's leader-election Lease), discovery, the in-cluster
+credentials, and the list-then-watch loop (:func:`list_watch`) that the operator's
+informer and the router's EndpointSlice discovery both run.
 
-Server-side apply with field manager ``mol-operator`` is the only way the operator
-writes children, so a field someone else owns (KEDA's replica count, an admission
-webhook's sidecar) is never fought over. Credentials: an explicit URL (tests, a local
-proxy), the in-cluster service account, or the kubeconfig.
+Server-side apply with a field manager (the operator's ``mol-operator``) is the only
+way children are written, so a field someone else owns (KEDA's replica count, an
+admission webhook's sidecar) is never fought over. Credentials: an explicit URL (tests,
+a local proxy), the in-cluster service account (:func:`in_cluster`), or the kubeconfig.
 
-Built on aiohttp (kopf's own HTTP library): at a thousand deployments, httpx's
-connection pool scanned every connection for each request it placed and cost more CPU
-than everything else the operator did (docs/benchmarks.md, "Operator").
+Built on aiohttp (kopf's own HTTP library, and the router's): at a thousand
+deployments, httpx's connection pool scanned every connection for each request it
+placed and cost more CPU than everything else the operator did (docs/benchmarks.md,
+"Operator"). aiohttp is not in the base install: the operator and router extras bring it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import os
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, Protocol
 
 import aiohttp
 
-from mol_operator.builders.common import MANAGER
 from mol_platform import __version__
 
+log = logging.getLogger("mol.kube")
 SA_DIR = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 DISCOVERY_TTL = 60.0
-USER_AGENT = {"User-Agent": f"{MANAGER}/{__version__}"}
 POOL = 64  # connections for requests; watches have their own, unbounded
+WATCH_SECONDS = 300  # the server ends a watch after this; it is resumed, not re-listed
+BACKOFF = (0.5, 1.0, 2.0, 5.0, 10.0)  # seconds before listing again after the n-th error
 
 
 class KubeError(Exception):
@@ -38,6 +44,31 @@ class KubeError(Exception):
         self.status = status
         self.message = message
         super().__init__(f"HTTP {status}: {message}" if status else message)
+
+
+@dataclass(frozen=True)
+class InCluster:
+    """The service account's API address and credential files, as the kubelet mounts them."""
+
+    url: str
+    token_file: Path
+    ca_file: Path
+
+    def tls(self) -> ssl.SSLContext | bool:
+        """The API server's CA when the mount has it, else the system's."""
+        if self.ca_file.is_file():
+            return ssl.create_default_context(cafile=str(self.ca_file))
+        return True
+
+
+def in_cluster(token_file: Path = SA_DIR / "token",
+               ca_file: Path = SA_DIR / "ca.crt") -> InCluster | None:
+    """The in-cluster API (``KUBERNETES_SERVICE_HOST``/``_PORT``), or None outside a pod."""
+    host = os.environ.get("KUBERNETES_SERVICE_HOST")
+    if not host:
+        return None
+    port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+    return InCluster(f"https://{host}:{port}", token_file, ca_file)
 
 
 @dataclass(frozen=True)
@@ -65,9 +96,11 @@ class KubeApi:
 
     def __init__(self, base_url: str, *, headers: Mapping[str, str] | None = None,
                  tls: ssl.SSLContext | bool = True, token_file: Path | None = None,
-                 timeout: float = 30.0) -> None:
+                 timeout: float = 30.0, field_manager: str = "mol") -> None:
+        """``field_manager``: who server-side applies (and the User-Agent's product)."""
         self.base_url = base_url.rstrip("/")
-        self._headers = {**USER_AGENT, **(headers or {})}
+        self.field_manager = field_manager
+        self._headers = {"User-Agent": f"{field_manager}/{__version__}", **(headers or {})}
         self._tls: ssl.SSLContext | bool = tls
         self._token_file = token_file
         self._timeout = timeout
@@ -79,16 +112,20 @@ class KubeApi:
 
     @classmethod
     def connect(cls, url: str | None = None, *, kubeconfig: str | None = None,
-                timeout: float = 30.0) -> KubeApi:
-        """Explicit URL, else in-cluster, else kubeconfig (``$KUBECONFIG``, ~/.kube/config)."""
+                timeout: float = 30.0, field_manager: str = "mol",
+                token_file: Path | None = None, ca_file: Path = SA_DIR / "ca.crt") -> KubeApi:
+        """Explicit URL (with ``token_file``, ``ca_file`` when they exist), else in-cluster,
+        else kubeconfig (``$KUBECONFIG``, ~/.kube/config; needs the ``kubernetes``
+        package, which the operator extra brings)."""
         if url:
-            return cls(url, timeout=timeout)
-        host = os.environ.get("KUBERNETES_SERVICE_HOST")
-        if host and (SA_DIR / "token").exists() and kubeconfig is None:
-            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-            ca = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
-            return cls(f"https://{host}:{port}", tls=ca, token_file=SA_DIR / "token",
-                       timeout=timeout)
+            pod = InCluster(url, token_file or SA_DIR / "token", ca_file)
+            return cls(url, timeout=timeout, field_manager=field_manager,
+                       token_file=token_file,
+                       tls=pod.tls() if url.startswith("https://") else False)
+        found = in_cluster(token_file or SA_DIR / "token", ca_file)
+        if found is not None and found.token_file.exists() and kubeconfig is None:
+            return cls(found.url, tls=found.tls(), token_file=found.token_file,
+                       timeout=timeout, field_manager=field_manager)
         from kubernetes import config as kconfig
         from kubernetes.client import Configuration
 
@@ -104,7 +141,8 @@ class KubeApi:
             tls = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
             if cfg.cert_file:
                 tls.load_cert_chain(cfg.cert_file, cfg.key_file)
-        return cls(cfg.host, headers=headers, tls=tls, timeout=timeout)
+        return cls(cfg.host, headers=headers, tls=tls, timeout=timeout,
+                   field_manager=field_manager)
 
     def _session(self, watch: bool = False) -> aiohttp.ClientSession:
         if self._http is None or self._watches is None:
@@ -119,7 +157,12 @@ class KubeApi:
     def _request_headers(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         headers = {**self._headers, **(extra or {})}
         if self._token_file is not None:  # re-read per request: the kubelet rotates it
-            headers["Authorization"] = f"Bearer {self._token_file.read_text().strip()}"
+            try:
+                token = self._token_file.read_text().strip()
+            except OSError:
+                token = ""  # not mounted (a local run): the server decides
+            if token:
+                headers["Authorization"] = f"Bearer {token}"
         return headers
 
     async def aclose(self) -> None:
@@ -194,12 +237,12 @@ class KubeApi:
             raise KubeError(0, f"the watch of {plural} broke: {exc!r}") from None
 
     async def apply(self, manifest: Mapping[str, Any], plural: str) -> dict[str, Any]:
-        """Server-side apply as ``mol-operator`` (force: the operator owns its children)."""
+        """Server-side apply as ``field_manager`` (force: the operator owns its children)."""
         meta = manifest["metadata"]
         answer = await self._call(
             "PATCH", path_for(manifest["apiVersion"], plural, meta.get("namespace"), meta["name"]),
             write=True, body=json.dumps(manifest),
-            params={"fieldManager": MANAGER, "force": "true"},
+            params={"fieldManager": self.field_manager, "force": "true"},
             content_type="application/apply-patch+yaml",
         )
         if answer.status == 404:
@@ -261,6 +304,64 @@ class KubeApi:
             cached = (now, names)
             self._served[api_version] = cached
         return plural in cached[1]
+
+
+class Reflector(Protocol):
+    """What :func:`list_watch` tells about one resource in one scope."""
+
+    def listed(self, items: list[dict[str, Any]], version: str) -> None:
+        """A fresh list: what it lacks is gone."""
+
+    def changed(self, kind: str, obj: dict[str, Any]) -> None:
+        """A watch event: ADDED, MODIFIED or DELETED (bookmarks only move the version)."""
+
+    async def absent(self, refusal: KubeError | None) -> None:
+        """The API is not served (None) or may not be read (its 403); returns when it
+        is worth listing again."""
+
+
+async def list_watch(api: KubeApi, api_version: str, plural: str, namespace: str | None,
+                     labels: Mapping[str, str] | None, reflector: Reflector, *,
+                     forbidden_is_absent: bool = False,
+                     backoff: Sequence[float] = BACKOFF) -> NoReturn:
+    """List, then watch from the list's resourceVersion, forever.
+
+    A watch the server ends is resumed from the last version seen (bookmarks included);
+    a version it no longer has (410 Gone) lists again at once; a broken stream or any
+    other error lists again after a backoff that grows with each failure in a row. A
+    list that finds the API not served, or (``forbidden_is_absent``) refused with 403,
+    goes to ``reflector.absent``. Cancel the task to stop it.
+    """
+    failures = 0
+    while True:
+        try:
+            listed = await api.list(api_version, plural, namespace, labels)
+            if listed is None:
+                await reflector.absent(None)
+                continue
+            items, version = listed
+            reflector.listed(items, version)
+            while True:  # resume after each normal end of a watch
+                async for event in api.watch(api_version, plural, namespace, labels,
+                                             version, WATCH_SECONDS):
+                    obj = event.get("object") or {}
+                    kind = str(event.get("type"))
+                    if kind == "ERROR":
+                        raise KubeError(int(obj.get("code") or 500),
+                                        str(obj.get("message") or obj.get("reason") or obj))
+                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                    if kind != "BOOKMARK":
+                        reflector.changed(kind, obj)
+                failures = 0
+        except KubeError as exc:
+            if exc.status == 403 and forbidden_is_absent:
+                await reflector.absent(exc)
+                continue
+            if exc.status == 410:  # the version is compacted away: list again now
+                continue
+            log.warning("list/watch of %s failed: %s; listing again", plural, exc)
+            await asyncio.sleep(backoff[min(failures, len(backoff) - 1)])
+            failures += 1
 
 
 def _selector(labels: Mapping[str, str] | None) -> dict[str, str]:

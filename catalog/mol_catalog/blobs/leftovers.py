@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from mol_catalog.blobs import BlobStore
+from mol_catalog.blobs.store import BlobStore
 
 log = logging.getLogger("mol_catalog")
 

@@ -25,9 +25,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from mol_catalog import blob_repository as repo
-from mol_catalog import leftovers
-from mol_catalog.blobs import BlobStore
+from mol_catalog.blobs import leftovers
+from mol_catalog.blobs import repository as repo
+from mol_catalog.blobs.store import BlobStore
 from mol_catalog.db import Database, UnitOfWork
 from mol_catalog.models import utcnow
 

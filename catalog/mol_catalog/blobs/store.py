@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlparse
 
-from mol_catalog.presign import PROBE_KEY, Presigner, Target
+from mol_catalog.blobs.presign import PROBE_KEY, Presigner, Target
 
 CHUNK = 1024 * 1024
 CONFLICT_RETRIES = 5

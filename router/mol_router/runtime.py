@@ -22,7 +22,7 @@ import aiohttp
 from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.contract.refs import AdapterRef
 from mol_platform.contract.router_config import ApiKeysFile, RouterConfig, load_router_config
-from mol_router.endpoints import EndpointSource, make_endpoint_source
+from mol_router.discovery import EndpointSource, make_endpoint_source
 from mol_router.metrics import RouterMetrics
 from mol_router.policy import Policy, make_policy
 from mol_router.pool import EnginePool

@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from mol_catalog.cli_common import (
+from mol_catalog.cli.common import (
     Output,
     OutputOption,
     catalog,

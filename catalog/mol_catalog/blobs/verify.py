@@ -13,9 +13,9 @@ import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 
-from mol_catalog import blob_repository as repo
 from mol_catalog.admin.schemas import BadBlob, VerifyReport
-from mol_catalog.blobs import BlobStore
+from mol_catalog.blobs import repository as repo
+from mol_catalog.blobs.store import BlobStore
 from mol_catalog.db import Database
 
 BATCH = repo.BATCH  # digests per query and per round of checks

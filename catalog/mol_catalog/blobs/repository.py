@@ -1,5 +1,5 @@
 """SQL about blobs: which versions reference them (gc, verify, downloads), gc's
-deletions and the advisory locks gc and publish meet on (see ``blob_gc``)."""
+deletions and the advisory locks gc and publish meet on (see ``blobs.orphans``)."""
 
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from mol_catalog.blob_repository import WATERMARK
+from mol_catalog.blobs.repository import WATERMARK
 from mol_catalog.db import Prepared, ReadConn, json_value
 from mol_catalog.models import (
     Adapter,
@@ -73,7 +73,7 @@ _INSERT_VERSION = insert(VERSIONS).returning(VERSIONS.c.id)
 _DELETE_TAGS = delete(ADAPTER_TAGS).where(ADAPTER_TAGS.c.adapter_id == bindparam("adapter_id"))
 _INSERTS = {t.name: insert(t) for t in (VERSION_BLOBS, ADAPTER_TAGS, ALIASES, ALIAS_HISTORY)}
 # Before the blobs are stored, one statement: the newest blob deletion id (see
-# blob_gc: the publish's transaction looks for deletions of its blobs past it), whether
+# blobs.orphans: the publish's transaction looks for deletions of its blobs past it), whether
 # each of the upload's two blobs is already referenced by a version (one index probe
 # each: EXISTS, not DISTINCT, since a shared config file may be referenced by millions
 # of versions) and the profiles of the base revision. The one-row derived table keeps a

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 import yaml
 
-from mol_catalog.cli_common import Output, OutputOption, catalog, emit, fail, plain
+from mol_catalog.cli.common import Output, OutputOption, catalog, emit, fail, plain
 from mol_platform.apps.pull import plan, pull, total_bytes
 from mol_platform.contract.catalog_models import Event, EventPage
 from mol_platform.contract.refs import AdapterRef, RefError
