@@ -111,15 +111,16 @@ def kube_client(kube: KubeServer) -> Iterator[KubeClient]:
 @pytest.fixture
 def kopf_runner(kube: KubeServer) -> Iterator[Callable[..., KopfRunner]]:
     """Start kopf in-process against ``kube``: ``kopf_runner(registry=reg)`` (keyword
-    arguments of :class:`KopfRunner`); every runner started is stopped after the test."""
+    arguments of :class:`KopfRunner`; ``wait=False`` for a replica that may stand by);
+    every runner started is stopped after the test."""
     from mol_testkit.kube_kopf import KopfRunner
 
     runners: list[KopfRunner] = []
 
-    def start(**kwargs: Any) -> KopfRunner:
+    def start(wait: bool = True, **kwargs: Any) -> KopfRunner:
         runner = KopfRunner(kube.url, **kwargs)
         runners.append(runner)
-        return runner.start()
+        return runner.start(wait=wait)
 
     yield start
     for runner in reversed(runners):

@@ -153,8 +153,10 @@ def canary_step(
     canary_version: int,
     measurement: CanaryMeasurement | None,
     now: datetime,
+    missing: str = "no measurement from Prometheus",
 ) -> tuple[CanaryStatus, str | None]:
-    """The next canary state and, when something was decided, an Event message."""
+    """The next canary state and, when something was decided, an Event message
+    (``missing``: why there is no measurement, shown while the rollout holds)."""
     name = f"{canary_spec.adapter} (v{canary_version})"
     steps = canary_spec.steps
     stamp = format_time(now)
@@ -176,7 +178,7 @@ def canary_step(
         return current, None
     if measurement is None or measurement.requests <= 0:
         reason = (
-            "no measurement from Prometheus" if measurement is None
+            missing if measurement is None
             else "no canary requests in the analysis window"
         )  # fmt: skip
         held = replace(current, phase="Paused", message=f"holding at {current.weight:g}%: {reason}")

@@ -48,6 +48,10 @@ def run(
         min=1, help="Re-check every deployment this often (default 300).")] = None,
     retry_seconds: Annotated[float | None, typer.Option(
         min=1, help="Retry temporary failures after this long (default 30).")] = None,
+    leader_election: Annotated[bool | None, typer.Option(
+        "--leader-election/--no-leader-election",
+        help="Work only while holding the Lease (default on): run several replicas, one "
+             "works.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logging.")] = False,
 ) -> None:
     """Watch MoLDeployments and reconcile engines, routers, canaries and warm-ups.
@@ -59,7 +63,7 @@ def run(
              "catalog_token_file": catalog_token_file, "prometheus_url": prometheus_url,
              "router_image": router_image,
              "metrics_port": metrics_port, "resync_seconds": resync_seconds,
-             "retry_seconds": retry_seconds}
+             "retry_seconds": retry_seconds, "leader_election": leader_election}
     for key, value in flags.items():
         if value is not None:
             os.environ[f"MOL_OPERATOR_{key.upper()}"] = str(value)
@@ -76,10 +80,15 @@ def run(
         typer.echo(f"mol operator run: invalid settings:\n{exc}", err=True)
         raise typer.Exit(code=2) from None
 
+    import asyncio
+
     import kopf
 
     import mol_operator.handlers  # noqa: F401  (registers the handlers)
+    from mol_operator.leader import elected
 
     kopf.configure(verbose=verbose)
-    kopf.run(standalone=True, clusterwide=not settings.namespaces,
-             namespaces=settings.namespaces)
+    if asyncio.run(elected(settings)):
+        typer.echo("mol operator run: lost the leader Lease; exiting to stand by again",
+                   err=True)
+        raise typer.Exit(code=1)

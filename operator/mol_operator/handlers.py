@@ -1,5 +1,5 @@
 """kopf handlers: MoLDeployments are reconciled on create, update, resume, a resync timer
-and a canary timer; deletion revokes the catalog token before kopf releases the
+and a canary timer; deletion revokes the catalog tokens before kopf releases the
 finalizer; engine Pods that turn Ready get their experts' adapters warmed.
 
 Importing this module registers the handlers on kopf's default registry. The shared
@@ -10,6 +10,7 @@ Timer intervals are read from the environment when this module is imported.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from typing import Any
 
@@ -23,6 +24,7 @@ from mol_operator.metrics import OperatorMetrics
 from mol_operator.reconcile import Invalid, Runtime, failure_status, reconcile
 from mol_operator.settings import OperatorSettings
 from mol_operator.status import status_patch
+from mol_operator.tokens import revoke_owner_tokens, sweep_forever
 from mol_operator.warmup import Warmer, pod_is_ready
 from mol_operator.warmup_status import record_warmup
 
@@ -91,6 +93,9 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         runtime = make_runtime(ours)
         runtime.children.start()
         memo.runtime = runtime
+        memo.token_sweep = asyncio.create_task(sweep_forever(
+            runtime.catalog, runtime.kube, ours.namespaces, every=ours.token_sweep_seconds,
+            delay=runtime.retry_seconds), name="catalog token sweep")
         if ours.metrics_port and runtime.metrics is not None:
             memo.metrics_server = await start_server(runtime.metrics.registry,
                                                      ours.metrics_host, ours.metrics_port)
@@ -101,6 +106,10 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     server = getattr(memo, "metrics_server", None)
     if server is not None:
         await server.cleanup()
+    sweep: asyncio.Task[None] | None = getattr(memo, "token_sweep", None)
+    if sweep is not None:
+        sweep.cancel()
+        await asyncio.gather(sweep, return_exceptions=True)
     runtime: Runtime | None = getattr(memo, "runtime", None)
     if runtime is not None:
         await runtime.children.stop()
@@ -181,17 +190,23 @@ async def canary_tick(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: 
 
 @kopf.on.delete(*MOLD)
 async def delete_deployment(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """Revoke the deployment's catalog token; children go with their owner (GC)."""
+    """Revoke every catalog token of the deployment (also one minted by a reconcile that
+    never wrote its Secret) before the finalizer goes; children go with their owner (GC).
+    Waits for a reconcile in flight, so a token it mints is revoked too."""
     runtime: Runtime = memo.runtime
-    token = (body.get("status") or {}).get("catalogToken") or {}
-    if token.get("id") is None:
-        return
-    try:
-        await revoke_token(runtime.catalog, int(token["id"]), delay=runtime.retry_seconds)
-    except Retry as exc:
-        raise kopf.TemporaryError(exc.message, delay=exc.delay) from None
-    kopf.event(body, type="Normal", reason="CatalogTokenRevoked",
-               message=f"revoked catalog read token {token['id']}")
+    uid = str(body.get("metadata", {}).get("uid", ""))
+    noted = (body.get("status") or {}).get("catalogToken") or {}
+    async with runtime.lock(uid):
+        try:
+            gone = await revoke_owner_tokens(runtime.catalog, uid, delay=runtime.retry_seconds)
+            if noted.get("id") is not None and int(noted["id"]) not in gone:
+                await revoke_token(runtime.catalog, int(noted["id"]), delay=runtime.retry_seconds)
+                gone.append(int(noted["id"]))
+        except Retry as exc:
+            raise kopf.TemporaryError(exc.message, delay=exc.delay) from None
+    if gone:
+        kopf.event(body, type="Normal", reason="CatalogTokenRevoked",
+                   message=f"revoked catalog read token(s) {', '.join(map(str, gone))}")
 
 
 @kopf.on.event("", "v1", "pods", labels=ENGINE_PODS)

@@ -48,6 +48,7 @@ from mol_operator.metrics import OperatorMetrics
 from mol_operator.planner import OPTIONAL_APIS, Key, Plan, plan
 from mol_operator.rollout import step_canaries
 from mol_operator.status import condition, merge_conditions
+from mol_operator.tokens import revoke_owner_tokens, token_name
 from mol_operator.warmup import Warmer
 from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.clients.kube import KubeApi, KubeError
@@ -160,6 +161,15 @@ def _token_from(secret: Mapping[str, Any] | None,
         return None
 
 
+def _held_ids(secret: Mapping[str, Any] | None) -> set[int]:
+    """The id of the token a Secret holds, whatever its scopes."""
+    notes = (secret or {}).get("metadata", {}).get("annotations") or {}
+    try:
+        return {int(notes[TOKEN_ID_ANNOTATION])}
+    except (KeyError, ValueError):
+        return set()
+
+
 async def _execute(rt: Runtime, the_plan: Plan, namespace: str) -> list[Key]:
     plurals = {(m.api_version, m.kind): m.plural for m in MANAGED}
     missing: list[Key] = []
@@ -219,8 +229,13 @@ async def _reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
     secret = observed.get(Key("v1", "Secret", facts.names.catalog_secret))
     token = _token_from(secret, scopes)
     old_token_id = (old_status.get("catalogToken") or {}).get("id")
+    minted = token is None
     if token is None:
-        token = await mint_token(rt.catalog, f"mol-operator/{ns}/{obj.metadata.name}", scopes,
+        # A token minted before a Secret write that never happened is nobody's: revoke it
+        # (keeping the one the Secret still holds, which running pods use) before minting.
+        await revoke_owner_tokens(rt.catalog, uid, keep=_held_ids(secret),
+                                  delay=rt.retry_seconds)
+        token = await mint_token(rt.catalog, token_name(uid, ns, obj.metadata.name), scopes,
                                  delay=rt.retry_seconds)
         events.append(("Normal", "CatalogToken",
                        f"minted catalog read token {token[0]} ({', '.join(scopes)})"))
@@ -234,7 +249,9 @@ async def _reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
                     "delete or rename them, or rename this MoLDeployment",
                     max(rt.retry_seconds, 60.0), condition="Ready")
     late_missing = await _execute(rt, the_plan, ns)
-    if old_token_id is not None and old_token_id != token[0]:
+    if minted:  # the Secret holds the new token now: every other one of this owner goes
+        await revoke_owner_tokens(rt.catalog, uid, keep={token[0]}, delay=rt.retry_seconds)
+    if old_token_id is not None and old_token_id != token[0]:  # named by an older operator
         await revoke_token(rt.catalog, int(old_token_id), delay=rt.retry_seconds)
     for verb in ("create", "update", "delete"):
         done = [str(a.key) for a in the_plan.actions if a.verb == verb]
@@ -330,8 +347,7 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
     rolled = the_plan.writes > 0 or updated < obj.spec.effective_replicas
     rolled_back = [e["name"] for e in experts
                    if (e.get("canary") or {}).get("phase") == "RolledBack"]
-    canary_msgs = [f"{e['name']}: {e['canary'].get('message', '')}".strip(": ")
-                   for e in experts if e["name"] in rolled_back]
+    paused = [e["name"] for e in experts if (e.get("canary") or {}).get("phase") == "Paused"]
     conds = [
         ready_cond,
         condition("AdaptersResolved", True, "Resolved",
@@ -341,9 +357,7 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
                   "; ".join(bad) if bad else f"every adapter fits {cat.base}"),
         condition("Progressing", rolled, "RollingOut" if rolled else "Stable",
                   f"{updated}/{obj.spec.effective_replicas} engines updated"),
-        condition("CanaryHealthy", not rolled_back,
-                  "RolledBack" if rolled_back else ("Healthy" if cat.canaries else "NoCanary"),
-                  "; ".join(canary_msgs)),
+        canary_condition(experts, rolled_back, paused, bool(cat.canaries)),
         condition("OptionalApisAvailable", not missing,
                   ("Forbidden" if forbidden else "Missing") if missing else "Served",
                   missing_msg),
@@ -365,6 +379,21 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
     if summary:
         status["canary"] = summary
     return status
+
+
+def canary_condition(experts: list[dict[str, Any]], rolled_back: list[str], paused: list[str],
+                     any_canary: bool) -> dict[str, Any]:
+    """``CanaryHealthy``: False once a canary rolled back; Unknown while one is held for want
+    of a measurement (Prometheus unset or unreachable, or no canary traffic yet), since
+    nothing has shown it healthy; True otherwise. The message names each expert and why."""
+    def why(names: list[str]) -> str:
+        return "; ".join(f"{e['name']}: {e['canary'].get('message', '')}".strip(": ")
+                         for e in experts if e["name"] in names)
+    if rolled_back:
+        return condition("CanaryHealthy", False, "RolledBack", why(rolled_back))
+    if paused:
+        return condition("CanaryHealthy", None, "NoMeasurement", why(paused))
+    return condition("CanaryHealthy", True, "Healthy" if any_canary else "NoCanary")
 
 
 def _condition_events(old: list[Mapping[str, Any]], new: list[Mapping[str, Any]]) -> list[Event]:

@@ -49,15 +49,17 @@ def previous_states(old_status: Mapping[str, Any]) -> dict[str, Mapping[str, Any
 
 
 async def _measure(prometheus_url: str | None, deployment: str, expert: str, stable: int,
-                   canary: int, window: str) -> CanaryMeasurement | None:
+                   canary: int, window: str) -> tuple[CanaryMeasurement | None, str]:
+    """The measurement, or None and why there is none (no data never promotes: the
+    step holds, and the status says why)."""
     if not prometheus_url:
-        return None
+        return None, "no measurement: the operator has no Prometheus (--prometheus-url)"
     try:
         return await measure_canary(prometheus_url, deployment=deployment, expert=expert,
                                     stable_version=stable, canary_version=canary,
-                                    window=window)
-    except CanaryAnalysisError:
-        return None  # no data never promotes: the step holds
+                                    window=window), ""
+    except CanaryAnalysisError as exc:
+        return None, f"no measurement from Prometheus: {str(exc)[:300]}"
 
 
 async def step_canaries(
@@ -76,12 +78,13 @@ async def step_canaries(
             continue
         before = status_from_dict(before_all.get(e.name))
         stable = cat.experts[e.name]
-        measurement = None
+        measurement, missing = None, "no measurement from Prometheus"
         if before is not None and before.version == resolved.version and (
                 before.phase not in TERMINAL):
-            measurement = await _measure(prometheus_url, name, e.name, stable.version,
-                                         resolved.version, e.canary.interval)
-        after, message = canary_step(e.canary, before, resolved.version, measurement, now)
+            measurement, missing = await _measure(prometheus_url, name, e.name, stable.version,
+                                                  resolved.version, e.canary.interval)
+        after, message = canary_step(e.canary, before, resolved.version, measurement, now,
+                                     missing)
         ref = AdapterRef.parse(e.adapter)
         if after.phase == "Promoted":
             if ref.immutable or ref.ref == "latest":  # no alias to move

@@ -9,6 +9,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mol_operator.builders.common import Defaults
 
+SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _DEFAULTS = Defaults()
 
 
@@ -73,10 +74,32 @@ class OperatorSettings(BaseSettings):
     canary_tick_seconds: float = Field(
         default=10.0, gt=0, description="How often running canaries are analysed and stepped.")
     catalog_timeout: float = Field(default=10.0, gt=0)
+    token_sweep_seconds: float = Field(
+        default=3600.0, gt=0, description="How often catalog tokens of deleted deployments "
+        "are looked for and revoked (also once at startup).")
     max_concurrent_reconciles: int = Field(
         default=32, ge=1, le=1024,
         description="Reconciles in flight at once; the rest wait their turn (a thousand "
                     "deployments at startup must not swamp the catalog and the API server).")
+    leader_election: bool = Field(
+        default=True, description="Run under a Lease so that of several replicas one "
+        "works and the others stand by (docs/operator.md, High availability).")
+    lease_name: str = Field(default="mol-operator", min_length=1, max_length=253)
+    lease_namespace: str | None = Field(
+        default=None, description="Namespace of the Lease (default: the pod's own, from "
+        "its service account, else default).")
+    lease_identity: str | None = Field(
+        default=None, description="This replica's name in the Lease (default: host name "
+        "plus a random suffix).")
+    lease_duration_seconds: float = Field(
+        default=15.0, gt=0, le=3600, description="How long a dead leader's Lease holds; "
+        "renewed every duration/7.5 s, given up after 2/3 of it without a renewal.")
+
+    def lease_namespace_or_default(self) -> str:
+        if self.lease_namespace or self.pod_namespace:
+            return str(self.lease_namespace or self.pod_namespace)
+        own = SA_NAMESPACE_FILE
+        return own.read_text().strip() if own.exists() else "default"
 
     @model_validator(mode="after")
     def _network_policy(self) -> OperatorSettings:

@@ -109,10 +109,11 @@ class _Requests:
         params = {"fieldManager": "mol-test", "force": "true"} if patch_type == "apply" else None
         return "PATCH", path, params, {"json": patch, "headers": headers}
 
-    def delete(self, ref: str | ResourceSpec, name: str,
-               namespace: str | None) -> tuple[str, str, Any, Any]:
+    def delete(self, ref: str | ResourceSpec, name: str, namespace: str | None,
+               propagation: str | None = None) -> tuple[str, str, Any, Any]:
         spec = self.spec(ref)
-        return "DELETE", spec.path(self._ns(spec, namespace), name), None, {}
+        params = {"propagationPolicy": propagation} if propagation else {}
+        return "DELETE", spec.path(self._ns(spec, namespace), name), params or None, {}
 
 
 def _result(rsp: httpx.Response) -> Any:
@@ -190,8 +191,10 @@ class KubeClient:
         return self.patch(ref, meta["name"], dict(manifest), meta.get("namespace"),
                           patch_type="apply")
 
-    def delete(self, ref: str | ResourceSpec, name: str, namespace: str | None = None) -> Body:
-        result: Body = self._call(self._req.delete(ref, name, namespace))
+    def delete(self, ref: str | ResourceSpec, name: str, namespace: str | None = None,
+               propagation: str | None = None) -> Body:
+        """DELETE; ``propagation``: Background (the server's default), Foreground, Orphan."""
+        result: Body = self._call(self._req.delete(ref, name, namespace, propagation))
         return result
 
     def wait_for(self, ref: str | ResourceSpec, name: str, predicate: Callable[[Body], bool],
@@ -280,9 +283,9 @@ class AsyncKubeClient:
         return await self.patch(ref, meta["name"], dict(manifest), meta.get("namespace"),
                                 patch_type="apply")
 
-    async def delete(self, ref: str | ResourceSpec, name: str,
-                     namespace: str | None = None) -> Body:
-        result: Body = await self._call(self._req.delete(ref, name, namespace))
+    async def delete(self, ref: str | ResourceSpec, name: str, namespace: str | None = None,
+                     propagation: str | None = None) -> Body:
+        result: Body = await self._call(self._req.delete(ref, name, namespace, propagation))
         return result
 
     async def wait_for(self, ref: str | ResourceSpec, name: str,

@@ -18,10 +18,13 @@ its object store logic (it touches kmock internals: keep kmock pinned):
 - ``/api/v1/namespaces[/name]`` and ``GET /version/`` work; objects in a namespace
   that does not exist are refused (404), as a real server does.
 
+- garbage collection by ``metadata.ownerReferences`` (background, foreground and
+  orphan propagation; :mod:`mol_testkit.kube_gc`).
+
 A resource can be forbidden to the client (403, :mod:`mol_testkit.kube_rbac`).
 
-Not emulated: garbage collection by ownerReferences, defaulting, admission,
-validation (use :mod:`mol_testkit.kube_validate`), pagination, field managers.
+Not emulated: defaulting, admission, validation (use :mod:`mol_testkit.kube_validate`),
+pagination, field managers.
 kmock's DSL still works on top: ``emulator["patch", kmock.resource(...)] << 500``
 injects a failure before the store sees the request.
 """
@@ -48,6 +51,7 @@ import yaml
 # Not in kmock's __all__ (0.8, pinned); the reaction loop _handle reimplements raises it.
 from kmock._internal.rendering import ReactionMismatchError
 
+from mol_testkit import kube_gc
 from mol_testkit.kube_patch import (
     PatchError,
     json_patch,
@@ -291,6 +295,8 @@ class KubeEmulator(kmock.KubernetesEmulator):
         else:
             self.objects[key] = _copy(obj)
         self._notify(res, kind, obj)
+        if kind == "DELETED":
+            kube_gc.collect(self, obj)
         return obj
 
     def _fill_type(self, request: kmock.Request, obj: Body) -> None:
@@ -420,14 +426,11 @@ class KubeEmulator(kmock.KubernetesEmulator):
     async def _serve_delete(self, request: kmock.Request) -> kmock.Payload:
         assert request.resource is not None
         current = self._require(request)
-        meta = current["metadata"]
-        if meta.get("finalizers"):
-            if meta.get("deletionTimestamp"):
-                return current
-            meta["deletionTimestamp"] = _now()
-            meta["deletionGracePeriodSeconds"] = 0
-            return self._store(request.resource, "MODIFIED", current)
-        return self._store(request.resource, "DELETED", current)
+        try:
+            policy = kube_gc.policy_of(request.params, request.data)
+        except kube_gc.PolicyError as exc:
+            raise _error(400, "BadRequest", str(exc)) from None
+        return kube_gc.delete(self, request.resource, current, policy)
 
     # -- reads -------------------------------------------------------------------
 

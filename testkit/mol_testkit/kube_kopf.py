@@ -6,19 +6,29 @@ clusterwide unless ``namespaces`` are given. The operator logs in through a kopf
 login handler that returns the emulator's URL (added once to the registry; the URL is
 taken from a context variable so one registry serves many emulators). ``stop()``
 sets kopf's stop flag and joins the thread; an operator that crashed re-raises there.
+
+With ``lead`` (e.g. :func:`mol_operator.leader.lead` bound to a Leader) kopf runs only
+while that campaign says so: ``lead(operate, stop)`` calls ``operate(halt)`` once it
+leads, and returns when ``halt`` ended it or ``stop`` (set by ``stop()``) was set;
+``start(wait=False)`` starts a replica that may stand by, ``result`` holds what
+``lead`` returned.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import logging
 import threading
 import weakref
-from collections.abc import Callable, Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import Any
 
 import kopf
+
+Operate = Callable[[asyncio.Event], Awaitable[None]]
+Lead = Callable[[Operate, asyncio.Event], Awaitable[object]]
 
 _URL: contextvars.ContextVar[str] = contextvars.ContextVar("mol_testing_kube_url")
 LOGIN_HANDLER_ID = "mol-testing-emulator-login"
@@ -66,6 +76,7 @@ class KopfRunner:
         settings: kopf.OperatorSettings | None = None,
         configure: Callable[[kopf.OperatorSettings], None] | None = None,
         memo: object | None = None,
+        lead: Lead | None = None,
     ) -> None:
         self.url = url
         self.registry = registry if registry is not None else kopf.get_default_registry()
@@ -74,15 +85,21 @@ class KopfRunner:
         if configure is not None:
             configure(self.settings)
         self.memo = memo
+        self.lead = lead
+        self.result: object = None
         self._stop_flag = threading.Event()
+        self._stop_relay: tuple[asyncio.AbstractEventLoop, asyncio.Event] | None = None
         self._ready_flag = threading.Event()
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
 
-    def start(self, timeout: float = 30.0) -> KopfRunner:
+    def start(self, timeout: float = 30.0, wait: bool = True) -> KopfRunner:
+        """Start; with ``wait``, until kopf is ready (``wait=False``: a standby)."""
         ensure_login_handler(self.registry)
         self._thread = threading.Thread(target=self._run, name="kopf-operator", daemon=True)
         self._thread.start()
+        if not wait:
+            return self
         if not self._ready_flag.wait(timeout) or self.error is not None:
             self.stop(check=False)
             raise RuntimeError(f"kopf did not become ready in {timeout}s: {self.error!r}")
@@ -96,14 +113,33 @@ class KopfRunner:
             self.error = exc
             self._ready_flag.set()
 
+    @property
+    def ready(self) -> bool:
+        """Whether kopf runs and is ready (a standby's is not)."""
+        return self._ready_flag.is_set() and self.running
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
     async def _main(self) -> None:
+        if self.lead is None:
+            await self._operate(self._stop_flag)
+            return
+        stop = asyncio.Event()
+        self._stop_relay = (asyncio.get_running_loop(), stop)
+        if self._stop_flag.is_set():  # stop() came before the relay existed
+            stop.set()
+        self.result = await self.lead(self._operate, stop)
+
+    async def _operate(self, stop_flag: asyncio.Event | threading.Event) -> None:
         await kopf.operator(
             registry=self.registry,
             settings=self.settings,
             standalone=True,
             clusterwide=not self.namespaces,
             namespaces=self.namespaces,
-            stop_flag=self._stop_flag,
+            stop_flag=stop_flag,
             ready_flag=self._ready_flag,
             memo=self.memo,
         )
@@ -111,6 +147,10 @@ class KopfRunner:
     def stop(self, timeout: float = 30.0, check: bool = True) -> None:
         """Stop the operator; with ``check``, re-raise what crashed it."""
         self._stop_flag.set()
+        if self._stop_relay is not None:
+            loop, stop = self._stop_relay
+            with contextlib.suppress(RuntimeError):  # the loop has ended already
+                loop.call_soon_threadsafe(stop.set)
         thread, self._thread = self._thread, None
         if thread is not None:
             thread.join(timeout)

@@ -79,6 +79,27 @@ async def test_tokens_and_scopes(admin: httpx.AsyncClient, model: Any) -> None:
     assert bad.status_code == 400
 
 
+async def test_tokens_listed_by_name_prefix_and_activity(admin: httpx.AsyncClient) -> None:
+    """An owner's tokens, by name prefix (LIKE wildcards in it are literal), active only."""
+    first = await token(admin, "mol-operator/u1/acme/bot", "read:acme")
+    second = await token(admin, "mol-operator/u1/acme/bot", "read:acme")
+    await token(admin, "mol-operator/u2/acme/other", "read:acme")
+    await token(admin, "mol-operator_u1x", "read:acme")
+    assert (await admin.delete(f"/v1/tokens/{first['id']}")).status_code == 204
+
+    async def ids(**params: str) -> list[int]:
+        r = await admin.get("/v1/tokens", params=params)
+        assert r.status_code == 200, r.text
+        return [t["id"] for t in r.json()["items"]]
+
+    assert await ids(prefix="mol-operator/u1/") == [first["id"], second["id"]]
+    assert await ids(prefix="mol-operator/u1/", active="true") == [second["id"]]
+    assert len(await ids(prefix="mol-operator/")) == 3
+    assert await ids(prefix="mol-operator%") == []
+    assert len(await ids()) == 4
+    assert (await admin.get("/v1/tokens", params={"prefix": "x" * 129})).status_code == 422
+
+
 async def test_live_server_with_auth(catalog_server_auth: Any) -> None:
     async with httpx.AsyncClient(base_url=catalog_server_auth.url) as http:
         assert (await http.get("/v1/tokens")).status_code == 401

@@ -59,8 +59,9 @@ def test_full_values_render_what_they_ask_for(chart: helm.Chart) -> None:
     assert ("Ingress", "macaron-router") in kinds
     assert ("HTTPRoute", "macaron-router") in kinds
     assert ("Job", "mol-mol-platform-catalog-migrate-1") in kinds
-    # Namespaced RBAC only, one Role per watched namespace.
-    roles = [o for o in render(chart, FULL) if o["kind"] in ("Role", "ClusterRole")]
+    # Namespaced RBAC only, one Role per watched namespace (and the Lease's own).
+    roles = [o for o in render(chart, FULL) if o["kind"] in ("Role", "ClusterRole")
+             and not o["metadata"]["name"].endswith("-leader-election")]
     assert {(r["kind"], r["metadata"].get("namespace")) for r in roles} == {
         ("Role", "team-a"), ("Role", "team-b")}
     # Secrets are referenced, never rendered from values.
@@ -100,6 +101,45 @@ def test_pods_are_locked_down(chart: helm.Chart) -> None:
             assert c["resources"]["requests"], obj["metadata"]["name"]
 
 
+def _operator_objects(chart: helm.Chart, values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {o["kind"]: o for o in render(chart, values)
+            if (o["metadata"].get("labels") or {}).get("app.kubernetes.io/component")
+            == "operator" and o["kind"] in ("Deployment", "PodDisruptionBudget", "Role")}
+
+
+def test_operator_runs_two_replicas_under_leader_election(chart: helm.Chart) -> None:
+    objects = _operator_objects(chart, {})
+    deployment = objects["Deployment"]
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["MOL_OPERATOR_LEADER_ELECTION"]["value"] == "true"
+    assert env["MOL_OPERATOR_LEASE_NAME"]["value"] == "mol-mol-platform-operator"
+    assert env["MOL_OPERATOR_LEASE_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.namespace")
+    assert env["MOL_OPERATOR_LEASE_IDENTITY"]["valueFrom"]["fieldRef"]["fieldPath"] == (
+        "metadata.name")
+    pdb = objects["PodDisruptionBudget"]
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"] == (
+        deployment["spec"]["selector"]["matchLabels"])
+    lease_role = objects["Role"]
+    assert lease_role["metadata"]["name"].endswith("-leader-election")
+    assert lease_role["rules"] == [{"apiGroups": ["coordination.k8s.io"],
+                                    "resources": ["leases"],
+                                    "verbs": ["get", "create", "update"]}]
+
+
+def test_a_single_operator_needs_no_lease(chart: helm.Chart) -> None:
+    objects = _operator_objects(chart, {"operator": {
+        "replicas": 1, "leaderElection": {"enabled": False}}})
+    assert set(objects) == {"Deployment"}
+    assert objects["Deployment"]["spec"]["strategy"] == {"type": "Recreate"}
+    with pytest.raises(Exception, match="leaderElection"):
+        render(chart, {"operator": {"replicas": 2, "leaderElection": {"enabled": False}}})
+
+
 @pytest.mark.parametrize("bad", [
     # Values that did nothing or overrode what a MoLDeployment says no longer exist.
     {"router": {"replicas": 2}},
@@ -110,6 +150,7 @@ def test_pods_are_locked_down(chart: helm.Chart) -> None:
     {"unknown": True},
     {"catalog": {"database": {"password": "x"}}},
     {"operator": {"watchNamespaces": ["Not_A_Namespace"]}},
+    {"operator": {"leaderElection": {"leaseDurationSeconds": 1}}},
     {"catalog": {"blobs": {"url": "gs://bucket"}}},
     {"monitoring": {"serviceMonitors": {"interval": "often"}}},
 ])

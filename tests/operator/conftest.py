@@ -4,7 +4,8 @@ and demo adapters, the operator settings pointing at it, and the emulator's writ
 - ``catalog``: session-scoped :class:`LiveCatalog` (``url``, ``admin_token``, ``stop()``,
   ``start()`` on the same port and database, ``client()`` an admin sync client).
 - ``operator_settings``: ``OperatorSettings`` for an in-process kopf run against ``kube``.
-- ``run_operator()``: starts kopf with the operator's handlers; ``writes(kube, since)``
+- ``run_operator()``: starts kopf with the operator's handlers (``lead=``: under a
+  leader campaign, ``wait=False``: as a replica that may stand by); ``writes(kube, since)``
   lists (verb, plural, name) of the write requests the emulator received.
 """
 
@@ -120,19 +121,25 @@ def settings_for(kube: KubeServer, catalog: LiveCatalog, **overrides: Any) -> An
 
 
 @pytest.fixture
-def run_operator(kube: KubeServer, catalog: LiveCatalog,
+def operator_kube(kube: KubeServer) -> KubeServer:
+    """``kube`` serving every kind the operator writes (RBAC is not there by default)."""
+    for spec in RBAC:
+        kube.register(spec)
+    return kube
+
+
+@pytest.fixture
+def run_operator(operator_kube: KubeServer, catalog: LiveCatalog,
                  kopf_runner: Callable[..., KopfRunner]) -> Callable[..., KopfRunner]:
     """Start the operator (its handlers on kopf's default registry) against ``kube``."""
     import mol_operator.handlers  # noqa: F401  (registers the handlers)
 
-    for spec in RBAC:
-        kube.register(spec)
-
+    kube = operator_kube
     quiet_kopf_logs()
 
-    def start(**overrides: Any) -> KopfRunner:
+    def start(lead: Any = None, wait: bool = True, **overrides: Any) -> KopfRunner:
         memo = kopf.Memo(settings=settings_for(kube, catalog, **overrides))
-        return kopf_runner(memo=memo)
+        return kopf_runner(memo=memo, lead=lead, wait=wait)
 
     return start
 

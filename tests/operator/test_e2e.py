@@ -1,7 +1,8 @@
 """kopf end to end: the emulator, the real catalog, the operator's handlers in-process.
 
-The emulator keeps no field managers and runs no garbage collector, so what the operator
-wrote is read from the emulator's request log.
+The emulator keeps no field managers, so what the operator wrote is read from the
+emulator's request log; it collects garbage by ownerReferences as a cluster does, so a
+deleted deployment's children go with it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,12 @@ from mol_platform.clients.catalog import CatalogClient, CatalogError
 from mol_testkit.kube_client import KubeClient
 
 WAIT = 30.0
+CHILDREN = [("Deployment", "macaron-engine"), ("Service", "macaron-engine"),
+            ("PodDisruptionBudget", "macaron-engine"), ("Deployment", "macaron-router"),
+            ("Service", "macaron-router"), ("ServiceAccount", "macaron-router"),
+            ("Role", "macaron-router"), ("RoleBinding", "macaron-router"),
+            ("ServiceMonitor", "macaron-engine"), ("ServiceMonitor", "macaron-router"),
+            ("ConfigMap", "macaron-router"), ("Secret", "macaron-catalog")]
 
 
 def _cond(obj: dict[str, Any], type_: str) -> dict[str, Any]:
@@ -48,11 +55,7 @@ def test_create_update_restart_delete(kube: Any, kube_client: KubeClient, catalo
     assert "--enable-lora" in args
     assert args[args.index("--max-lora-rank") + 1] == "16"
     assert engine["spec"]["replicas"] == 2
-    for kind, name in [("Service", "macaron-engine"), ("PodDisruptionBudget", "macaron-engine"),
-                       ("Deployment", "macaron-router"), ("Service", "macaron-router"),
-                       ("ServiceAccount", "macaron-router"), ("Role", "macaron-router"),
-                       ("RoleBinding", "macaron-router"), ("ServiceMonitor", "macaron-engine"),
-                       ("ServiceMonitor", "macaron-router")]:
+    for kind, name in CHILDREN:
         assert kube_client.get(kind, name)["metadata"]["labels"][
             "app.kubernetes.io/instance"] == "macaron"
     assert kube_client.find("ScaledObject", "macaron-engine") is None  # fixed replicas
@@ -102,10 +105,14 @@ def test_create_update_restart_delete(kube: Any, kube_client: KubeClient, catalo
     assert restart_writes == []
     assert not [w for w in write_log.since() if w[2] == "macaron"]
 
-    # delete -> the catalog token is revoked and the finalizer released
+    # delete -> the catalog token is revoked, the finalizer released, the children
+    # collected (ownerReferences), another deployment's children untouched
     kube_client.delete("MoLDeployment", "macaron")
     kube_client.wait_gone("MoLDeployment", "macaron", timeout=WAIT)
     with CatalogClient(catalog.url, token) as reader, pytest.raises(CatalogError) as err:
         reader.resolve("demo/chat@stable")
     assert err.value.status == 401
+    for kind, name in CHILDREN:
+        assert kube_client.find(kind, name) is None, (kind, name)
+        assert kube_client.find(kind, name.replace("macaron", "second", 1)) is not None
     runner.stop()

@@ -119,3 +119,39 @@ def test_failing_canary_is_rolled_back(
     assert coding["canary"]["weight"] == 0
     with CatalogClient(catalog.url, catalog.admin_token) as admin:
         assert admin.resolve("demo/coding@stable").version == 1
+
+
+def _held(obj: dict[str, Any]) -> bool:
+    healthy: dict[str, Any] = next((c for c in obj.get("status", {}).get("conditions", [])
+                                    if c["type"] == "CanaryHealthy"), {})
+    return _canary(obj).get("phase") == "Paused" and healthy.get("status") == "Unknown"
+
+
+def test_canary_without_measurement_is_unknown_not_healthy(
+        kube_client: KubeClient, run_operator: Any, make_manifest: Any, catalog: Any,
+        prometheus: PrometheusServer) -> None:
+    """A real Prometheus that scrapes no router has no canary traffic to judge: the
+    rollout holds and CanaryHealthy is Unknown, saying so, never True."""
+    prometheus.configure(targets=[])
+    run_operator(catalog_url=catalog.url, prometheus_url=prometheus.url)
+    manifest = make_manifest()
+    manifest["spec"]["experts"][1]["canary"].update(steps=[50, 100], interval="2s")
+    kube_client.create(manifest)
+    obj = kube_client.wait_for("MoLDeployment", "macaron", _held, timeout=WAIT)
+    healthy = next(c for c in obj["status"]["conditions"] if c["type"] == "CanaryHealthy")
+    assert healthy["reason"] == "NoMeasurement"
+    assert "coding" in healthy["message"]
+    assert "no canary requests" in healthy["message"]
+    assert _canary(obj)["weight"] == 50
+
+
+def test_unreachable_prometheus_is_unknown_with_the_cause(
+        kube_client: KubeClient, run_operator: Any, make_manifest: Any, catalog: Any) -> None:
+    run_operator(catalog_url=catalog.url, prometheus_url=f"http://127.0.0.1:{free_port()}")
+    manifest = make_manifest()
+    manifest["spec"]["experts"][1]["canary"].update(steps=[50, 100], interval="2s")
+    kube_client.create(manifest)
+    obj = kube_client.wait_for("MoLDeployment", "macaron", _held, timeout=WAIT)
+    healthy = next(c for c in obj["status"]["conditions"] if c["type"] == "CanaryHealthy")
+    assert healthy["reason"] == "NoMeasurement"
+    assert "unreachable" in healthy["message"]

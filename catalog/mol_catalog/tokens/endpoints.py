@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
 from mol_catalog.deps import CatalogDep, PrincipalDep
@@ -25,10 +25,16 @@ async def create_token(body: TokenCreate, catalog: CatalogDep, who: PrincipalDep
 
 
 @router.get("/v1/tokens", response_model=TokenListOut)
-async def list_tokens(catalog: CatalogDep, who: PrincipalDep) -> Response:
+async def list_tokens(
+    catalog: CatalogDep, who: PrincipalDep,
+    prefix: Annotated[str, Query(max_length=128, description=(
+        "Only tokens whose name starts with this (an owner's tokens, when names "
+        "carry their owner)"))] = "",
+    active: Annotated[bool, Query(description="Only tokens not revoked")] = False,
+) -> Response:
     who.require_admin()
     async with catalog.db.read() as conn:
-        items = await service.list_tokens(conn)
+        items = await service.list_tokens(conn, prefix, active)
     return json_response({"items": items})
 
 

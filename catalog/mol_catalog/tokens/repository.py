@@ -31,8 +31,10 @@ class TokenRow:
 
 _ACTIVE = Prepared(select(Token.name, Token.scopes).where(
     Token.token_hash == bindparam("digest", type_=String), Token.revoked_at.is_(None)))
-_ALL = Prepared(select(Token.id, Token.name, Token.scopes, Token.created_at, Token.revoked_at)
-                .order_by(Token.id))
+_LISTED = select(Token.id, Token.name, Token.scopes, Token.created_at, Token.revoked_at).where(
+    Token.name.like(bindparam("pattern", type_=String), escape="\\")).order_by(Token.id)
+_MATCHING = Prepared(_LISTED)
+_MATCHING_ACTIVE = Prepared(_LISTED.where(Token.revoked_at.is_(None)))
 _EXISTS = Prepared(select(Token.id).where(Token.id == bindparam("id", type_=BigInteger)))
 _INSERT = insert(TOKENS).returning(TOKENS.c.id)
 
@@ -49,8 +51,15 @@ async def insert_token(conn: AsyncConnection, name: str, digest: str, scopes: li
                                              "scopes": scopes, "created_at": now})).scalar_one())
 
 
-async def list_all(conn: ReadConn) -> list[TokenRow]:
-    return [TokenRow.of(r) for r in await _ALL.all(conn)]
+def _like_prefix(prefix: str) -> str:
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
+async def list_tokens(conn: ReadConn, prefix: str = "", active: bool = False) -> list[TokenRow]:
+    """Tokens whose name starts with ``prefix`` (all by default), by id; ``active``: only
+    those not revoked."""
+    query = _MATCHING_ACTIVE if active else _MATCHING
+    return [TokenRow.of(r) for r in await query.all(conn, pattern=_like_prefix(prefix))]
 
 
 async def revoke(conn: AsyncConnection, token_id: int, when: datetime) -> bool:

@@ -32,8 +32,9 @@ async def create(uow: UnitOfWork, name: str, scopes: list[str]) -> dict[str, Any
     return body
 
 
-async def list_tokens(conn: ReadConn) -> list[dict[str, Any]]:
-    return [_public(r) for r in await repository.list_all(conn)]
+async def list_tokens(conn: ReadConn, prefix: str = "", active: bool = False
+                      ) -> list[dict[str, Any]]:
+    return [_public(r) for r in await repository.list_tokens(conn, prefix, active)]
 
 
 async def revoke(uow: UnitOfWork, token_id: int) -> None:

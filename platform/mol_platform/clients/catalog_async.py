@@ -128,8 +128,11 @@ class AsyncCatalogClient:
         return typed(m.TokenCreated, await self._json("POST", "/v1/tokens",
                                                       json=token_body(name, scopes)))
 
-    async def list_tokens(self) -> list[m.TokenInfo]:
-        return typed(m.TokenList, await self._json("GET", "/v1/tokens")).items
+    async def list_tokens(self, prefix: str = "", *, active: bool = False) -> list[m.TokenInfo]:
+        """Tokens whose name starts with ``prefix``; ``active``: only unrevoked ones."""
+        params = {k: v for k, v in (("prefix", prefix), ("active", "true" if active else ""))
+                  if v}
+        return typed(m.TokenList, await self._json("GET", "/v1/tokens", params=params)).items
 
     async def revoke_token(self, token_id: str) -> None:
         await self.request("DELETE", f"/v1/tokens/{quote_segment(str(token_id))}")

@@ -1,7 +1,7 @@
 """The platform's one Kubernetes API client: get, list, watch, server-side apply,
-delete, discovery, the in-cluster credentials, and the list-then-watch loop
-(:func:`list_watch`) that the operator's informer and the router's EndpointSlice
-discovery both run.
+delete, create/replace (the operator's leader-election Lease), discovery, the in-cluster
+credentials, and the list-then-watch loop (:func:`list_watch`) that the operator's
+informer and the router's EndpointSlice discovery both run.
 
 Server-side apply with a field manager (the operator's ``mol-operator``) is the only
 way children are written, so a field someone else owns (KEDA's replica count, an
@@ -247,6 +247,31 @@ class KubeApi:
         )
         if answer.status == 404:
             raise KubeError(404, f"{manifest['kind']} API {manifest['apiVersion']} is not served")
+        out: dict[str, Any] = answer.json()
+        return out
+
+    async def create(self, manifest: Mapping[str, Any], plural: str) -> dict[str, Any]:
+        """POST; ``KubeError`` 409 when the name is taken (a Lease another replica made)."""
+        meta = manifest["metadata"]
+        answer = await self._call("POST", path_for(manifest["apiVersion"], plural,
+                                                   meta.get("namespace")),
+                                  write=True, body=json.dumps(manifest),
+                                  content_type="application/json")
+        if answer.status == 404:
+            raise KubeError(404, f"{manifest['kind']} API {manifest['apiVersion']} is not served")
+        out: dict[str, Any] = answer.json()
+        return out
+
+    async def replace(self, manifest: Mapping[str, Any], plural: str) -> dict[str, Any]:
+        """PUT with the manifest's resourceVersion: ``KubeError`` 409 when the object
+        changed since it was read (optimistic concurrency, as leader election needs)."""
+        meta = manifest["metadata"]
+        answer = await self._call("PUT", path_for(manifest["apiVersion"], plural,
+                                                  meta.get("namespace"), meta["name"]),
+                                  write=True, body=json.dumps(manifest),
+                                  content_type="application/json")
+        if answer.status == 404:
+            raise KubeError(404, f"{manifest['kind']} {meta['name']} is gone")
         out: dict[str, Any] = answer.json()
         return out
 
