@@ -30,6 +30,8 @@ import celpy
 import jsonschema
 import re2
 from celpy import celtypes
+from celpy.adapter import json_to_cel
+from celpy.evaluation import CELEvalError
 from jsonschema import validators
 
 from mol_testkit.kube_validate import strict_schema
@@ -53,7 +55,8 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: Any) -> Iterat
         yield jsonschema.ValidationError(f"{instance!r} does not match {pattern!r}")
 
 
-_Validator = validators.extend(jsonschema.Draft4Validator, {"pattern": _pattern})
+_Validator = validators.extend(  # type: ignore[no-untyped-call]
+    jsonschema.Draft4Validator, {"pattern": _pattern})
 
 
 def _path(parts: tuple[Any, ...] | list[Any]) -> str:
@@ -84,8 +87,13 @@ _FUNCTIONS = {"hasValue": _has_value, "value": _value}
 
 
 @functools.cache
+def _environment() -> celpy.Environment:
+    return celpy.Environment()  # builds a parser: once
+
+
+@functools.cache
 def _program(rule: str) -> Any:
-    env = celpy.Environment()
+    env = _environment()
     return env.program(env.compile(rule), functions=_FUNCTIONS)
 
 
@@ -97,7 +105,7 @@ def _cel_value(value: Any) -> Any:
         if isinstance(v, list):
             return [strip(x) for x in v]
         return v
-    return celpy.json_to_cel(strip(value))
+    return json_to_cel(strip(value))
 
 
 def _nullable_null(value: Any, schema: Mapping[str, Any]) -> bool:
@@ -280,6 +288,23 @@ def _root_view(value: Any) -> Any:
     return {**value, "metadata": {k: meta[k] for k in ("name", "generateName") if k in meta}}
 
 
+@functools.lru_cache(maxsize=65536)
+def _verdict(rule: str, optional: bool, value: str, old: str | None) -> str | None:
+    """None when ``rule`` holds for the JSON ``value`` (and ``old``), else why not.
+    Cached: cel-python interprets slowly, and tables repeat the same values."""
+    activation: dict[str, Any] = {"self": _cel_value(json.loads(value))}
+    if "oldSelf" in rule:
+        previous = None if old is None else _cel_value(json.loads(old))
+        activation["oldSelf"] = _Optional(previous) if optional else previous
+    try:
+        result = _program(rule).evaluate(activation)
+    except CELEvalError as exc:
+        return f"rule evaluation error: {exc}"
+    if isinstance(result, CELEvalError):
+        return f"rule evaluation error: {result}"
+    return None if bool(result) else ""
+
+
 def _rule_errors(node: _Node) -> Iterator[str]:
     for rule in node.schema.get("x-kubernetes-validations", []):
         text = rule["rule"]
@@ -290,18 +315,12 @@ def _rule_errors(node: _Node) -> Iterator[str]:
         if not transition and node.old is not _MISSING and node.old == node.value:
             continue  # ratcheting: an unchanged value is not judged again
         view = _root_view if not node.path else (lambda v: v)
-        activation: dict[str, Any] = {"self": _cel_value(view(node.value))}
-        if transition:
-            old = None if node.old is _MISSING else _cel_value(view(node.old))
-            activation["oldSelf"] = _Optional(old) if optional else old
-        where = _path(node.path) + rule.get("fieldPath", "")
-        try:
-            result = _program(text).evaluate(activation)
-        except celpy.CELEvalError as exc:
-            yield f"{where}: Invalid value: rule evaluation error: {exc}"
+        old = None if node.old is _MISSING or not transition else json.dumps(view(node.old))
+        why = _verdict(text, optional, json.dumps(view(node.value)), old)
+        if why is None:
             continue
-        if isinstance(result, celpy.CELEvalError):
-            yield f"{where}: Invalid value: rule evaluation error: {result}"
-        elif not bool(result):
-            reason = _REASONS[rule.get("reason", "FieldValueInvalid")]
-            yield f"{where}: {reason}: {rule['message']}"
+        where = _path(node.path) + rule.get("fieldPath", "")
+        if why:
+            yield f"{where}: Invalid value: {why}"
+        else:
+            yield f"{where}: {_REASONS[rule.get('reason', 'FieldValueInvalid')]}: {rule['message']}"

@@ -149,7 +149,7 @@ class EngineSpec(_Model):
     """The vLLM engines: each field maps to one vLLM flag."""
 
     model_config = ConfigDict(json_schema_extra=_rules(
-        cel("!has(self.maxCpuLoras) || self.maxCpuLoras >= self.maxLoras", MSG_CPU_LORAS,
+        cel("has(self.maxCpuLoras) ? self.maxCpuLoras >= self.maxLoras : true", MSG_CPU_LORAS,
             field_path=".maxCpuLoras")))
 
     image: ImageRef = "vllm/vllm-openai:latest"
@@ -344,11 +344,12 @@ class MoLDeploymentSpec(_Model):
     model_config = ConfigDict(json_schema_extra=_rules(
         cel("!has(self.replicas) || !has(self.autoscaling)", MSG_REPLICAS_XOR,
             field_path=".autoscaling", reason="FieldValueForbidden"),
-        cel("!has(self.router.default) || "
-            "self.experts.exists(e, e.name == self.router.default)", MSG_DEFAULT,
+        cel("has(self.router.default) ? "
+            "self.experts.exists(e, e.name == self.router.default) : true", MSG_DEFAULT,
             field_path=".router.default"),
-        cel("!has(self.router.classifier) || "
-            "self.experts.exists(e, e.name == self.router.classifier.expert)", MSG_CLASSIFIER,
+        cel("has(self.router.classifier) ? "
+            "self.experts.exists(e, e.name == self.router.classifier.expert) : true",
+            MSG_CLASSIFIER,
             field_path=".router.classifier.expert"),
         cel("self.nodePool.gpusPerReplica >= self.engine.tensorParallelSize || "
             "(self.nodePool.gpusPerReplica == 0 && self.engine.tensorParallelSize == 1)",

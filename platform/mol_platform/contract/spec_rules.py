@@ -7,7 +7,8 @@ refuse the same specs with the same field names.
 
 Kubernetes evaluates ``pattern`` and CEL's ``matches`` as a search (unanchored), so
 every schema pattern here is anchored; the model uses ``fullmatch`` on the bare form.
-CEL rules stay in core CEL (``has``, ``size``, ``matches``, ``contains``, macros), and
+CEL rules stay in core CEL (``has``, ``size``, ``matches``, ``contains``, macros), guard
+optional fields with ``has(x) ? ... : true`` (never evaluating what is absent), and
 every list and string they reach is bounded, so the API server's cost estimate stays
 far under its limits.
 """
@@ -178,7 +179,7 @@ def steps_rule() -> dict[str, Any]:
     """Strictly increasing steps, in core CEL: CEL has no index range, so the indexes
     are a literal list as long as the longest allowed list."""
     indexes = ", ".join(str(i) for i in range(MAX_CANARY_STEPS - 1))
-    return cel(f"[{indexes}].all(i, i + 1 >= size(self) || self[i] < self[i + 1])",
+    return cel(f"[{indexes}].all(i, i + 1 < size(self) ? self[i] < self[i + 1] : true)",
                MSG_STEPS)
 
 
