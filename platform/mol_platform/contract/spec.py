@@ -53,6 +53,7 @@ from mol_platform.contract.spec_rules import (
     MetricName,
     ObjectName,
     Revision,
+    WeightsUri,
     cel,
     steps_rule,
 )
@@ -129,20 +130,12 @@ class BaseModelSpec(_Model):
     """A base model registered in the catalog (``mol catalog base register``)."""
     revision: Revision | None = None
     """A pinned revision of the base; default: the catalog's current revision."""
-    uri: str = Field(min_length=1, max_length=TEXT_MAX,
-                     json_schema_extra={"pattern": r"\S"})
+    uri: WeightsUri
     """Where engines load the weights from: ``s3://bucket/prefix`` (synced by an init
     container), ``pvc://claim/path``, ``hf://org/model`` or a path in the image."""
     secret_ref: ObjectName | None = None
     """A Secret in the deployment's namespace with the credentials the weights need:
     AWS_* keys for s3://, HF_TOKEN for hf:// (passed to the engine with envFrom)."""
-
-    @field_validator("uri")
-    @classmethod
-    def _uri(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("baseModel.uri must not be empty (s3://, pvc://, hf:// or a path)")
-        return v
 
 
 class EngineSpec(_Model):

@@ -35,6 +35,10 @@ SUBDOMAIN_PATTERN = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?(?:\.[a-z0-9](?:[-a-z0-9]*[
 LABEL_VALUE_PATTERN = r"(?:(?:[A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?"
 METRIC_PATTERN = r"[a-zA-Z_:][a-zA-Z0-9_:]*"
 IMAGE_PATTERN = r"[^\s]+"
+URI_PATTERN = r"\S(?:.*\S)?"
+# A weights URI with a scheme (what urlparse sees as one) must be one the engine reads.
+URI_SCHEME_PATTERN = r"^[a-zA-Z][a-zA-Z0-9+.-]*:"
+URI_KNOWN_PATTERN = r"^(?:(?i:s3|pvc)://[^/?#]|(?i:hf)://.*[^/]|(?i:file):)"
 DURATION_PATTERN = r"[0-9]{1,9}(?:s|m|h)"
 VERSION_REF_PATTERN = "v" + number_pattern(MAX_VERSION)
 REF_PATTERN = (rf"{NAME_PATTERN}/{NAME_PATTERN}"
@@ -62,6 +66,8 @@ MSG_GPUS = ("spec.nodePool.gpusPerReplica must be >= spec.engine.tensorParallelS
             "(0, a CPU engine, needs tensorParallelSize 1)")
 MSG_CPU_LORAS = "spec.engine.maxCpuLoras must be >= spec.engine.maxLoras"
 MSG_MIN_MAX = "spec.autoscaling.minReplicas must be <= spec.autoscaling.maxReplicas"
+MSG_URI = ("baseModel.uri: use s3://<bucket>/<prefix>, pvc://<claim>/<path>, "
+           "hf://<org>/<model>, file://<path> or a path in the image")
 MSG_NAME = ("metadata.name must be a DNS-1035 label: at most 63 lowercase letters, digits "
             "and '-', starting with a letter and ending with a letter or digit (the "
             "deployment's Services carry it)")
@@ -146,6 +152,20 @@ ObjectName = Annotated[str, matching(SUBDOMAIN_PATTERN, "object name",
                                      SUBDOMAIN_MAX),
                        schema(pattern=SUBDOMAIN_PATTERN, max_length=SUBDOMAIN_MAX)]
 """The name of a Secret (or any namespaced object) in the deployment's namespace."""
+
+def _known_scheme(value: str) -> str:
+    if re.match(URI_SCHEME_PATTERN, value) and not re.match(URI_KNOWN_PATTERN, value):
+        raise ValueError(f"{MSG_URI}; got {value[:80]!r}")
+    return value
+
+
+WeightsUri = Annotated[str, matching(URI_PATTERN, "baseModel.uri", "s3://bucket/prefix, "
+                                     "pvc://claim/path, hf://org/model or a path, not empty "
+                                     "and without surrounding blanks", TEXT_MAX),
+                       AfterValidator(_known_scheme),
+                       schema(pattern=URI_PATTERN, max_length=TEXT_MAX, rules=(cel(
+                           f"!self.matches('{URI_SCHEME_PATTERN}') || "
+                           f"self.matches('{URI_KNOWN_PATTERN}')", MSG_URI),))]
 
 ImageRef = Annotated[str, matching(IMAGE_PATTERN, "engine.image", "an image reference "
                                    "without blanks, at most 512 characters", 512),
