@@ -26,7 +26,7 @@ from mol_platform.contract.spec import (
     SHORT_NAME,
     MoLDeploymentSpec,
 )
-from mol_platform.contract.spec_rules import NAME_RULE
+from mol_platform.contract.spec_rules import METADATA_NAME_RULE
 
 VERSION = API_VERSION.split("/", 1)[1]
 CRD_FILE = "deploy/crds/moldeployments.mol.dev.yaml"
@@ -143,7 +143,7 @@ def crd_manifest() -> dict[str, Any]:
                             "description": "A Mixture-of-LoRA deployment: a base model on vLLM,"
                             " LoRA experts from the catalog and a router.",
                             "required": ["spec"],
-                            "x-kubernetes-validations": [NAME_RULE],
+                            "x-kubernetes-validations": [METADATA_NAME_RULE],
                             "properties": {
                                 "apiVersion": {"type": "string", "description": (
                                     "The versioned schema of this object: mol.dev/v1alpha1.")},

@@ -184,7 +184,7 @@ class Toleration(BaseModel):
     """A Kubernetes toleration, passed to the engine pods as written."""
 
     model_config = ConfigDict(extra="allow", frozen=True, use_attribute_docstrings=True)
-    key: str | None = Field(default=None, max_length=316)
+    key: str | None = Field(default=None, max_length=317)
     """The taint key (empty with operator Exists: every taint)."""
     operator: Literal["Exists", "Equal"] | None = None
     """Exists or Equal (the default)."""

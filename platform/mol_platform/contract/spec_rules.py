@@ -26,6 +26,7 @@ from mol_platform.contract.refs import (
     DNS_LABEL_PATTERN,
     MAX_VERSION,
     NAME_PATTERN,
+    NAME_RULE,
     REVISION_PATTERN,
     number_pattern,
 )
@@ -130,8 +131,7 @@ def _no_dots(what: str) -> AfterValidator:
 _NO_DOTS_RULE = cel("!self.contains('..')", MSG_NO_DOTS)
 _DNS_RULE = ("a DNS label: lowercase letters, digits and '-', starting and ending with a "
              "letter or digit, at most 63 characters")
-_NAME_RULE = ("1-63 lowercase letters, digits, '.', '_' or '-', starting and ending with a "
-              "letter or digit")
+_NAME_RULE = NAME_RULE.removeprefix("use ")
 
 ExpertName = Annotated[str, matching(DNS_LABEL_PATTERN, "expert name", _DNS_RULE, LABEL_MAX),
                        schema(pattern=DNS_LABEL_PATTERN, max_length=LABEL_MAX)]
@@ -203,7 +203,7 @@ def steps_rule() -> dict[str, Any]:
                MSG_STEPS)
 
 
-NAME_RULE = cel(
+METADATA_NAME_RULE = cel(
     f"oldSelf.hasValue() || (self.metadata.name.size() <= {LABEL_MAX}"
     f" && self.metadata.name.matches('{anchored(DNS_1035_PATTERN)}'))",
     MSG_NAME, optional_old_self=True)
