@@ -4,8 +4,11 @@ One source of truth: the spec schema is ``mol_platform.contract.spec.MoLDeployme
 JSON schema and the status schema is :class:`mol_operator.status.MoLDeploymentStatus`'s,
 rewritten into the structural OpenAPI v3 subset Kubernetes accepts (references
 inlined, ``X | None`` as ``nullable``, no titles, numeric ``exclusiveMinimum`` as
-``minimum`` + boolean). ``mol operator crd > charts/.../crds/moldeployments.yaml``
-regenerates the file; a test fails when the committed copy is stale.
+``minimum`` + boolean). The models carry what the API server checks at ``kubectl
+apply`` (patterns, bounds, list-map keys, CEL rules: ``mol_platform.contract.spec_rules``)
+and every field's description (their docstrings, for ``kubectl explain``).
+``mol operator crd > deploy/crds/moldeployments.mol.dev.yaml`` regenerates the file; a
+test fails when the committed copy is stale.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from mol_platform.contract.spec import (
     SHORT_NAME,
     MoLDeploymentSpec,
 )
+from mol_platform.contract.spec_rules import METADATA_NAME_RULE
 
 VERSION = API_VERSION.split("/", 1)[1]
 CRD_FILE = "deploy/crds/moldeployments.mol.dev.yaml"
@@ -56,6 +60,8 @@ def _structural(node: Any) -> Any:
     if not isinstance(node, dict):
         return node
     node = dict(node)
+    if isinstance(node.get("description"), str):  # docstrings -> one plain line
+        node["description"] = " ".join(node["description"].replace("``", "").split())
     any_of = node.get("anyOf")
     if isinstance(any_of, list):
         kinds = [s for s in any_of if s.get("type") != "null"]
@@ -94,7 +100,7 @@ def crd_manifest() -> dict[str, Any]:
     spec_schema = openapi_schema(MoLDeploymentSpec)
     status_schema = openapi_schema(MoLDeploymentStatus)
     spec_schema.pop("additionalProperties", None)
-    ready = '.status.conditions[?(@.type=="Ready")].status'
+    ready = '.status.conditions[?(@.type=="Ready")]'
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -120,12 +126,14 @@ def crd_manifest() -> dict[str, Any]:
                     "storage": True,
                     "subresources": {"status": {}},
                     "additionalPrinterColumns": [
-                        {"name": "Ready", "type": "string", "jsonPath": ready},
+                        {"name": "Ready", "type": "string", "jsonPath": f"{ready}.status"},
+                        {"name": "Reason", "type": "string", "jsonPath": f"{ready}.reason"},
                         {"name": "Replicas", "type": "integer",
                          "jsonPath": ".status.readyReplicas"},
                         {"name": "Experts", "type": "integer",
                          "jsonPath": ".status.expertCount"},
                         {"name": "Canary", "type": "string", "jsonPath": ".status.canary"},
+                        {"name": "URL", "type": "string", "jsonPath": ".status.endpoint"},
                         {"name": "Age", "type": "date",
                          "jsonPath": ".metadata.creationTimestamp"},
                     ],
@@ -135,10 +143,15 @@ def crd_manifest() -> dict[str, Any]:
                             "description": "A Mixture-of-LoRA deployment: a base model on vLLM,"
                             " LoRA experts from the catalog and a router.",
                             "required": ["spec"],
+                            "x-kubernetes-validations": [METADATA_NAME_RULE],
                             "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
+                                "apiVersion": {"type": "string", "description": (
+                                    "The versioned schema of this object: mol.dev/v1alpha1.")},
+                                "kind": {"type": "string",
+                                         "description": "The kind: MoLDeployment."},
+                                "metadata": {"type": "object", "description": (
+                                    "Standard object metadata; the name is a DNS-1035 label "
+                                    "of at most 63 characters.")},
                                 "spec": spec_schema,
                                 "status": status_schema,
                             },

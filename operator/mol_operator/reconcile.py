@@ -29,7 +29,6 @@ from mol_operator.builders import (
     managed_objects,
 )
 from mol_operator.builders.common import (
-    MAX_NAME,
     TOKEN_ID_ANNOTATION,
     TOKEN_KEY,
     TOKEN_SCOPES_ANNOTATION,
@@ -119,9 +118,6 @@ def parse(body: Mapping[str, Any]) -> MoLDeployment:
             for err in exc.errors()
         )
         raise Invalid("InvalidSpec", f"the MoLDeployment is invalid: {problems}") from None
-    if len(obj.metadata.name) > MAX_NAME:
-        raise Invalid("InvalidSpec", f"metadata.name {obj.metadata.name!r} is longer than "
-                      f"{MAX_NAME} characters: child names (<name>-engine) must stay DNS labels")
     return obj
 
 

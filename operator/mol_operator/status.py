@@ -19,58 +19,102 @@ CONDITION_TYPES = ("Ready", "AdaptersResolved", "Compatible", "Progressing", "Ca
 
 
 class _Model(BaseModel):
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid",
+                              use_attribute_docstrings=True)
 
 
 class Condition(_Model):
+    """One condition, Kubernetes style."""
+
     type: str
+    """Ready, AdaptersResolved, Compatible, Progressing, CanaryHealthy or
+    OptionalApisAvailable."""
     status: Literal["True", "False", "Unknown"]
+    """True, False or Unknown."""
     reason: str
+    """Why, in one CamelCase word."""
     message: str = ""
+    """What happened and what to change, for people."""
     observed_generation: int | None = None
+    """The spec generation the condition was computed for."""
     last_transition_time: str | None = None
+    """When the status last flipped."""
 
 
 class CanaryState(_Model):
+    """Where a canary's rollout stands (kept here, so a restarted operator goes on)."""
+
     version: int | None = None
+    """The canary's immutable version."""
     weight: float = 0.0
+    """Percent of the expert's traffic sent to the canary."""
     phase: str = "Progressing"
+    """Progressing, Paused, Promoted or RolledBack."""
     step: int = 0
+    """Index into the expert's canary.steps."""
     last_step_at: str | None = None
+    """When the current step began."""
     message: str = ""
+    """The last decision, for people."""
 
 
 class ExpertStatus(_Model):
+    """One expert as the catalog resolved it."""
+
     name: str
+    """The expert's name."""
     adapter: str
+    """The reference from the spec."""
     version: int | None = None
+    """The version the reference resolved to."""
     digest: str | None = None
+    """That version's manifest digest."""
     compatible: bool | None = None
+    """Whether the version fits the deployment's serving profile."""
     reasons: list[str] = Field(default_factory=list)
+    """Why it does not fit, when it does not."""
     serving: bool | None = None
+    """False while the adapter failed to warm on some engine."""
     warmup_errors: list[str] = Field(default_factory=list)
+    """``<pod>: <adapter>: <error>`` for each failed warm-up."""
     canary: CanaryState | None = None
+    """The canary's rollout, when the expert has one."""
 
 
 class CatalogTokenStatus(_Model):
+    """The deployment's catalog read token (the token itself is only in the Secret)."""
+
     id: int
+    """The token's id in the catalog."""
     secret: str
+    """The Secret holding it."""
     scopes: list[str] = Field(default_factory=list)
+    """What it may read."""
 
 
 class MoLDeploymentStatus(_Model):
     """What ``kubectl get mold -o yaml`` shows under ``status``."""
 
     observed_generation: int | None = None
+    """The spec generation last reconciled."""
     conditions: list[Condition] = Field(default_factory=list)
+    """Ready, AdaptersResolved, Compatible, Progressing, CanaryHealthy, ..."""
     replicas: int | None = None
+    """Engine replicas wanted."""
     ready_replicas: int | None = None
+    """Engine replicas ready."""
     endpoint: str | None = None
+    """The router's OpenAI-compatible URL inside the cluster."""
     profile: str | None = None
+    """The serving profile declared in the catalog."""
     experts: list[ExpertStatus] = Field(default_factory=list)
+    """Every expert as resolved."""
     expert_count: int | None = None
+    """How many experts the spec has."""
     canary: str | None = None
+    """The running canary in one line (the Canary column)."""
     catalog_token: CatalogTokenStatus | None = None
+    """The catalog read token the engines and the router use."""
 
 
 def now_rfc3339() -> str:

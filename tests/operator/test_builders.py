@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from mol_operator.builders import BuildError, Defaults, Facts, build_all, router_config
 from mol_platform.contract.spec import MoLDeployment
@@ -196,8 +197,9 @@ def test_base_weights(uri: str, model: str, init: bool) -> None:
 
 @pytest.mark.parametrize("uri", ["pvc:///no-claim", "s3:///no-bucket", "gs://bucket/x"])
 def test_bad_weight_uris_say_what_to_write(uri: str) -> None:
-    with pytest.raises(BuildError, match=r"baseModel\.uri"):
-        build_all(_facts(_obj(baseModel={"name": "tiny-llama", "uri": uri})))
+    """Refused by the spec (and the CRD) before anything is built."""
+    with pytest.raises(ValidationError, match=r"baseModel\.uri: use s3://<bucket>/<prefix>"):
+        _obj(baseModel={"name": "tiny-llama", "uri": uri})
 
 
 def test_router_objects_and_config() -> None:

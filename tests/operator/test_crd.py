@@ -38,7 +38,7 @@ def test_crd_names_columns_and_status() -> None:
     version = spec["versions"][0]
     assert version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == [
-        "Ready", "Replicas", "Experts", "Canary", "Age"]
+        "Ready", "Reason", "Replicas", "Experts", "Canary", "URL", "Age"]
 
 
 def _walk(node: Any) -> Any:

@@ -51,7 +51,7 @@ def _children(write_log: Any) -> list[tuple[str, str, str | None]]:
                   {"name": "chat", "adapter": "demo/ui@stable"}]},
      "InvalidSpec", "expert names must be unique; repeated: chat"),
     ({"router": {"mode": "explicit", "default": "nobody"}},
-     "InvalidSpec", "router.default 'nobody' is not an expert"),
+     "InvalidSpec", "router.default must name one of spec.experts: 'nobody' is not one"),
     ({"experts": [{"name": "chat", "adapter": "demo/chat"}], "router": {}},
      "InvalidSpec", "invalid adapter reference 'demo/chat'"),
     ({"experts": [{"name": "chat", "adapter": "demo/missing@stable"}], "router": {}},

@@ -79,11 +79,13 @@ def test_parse_names_every_field_to_fix() -> None:
     assert "spec.replicas" in err.value.message
 
 
-def test_parse_refuses_names_too_long_for_children() -> None:
-    with pytest.raises(Invalid, match="longer than 56"):
-        parse({"metadata": {"name": "x" * 60},
-               "spec": {"baseModel": {"name": "b", "uri": "/m"},
-                        "experts": [{"name": "a", "adapter": "n/a@v1"}]}})
+def test_parse_refuses_names_no_service_can_carry() -> None:
+    spec = {"baseModel": {"name": "b", "uri": "/m"},
+            "experts": [{"name": "a", "adapter": "n/a@v1"}]}
+    assert parse({"metadata": {"name": "x" * 63}, "spec": spec}).metadata.name == "x" * 63
+    for bad in ("x" * 64, "9lives"):
+        with pytest.raises(Invalid, match=r"metadata\.name must be a DNS-1035 label"):
+            parse({"metadata": {"name": bad}, "spec": spec})
 
 
 def test_warmup_results_per_pod() -> None:

@@ -80,22 +80,24 @@ def test_autoscaling_min_replicas_is_effective() -> None:
         ({"experts__0__adapter": "ACME/chat@stable"}, "invalid adapter reference"),
         ({"experts__1__adapter": "acme/coding@sha256:abc"}, "invalid adapter reference"),
         ({"engine__maxLoraRank": 48}, "maxLoraRank 48 is not supported"),
-        ({"engine__maxLoras": 8, "engine__maxCpuLoras": 4}, "maxCpuLoras (4) must be >="),
-        ({"autoscaling": {"maxReplicas": 4}}, "either replicas or autoscaling"),
+        ({"engine__maxLoras": 8, "engine__maxCpuLoras": 4}, "maxCpuLoras must be >= spec.engine"
+         ".maxLoras (4 < 8)"),
+        ({"autoscaling": {"maxReplicas": 4}}, "either spec.replicas or spec.autoscaling"),
         ({"experts__1__name": "chat"}, "expert names must be unique; repeated: chat"),
-        ({"router__default": "nope"}, "router.default 'nope' is not an expert"),
-        ({"router__classifier": {"expert": "nope"}}, "router.classifier.expert 'nope'"),
-        ({"router__classifier": _DELETE}, "needs router.classifier.expert"),
+        ({"router__default": "nope"}, "router.default must name one of spec.experts: 'nope'"),
+        ({"router__classifier": {"expert": "nope"}}, "router.classifier.expert must name one"),
+        ({"router__classifier": _DELETE}, "auto needs spec.router.classifier.expert"),
         ({"experts": []}, "at least 1 item"),
-        ({"baseModel__name": "Qwen/3"}, "invalid base model name"),
-        ({"adapterNamespaces": ["ok", "Bad!"]}, "invalid adapter namespace"),
+        ({"baseModel__name": "Qwen/3"}, "name 'Qwen/3' must be 1-63 lowercase"),
+        ({"adapterNamespaces": ["ok", "Bad!"]}, "name 'Bad!' must be 1-63 lowercase"),
+        ({"adapterNamespaces": ["ok", "ok"]}, "adapterNamespaces must be unique; repeated: ok"),
         ({"engine__bogus": 1}, "Extra inputs are not permitted"),
         ({"experts__1__canary": {"adapter": "acme/coding@candidate", "steps": [10, 5]}},
          "strictly increasing"),
         ({"experts__1__canary": {"adapter": "acme/coding@candidate", "steps": [50, 150]}},
-         "1..100"),
+         "less than or equal to 100"),
         ({"experts__1__canary": {"adapter": "acme/coding@candidate", "interval": "5 minutes"}},
-         "invalid duration"),
+         "canary.interval '5 minutes' must be a number and s, m or h"),
         ({"experts__1__canary": {"adapter": "nope"}}, "invalid adapter reference"),
     ],
 )
@@ -119,8 +121,10 @@ def test_canary_steps_may_end_below_100() -> None:
 
 
 def test_metadata_name_must_be_dns_label() -> None:
-    with pytest.raises(ValidationError, match=r"metadata\.name"):
-        MoLDeployment.model_validate({"metadata": {"name": "Bad_Name"}, "spec": BASE})
+    for bad in ("Bad_Name", "1abc", "a" * 64, "a.b"):
+        with pytest.raises(ValidationError, match=r"metadata\.name must be a DNS-1035 label"):
+            MoLDeployment.model_validate({"metadata": {"name": bad}, "spec": BASE})
+    assert MoLDeployment.model_validate({"metadata": {"name": "a" * 63}, "spec": BASE})
 
 
 def test_wrong_kind_rejected() -> None:
@@ -146,7 +150,7 @@ def test_parse_duration_rejects_garbage() -> None:
 
 def test_canary_interval_keeps_the_schema_form() -> None:
     """The CRD's pattern allows one number and unit; the validator says so too."""
-    with pytest.raises(ValueError, match="use a number and s, m or h"):
+    with pytest.raises(ValueError, match="must be a number and s, m or h"):
         CanarySpec.model_validate({"adapter": "acme/chat@v1", "interval": "1h30m"})
     assert CanarySpec.model_validate({"adapter": "acme/chat@v1",
                                       "interval": "2m"}).interval_seconds == 120
@@ -161,5 +165,5 @@ def test_gpus_per_replica_must_cover_tensor_parallel(gpus: int, tp: int, ok: boo
     if ok:
         MoLDeploymentSpec.model_validate(spec_with(**changes))
         return
-    with pytest.raises(ValidationError, match=r"gpusPerReplica .* must be >= engine\.tensorPar"):
+    with pytest.raises(ValidationError, match=r"gpusPerReplica must be >= spec\.engine\.tensorPar"):
         MoLDeploymentSpec.model_validate(spec_with(**changes))

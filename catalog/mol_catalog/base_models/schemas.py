@@ -7,8 +7,8 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from mol_catalog.util import MAX_BIGINT, ResponseBody, Text
+from mol_platform.contract.refs import REVISION_PATTERN
 
-REVISION_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 Dim = Annotated[int, Field(ge=0, le=MAX_BIGINT)]
 
 

@@ -10,12 +10,13 @@ from typing import Any
 
 from mol_catalog.base_models import repository
 from mol_catalog.base_models.repository import BaseRow
-from mol_catalog.base_models.schemas import REVISION_PATTERN, BaseModelCreate
+from mol_catalog.base_models.schemas import BaseModelCreate
 from mol_catalog.db import ReadConn, UnitOfWork
 from mol_catalog.errors import BadRequest, Conflict, InvalidName, NotFound, UnknownBaseModel
 from mol_catalog.models import utcnow
 from mol_catalog.util import check_json, valid_name
 from mol_platform.contract.compat import BaseModelError, BaseShapes
+from mol_platform.contract.refs import REVISION_PATTERN
 
 MAX_LAYERS = 100_000  # far beyond any model; keeps layer numbers plain 64-bit integers
 

@@ -1,12 +1,14 @@
 """What every builder shares: names, labels, owner references, serialization.
 
 Names are deterministic functions of the MoLDeployment's name, so the planner finds
-an object by name and a restarted operator recognizes what it made earlier.
+an object by name and a restarted operator recognizes what it made earlier; a name
+too long for its child is shortened with a stable hash (``names.child_name``).
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,14 +27,13 @@ from kubernetes.client import (
 )
 
 from mol_platform import __version__
+from mol_platform.contract.names import NAME_LIMIT, child_name
 from mol_platform.contract.spec import API_VERSION, KIND, MoLDeployment
 
 MANAGER = "mol-operator"
 PART_OF = "mol-platform"
 ENGINE_PORT = 8000
 ROUTER_PORT = 8080
-# The longest suffix a child's name gets ("-engine"): names stay valid DNS-1035 labels.
-MAX_NAME = 63 - len("-engine")
 TOKEN_KEY = "token"
 TOKEN_ID_ANNOTATION = "mol.dev/catalog-token-id"
 TOKEN_SCOPES_ANNOTATION = "mol.dev/catalog-token-scopes"
@@ -52,15 +53,15 @@ class Names:
 
     @property
     def engine(self) -> str:
-        return f"{self.deployment}-engine"
+        return child_name(self.deployment, "-engine")
 
     @property
     def router(self) -> str:
-        return f"{self.deployment}-router"
+        return child_name(self.deployment, "-router")
 
     @property
     def catalog_secret(self) -> str:
-        return f"{self.deployment}-catalog"
+        return child_name(self.deployment, "-catalog")
 
     @property
     def kserve(self) -> str:
@@ -68,8 +69,18 @@ class Names:
 
     @property
     def kserve_workload_service(self) -> str:
-        """The Service KServe's LLMInferenceService controller puts in front of vLLM."""
-        return f"{self.deployment}-kserve-workload-svc"
+        """The Service KServe's LLMInferenceService controller puts in front of vLLM,
+        named the way KServe names it (knative's ``kmeta.ChildName``)."""
+        return knative_child_name(self.deployment, "-kserve-workload-svc")
+
+
+def knative_child_name(parent: str, suffix: str) -> str:
+    """knative's ``kmeta.ChildName``, which KServe names its children with: past 63
+    characters, the parent's head and the md5 of the whole parent (32 hex)."""
+    if len(parent) + len(suffix) <= NAME_LIMIT:
+        return parent + suffix
+    digest = hashlib.md5(parent.encode(), usedforsecurity=False).hexdigest()
+    return parent[:NAME_LIMIT - len(digest) - len(suffix)] + digest + suffix
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ DIGEST_PATTERN = r"sha256:[0-9a-f]{64}"
 VERSION_PATTERN = r"v[1-9][0-9]{0,9}"
 MAX_VERSION = 2**31 - 1  # the catalog's version column is a 32-bit integer
 DNS_LABEL_PATTERN = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+# A base model's revision (a commit sha, a tag): what the catalog stores.
+REVISION_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 
 # Compiled without anchors: every check below uses ``fullmatch`` (``$`` would accept a
 # trailing newline, and "acme\n" is a name nothing can resolve).
@@ -150,6 +152,21 @@ class AdapterRef:
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}@{self.ref}"
+
+
+def number_pattern(limit: int) -> str:
+    """A regex (no anchors) for the decimal numbers 1..``limit``, no leading zeros: what
+    a schema pattern can say where a parser would compare numbers (``vN`` refs)."""
+    text = str(limit)
+    options = [f"[1-9][0-9]{{0,{len(text) - 2}}}"] if len(text) > 1 else []
+    for i, digit in enumerate(text):
+        low = "1" if i == 0 else "0"
+        top = int(digit) - 1
+        if top >= int(low):
+            rest = len(text) - i - 1
+            options.append(f"{text[:i]}[{low}-{top}]" + (f"[0-9]{{{rest}}}" if rest else ""))
+    options.append(text)
+    return "(?:" + "|".join(options) + ")"
 
 
 def _version_or_none(ref: str) -> int | None:

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic.alias_generators import to_camel
 
+from mol_platform.contract.names import child_name
 from mol_platform.contract.refs import check_name
 from mol_platform.contract.spec import AdapterRefStr, MoLDeployment
 
@@ -185,8 +186,9 @@ def load_router_config(path: str | Path) -> RouterConfig:
 
 
 def profile_name(deployment: str, namespace: str = "default") -> str:
-    """The serving profile a deployment declares in the catalog."""
-    return f"{namespace}.{deployment}"
+    """The serving profile a deployment declares in the catalog: ``<namespace>.<name>``,
+    shortened with a hash past the catalog's 63 characters (``names.child_name``)."""
+    return child_name(f"{namespace}.{deployment}")
 
 
 def router_config_from_spec(

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -22,7 +23,40 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from mol_platform.contract.refs import DNS_LABEL_RE, AdapterRef, RefError, check_name
+from mol_platform.contract.refs import AdapterRef, RefError
+from mol_platform.contract.spec_rules import (
+    ARG_RULES,
+    DNS_1035_PATTERN,
+    LABEL_MAX,
+    MAX_CANARY_STEPS,
+    MAX_EXPERTS,
+    MAX_EXTRA_ARGS,
+    MAX_NAMESPACES,
+    MAX_NODE_SELECTOR,
+    MAX_TOLERATIONS,
+    MSG_AUTO,
+    MSG_CLASSIFIER,
+    MSG_CPU_LORAS,
+    MSG_DEFAULT,
+    MSG_GPUS,
+    MSG_MIN_MAX,
+    MSG_NAME,
+    MSG_REPLICAS_XOR,
+    MSG_STEPS,
+    REF_RULES,
+    TEXT_MAX,
+    CatalogName,
+    Duration,
+    ExpertName,
+    ImageRef,
+    LabelValue,
+    MetricName,
+    ObjectName,
+    Revision,
+    WeightsUri,
+    cel,
+    steps_rule,
+)
 
 API_VERSION = "mol.dev/v1alpha1"
 KIND = "MoLDeployment"
@@ -32,10 +66,10 @@ SHORT_NAME = "mold"
 
 # vLLM accepts only these for --max-lora-rank.
 ALLOWED_MAX_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-# What the CRD's interval fields accept (the schema's pattern): one number and unit.
-_DURATION_RE = re.compile(r"^([0-9]+)(s|m|h)$")
 _DURATION_PART = re.compile(r"([0-9]+)([smhd])")
 _DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+DEFAULT_STEPS = (10, 25, 50, 100)
+_DNS_1035_RE = re.compile(DNS_1035_PATTERN)
 
 
 class _Model(BaseModel):
@@ -44,6 +78,7 @@ class _Model(BaseModel):
         populate_by_name=True,
         extra="forbid",
         frozen=True,
+        use_attribute_docstrings=True,
     )
 
 
@@ -55,8 +90,20 @@ def _check_ref(value: str) -> str:
     return value
 
 
-AdapterRefStr = Annotated[str, AfterValidator(_check_ref)]
+AdapterRefStr = Annotated[str, AfterValidator(_check_ref), REF_RULES]
 """An adapter reference (``ns/name@ref``) field, checked with the message users see."""
+
+
+def _defaulted(factory: Callable[[], Any]) -> Any:
+    """A field filled from ``factory`` when absent, and the CRD says so (``default``): the
+    API server fills it before validation, so CEL rules may rely on it being there."""
+    value = factory()
+    return Field(default_factory=factory,
+                 json_schema_extra={"default": {} if isinstance(value, BaseModel) else value})
+
+
+def _rules(*rules: dict[str, Any]) -> dict[str, Any]:
+    return {"x-kubernetes-validations": list(rules)}
 
 
 def parse_duration(value: str) -> int:
@@ -77,37 +124,47 @@ def parse_duration(value: str) -> int:
 
 
 class BaseModelSpec(_Model):
-    name: str
-    revision: str | None = None
-    uri: str
-    # A Secret in the deployment's namespace with the credentials the weights need:
-    # AWS_* keys for s3:// (synced by an init container), HF_TOKEN for hf://.
-    secret_ref: str | None = None
+    """The frozen base model every expert is a LoRA adapter of."""
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        return check_name(v, "base model name")
-
-    @field_validator("uri")
-    @classmethod
-    def _uri(cls, v: str) -> str:
-        if not v.strip():
-            raise ValueError("baseModel.uri must not be empty (s3://, pvc://, hf:// or a path)")
-        return v
+    name: CatalogName
+    """A base model registered in the catalog (``mol catalog base register``)."""
+    revision: Revision | None = None
+    """A pinned revision of the base; default: the catalog's current revision."""
+    uri: WeightsUri
+    """Where engines load the weights from: ``s3://bucket/prefix`` (synced by an init
+    container), ``pvc://claim/path``, ``hf://org/model`` or a path in the image."""
+    secret_ref: ObjectName | None = None
+    """A Secret in the deployment's namespace with the credentials the weights need:
+    AWS_* keys for s3://, HF_TOKEN for hf:// (passed to the engine with envFrom)."""
 
 
 class EngineSpec(_Model):
-    image: str = "ghcr.io/mol-platform/vllm-mol:0.32.0"
+    """The vLLM engines: each field maps to one vLLM flag."""
+
+    model_config = ConfigDict(json_schema_extra=_rules(
+        cel("has(self.maxCpuLoras) ? self.maxCpuLoras >= self.maxLoras : true", MSG_CPU_LORAS,
+            field_path=".maxCpuLoras")))
+
+    image: ImageRef = "ghcr.io/mol-platform/vllm-mol:0.32.0"
+    """The vLLM image, with the MoL resolver plugin installed (the project's engine image,
+    deploy/images/engine.Dockerfile; runs as a non-root user)."""
     max_loras: int = Field(default=4, ge=1, le=256)
+    """Adapters in one batch on the GPU (``--max-loras``)."""
     max_lora_rank: int = Field(
         default=64, json_schema_extra={"enum": list(ALLOWED_MAX_LORA_RANKS)}
     )
-    max_cpu_loras: int | None = Field(default=32, ge=1)
-    max_model_len: int | None = Field(default=None, ge=16)
-    tensor_parallel_size: int = Field(default=1, ge=1)
+    """The largest adapter rank served (``--max-lora-rank``; vLLM's allowed values)."""
+    max_cpu_loras: int | None = Field(default=32, ge=1, le=65536)
+    """Adapters kept in host memory (``--max-cpu-loras``); null leaves vLLM's default."""
+    max_model_len: int | None = Field(default=None, ge=16, le=16_777_216)
+    """The context length (``--max-model-len``); default: the model's."""
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    """GPUs one replica shards the model over (``--tensor-parallel-size``)."""
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
-    extra_args: list[str] = Field(default_factory=list)
+    """The share of GPU memory vLLM may use (``--gpu-memory-utilization``)."""
+    extra_args: list[Annotated[str, ARG_RULES]] = Field(default_factory=list,
+                                                        max_length=MAX_EXTRA_ARGS)
+    """More vLLM flags, passed after the ones above."""
 
     @field_validator("max_lora_rank")
     @classmethod
@@ -120,68 +177,89 @@ class EngineSpec(_Model):
     @model_validator(mode="after")
     def _cpu_loras(self) -> EngineSpec:
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
-            raise ValueError(
-                f"maxCpuLoras ({self.max_cpu_loras}) must be >= maxLoras ({self.max_loras})"
-            )
+            raise ValueError(f"{MSG_CPU_LORAS} ({self.max_cpu_loras} < {self.max_loras})")
         return self
 
 
 class Toleration(BaseModel):
-    model_config = ConfigDict(extra="allow", frozen=True)
-    key: str | None = None
-    operator: str | None = None
-    value: str | None = None
-    effect: str | None = None
+    """A Kubernetes toleration, passed to the engine pods as written."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, use_attribute_docstrings=True)
+    key: str | None = Field(default=None, max_length=317)
+    """The taint key (empty with operator Exists: every taint)."""
+    operator: Literal["Exists", "Equal"] | None = None
+    """Exists or Equal (the default)."""
+    value: str | None = Field(default=None, max_length=LABEL_MAX)
+    """The taint value, with operator Equal."""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    """The taint effect to tolerate; empty: all."""
 
 
 class NodePoolSpec(_Model):
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
-    gpus_per_replica: int = Field(default=1, ge=0)
+    """The GPU node pool the engines run on."""
+
+    node_selector: dict[str, LabelValue] = Field(
+        default_factory=dict, max_length=MAX_NODE_SELECTOR,
+        json_schema_extra={"maxProperties": MAX_NODE_SELECTOR})
+    """Node labels an engine pod needs."""
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=MAX_TOLERATIONS)
+    """Taints of the pool's nodes that engine pods tolerate."""
+    gpus_per_replica: int = Field(default=1, ge=0, le=64)
+    """``nvidia.com/gpu`` per engine replica; 0 is a CPU engine (kind clusters, CI)."""
 
 
 class AutoscalingSpec(_Model):
-    min_replicas: int = Field(default=1, ge=0)
-    max_replicas: int = Field(ge=1)
-    metric: str = "vllm:num_requests_waiting"
-    target: float = Field(default=5.0, gt=0)
+    """Engine autoscaling: a KEDA ScaledObject on a Prometheus query of a vLLM metric."""
+
+    model_config = ConfigDict(json_schema_extra=_rules(
+        cel("self.minReplicas <= self.maxReplicas", MSG_MIN_MAX, field_path=".minReplicas")))
+
+    min_replicas: int = Field(default=1, ge=0, le=1000)
+    """The fewest engines; 0 scales to zero (woken by the router's pending requests)."""
+    max_replicas: int = Field(ge=1, le=1000)
+    """The most engines."""
+    metric: MetricName = "vllm:num_requests_waiting"
+    """The vLLM metric summed over the engines."""
+    target: float = Field(default=5.0, gt=0, le=1e9)
+    """The metric's value per replica KEDA aims for."""
 
     @model_validator(mode="after")
     def _range(self) -> AutoscalingSpec:
         if self.min_replicas > self.max_replicas:
-            raise ValueError(
-                f"autoscaling.minReplicas ({self.min_replicas}) must be <= "
-                f"maxReplicas ({self.max_replicas})"
-            )
+            raise ValueError(f"{MSG_MIN_MAX} ({self.min_replicas} > {self.max_replicas})")
         return self
 
 
 class CanaryAnalysis(_Model):
+    """When a canary counts as healthy; values at the limits pass."""
+
     max_error_rate: float = Field(default=0.02, ge=0.0, le=1.0)
-    max_latency_ratio: float = Field(default=1.25, gt=0.0)
+    """The most canary 5xx per canary request."""
+    max_latency_ratio: float = Field(default=1.25, gt=0.0, le=1000.0)
+    """The most canary mean latency per stable mean latency."""
 
 
 class CanarySpec(_Model):
+    """A progressive rollout of another version of the expert's adapter."""
+
     adapter: AdapterRefStr
-    steps: list[int] = Field(default_factory=lambda: [10, 25, 50, 100], min_length=1)
-    interval: str = Field(default="5m", json_schema_extra={"pattern": _DURATION_RE.pattern})
-    analysis: CanaryAnalysis = Field(default_factory=CanaryAnalysis)
+    """The version on trial (any reference; resolved in the catalog)."""
+    steps: list[Annotated[int, Field(ge=1, le=100)]] = Field(
+        default_factory=lambda: list(DEFAULT_STEPS), min_length=1,
+        max_length=MAX_CANARY_STEPS, json_schema_extra={
+            "default": list(DEFAULT_STEPS), "x-kubernetes-validations": [steps_rule()]})
+    """Percent of the expert's traffic at each step, strictly increasing, in 1..100."""
+    interval: Duration = "5m"
+    """Time on each step: a number and s, m or h."""
+    analysis: CanaryAnalysis = _defaulted(CanaryAnalysis)
+    """The health limits checked on every look."""
 
     @field_validator("steps")
     @classmethod
     def _steps(cls, v: list[int]) -> list[int]:
         for a, b in itertools.pairwise(v):
             if b <= a:
-                raise ValueError(f"canary.steps must be strictly increasing; got {v}")
-        if v[0] <= 0 or v[-1] > 100:
-            raise ValueError(f"canary.steps must be percentages in 1..100; got {v}")
-        return v
-
-    @field_validator("interval")
-    @classmethod
-    def _interval(cls, v: str) -> str:
-        if _DURATION_RE.fullmatch(v) is None:
-            raise ValueError(f"invalid duration {v[:40]!r}: use a number and s, m or h, e.g. 5m")
+                raise ValueError(f"{MSG_STEPS}; got {v}")
         return v
 
     @property
@@ -190,70 +268,123 @@ class CanarySpec(_Model):
 
 
 class ExpertSpec(_Model):
-    name: str
-    adapter: AdapterRefStr
-    description: str = ""
-    canary: CanarySpec | None = None
+    """One expert: a LoRA adapter from the catalog, under a name clients can call."""
 
-    @field_validator("name")
-    @classmethod
-    def _name(cls, v: str) -> str:
-        if not DNS_LABEL_RE.fullmatch(v):
-            raise ValueError(
-                f"expert name {v!r} must be a DNS label: lowercase letters, digits and '-', "
-                "at most 63 characters"
-            )
-        return v
+    name: ExpertName
+    """The expert's name (a DNS label), unique in the deployment."""
+    adapter: AdapterRefStr
+    """``namespace/name@ref``: an alias (``stable``; ``latest`` = the newest ready
+    version), a version (``v3``) or a digest (``sha256:...``)."""
+    description: str = Field(default="", max_length=TEXT_MAX)
+    """What the expert is for; the classifier reads it."""
+    canary: CanarySpec | None = None
+    """An optional progressive rollout of another version."""
 
 
 class ClassifierSpec(_Model):
-    expert: str
+    """The L0 router: an expert asked to choose, its output constrained to expert names."""
+
+    expert: ExpertName
+    """The expert that classifies requests."""
 
 
 class HandoffSpec(_Model):
+    """Expert-to-expert handoff through a tool call."""
+
     enabled: bool = False
+    """Offer the handoff tool (engines get --enable-auto-tool-choice)."""
     max_hops: int = Field(default=2, ge=1, le=8)
+    """The most handoffs in one request."""
 
 
 class SecretRef(_Model):
-    secret_ref: str
+    """A Secret in the deployment's namespace."""
+
+    secret_ref: ObjectName
+    """The Secret's name."""
 
 
 class RouterSpec(_Model):
+    """The per-deployment router."""
+
+    model_config = ConfigDict(json_schema_extra=_rules(
+        cel("self.mode != 'auto' || has(self.classifier)", MSG_AUTO,
+            field_path=".classifier", reason="FieldValueRequired")))
+
     mode: Literal["auto", "explicit"] = "explicit"
+    """auto: the classifier picks the expert; explicit: the client names it."""
     classifier: ClassifierSpec | None = None
-    default: str | None = None
-    handoff: HandoffSpec = Field(default_factory=HandoffSpec)
+    """The classifier expert (needed by mode auto)."""
+    default: ExpertName | None = None
+    """The expert used when none is named or chosen; default: the first expert."""
+    handoff: HandoffSpec = _defaulted(HandoffSpec)
+    """Expert-to-expert handoff."""
     api_keys: SecretRef | None = None
-    replicas: int = Field(default=2, ge=0)
+    """A Secret with API keys (and the catalog namespaces each may use); else open."""
+    replicas: int = Field(default=2, ge=0, le=100)
+    """Router replicas (a Deployment and a Service per MoLDeployment)."""
 
 
 class ServingSpec(_Model):
+    """How engines are run."""
+
     mode: Literal["raw", "kserve"] = "raw"
+    """raw: a Deployment and a Service; kserve: a KServe LLMInferenceService."""
 
 
 class MoLDeploymentSpec(_Model):
+    """A base model on vLLM, LoRA experts from the catalog, and a router in front."""
+
+    model_config = ConfigDict(json_schema_extra=_rules(
+        cel("!has(self.replicas) || !has(self.autoscaling)", MSG_REPLICAS_XOR,
+            field_path=".autoscaling", reason="FieldValueForbidden"),
+        cel("has(self.router.default) ? "
+            "self.experts.exists(e, e.name == self.router.default) : true", MSG_DEFAULT,
+            field_path=".router.default"),
+        cel("has(self.router.classifier) ? "
+            "self.experts.exists(e, e.name == self.router.classifier.expert) : true",
+            MSG_CLASSIFIER,
+            field_path=".router.classifier.expert"),
+        cel("self.nodePool.gpusPerReplica >= self.engine.tensorParallelSize || "
+            "(self.nodePool.gpusPerReplica == 0 && self.engine.tensorParallelSize == 1)",
+            MSG_GPUS, field_path=".nodePool.gpusPerReplica"),
+    ))
+
     base_model: BaseModelSpec
-    engine: EngineSpec = Field(default_factory=EngineSpec)
-    node_pool: NodePoolSpec = Field(default_factory=NodePoolSpec)
-    replicas: int | None = Field(default=None, ge=0)
+    """The base model."""
+    engine: EngineSpec = _defaulted(EngineSpec)
+    """The vLLM engines."""
+    node_pool: NodePoolSpec = _defaulted(NodePoolSpec)
+    """Where engines run."""
+    replicas: int | None = Field(default=None, ge=0, le=1000)
+    """Engine replicas (or autoscaling, not both); default 1."""
     autoscaling: AutoscalingSpec | None = None
-    adapter_namespaces: list[str] = Field(default_factory=list)
-    experts: list[ExpertSpec] = Field(min_length=1)
-    router: RouterSpec = Field(default_factory=RouterSpec)
-    serving: ServingSpec = Field(default_factory=ServingSpec)
+    """Engine autoscaling (or replicas, not both)."""
+    adapter_namespaces: list[CatalogName] = Field(
+        default_factory=list, max_length=MAX_NAMESPACES,
+        json_schema_extra={"x-kubernetes-list-type": "set"})
+    """Catalog namespaces whose adapters clients may call by reference
+    (``model: acme/support-bot@stable``): the multi-tenant pool."""
+    experts: list[ExpertSpec] = Field(min_length=1, max_length=MAX_EXPERTS, json_schema_extra={
+        "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
+    """The experts, by unique name."""
+    router: RouterSpec = _defaulted(RouterSpec)
+    """The router."""
+    serving: ServingSpec = _defaulted(ServingSpec)
+    """How engines are run."""
 
     @field_validator("adapter_namespaces")
     @classmethod
     def _namespaces(cls, v: list[str]) -> list[str]:
-        for ns in v:
-            check_name(ns, "adapter namespace")
+        dupes = sorted({ns for ns in v if v.count(ns) > 1})
+        if dupes:
+            raise ValueError(f"adapterNamespaces must be unique; repeated: {', '.join(dupes)}")
         return v
 
     @model_validator(mode="after")
     def _cross_field(self) -> MoLDeploymentSpec:
         if self.replicas is not None and self.autoscaling is not None:
-            raise ValueError("set either replicas or autoscaling, not both")
+            raise ValueError(MSG_REPLICAS_XOR)
         names = [e.name for e in self.experts]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -261,21 +392,16 @@ class MoLDeploymentSpec(_Model):
         known = ", ".join(names)
         r = self.router
         if r.default is not None and r.default not in names:
-            raise ValueError(f"router.default {r.default!r} is not an expert (experts: {known})")
+            raise ValueError(f"{MSG_DEFAULT}: {r.default!r} is not one (experts: {known})")
         if r.classifier is not None and r.classifier.expert not in names:
-            raise ValueError(
-                f"router.classifier.expert {r.classifier.expert!r} is not an expert "
-                f"(experts: {known})"
-            )
+            raise ValueError(f"{MSG_CLASSIFIER}: {r.classifier.expert!r} is not one "
+                             f"(experts: {known})")
         if r.mode == "auto" and r.classifier is None:
-            raise ValueError("router.mode 'auto' needs router.classifier.expert")
+            raise ValueError(MSG_AUTO)
         gpus, tp = self.node_pool.gpus_per_replica, self.engine.tensor_parallel_size
         # gpusPerReplica 0 is a CPU engine (kind clusters, CI); it cannot shard.
         if gpus < tp and not (gpus == 0 and tp == 1):
-            raise ValueError(
-                f"nodePool.gpusPerReplica ({gpus}) must be >= engine.tensorParallelSize ({tp}):"
-                " each replica shards the model over that many GPUs"
-            )
+            raise ValueError(f"{MSG_GPUS}; got {gpus} and {tp}")
         return self
 
     @property
@@ -306,8 +432,8 @@ class ObjectMeta(BaseModel):
     @field_validator("name")
     @classmethod
     def _name(cls, v: str) -> str:
-        if not DNS_LABEL_RE.fullmatch(v):
-            raise ValueError(f"metadata.name {v!r} must be a DNS label (lowercase, digits, '-')")
+        if len(v) > LABEL_MAX or not _DNS_1035_RE.fullmatch(v):
+            raise ValueError(f"{MSG_NAME}; got {v[:80]!r}")
         return v
 
 
