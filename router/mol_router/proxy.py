@@ -44,7 +44,7 @@ def _request_id(value: str | None) -> str:
     return f"{random.getrandbits(128):032x}"  # a label, not a secret: no syscall needed
 
 
-def trace_id(traceparent: str | None, rid: str) -> str | None:
+def _trace_id(traceparent: str | None, rid: str) -> str | None:
     """The exemplar's trace id: W3C ``traceparent``'s (``00-<32 hex>-<16 hex>-<2
     hex>``) when valid, else the request id (None when too long for an OpenMetrics
     exemplar, whose labels may hold 128 characters)."""
@@ -83,7 +83,7 @@ class GenerationProxy:
         """The response, or None once it was streamed."""
         started = time.perf_counter()
         rid = _request_id(request.headers.get("x-request-id"))
-        trace = trace_id(request.headers.get("traceparent"), rid)
+        trace = _trace_id(request.headers.get("traceparent"), rid)
         rt = self.rt
         served: Served | None = None
         code = 200

@@ -35,7 +35,7 @@ _RESCALE_AT = 1e150
 
 class TopAdapters:
     __slots__ = ("_counts", "_epoch", "_half_life", "_limit", "_on_leave", "_repeat",
-                 "_since_rank", "_total", "k", "members")
+                 "_since_rank", "k", "members")
 
     def __init__(self, k: int, half_life: float = 300.0,
                  on_leave: Callable[[str], None] | None = None) -> None:
@@ -49,7 +49,6 @@ class TopAdapters:
         self._limit = max(4 * k, 16)
         self._counts: dict[str, float] = {}
         self._repeat: set[str] = set()  # remembered adapters with two requests or more
-        self._total = 0.0
         self._epoch: float | None = None
         self._since_rank = 0
         self._on_leave = on_leave or (lambda _adapter: None)
@@ -62,7 +61,6 @@ class TopAdapters:
         counts = self._counts
         before = counts.get(adapter)
         counts[adapter] = weight if before is None else before + weight
-        self._total += weight
         if before is not None and adapter not in self.members:
             self._repeat.add(adapter)
             if len(self.members) < self.k:
@@ -81,10 +79,6 @@ class TopAdapters:
         """The label ``adapter``'s series carry now."""
         return adapter if adapter in self.members else OTHER
 
-    def share(self, adapter: str) -> float:
-        """The adapter's share of recent requests (0 when forgotten)."""
-        return self._counts.get(adapter, 0.0) / self._total if self._total else 0.0
-
     def _rank(self) -> None:
         self._since_rank = 0
         members, counts = self.members, self._counts
@@ -100,7 +94,6 @@ class TopAdapters:
         w = 2.0 ** ((now - self._epoch) / self._half_life)
         self._counts = {a: c / w for a, c in self._counts.items() if c / w > 1e-12}
         self._repeat &= self._counts.keys()
-        self._total /= w
         self._epoch = now
 
 

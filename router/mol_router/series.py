@@ -22,10 +22,12 @@ from prometheus_client.registry import Collector
 from prometheus_client.samples import Exemplar
 from prometheus_client.utils import floatToGoString
 
+from mol_router.ranking import OTHER
+
 Key = tuple[str, ...]
-Index = dict[str, list[tuple["Counters | Histograms", Key]]]
+Index = dict[str, list[tuple["_Family", Key]]]
 """Adapter name -> the rows that carry it as a label, so they can be dropped."""
-SKIP_INDEX = frozenset({"", "other"})
+_UNINDEXED = frozenset({"", OTHER})
 
 
 class _Family:
@@ -39,8 +41,11 @@ class _Family:
         self._at = self.labelnames.index(index[1]) if index else -1
 
     def _new_row(self, key: Key) -> None:
-        if self._index is not None and key[self._at] not in SKIP_INDEX:
-            self._index.setdefault(key[self._at], []).append((self, key))  # type: ignore[arg-type]
+        if self._index is not None and key[self._at] not in _UNINDEXED:
+            self._index.setdefault(key[self._at], []).append((self, key))
+
+    def forget(self, key: Key) -> None:
+        raise NotImplementedError
 
 
 class Counters(_Family):
@@ -60,6 +65,9 @@ class Counters(_Family):
             self._new_row(key)
             value = 0.0
         rows[key] = value + amount
+
+    def forget(self, key: Key) -> None:
+        self.rows.pop(key, None)
 
     def family(self) -> Metric:
         fam = CounterMetricFamily(self.name, self.doc, labels=self.labelnames)
@@ -102,6 +110,9 @@ class Histograms(_Family):
         if trace is not None:
             row.exemplars[i] = (trace, value)
 
+    def forget(self, key: Key) -> None:
+        self.rows.pop(key, None)
+
     def family(self) -> Metric:
         fam = HistogramMetricFamily(self.name, self.doc, labels=self.labelnames)
         les = self._les
@@ -124,7 +135,7 @@ Family = Counters | Histograms
 def drop(index: Index, adapter: str) -> None:
     """Remove every row labelled with ``adapter``."""
     for fam, key in index.pop(adapter, ()):
-        fam.rows.pop(key, None)
+        fam.forget(key)
 
 
 class FamilyCollector(Collector):
