@@ -9,6 +9,8 @@ after a delay, and estimates adapter loads for ``mol_router_adapter_loads_total`
 It also estimates what a policy needs to spend GPU slots well: each engine's slot
 contents in least-recently-used order (what vLLM would evict next), the adapters sent
 there since the last scrape, and each adapter's share of recent requests (``demand``).
+From the same estimate it tells the proxy which sends are cold (the engine did not
+hold the adapter: the request waits for a load), for the per-adapter cold metrics.
 
 An adapter load is estimated from ``vllm:lora_requests_info``: vLLM lists only the
 adapters with running requests, and keeps an idle adapter in its GPU slot until a
