@@ -229,6 +229,48 @@ def lora_fleet() -> dashboard.Dashboard:
     return _with_panels(d, panels)
 
 
+def adapters() -> dashboard.Dashboard:
+    """The router's top K adapters by recent traffic (the rest are ``other``; a router
+    labels at most ``MOL_ROUTER_TOP_ADAPTERS``), and its tenants."""
+    req = "mol_router_requests_total"
+    d = _deployment_var(_base("mol-adapters", "MoL adapters and tenants", ["router", "lora"],
+                              req))
+    top = f'{DEP},adapter!=""'
+    cold = "mol_router_adapter_cold_requests_total"
+    panels = [
+        ts("Requests/s by adapter (top K; other: the rest)", "reqps",
+           Query(f"sum by (adapter) (rate({req}{{{top}}}[{RATE}]))", "{{adapter}}")),
+        ts("Share of requests outside the top K (other)", "percentunit",
+           Query(f'sum by (deployment) (rate({req}{{{DEP},adapter="other"}}[{RATE}])) / '
+                 f"sum by (deployment) (rate({req}{{{top}}}[{RATE}]))", "{{deployment}}")),
+        ts("Error rate (5xx) by adapter", "percentunit",
+           Query(f'sum by (adapter) (rate({req}{{{top},code=~"5.."}}[{RATE}])) / '
+                 f"sum by (adapter) (rate({req}{{{top}}}[{RATE}]))", "{{adapter}}")),
+        ts("Latency p50 / p95 by adapter", "s",
+           *quantiles("mol_router_adapter_request_duration_seconds", "adapter", DEP)),
+        ts("Time to first token p50 / p95 by adapter", "s",
+           *quantiles("mol_router_adapter_time_to_first_token_seconds", "adapter", DEP)),
+        ts("Tokens/s by adapter", "short",
+           Query(f"sum by (adapter, kind) (rate(mol_router_adapter_tokens_total{{{DEP}}}"
+                 f"[{RATE}]))", "{{adapter}} {{kind}}")),
+        ts("Cold requests (sent to a replica without the adapter) by adapter", "percentunit",
+           Query(f"sum by (adapter) (rate({cold}{{{DEP}}}[{RATE}])) / "
+                 f"sum by (adapter) (rate({req}{{{top}}}[{RATE}]))", "{{adapter}}")),
+        ts("Cold start p50 / p95 by adapter (send to first event)", "s",
+           *quantiles("mol_router_adapter_cold_start_seconds", "adapter", DEP)),
+        ts("Latency p95 by tenant", "s",
+           *quantiles("mol_router_tenant_request_duration_seconds", "tenant", DEP, (0.95,))),
+        ts("Time to first token p95 by tenant", "s",
+           *quantiles("mol_router_tenant_time_to_first_token_seconds", "tenant", DEP,
+                      (0.95,))),
+        ts("Error rate (non-2xx) by tenant", "percentunit",
+           Query(f'sum by (tenant) (rate(mol_router_tenant_requests_total{{{DEP},code!~"2.."}}'
+                 f"[{RATE}])) / sum by (tenant) (rate(mol_router_tenant_requests_total"
+                 f"{{{DEP}}}[{RATE}]))", "{{tenant}}")),
+    ]
+    return _with_panels(d, panels)
+
+
 def catalog() -> dashboard.Dashboard:
     req = "mol_catalog_requests_total"
     d = _base("mol-catalog", "MoL adapter catalog", ["catalog"], req)
@@ -270,7 +312,7 @@ def operator() -> dashboard.Dashboard:
 
 DASHBOARDS: dict[str, Callable[[], dashboard.Dashboard]] = {
     "mol-overview": overview, "mol-canary": canary, "mol-lora-fleet": lora_fleet,
-    "mol-catalog": catalog, "mol-operator": operator,
+    "mol-adapters": adapters, "mol-catalog": catalog, "mol-operator": operator,
 }
 
 

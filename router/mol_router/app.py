@@ -9,7 +9,8 @@ from functools import partial
 from typing import Any
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics
 
 from mol_router.errors import RouterError
 from mol_router.proxy import GenerationProxy
@@ -25,6 +26,7 @@ _NO_ROUTE = ("; the API is /v1/chat/completions, /v1/completions and /v1/models"
 _JSON = {"Content-Type": "application/json"}
 _NO_KEY = RouterError(401, "missing or invalid API key: send Authorization: Bearer <key>",
                       "invalid_api_key")
+_openmetrics: Callable[[CollectorRegistry], bytes] = openmetrics.generate_latest
 
 
 class RouterHandler:
@@ -59,7 +61,7 @@ class RouterHandler:
         under ``reason`` when given; the connection closes after it."""
         if reason is not None:
             self.rt.metrics.rejected(reason)
-        self.rt.metrics.request_done("none", "", "", status, 0.0)
+        self.rt.metrics.request_done("none", "", "", "none", status, 0.0, None)
         return error_response(RouterError(status, message, code), close=True)
 
     async def __call__(self, request: Request) -> Response | None:
@@ -159,8 +161,14 @@ class RouterHandler:
         return Response(200, orjson.dumps(body), _JSON)
 
     async def metrics(self, request: Request) -> Response:
-        return Response(200, generate_latest(self.rt.metrics.registry),
-                        {"Content-Type": CONTENT_TYPE_LATEST})
+        """Prometheus text, or OpenMetrics (with the latency histograms' exemplars)
+        when the scraper's ``Accept`` asks for it, as Prometheus does with exemplar
+        storage on."""
+        registry = self.rt.metrics.registry
+        if "application/openmetrics-text" in (request.headers.get("accept") or ""):
+            return Response(200, _openmetrics(registry),
+                            {"Content-Type": openmetrics.CONTENT_TYPE_LATEST})
+        return Response(200, generate_latest(registry), {"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(self, request: Request) -> Response:
         return Response(200, b"ok", {"Content-Type": "text/plain; charset=utf-8"})

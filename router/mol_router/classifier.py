@@ -73,7 +73,7 @@ async def classify(rt: Runtime, upstreams: Upstreams, body: dict[str, Any], chat
                              {"role": "user", "content": request_text(body, chat)}],
                 "structured_outputs": {"choice": list(routing.classifier_choices)},
                 "max_tokens": 16, "temperature": 0, "stream": False})
-            resp, endpoint = await upstreams.send(
+            resp, endpoint, _cold = await upstreams.send(
                 "/v1/chat/completions", payload, headers, RouteRequest(resolved.name),
                 rt.limits.classifier)
             ok = False

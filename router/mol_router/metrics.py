@@ -1,42 +1,93 @@
 """The router's Prometheus metrics (names from docs/design.md), one registry per server.
 
 A registry per :class:`RouterMetrics` keeps several routers in one process (tests,
-benchmarks) apart. Label children used on every request are cached so the hot path
-does one dict lookup per metric instead of prometheus_client's label validation.
+benchmarks) apart. The families every request touches are plain tables
+(:mod:`mol_router.series`); the rare ones (errors, reloads, gauges) are
+prometheus_client's, with the label children they use cached.
+
+Bounded whatever the traffic: the ``adapter`` label carries the top K adapters by
+recent traffic (:mod:`mol_router.ranking`) or ``other``, and an adapter leaving the
+top K takes its series with it. Experts and tenants come from the config and key
+file, so they are always labelled. Latency histograms carry the request's trace id
+as an exemplar (the ``traceparent`` trace id, else the request id).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from mol_router.ranking import OTHER, TopAdapters
+from mol_router.selection import ADAPTER_LABEL
+from mol_router.series import Counters, FamilyCollector, Histograms, Index, drop
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                     60.0, 120.0, 300.0)
+_LOAD_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
 class RouterMetrics:
-    def __init__(self, deployment: str) -> None:
+    def __init__(self, deployment: str, top_k: int = 100, half_life: float = 300.0) -> None:
         self.deployment = deployment
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
-        self.requests = Counter(
-            "mol_router_requests", "Requests answered, by expert, adapter, version and status.",
-            ["deployment", "expert", "adapter", "version", "code"], registry=r)
-        self.duration = Histogram(
+        self.top = TopAdapters(top_k, half_life, on_leave=self._forget)
+        self._index: Index = {}
+        by_adapter = (self._index, "adapter")
+        lat = _LATENCY_BUCKETS
+        self.requests = Counters(
+            "mol_router_requests", "Requests answered, by expert, adapter (top K or other), "
+            "version and status.", ["deployment", "expert", "adapter", "version", "code"],
+            by_adapter)
+        self.duration = Histograms(
             "mol_router_request_duration_seconds", "Whole request time as the router saw it.",
-            ["deployment", "expert", "version"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.ttft = Histogram(
+            ["deployment", "expert", "version"], lat)
+        self.ttft = Histograms(
             "mol_router_time_to_first_token_seconds",
             "Time from the request's arrival to the first streamed content byte sent.",
-            ["deployment", "expert", "version"], buckets=_LATENCY_BUCKETS, registry=r)
-        self.tokens = Counter(
+            ["deployment", "expert", "version"], lat)
+        self.tokens = Counters(
             "mol_router_tokens", "Tokens by tenant and expert; kind is prompt or completion.",
-            ["deployment", "tenant", "expert", "kind"], registry=r)
-        self.decisions = Counter(
+            ["deployment", "tenant", "expert", "kind"])
+        self.decisions = Counters(
             "mol_router_route_decisions",
             "Expert selections by how they were made (router, model, adapter, classifier, "
-            "fallback, default, handoff).", ["deployment", "mode", "expert"], registry=r)
+            "fallback, default, handoff).", ["deployment", "mode", "expert"])
+        self.adapter_duration = Histograms(
+            "mol_router_adapter_request_duration_seconds",
+            "Whole request time by adapter (top K or other).", ["deployment", "adapter"], lat,
+            by_adapter)
+        self.adapter_ttft = Histograms(
+            "mol_router_adapter_time_to_first_token_seconds",
+            "Arrival to the first streamed content byte, by adapter (top K or other).",
+            ["deployment", "adapter"], lat, by_adapter)
+        self.adapter_tokens = Counters(
+            "mol_router_adapter_tokens", "Tokens by adapter (top K or other); kind is prompt "
+            "or completion.", ["deployment", "adapter", "kind"], by_adapter)
+        self.cold = Counters(
+            "mol_router_adapter_cold_requests", "Requests sent to an engine replica that did "
+            "not hold their adapter (they wait for its load), by adapter (top K or other).",
+            ["deployment", "adapter"], by_adapter)
+        self.cold_start = Histograms(
+            "mol_router_adapter_cold_start_seconds", "Streamed cold requests: from sending "
+            "to the engine to its first event (the adapter's load, as far as the router sees "
+            "it), by adapter (top K or other).", ["deployment", "adapter"], _LOAD_BUCKETS,
+            by_adapter)
+        self.tenant_requests = Counters(
+            "mol_router_tenant_requests", "Requests answered, by tenant and status.",
+            ["deployment", "tenant", "code"])
+        self.tenant_duration = Histograms(
+            "mol_router_tenant_request_duration_seconds", "Whole request time by tenant.",
+            ["deployment", "tenant"], lat)
+        self.tenant_ttft = Histograms(
+            "mol_router_tenant_time_to_first_token_seconds",
+            "Arrival to the first streamed content byte, by tenant.", ["deployment", "tenant"],
+            lat)
+        r.register(FamilyCollector([
+            self.requests, self.duration, self.ttft, self.tokens, self.decisions,
+            self.adapter_duration, self.adapter_ttft, self.adapter_tokens, self.cold,
+            self.cold_start, self.tenant_requests, self.tenant_duration, self.tenant_ttft]))
         self.adapter_loads = Counter(
             "mol_router_adapter_loads", "Adapter loads seen on engines (estimated from "
             "vllm:lora_requests_info).", ["deployment"], registry=r)
@@ -62,10 +113,6 @@ class RouterMetrics:
             "mol_router_config_reloads", "Config file reloads by result (ok, invalid).",
             ["result"], registry=r)
         self._children: dict[tuple[Any, ...], Any] = {}
-        # Per-request metrics: one lookup on a plain tuple key, children created once.
-        self._done: dict[tuple[str, str, str, int], tuple[Any, Any]] = {}
-        self._tokens: dict[tuple[str, str], tuple[Any, Any]] = {}
-        self._decided: dict[tuple[str, str], Any] = {}
         self.pending_child = self.pending.labels(deployment)
         self.ready_child = self.ready.labels(deployment)
         self.loads_child = self.adapter_loads.labels(deployment)
@@ -77,39 +124,57 @@ class RouterMetrics:
             child = self._children[key] = metric.labels(*labels)
         return child
 
-    def request_done(self, expert: str, adapter: str, version: str, code: int,
-                     seconds: float) -> None:
-        key = (expert, adapter, version, code)
-        pair = self._done.get(key)
-        if pair is None:
-            d = self.deployment
-            pair = self._done[key] = (
-                self.requests.labels(d, expert, adapter, version, str(code)),
-                self.duration.labels(d, expert, version))
-        pair[0].inc()
-        pair[1].observe(seconds)
+    def _forget(self, adapter: str) -> None:
+        drop(self._index, adapter)
 
-    def first_token(self, expert: str, version: str, seconds: float) -> None:
-        self._child(self.ttft, self.deployment, expert, version).observe(seconds)
+    # --- per request ------------------------------------------------------------------
 
-    def count_tokens(self, tenant: str, expert: str, prompt: int, completion: int) -> None:
-        pair = self._tokens.get((tenant, expert))
-        if pair is None:
-            d = self.deployment
-            pair = self._tokens[(tenant, expert)] = (
-                self.tokens.labels(d, tenant, expert, "prompt"),
-                self.tokens.labels(d, tenant, expert, "completion"))
+    def saw(self, adapter: str, now: float) -> None:
+        """A request (or a handoff hop) goes to ``adapter``: counts toward the top K."""
+        self.top.add(adapter, now)
+
+    def request_done(self, expert: str, adapter: str, version: str, tenant: str, code: int,
+                     seconds: float, trace: str | None) -> None:
+        """One answered request; ``adapter`` is ``""`` when none was chosen."""
+        d = self.deployment
+        label = adapter if adapter in self.top.members or not adapter else OTHER
+        status = str(code)
+        if label == OTHER and expert == ADAPTER_LABEL:
+            version = ""  # folded with the adapter: versions of other adapters are unbounded
+        self.requests.inc((d, expert, label, version, status))
+        self.duration.observe((d, expert, version), seconds, trace)
+        if adapter:
+            self.adapter_duration.observe((d, label), seconds, trace)
+        self.tenant_requests.inc((d, tenant, status))
+        self.tenant_duration.observe((d, tenant), seconds, trace)
+
+    def first_token(self, expert: str, version: str, adapter: str, tenant: str,
+                    seconds: float, trace: str | None) -> None:
+        d = self.deployment
+        self.ttft.observe((d, expert, version), seconds, trace)
+        self.adapter_ttft.observe((d, self.top.label(adapter)), seconds, trace)
+        self.tenant_ttft.observe((d, tenant), seconds, trace)
+
+    def count_tokens(self, tenant: str, expert: str, adapter: str, prompt: int,
+                     completion: int) -> None:
+        d = self.deployment
+        label = self.top.label(adapter)
         if prompt:
-            pair[0].inc(prompt)
+            self.tokens.inc((d, tenant, expert, "prompt"), prompt)
+            self.adapter_tokens.inc((d, label, "prompt"), prompt)
         if completion:
-            pair[1].inc(completion)
+            self.tokens.inc((d, tenant, expert, "completion"), completion)
+            self.adapter_tokens.inc((d, label, "completion"), completion)
+
+    def cold_request(self, adapter: str) -> None:
+        """A request sent to a replica the router believes does not hold ``adapter``."""
+        self.cold.inc((self.deployment, self.top.label(adapter)))
+
+    def cold_started(self, adapter: str, seconds: float, trace: str | None) -> None:
+        self.cold_start.observe((self.deployment, self.top.label(adapter)), seconds, trace)
 
     def decision(self, mode: str, expert: str) -> None:
-        child = self._decided.get((mode, expert))
-        if child is None:
-            child = self._decided[(mode, expert)] = self.decisions.labels(
-                self.deployment, mode, expert)
-        child.inc()
+        self.decisions.inc((self.deployment, mode, expert))
 
     def upstream_error(self, reason: str) -> None:
         self._child(self.upstream_errors, self.deployment, reason).inc()

@@ -34,12 +34,26 @@ from mol_router.wire import Request, Response, Stream, error_response
 log = logging.getLogger("mol.router")
 _NO_TARGETS: frozenset[str] = frozenset()
 _RID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
+_HEX = frozenset("0123456789abcdef")
+_NO_TRACE = "0" * 32
 
 
 def _request_id(value: str | None) -> str:
     if value and len(value) <= 128 and _RID_OK.issuperset(value):
         return value
     return f"{random.getrandbits(128):032x}"  # a label, not a secret: no syscall needed
+
+
+def _trace_id(traceparent: str | None, rid: str) -> str | None:
+    """The exemplar's trace id: W3C ``traceparent``'s (``00-<32 hex>-<16 hex>-<2
+    hex>``) when valid, else the request id (None when too long for an OpenMetrics
+    exemplar, whose labels may hold 128 characters)."""
+    if traceparent is not None and len(traceparent) >= 55 and traceparent[2] == "-" \
+            and traceparent[35] == "-":
+        tid = traceparent[3:35]
+        if _HEX.issuperset(tid) and tid != _NO_TRACE:
+            return tid
+    return rid if len(rid) <= 64 else None
 
 
 @dataclass(slots=True)
@@ -51,6 +65,7 @@ class Served:
     path: list[str] = field(default_factory=list)
     prompt: int = 0
     completion: int = 0
+    trace: str | None = None
 
     @property
     def version(self) -> str:
@@ -68,11 +83,14 @@ class GenerationProxy:
         """The response, or None once it was streamed."""
         started = time.perf_counter()
         rid = _request_id(request.headers.get("x-request-id"))
+        trace = _trace_id(request.headers.get("traceparent"), rid)
         rt = self.rt
         served: Served | None = None
         code = 200
+        tenant_name = "none"
         try:
             tenant = self._tenant(request)
+            tenant_name = tenant.name
             body = _parse_body(request.body, chat)
             user = body.get("user") if isinstance(body.get("user"), str) else None
             user = user or request.headers.get("x-mol-user")
@@ -88,7 +106,8 @@ class GenerationProxy:
                                   f"{choice.ref.split('/', 1)[0]!r}", "namespace_forbidden",
                                   param="model")
             choice, resolved = await self._resolve(choice)
-            served = Served(choice, resolved, [choice.expert])
+            rt.metrics.saw(resolved.adapter, started)
+            served = Served(choice, resolved, [choice.expert], trace=trace)
             body.pop("router", None)
             if body.get("stream") is True:
                 resp, code = await self._stream(request, path, body, chat, served, tenant,
@@ -109,11 +128,10 @@ class GenerationProxy:
         finally:
             elapsed = time.perf_counter() - started
             if served is not None:
-                adapter = served.resolved.adapter
-                rt.metrics.request_done(served.choice.expert, adapter, served.version, code,
-                                        elapsed)
+                rt.metrics.request_done(served.choice.expert, served.resolved.adapter,
+                                        served.version, tenant_name, code, elapsed, trace)
             else:
-                rt.metrics.request_done("none", "", "", code, elapsed)
+                rt.metrics.request_done("none", "", "", tenant_name, code, elapsed, trace)
 
     def _tenant(self, request: Request) -> Tenant:
         keys = self.rt.keys
@@ -194,6 +212,7 @@ class GenerationProxy:
         source = served.choice.expert
         served.choice = routing.expert_choice(call.expert, "handoff", user)
         served.choice, served.resolved = await self._resolve(served.choice)
+        self.rt.metrics.saw(served.resolved.adapter, time.perf_counter())
         served.path.append(call.expert)
         body["model"] = served.resolved.name
         body["messages"] = handoff.continue_messages(body["messages"], source, call.summary)
@@ -204,7 +223,8 @@ class GenerationProxy:
     def _count(self, tenant: Tenant, served: Served, prompt: int, completion: int) -> None:
         served.prompt += prompt
         served.completion += completion
-        self.rt.metrics.count_tokens(tenant.name, served.choice.expert, prompt, completion)
+        self.rt.metrics.count_tokens(tenant.name, served.choice.expert,
+                                     served.resolved.adapter, prompt, completion)
         tenant.spend_tokens(prompt + completion)
 
     def _headers(self, served: Served, rid: str,
@@ -243,8 +263,10 @@ class GenerationProxy:
             adapter = served.resolved.name
             payload, route, offered = self._hop(body, served, hops, handoff_on,
                                                 client_tools, user)
-            resp, endpoint = await self.up.send(path, payload, headers, route,
-                                                self.rt.limits.upstream)
+            resp, endpoint, cold = await self.up.send(path, payload, headers, route,
+                                                      self.rt.limits.upstream)
+            if cold:
+                self.rt.metrics.cold_request(served.resolved.adapter)
             complete = False
             try:
                 data = await resp.read()
@@ -306,8 +328,11 @@ class GenerationProxy:
             try:
                 payload, route, offered = self._hop(body, served, hops, handoff_on,
                                                     client_tools, user)
-                resp, endpoint = await self.up.send(path, payload, headers, route,
-                                                    rt.limits.upstream)
+                sent_at = time.perf_counter()
+                resp, endpoint, cold = await self.up.send(path, payload, headers, route,
+                                                          rt.limits.upstream)
+                if cold:
+                    rt.metrics.cold_request(served.resolved.adapter)
             except RouterError as exc:
                 if out is None:
                     raise
@@ -342,12 +367,18 @@ class GenerationProxy:
             complete = False
             try:
                 while chunk := await resp.next_chunk():
+                    if cold:  # the engine's first event: the load is behind us
+                        cold = False
+                        rt.metrics.cold_started(served.resolved.adapter,
+                                                time.perf_counter() - sent_at, served.trace)
                     data = hop.feed(chunk)
                     if data:
                         if not first_sent:
                             first_sent = True
                             rt.metrics.first_token(served.choice.expert, served.version,
-                                                   time.perf_counter() - started)
+                                                   served.resolved.adapter, tenant.name,
+                                                   time.perf_counter() - started,
+                                                   served.trace)
                         if resp.done:  # the last piece: leaves with what follows it
                             out.hold(data)
                         else:

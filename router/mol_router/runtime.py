@@ -104,7 +104,8 @@ def _fingerprint(*parts: object) -> str:
 class Runtime:
     def __init__(self, settings: RouterSettings, config: RouterConfig) -> None:
         self.settings = settings
-        self.metrics = RouterMetrics(config.deployment)
+        self.metrics = RouterMetrics(config.deployment, settings.top_adapters,
+                                     settings.top_adapters_half_life)
         self.config = config
         self.routing = Routing.build(config)
         self.keys = KeyTable(None)

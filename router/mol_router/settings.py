@@ -28,6 +28,10 @@ class RouterSettings(BaseSettings):
     kube_token_file: Path = SA_DIR / "token"
     kube_ca_file: Path = SA_DIR / "ca.crt"
     max_connections_per_engine: int = Field(default=0, ge=0)  # 0: unlimited pool
+    # Adapters labelled by name in per-adapter metrics (the rest: "other"), ranked by a
+    # count that halves every top_adapters_half_life seconds.
+    top_adapters: int = Field(default=100, ge=0, le=10_000)
+    top_adapters_half_life: float = Field(default=300.0, gt=0, le=86_400)
 
     def kube_url(self) -> str | None:
         """Explicit URL, else the in-cluster one from the service environment."""

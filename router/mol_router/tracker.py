@@ -9,6 +9,8 @@ after a delay, and estimates adapter loads for ``mol_router_adapter_loads_total`
 It also estimates what a policy needs to spend GPU slots well: each engine's slot
 contents in least-recently-used order (what vLLM would evict next), the adapters sent
 there since the last scrape, and each adapter's share of recent requests (``demand``).
+From the same estimate it tells the proxy which sends are cold (the engine did not
+hold the adapter: the request waits for a load), for the per-adapter cold metrics.
 
 An adapter load is estimated from ``vllm:lora_requests_info``: vLLM lists only the
 adapters with running requests, and keeps an idle adapter in its GPU slot until a
@@ -177,13 +179,18 @@ class EngineTracker:
 
     # Bookkeeping from the proxy.
 
-    def begin(self, endpoint: str, adapter: str | None) -> None:
-        """A request was sent to ``endpoint`` (call ``end`` when it completes)."""
+    def begin(self, endpoint: str, adapter: str | None) -> bool:
+        """A request was sent to ``endpoint`` (call ``end`` when it completes); True
+        when it is cold: the engine holds ``adapter`` neither in its running list nor
+        in the slots estimated from what this router sent there, so the request waits
+        for a load (the first one after an eviction or on a fresh replica)."""
         engine = self._engines.get(endpoint)
         if engine is None:
-            return
+            return False
         engine.inflight += 1
+        cold = False
         if adapter is not None:
+            cold = adapter not in engine.in_slots and adapter not in engine.running_view
             self.demand.add(adapter)
             sent = engine.sent
             if adapter in sent:
@@ -200,6 +207,7 @@ class EngineTracker:
                 engine.slots_view = tuple(engine.in_slots)
                 engine.changed()
         self._refresh(endpoint, engine)
+        return cold
 
     def end(self, endpoint: str, adapter: str | None) -> None:
         engine = self._engines.get(endpoint)

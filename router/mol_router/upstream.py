@@ -62,10 +62,11 @@ class Upstreams:
 
     async def send(self, path: str, payload: bytes, headers: Mapping[str, str],
                    route: RouteRequest, limit: float
-                   ) -> tuple[UpstreamResponse, str]:
-        """An open response (status < 500, or the last 5xx) and the endpoint it came
-        from. The caller reads it and calls :meth:`done`. ``limit`` bounds the whole
-        exchange, reading the body included."""
+                   ) -> tuple[UpstreamResponse, str, bool]:
+        """An open response (status < 500, or the last 5xx), the endpoint it came
+        from, and whether that attempt was cold (the engine did not hold the adapter:
+        :meth:`EngineTracker.begin`). The caller reads it and calls :meth:`done`.
+        ``limit`` bounds the whole exchange, reading the body included."""
         rt = self.rt
         tracker = rt.tracker
         pool = rt.pool
@@ -82,7 +83,7 @@ class Upstreams:
             if endpoint is None:
                 break
             tried.add(endpoint)
-            tracker.begin(endpoint, route.adapter)
+            cold = tracker.begin(endpoint, route.adapter)
             try:
                 resp = await pool.post(endpoint, path, payload, headers, limit=limit,
                                        connect=rt.limits.connect)
@@ -112,7 +113,7 @@ class Upstreams:
                 error = RouterError(502, f"the engine answered {resp.status}",
                                     "upstream_error")
                 continue
-            return resp, endpoint
+            return resp, endpoint, cold
         raise error or RouterError(503, "no engine is ready to serve this request",
                                    "no_ready_engine", retry_after=1.0)
 

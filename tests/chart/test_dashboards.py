@@ -47,9 +47,9 @@ def test_dashboards_are_generated_from_source() -> None:
             f"{file} is stale: run python deploy/grafana/dashboards.py")
 
 
-def test_the_five_dashboards_are_there() -> None:
-    assert DASHBOARDS == ["mol-canary", "mol-catalog", "mol-lora-fleet", "mol-operator",
-                          "mol-overview"]
+def test_the_six_dashboards_are_there() -> None:
+    assert DASHBOARDS == ["mol-adapters", "mol-canary", "mol-catalog", "mol-lora-fleet",
+                          "mol-operator", "mol-overview"]
 
 
 @pytest.mark.parametrize("name", DASHBOARDS)

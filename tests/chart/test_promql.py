@@ -37,6 +37,8 @@ VARIABLES = {"$__rate_interval": "1m", "$namespace": ".*", "$deployment": ".*", 
 NEEDS_AN_INCIDENT = {
     "MoLCatalog5xx": "a catalog failure (tests/catalog/test_outages.py makes them)",
     "MoLCanaryRolledBack": "a rollback (tests/operator/test_canary_prometheus.py makes one)",
+    **{f"MoLAdapter{j}Jump": "an adapter's sustained jump (tests/chart/alerts/ has one)"
+       for j in ("ErrorRate", "ColdLoads")},
     **{f"MoL{c}NotScraped": "a missing target (tests/chart/alerts/ has one)"
        for c in ("Catalog", "Operator", "Router")},
 }

@@ -294,3 +294,22 @@ def test_slot_estimate_and_demand_follow_sends_and_scrapes() -> None:
     assert snap.demand.share(A) == 0.0  # seen running, never sent by this router
     t.begin(url, None)  # base-model requests count toward no adapter
     assert snap.demand.share(B) == pytest.approx(0.75, rel=1e-4)
+
+
+def test_begin_says_when_a_request_waits_for_a_load() -> None:
+    """Cold: the engine neither runs the adapter nor holds it in the slots estimated
+    from what this router sent there (``mol_router_adapter_cold_requests_total``)."""
+    from mol_router.engine_metrics import EngineMetrics
+
+    session: aiohttp.ClientSession = None  # type: ignore[assignment]
+    t = EngineTracker(session, scrape_interval=60)
+    url = "http://engine:8000"
+    t.set_endpoints([url])
+    t.observe(url, EngineMetrics(max_lora=2, running_adapters=(A,)))
+    assert t.begin(url, A) is False  # running there
+    assert t.begin(url, B) is True  # first send
+    assert t.begin(url, B) is False  # sent a moment ago: loaded or loading
+    assert t.begin(url, C) is True  # two slots: A (running) and C; B is out
+    assert t.begin(url, B) is True
+    assert t.begin(url, None) is False  # the base model never loads
+    assert t.begin("http://unknown", A) is False
