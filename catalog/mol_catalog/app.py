@@ -121,7 +121,8 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
     app = CatalogAPI(metrics=metrics_obj, title="MoL catalog", version="1", lifespan=lifespan,
                      description="Versions LoRA adapters and knows which base model each "
                                  "fits.",
-                     routes=[*resolve_routes, *adapters_routes], telemetry=NO_TELEMETRY)
+                     routes=[*resolve_routes, *adapters_routes], telemetry=NO_TELEMETRY,
+                     redirect_slashes=False)  # a redirect's Location comes from Host
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
                    events_router, tokens_router, ops, admin_router):
         app.include_router(router, responses=ERROR_RESPONSES)

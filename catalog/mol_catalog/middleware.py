@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import URL
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mol_catalog.errors import (
@@ -37,6 +38,7 @@ from mol_catalog.outages import backend_error
 
 log = logging.getLogger("mol_catalog")
 UNMATCHED = "unmatched"  # the route label of requests no route matched
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 def _api_error(exc: Exception, scope: Scope) -> ApiError | None:
@@ -52,9 +54,24 @@ def _api_error(exc: Exception, scope: Scope) -> ApiError | None:
     if isinstance(exc, HTTPException):
         path = URL(scope=scope).path
         if exc.status_code == 405:
-            return MethodNotAllowed(f"method {scope['method']} not allowed on {path}")
+            return MethodNotAllowed(f"method {scope['method']} not allowed on {path}",
+                                    allow=_allowed_methods(scope))
+        if path != "/" and path.endswith("/"):
+            # Never a redirect: its Location would come from the Host header.
+            return NotFound(f"no such path {path}; the catalog's paths have no trailing "
+                            f"slash: {path.rstrip('/') or '/'}")
         return NotFound(f"no such path {path}")
     return backend_error(exc)
+
+
+def _allowed_methods(scope: Scope) -> str:
+    """The methods the app's routes answer on the scope's path (the ``Allow`` header of a
+    405, RFC 9110). Starlette names only the first matching route's, so each method is
+    tried on a bare scope (the routed one carries that route's context)."""
+    routes = getattr(getattr(scope.get("app"), "router", None), "routes", ())
+    base = {"type": "http", "path": scope["path"], "root_path": scope.get("root_path", "")}
+    return ", ".join(m for m in HTTP_METHODS if any(
+        r.matches({**base, "method": m})[0] is Match.FULL for r in routes))
 
 
 def error_response(exc: Exception, scope: Scope) -> Response:

@@ -28,6 +28,7 @@ from mol_platform.contract.refs import (
     DIGEST_PATTERN,
     MAX_VERSION,
     NAME_PATTERN,
+    VERSION_NUMBER_PATTERN,
     VERSION_PATTERN,
 )
 
@@ -43,7 +44,7 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "alias": {"pattern": f"^{ALIAS_PATTERN}$", "maxLength": 63},
     "name_ref": {"pattern": f"^{NAME_PATTERN}@(?:{DIGEST_PATTERN}|{VERSION_PATTERN}|"
                             f"{ALIAS_PATTERN})$"},
-    "version": {"pattern": r"^v?[1-9][0-9]{0,9}$",
+    "version": {"pattern": f"^{VERSION_NUMBER_PATTERN}$",
                 "description": f"A version number, 1 to {MAX_VERSION} (3 or v3)"},
     "hexdigest": {"pattern": "^[0-9a-f]{64}$"},
     "limit": {"minimum": 1, "maximum": 500},

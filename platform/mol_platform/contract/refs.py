@@ -17,6 +17,9 @@ NAME_PATTERN = r"[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?"
 ALIAS_PATTERN = r"[a-z][a-z0-9_-]{0,62}"
 DIGEST_PATTERN = r"sha256:[0-9a-f]{64}"
 VERSION_PATTERN = r"v[1-9][0-9]{0,9}"
+# A version where a number is expected (paths, form fields, CLI arguments): 3 or v3,
+# never 03 or v03 (a second spelling of the same version).
+VERSION_NUMBER_PATTERN = r"v?[1-9][0-9]{0,9}"
 MAX_VERSION = 2**31 - 1  # the catalog's version column is a 32-bit integer
 DNS_LABEL_PATTERN = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 
@@ -31,6 +34,7 @@ REF_RE = re.compile(
 ALIAS_RE = re.compile(ALIAS_PATTERN)
 _VERSIONISH = re.compile(r"v[0-9]+")
 _VERSION = re.compile(VERSION_PATTERN)
+_VERSION_NUMBER = re.compile(VERSION_NUMBER_PATTERN)
 # Words a reference reserves: ``@latest`` always means the newest ready version.
 RESERVED_ALIASES = frozenset({"latest"})
 SCOPE_WORDS = ("read", "admin")
@@ -98,14 +102,14 @@ def check_scope(value: str) -> str:
 
 
 def parse_version(text: str, what: str = "version") -> int:
-    """``3`` or ``v3`` -> 3, within 1..MAX_VERSION; RefError otherwise. The one version
-    parser: the catalog's path and form fields and the CLI's arguments use it."""
-    value = text.removeprefix("v")
-    if not (value.isascii() and value.isdigit()) or len(value) > 10 or not (
-            1 <= int(value) <= MAX_VERSION):
+    """``3`` or ``v3`` -> 3, within 1..MAX_VERSION; RefError otherwise (``03``, ``v03``
+    included: the full-match rule of ``VERSION_NUMBER_PATTERN``, the same as
+    ``@vN`` in a reference). The one version parser: the catalog's path and form
+    fields and the CLI's arguments use it."""
+    if _VERSION_NUMBER.fullmatch(text) is None or int(text.removeprefix("v")) > MAX_VERSION:
         raise RefError(f"invalid {what} {text[:40]!r}: use a number from 1 to "
-                       f"{MAX_VERSION} such as 3 or v3")
-    return int(value)
+                       f"{MAX_VERSION} such as 3 or v3, without leading zeros")
+    return int(text.removeprefix("v"))
 
 
 @dataclass(frozen=True, slots=True)
