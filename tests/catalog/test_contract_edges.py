@@ -1,13 +1,20 @@
 """Edges of the HTTP contract, on both backends: a trailing slash is answered (never
-redirected to wherever the Host header points), a version has one spelling, and a 405
-says which methods the path has."""
+redirected to wherever the Host header points), a version has one spelling, a 405 says
+which methods the path has, names and sources are refused rather than mangled, OpenAPI
+declares what the server checks, and gc winning every race is a 503."""
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
 from typing import Any
 
 import httpx
 
+from mol_catalog.blobs import orphans
+from mol_catalog.blobs.store import LocalBlobStore
+from mol_catalog.db import Database
+from tests.catalog.conftest import AppClient
 from tests.catalog.test_api import ADAPTER, publish, setup_base
 
 Model = Any
@@ -59,3 +66,76 @@ async def test_a_405_names_the_methods_of_the_path(client: httpx.AsyncClient) ->
         assert r.status_code == 405, (method, path)
         assert r.headers["allow"] == allow, (method, path)
         assert r.json()["error"] == "MethodNotAllowed"
+
+
+async def test_token_names_are_one_printable_line(client: httpx.AsyncClient) -> None:
+    for name in ("ci\nforged 1 admin", "x\x1b[31m", "tab\there", " lead", "", "a" * 129):
+        r = await client.post("/v1/tokens", json={"name": name, "scopes": ["read"]})
+        assert r.status_code == 422, (name, r.status_code)
+        assert "token name" in r.json()["detail"]
+    r = await client.post("/v1/tokens", json={"name": "ci-acme@build/7", "scopes": ["read"]})
+    assert r.status_code == 201, r.text
+    assert [t["name"] for t in (await client.get("/v1/tokens")).json()["items"]] == [
+        "ci-acme@build/7"]
+
+
+async def test_a_source_over_the_limit_is_refused_not_cut(client: httpx.AsyncClient,
+                                                          model: Model) -> None:
+    await setup_base(client, model)
+    r = await publish(client, model, source="s3://b/" + "x" * 2000)
+    assert r.status_code == 422, r.text
+    assert "at most 2000" in r.json()["detail"]
+    assert (await client.get(f"{ADAPTER}/versions")).status_code == 404  # nothing stored
+    source = "s3://b/" + "x" * 1993
+    assert (await publish(client, model, source=source)).status_code == 201
+    assert (await client.get(f"{ADAPTER}/versions/1")).json()["source"] == source
+
+
+async def test_openapi_declares_what_the_server_enforces(client: httpx.AsyncClient) -> None:
+    spec = (await client.get("/openapi.json")).json()
+    schemas = spec["components"]["schemas"]
+    params = {p["name"]: p["schema"] for p in spec["paths"]["/v1/adapters"]["get"]["parameters"]}
+    tag = params["tag"]["anyOf"][0]
+    assert tag["maxLength"] == 63
+    assert re.fullmatch(tag["pattern"][1:-1], "code")
+    assert not re.fullmatch(tag["pattern"][1:-1], "a..b")
+    scope = schemas["TokenCreate"]["properties"]["scopes"]["items"]["pattern"][1:-1]
+    assert [s for s in ("read", "admin", "read:acme", "publish:a.b", "publish:", "write:x",
+                        "read:a..b", "publish:Acme") if re.fullmatch(scope, s)] == [
+        "read", "admin", "read:acme", "publish:a.b"]
+    name = schemas["TokenCreate"]["properties"]["name"]["pattern"]
+    assert re.fullmatch(name[1:-1], "ci")
+    assert not re.fullmatch(name[1:-1], "a b")
+    dim = schemas["BaseModelCreate"]["properties"]["tensors"]["additionalProperties"]["items"]
+    assert dim["maximum"] == 2**63 - 1
+    assert isinstance(dim["maximum"], int)
+    form = spec["paths"]["/v1/adapters/{ns}/{name}/versions"]["post"]["requestBody"]
+    assert form["content"]["multipart/form-data"]["schema"]["properties"]["source"][
+        "maxLength"] == 2000
+
+
+class GcAfterEveryPut(LocalBlobStore):
+    """A local store where a gc with grace 0 runs right after each write: the publish
+    that wrote loses its blobs every time, as under a gc loop on the same content."""
+
+    db: Database
+
+    async def put(self, digest: str, source: Path | bytes, size: int) -> bool:
+        stored = await super().put(digest, source, size)
+        await orphans.collect(self.db, self, 0)
+        return stored
+
+
+async def test_a_publish_gc_keeps_undoing_is_a_503_not_a_500(client: AppClient,
+                                                             model: Model) -> None:
+    await setup_base(client, model)
+    assert isinstance(client.catalog.blobs, LocalBlobStore)
+    store = GcAfterEveryPut(client.catalog.blobs.root)
+    store.db = client.catalog.db
+    client.catalog.blobs = store
+    r = await publish(client, model)
+    assert r.status_code == 503, r.text
+    assert r.headers["retry-after"] == "5"
+    assert "gc deleted blobs" in r.json()["detail"]
+    client.catalog.blobs = LocalBlobStore(store.root)
+    assert (await publish(client, model)).status_code == 201

@@ -30,7 +30,7 @@ from mol_catalog.deps import (
     PrincipalDep,
     principal_for,
 )
-from mol_catalog.errors import ApiError, ValidationFailed, json_bytes, json_response
+from mol_catalog.errors import ApiError, Incompatible, ValidationFailed, json_bytes, json_response
 from mol_catalog.openapi import LeanRoute, query
 from mol_catalog.util import (
     checked,
@@ -53,6 +53,7 @@ PUBLISH_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
                                        "properties": {
         **{p: {"type": "string", "format": "binary"} for p in FILE_PARTS},
         **{f: {"type": "string"} for f in FIELDS},
+        "source": {"type": "string", "maxLength": pipeline.MAX_SOURCE_CHARS},
     }}}}}}
 
 
@@ -74,7 +75,8 @@ async def publish_version(ns: str, name: str, request: Request, catalog: Catalog
         finally:
             upload.cleanup()
     except ApiError as exc:
-        result = {413: "too_large", 422: "incompatible"}.get(exc.status, "invalid")
+        result = ("incompatible" if isinstance(exc, Incompatible)
+                  else {413: "too_large"}.get(exc.status, "invalid"))
         catalog.metrics.publishes.labels(result).inc()
         raise
     catalog.metrics.publishes.labels("created" if created else "existing").inc()

@@ -22,6 +22,10 @@ VERSION_PATTERN = r"v[1-9][0-9]{0,9}"
 VERSION_NUMBER_PATTERN = r"v?[1-9][0-9]{0,9}"
 MAX_VERSION = 2**31 - 1  # the catalog's version column is a 32-bit integer
 DNS_LABEL_PATTERN = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
+# The whole name rule in one pattern (the lookahead refuses ".."), for schemas that
+# document it (OpenAPI); ``is_valid_name`` is the same rule.
+EXACT_NAME_PATTERN = rf"(?!.*\.\.){NAME_PATTERN}"
+SCOPE_PATTERN = rf"(?:read|admin|(?:read|publish):{EXACT_NAME_PATTERN})"
 
 # Compiled without anchors: every check below uses ``fullmatch`` (``$`` would accept a
 # trailing newline, and "acme\n" is a name nothing can resolve).
@@ -35,10 +39,9 @@ ALIAS_RE = re.compile(ALIAS_PATTERN)
 _VERSIONISH = re.compile(r"v[0-9]+")
 _VERSION = re.compile(VERSION_PATTERN)
 _VERSION_NUMBER = re.compile(VERSION_NUMBER_PATTERN)
+_SCOPE = re.compile(SCOPE_PATTERN)
 # Words a reference reserves: ``@latest`` always means the newest ready version.
 RESERVED_ALIASES = frozenset({"latest"})
-SCOPE_WORDS = ("read", "admin")
-SCOPE_KINDS = ("read", "publish")
 NAME_RULE = "use 1-63 lowercase letters, digits, '.', '_' or '-', starting and ending with " \
     "a letter or digit"
 
@@ -94,8 +97,7 @@ def check_alias(value: str) -> str:
 
 def check_scope(value: str) -> str:
     """A token scope: ``read``, ``admin``, ``read:<namespace>`` or ``publish:<namespace>``."""
-    kind, sep, ns = value.partition(":")
-    if value in SCOPE_WORDS or (sep and kind in SCOPE_KINDS and is_valid_name(ns)):
+    if _SCOPE.fullmatch(value) is not None:
         return value
     raise RefError(f"invalid scope {value!r}: use read, read:<namespace>, "
                    "publish:<namespace> or admin")
