@@ -120,6 +120,21 @@ def join_url(catalog_url: str, url: str) -> str:
     return catalog_url.rstrip("/") + "/" + url.lstrip("/")
 
 
+def download_failed(url: str, catalog_url: str, exc: Exception) -> CatalogError:
+    """A download that could not connect. A presigned URL's query is its credential (the
+    signature), so it is left out; the message says the URL came from the catalog, which
+    answered, so the store it names is what failed."""
+    target = join_url(catalog_url, url)
+    parts = urlsplit(target)
+    shown = parts._replace(query="<signature redacted>" if parts.query else "",
+                           fragment="").geturl()
+    where = ("the catalog" if _origin(target) == _origin(catalog_url)
+             else "the blob store the catalog's download URL names")
+    return CatalogError(0, "ConnectionError",
+                        f"cannot download {shown} (a download URL given by the catalog at "
+                        f"{catalog_url}): {where} is unreachable: {exc}")
+
+
 def _origin(url: str) -> tuple[str, str]:
     parts = urlsplit(url)
     return parts.scheme.lower(), parts.netloc.lower()
@@ -374,8 +389,7 @@ class CatalogClient:
             finally:
                 response.close()
         except httpx.TransportError as exc:
-            raise CatalogError(0, "ConnectionError",
-                               f"cannot download {url} from {self.url}: {exc}") from None
+            raise download_failed(url, self.url, exc) from None
         return digest.hexdigest()
 
     # --- tokens, gc, events -------------------------------------------------------------

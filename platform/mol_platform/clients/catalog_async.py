@@ -28,6 +28,7 @@ from mol_platform.clients.catalog import (  # the request shapes both clients sh
     _q,
     _resolve_call,
     _token_body,
+    download_failed,
     join_url,
     typed,
 )
@@ -156,6 +157,5 @@ class AsyncCatalogClient:
                 finally:
                     await response.aclose()
         except httpx.TransportError as exc:
-            raise CatalogError(0, "ConnectionError",
-                               f"cannot download {url} from {self.url}: {exc}") from None
+            raise download_failed(url, self.url, exc) from None
         return digest.hexdigest()
