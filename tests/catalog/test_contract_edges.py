@@ -109,6 +109,14 @@ async def test_openapi_declares_what_the_server_enforces(client: httpx.AsyncClie
     dim = schemas["BaseModelCreate"]["properties"]["tensors"]["additionalProperties"]["items"]
     assert dim["maximum"] == 2**63 - 1
     assert isinstance(dim["maximum"], int)
+    version = next(p["schema"]["pattern"][1:-1] for p in spec["paths"][
+        "/v1/adapters/{ns}/{name}/versions/{version}"]["get"]["parameters"]
+        if p["name"] == "version")
+    assert [v for v in ("1", "v3", "2147483647", "2147483648", "4007143247", "01", "v0")
+            if re.fullmatch(version, v)] == ["1", "v3", "2147483647"]
+    base_name = schemas["BaseModelCreate"]["properties"]["name"]["pattern"][1:-1]
+    assert re.fullmatch(base_name, "tiny-llama")
+    assert not re.fullmatch(base_name, "")
     form = spec["paths"]["/v1/adapters/{ns}/{name}/versions"]["post"]["requestBody"]
     assert form["content"]["multipart/form-data"]["schema"]["properties"]["source"][
         "maxLength"] == 2000

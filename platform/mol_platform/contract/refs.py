@@ -16,11 +16,16 @@ from dataclasses import dataclass
 NAME_PATTERN = r"[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?"
 ALIAS_PATTERN = r"[a-z][a-z0-9_-]{0,62}"
 DIGEST_PATTERN = r"sha256:[0-9a-f]{64}"
-VERSION_PATTERN = r"v[1-9][0-9]{0,9}"
+MAX_VERSION = 2**31 - 1  # the catalog's version column is a 32-bit integer
+# 1 to MAX_VERSION (2147483647) in decimal without leading zeros, as a pattern: schemas
+# that document it (OpenAPI) then allow exactly the versions the catalog accepts.
+VERSION_DIGITS = ("(?:[1-9][0-9]{0,8}|1[0-9]{9}|20[0-9]{8}|21[0-3][0-9]{7}|214[0-6][0-9]{6}"
+                  "|2147[0-3][0-9]{5}|21474[0-7][0-9]{4}|214748[0-2][0-9]{3}"
+                  "|2147483[0-5][0-9]{2}|21474836[0-3][0-9]|214748364[0-7])")
+VERSION_PATTERN = f"v{VERSION_DIGITS}"
 # A version where a number is expected (paths, form fields, CLI arguments): 3 or v3,
 # never 03 or v03 (a second spelling of the same version).
-VERSION_NUMBER_PATTERN = r"v?[1-9][0-9]{0,9}"
-MAX_VERSION = 2**31 - 1  # the catalog's version column is a 32-bit integer
+VERSION_NUMBER_PATTERN = f"v?{VERSION_DIGITS}"
 DNS_LABEL_PATTERN = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 # The whole name rule in one pattern (the lookahead refuses ".."), for schemas that
 # document it (OpenAPI); ``is_valid_name`` is the same rule.
@@ -108,7 +113,7 @@ def parse_version(text: str, what: str = "version") -> int:
     included: the full-match rule of ``VERSION_NUMBER_PATTERN``, the same as
     ``@vN`` in a reference). The one version parser: the catalog's path and form
     fields and the CLI's arguments use it."""
-    if _VERSION_NUMBER.fullmatch(text) is None or int(text.removeprefix("v")) > MAX_VERSION:
+    if _VERSION_NUMBER.fullmatch(text) is None:
         raise RefError(f"invalid {what} {text[:40]!r}: use a number from 1 to "
                        f"{MAX_VERSION} such as 3 or v3, without leading zeros")
     return int(text.removeprefix("v"))
