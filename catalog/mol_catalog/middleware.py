@@ -49,7 +49,10 @@ def _api_error(exc: Exception, scope: Scope) -> ApiError | None:
         parts = []
         for err in exc.errors():
             loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
-            parts.append(f"{loc}: {err.get('msg')}" if loc else str(err.get("msg")))
+            # A validator's own message as it wrote it, without pydantic's "Value error, ".
+            msg = (err.get("ctx", {}).get("error", err.get("msg"))
+                   if err.get("type") == "value_error" else err.get("msg"))
+            parts.append(f"{loc}: {msg}" if loc else str(msg))
         return ValidationFailed("; ".join(parts))
     if isinstance(exc, HTTPException):
         path = URL(scope=scope).path
