@@ -126,7 +126,8 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                      description="Versions LoRA adapters and knows which base model each "
                                  "fits.",
                      routes=[*resolve_routes, *adapters_routes], telemetry=NO_TELEMETRY,
-                     docs_url=None, redoc_url=None)  # served with local assets (apidocs)
+                     docs_url=None, redoc_url=None,  # served with local assets (apidocs)
+                     redirect_slashes=False)  # a redirect's Location comes from Host
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
                    events_router, tokens_router, ops, admin_router):
         app.include_router(router, responses=ERROR_RESPONSES)

@@ -60,8 +60,14 @@ class NotFound(ApiError):
 
 
 class MethodNotAllowed(ApiError):
+    """``allow``: the methods the path answers, sent as the ``Allow`` header."""
+
     status = 405
     error = "MethodNotAllowed"
+
+    def __init__(self, detail: str, allow: str) -> None:
+        super().__init__(detail)
+        self.allow = allow
 
 
 class Conflict(ApiError):
@@ -103,7 +109,10 @@ RETRY_AFTER_SECONDS = 5
 
 
 def error_headers(exc: ApiError) -> dict[str, str] | None:
-    """Headers of an error response: the auth challenge of a 401, Retry-After of 503/504."""
+    """Headers of an error response: the auth challenge of a 401, the methods of a 405,
+    Retry-After of 503/504."""
+    if isinstance(exc, MethodNotAllowed):
+        return {"Allow": exc.allow}
     if exc.status == 401:
         return {"WWW-Authenticate": "Bearer"}
     if exc.status in (503, 504):

@@ -61,9 +61,12 @@ def redact(url: str) -> str:
 
 
 def startup_line(host: str, port: int, workers: int, db_url: str, blob_url: str,
-                 auth: bool) -> str:
-    """Where the catalog listens and on which backends, the password left out."""
+                 auth: bool, exposed: bool = False) -> str:
+    """Where the catalog listens and on which backends, the password left out; ``exposed``
+    (auth off on an address others can reach) says so in capitals."""
     where = f"[{host}]" if ":" in host else host
+    auth_text = ("OFF ON A NON-LOOPBACK ADDRESS: EVERY CALLER IS ADMIN" if exposed
+                 else "on" if auth else "off")
     return (f"mol catalog listening on http://{where}:{port} ({workers} worker"
             f"{'s' if workers != 1 else ''}); database {redact(db_url)}; blobs "
-            f"{redact(blob_url)}; auth {'on' if auth else 'off'}")
+            f"{redact(blob_url)}; auth {auth_text}")

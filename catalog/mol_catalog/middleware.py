@@ -21,6 +21,7 @@ from fastapi.exceptions import RequestValidationError
 from starlette.datastructures import URL
 from starlette.exceptions import HTTPException
 from starlette.responses import Response
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from mol_catalog.errors import (
@@ -37,6 +38,7 @@ from mol_catalog.outages import backend_error
 
 log = logging.getLogger("mol_catalog")
 UNMATCHED = "unmatched"  # the route label of requests no route matched
+HTTP_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS")
 
 
 def _api_error(exc: Exception, scope: Scope) -> ApiError | None:
@@ -47,14 +49,32 @@ def _api_error(exc: Exception, scope: Scope) -> ApiError | None:
         parts = []
         for err in exc.errors():
             loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body")
-            parts.append(f"{loc}: {err.get('msg')}" if loc else str(err.get("msg")))
+            # A validator's own message as it wrote it, without pydantic's "Value error, ".
+            msg = (err.get("ctx", {}).get("error", err.get("msg"))
+                   if err.get("type") == "value_error" else err.get("msg"))
+            parts.append(f"{loc}: {msg}" if loc else str(msg))
         return ValidationFailed("; ".join(parts))
     if isinstance(exc, HTTPException):
         path = URL(scope=scope).path
         if exc.status_code == 405:
-            return MethodNotAllowed(f"method {scope['method']} not allowed on {path}")
+            return MethodNotAllowed(f"method {scope['method']} not allowed on {path}",
+                                    allow=_allowed_methods(scope))
+        if path != "/" and path.endswith("/"):
+            # Never a redirect: its Location would come from the Host header.
+            return NotFound(f"no such path {path}; the catalog's paths have no trailing "
+                            f"slash: {path.rstrip('/') or '/'}")
         return NotFound(f"no such path {path}")
     return backend_error(exc)
+
+
+def _allowed_methods(scope: Scope) -> str:
+    """The methods the app's routes answer on the scope's path (the ``Allow`` header of a
+    405, RFC 9110). Starlette names only the first matching route's, so each method is
+    tried on a bare scope (the routed one carries that route's context)."""
+    routes = getattr(getattr(scope.get("app"), "router", None), "routes", ())
+    base = {"type": "http", "path": scope["path"], "root_path": scope.get("root_path", "")}
+    return ", ".join(m for m in HTTP_METHODS if any(
+        r.matches({**base, "method": m})[0] is Match.FULL for r in routes))
 
 
 def error_response(exc: Exception, scope: Scope) -> Response:

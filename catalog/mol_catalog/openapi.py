@@ -23,27 +23,31 @@ from starlette.routing import Match, Route
 from starlette.types import Receive, Scope, Send
 
 from mol_catalog.errors import ERROR_RESPONSES
+from mol_catalog.util import MAX_BIGINT
 from mol_platform.contract.refs import (
     ALIAS_PATTERN,
     DIGEST_PATTERN,
+    EXACT_NAME_PATTERN,
     MAX_VERSION,
     NAME_PATTERN,
+    VERSION_NUMBER_PATTERN,
     VERSION_PATTERN,
 )
 
 BEARER = {"type": "http", "scheme": "bearer",
           "description": "A catalog token (mol_...) or MOL_CATALOG_ADMIN_TOKEN; not needed "
                          "when the catalog runs with auth off"}
-NAME = {"pattern": f"^{NAME_PATTERN}$", "maxLength": 63}
+NAME = {"pattern": f"^{EXACT_NAME_PATTERN}$", "maxLength": 63}
 PARAMETERS: dict[str, dict[str, Any]] = {
     "ns": NAME,
+    "tag": NAME,
     "name": NAME,
     "profile": NAME,
     "namespace": NAME,
     "alias": {"pattern": f"^{ALIAS_PATTERN}$", "maxLength": 63},
     "name_ref": {"pattern": f"^{NAME_PATTERN}@(?:{DIGEST_PATTERN}|{VERSION_PATTERN}|"
                             f"{ALIAS_PATTERN})$"},
-    "version": {"pattern": r"^v?[1-9][0-9]{0,9}$",
+    "version": {"pattern": f"^{VERSION_NUMBER_PATTERN}$",
                 "description": f"A version number, 1 to {MAX_VERSION} (3 or v3)"},
     "hexdigest": {"pattern": "^[0-9a-f]{64}$"},
     "limit": {"minimum": 1, "maximum": 500},
@@ -165,9 +169,25 @@ def install(app: FastAPI) -> None:
     app.openapi = partial(app_schema, app)  # type: ignore[method-assign]
 
 
+def _integer_bounds(node: Any) -> None:
+    """Integer bounds as integers: FastAPI's schema model holds them as floats, and
+    ``MAX_BIGINT`` as a float is ``2**63``, a value the server refuses."""
+    if isinstance(node, dict):
+        if node.get("type") == "integer":
+            for key in ("minimum", "maximum"):
+                if isinstance(node.get(key), float):
+                    node[key] = MAX_BIGINT if node[key] == float(MAX_BIGINT) else int(node[key])
+        for value in node.values():
+            _integer_bounds(value)
+    elif isinstance(node, list):
+        for value in node:
+            _integer_bounds(value)
+
+
 def document(schema: dict[str, Any]) -> dict[str, Any]:
     """Add the security scheme, the parameter forms and the links to FastAPI's schema (in
     place)."""
+    _integer_bounds(schema)
     schema.setdefault("components", {})["securitySchemes"] = {"bearer": BEARER}
     schema["security"] = [{"bearer": []}]
     _add_links(schema)

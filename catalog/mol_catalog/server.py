@@ -26,10 +26,13 @@ def is_loopback(host: str) -> bool:
         return False  # a hostname may resolve to anything
 
 
-def check_exposure(host: str, auth_enabled: bool, insecure: bool) -> None:
-    """Without auth every caller is admin: only loopback, unless forced as insecure."""
-    if auth_enabled or insecure or is_loopback(host):
-        return
+def check_exposure(host: str, auth_enabled: bool, insecure: bool) -> bool:
+    """Without auth every caller is admin: only loopback, unless forced as insecure.
+    True when it is forced (auth off where others can reach it): ``serve`` warns then."""
+    if auth_enabled or is_loopback(host):
+        return False
+    if insecure:
+        return True
     raise InsecureBind(
         f"refusing to serve without authentication on {host}: anyone who can reach it "
         "could publish, yank and delete. Listen on 127.0.0.1, keep auth on "
@@ -65,15 +68,23 @@ def serve(host: str = "127.0.0.1", port: int = 8080, db: str | None = None,
             overrides[f"MOL_CATALOG_{key}"] = value
     os.environ.update(overrides)
     settings = CatalogSettings()
-    check_exposure(host, settings.auth_enabled, insecure)
+    exposed = check_exposure(host, settings.auth_enabled, insecure)
     logs = log_config(settings.log_level, settings.log_format)
     logging.config.dictConfig(logs)
     if migrate_db is None:
         migrate_db = settings.migrate
     if migrate_db or is_sqlite(settings.db_url):
         migrate(settings.db_url)
-    logging.getLogger("mol_catalog").info(startup_line(
-        host, port, workers, settings.db_url, settings.blob_url, settings.auth_enabled))
+    log = logging.getLogger("mol_catalog")
+    line = startup_line(host, port, workers, settings.db_url, settings.blob_url,
+                        settings.auth_enabled, exposed)
+    if exposed:
+        log.warning("authentication is OFF on %s (--insecure-no-auth): anyone who can reach "
+                    "port %d is admin and can publish, yank, delete and create tokens", host,
+                    port)
+        log.warning(line)
+    else:
+        log.info(line)
     options: dict[str, Any] = {"host": host, "port": port, "http": "httptools", "loop": "uvloop",
                "lifespan": "on", "log_config": logs, "log_level": settings.log_level,
                "access_log": settings.access_log}

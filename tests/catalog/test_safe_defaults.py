@@ -3,6 +3,10 @@ never taken from the Host header, unreadable blobs indistinguishable from missin
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -11,22 +15,42 @@ from typer.testing import CliRunner
 
 from mol_catalog.cli import app as catalog_cli
 from mol_catalog.server import InsecureBind, check_exposure
-from mol_platform.clients.catalog import CatalogClient, join_url
+from mol_platform.clients.catalog import CatalogClient, CatalogError, join_url
+from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_testkit.net import free_port, stop_process, wait_port
 from tests.catalog.test_api import publish, setup_base
 from tests.catalog.test_auth import ADMIN, bearer, token
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "127.0.0.5", "::1", "[::1]", "localhost"])
 def test_no_auth_is_fine_on_loopback(host: str) -> None:
-    check_exposure(host, auth_enabled=False, insecure=False)
+    assert check_exposure(host, auth_enabled=False, insecure=False) is False
 
 
 @pytest.mark.parametrize("host", ["0.0.0.0", "::", "10.1.2.3", "catalog.internal"])
 def test_no_auth_on_the_network_needs_the_insecure_flag(host: str) -> None:
     with pytest.raises(InsecureBind, match="--insecure-no-auth"):
         check_exposure(host, auth_enabled=False, insecure=False)
-    check_exposure(host, auth_enabled=False, insecure=True)
-    check_exposure(host, auth_enabled=True, insecure=False)
+    assert check_exposure(host, auth_enabled=False, insecure=True) is True  # serve warns
+    assert check_exposure(host, auth_enabled=True, insecure=False) is False
+
+
+def test_insecure_no_auth_on_the_network_warns_loudly(tmp_path: Path) -> None:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MOL_CATALOG_")}
+    cmd = [sys.executable, "-m", "mol_platform", "catalog", "serve", "--host", "0.0.0.0",
+           "--port", str(port), "--db", f"sqlite:///{tmp_path / 'c.db'}", "--blobs",
+           f"file://{tmp_path / 'b'}", "--no-auth", "--insecure-no-auth",
+           "--log-level", "warning"]
+    with (tmp_path / "log").open("wb") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, env=env)
+    try:
+        wait_port(port, timeout=60)
+    finally:
+        stop_process(proc)
+    err = (tmp_path / "log").read_text()
+    assert "WARNING mol_catalog: authentication is OFF on 0.0.0.0 (--insecure-no-auth)" in err
+    assert "auth OFF ON A NON-LOOPBACK ADDRESS: EVERY CALLER IS ADMIN" in err
 
 
 def test_serve_refuses_before_listening(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -89,3 +113,23 @@ async def test_unreadable_blob_is_a_404_naming_no_namespace(make_client: Any,
     assert (await admin.get(url)).status_code == 200
     insider = await token(admin, "team", "read:secret-team")
     assert (await admin.get(url, headers=bearer(insider))).status_code == 200
+
+
+async def test_a_failed_download_shows_no_signature_and_names_its_source(
+        tmp_path: Path) -> None:
+    """S3 down: the presigned URL the catalog gave is shown without its query (the
+    signature is a credential), as given by the catalog, with the store as what failed."""
+    store = f"http://127.0.0.1:{free_port()}"
+    url = f"{store}/bucket/blobs/sha256/ab?X-Amz-Credential=AKIA&X-Amz-Signature=5ecre7"
+    catalog_url = f"http://127.0.0.1:{free_port()}"
+    with CatalogClient(catalog_url) as sync, pytest.raises(CatalogError) as caught:
+        sync.download(url, tmp_path / "f")
+    async with AsyncCatalogClient(catalog_url) as client:
+        with pytest.raises(CatalogError) as caught_async:
+            await client.download(url, tmp_path / "g")
+    for message in (str(caught.value), str(caught_async.value)):
+        assert "5ecre7" not in message
+        assert "AKIA" not in message
+        assert (f"cannot download {store}/bucket/blobs/sha256/ab?<signature redacted> (a "
+                f"download URL given by the catalog at {catalog_url}): the blob store"
+                in message)

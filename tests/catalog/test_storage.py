@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import time
@@ -10,6 +11,7 @@ from typing import Any
 
 import httpx
 
+from mol_catalog.blobs import leftovers
 from mol_catalog.blobs.store import LocalBlobStore, S3BlobStore, open_blob_store
 
 
@@ -55,6 +57,45 @@ async def test_s3_store_multipart_and_presigned(s3_server: Any, s3_bucket: str,
         assert [b.digest for b in await store.list()] == [d]
         await store.delete(d)
         assert await store.list() == []
+    finally:
+        await store.close()
+
+
+async def test_gc_never_aborts_an_upload_in_flight(s3_server: Any, s3_bucket: str,
+                                                   tmp_path: Path) -> None:
+    """gc runs while each part of a multipart upload is being sent (a botocore hook):
+    the upload is younger than the grace by the catalog's record, so it is left alone
+    (moto reports every upload as initiated in 2010). Once the upload is over, an
+    incomplete one with no record, or a record older than the grace, is aborted."""
+    store = open_blob_store(f"s3://{s3_bucket}/cat", endpoint_url=s3_server.endpoint_url)
+    assert isinstance(store, S3BlobStore)
+    store.transfer.multipart_threshold = store.transfer.multipart_chunksize = 5 * 1024 * 1024
+    store.transfer.max_request_concurrency = 1
+    data = os.urandom(11 * 1024 * 1024)  # three parts
+    src = tmp_path / "big"
+    src.write_bytes(data)
+    d = digest_of(data)
+    loop = asyncio.get_running_loop()
+    during: list[int] = []
+
+    def gc_now(**_: Any) -> None:
+        during.append(asyncio.run_coroutine_threadsafe(
+            leftovers.clean(store, 3600), loop).result())
+
+    store.client.meta.events.register("before-call.s3.UploadPart", gc_now)
+    try:
+        assert await store.put(d, src, len(data)) is True
+        assert during == [0, 0, 0]
+        assert await store.size(d) == len(data)
+        store.client.meta.events.unregister("before-call.s3.UploadPart", gc_now)
+        key = f"cat/blobs/sha256/{'0' * 64}"
+        store.client.create_multipart_upload(Bucket=s3_bucket, Key=key)  # no record
+        store.client.put_object(Bucket=s3_bucket, Key=f"cat/uploads/{'1' * 64}.1000.x", Body=b"")
+        store.client.create_multipart_upload(Bucket=s3_bucket, Key=f"cat/blobs/sha256/{'1' * 64}")
+        assert await leftovers.clean(store, 3600) == 2
+        assert store.client.list_multipart_uploads(Bucket=s3_bucket).get("Uploads", []) == []
+        assert "Contents" not in store.client.list_objects_v2(Bucket=s3_bucket,
+                                                              Prefix="cat/uploads/")
     finally:
         await store.close()
 

@@ -139,8 +139,8 @@ def test_parse_version(text: str, number: int) -> None:
     assert parse_version(text) == number
 
 
-@pytest.mark.parametrize("text", ["0", "v0", "", "v", "V3", "3.0", "+3", "٣",
-                                  str(MAX_VERSION + 1), "1" * 11])
+@pytest.mark.parametrize("text", ["0", "v0", "01", "v01", "v02", "007", "3\n", "", "v", "V3",
+                                  "3.0", "+3", "٣", str(MAX_VERSION + 1), "1" * 11])
 def test_parse_version_refuses(text: str) -> None:
     with pytest.raises(RefError, match="such as 3 or v3"):
         parse_version(text)

@@ -45,6 +45,7 @@ PUBLISH_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
                                        "properties": {
         **{p: {"type": "string", "format": "binary"} for p in FILE_PARTS},
         **{f: {"type": "string"} for f in FIELDS},
+        "source": {"type": "string", "maxLength": pipeline.MAX_SOURCE_CHARS},
     }}}}}}
 
 

@@ -27,7 +27,14 @@ from mol_catalog.base_models import service as base_service
 from mol_catalog.base_models.service import KnownBase
 from mol_catalog.blobs.orphans import BlobsGone
 from mol_catalog.deps import Catalog
-from mol_catalog.errors import ApiError, BadRequest, Incompatible, InvalidFile
+from mol_catalog.errors import (
+    ApiError,
+    BadRequest,
+    Incompatible,
+    InvalidFile,
+    Unavailable,
+    ValidationFailed,
+)
 from mol_catalog.util import (
     checked,
     clean_text,
@@ -46,6 +53,8 @@ from mol_platform.contract.safetensors_header import (
 )
 
 RETRIES = 8
+GONE_PAUSE = 0.01  # seconds, times the attempt, before a publish stores gc'd blobs again
+MAX_SOURCE_CHARS = 2000
 
 
 def _read_config(upload: Upload) -> dict[str, Any]:
@@ -65,7 +74,10 @@ def _options(fields: dict[str, str]) -> dict[str, Any]:
     if fields.get("parent"):
         out["parent"] = version_number(fields["parent"], "parent")
     if fields.get("source"):
-        out["source"] = clean_text(fields["source"][:2000], "source")
+        if len(fields["source"]) > MAX_SOURCE_CHARS:
+            raise ValidationFailed(f"source is {len(fields['source'])} characters; at most "
+                                   f"{MAX_SOURCE_CHARS} allowed")
+        out["source"] = clean_text(fields["source"], "source")
     if "tags" in fields:
         tags = [t.strip() for t in fields["tags"].split(",") if t.strip()]
         out["tags"] = sorted({checked(refs.check_tag, t) for t in tags})
@@ -199,8 +211,12 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
                 attempts=RETRIES, pause=0.01)
         except BlobsGone as gone:
             # gc deleted a blob this publish had stored: store it again, then retry.
+            # A gc that keeps winning (grace 0 on content being deleted and published
+            # in a loop) is contention, not a fault: 503 with Retry-After.
             if attempt == RETRIES - 1:
-                raise
+                raise Unavailable(f"gc deleted blobs of this publish {RETRIES} times while "
+                                  "it ran; retry the publish") from gone
+            await asyncio.sleep(GONE_PAUSE * (attempt + 1))  # let that gc pass
             req.blobs_after = gone.after
             await _put(catalog, upload, gone.digests)
             continue
@@ -222,7 +238,8 @@ async def publish_form(catalog: Catalog, namespace: str, name: str, request: Req
         finally:
             upload.cleanup()
     except ApiError as exc:
-        result = {413: "too_large", 422: "incompatible"}.get(exc.status, "invalid")
+        result = ("incompatible" if isinstance(exc, Incompatible)
+                  else {413: "too_large"}.get(exc.status, "invalid"))
         catalog.metrics.publishes.labels(result).inc()
         raise
     catalog.metrics.publishes.labels("created" if created else "existing").inc()

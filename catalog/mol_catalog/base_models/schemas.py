@@ -7,13 +7,14 @@ from typing import Annotated, Any
 from pydantic import BaseModel, Field
 
 from mol_catalog.util import MAX_BIGINT, ResponseBody, Text
-from mol_platform.contract.refs import REVISION_PATTERN
+from mol_platform.contract.refs import EXACT_NAME_PATTERN, REVISION_PATTERN
 
 Dim = Annotated[int, Field(ge=0, le=MAX_BIGINT)]
 
 
 class BaseModelCreate(BaseModel):
-    name: str
+    # Checked by the service (400 InvalidName, as on every route); documented here.
+    name: str = Field(json_schema_extra={"pattern": f"^{EXACT_NAME_PATTERN}$", "maxLength": 63})
     revision: str = Field(min_length=1, max_length=128, pattern=rf"^{REVISION_PATTERN}$")
     architecture: Text | None = Field(default=None, max_length=128)
     config: dict[str, Any]

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 import shutil
 import time
+import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +26,7 @@ from mol_catalog.blobs.presign import PROBE_KEY, Presigner, Target
 CHUNK = 1024 * 1024
 CONFLICT_RETRIES = 5
 DEFAULT_S3_TIMEOUT = 20.0  # seconds per S3 attempt (connect, and between bytes read)
+UPLOADS = "uploads/"  # under the S3 prefix: the records of multipart uploads in flight
 
 
 class BlobUrlError(ValueError):
@@ -234,8 +237,18 @@ class S3BlobStore:
             # Large: multipart from the file; one HEAD first keeps it write-once.
             if await self.exists(digest):
                 return False
-            await asyncio.to_thread(self.client.upload_file, str(source), self.bucket,
-                                    self._key(digest), Config=self.transfer)
+            # The record of this upload in flight (see ``clean_partials``), written before
+            # the upload starts and removed when it ends.
+            marker = f"{self.prefix}{UPLOADS}{_hex(digest)}.{time.time_ns()}.{uuid.uuid4().hex}"
+            await asyncio.to_thread(self.client.put_object, Bucket=self.bucket, Key=marker,
+                                    Body=b"")
+            try:
+                await asyncio.to_thread(self.client.upload_file, str(source), self.bucket,
+                                        self._key(digest), Config=self.transfer)
+            finally:
+                with contextlib.suppress(Exception):  # left over: gc removes it later
+                    await asyncio.to_thread(self.client.delete_object, Bucket=self.bucket,
+                                            Key=marker)
             return True
         return await asyncio.to_thread(self._put_small, digest, source)
 
@@ -330,18 +343,48 @@ class S3BlobStore:
     async def clean_partials(self, older_than: float,
                              owner_gone: Callable[[int], bool] | None = None) -> int:
         """Incomplete multipart uploads of blobs started before ``older_than`` (S3 keeps
-        their parts, and bills them, until they are aborted)."""
+        their parts, and bills them, until they are aborted).
+
+        An upload's age is the catalog's own record of it (``<prefix>uploads/<hex>.<start
+        ns>.<id>``, written by ``put`` before the upload starts, removed when it ends),
+        never S3's ``Initiated`` alone: stores disagree on it (moto reports 2010 for every
+        upload), and an upload a publish is still sending is never touched. Uploads are
+        listed before the records, so a listed upload's record is already there. An
+        upload without a record (none was written for it) is judged by ``Initiated``;
+        records older than ``older_than`` are removed with their uploads."""
+        from botocore.exceptions import ClientError
 
         def _clean() -> int:
+            uploads = [up for page in self.client.get_paginator("list_multipart_uploads")
+                       .paginate(Bucket=self.bucket, Prefix=f"{self.prefix}blobs/sha256/")
+                       for up in page.get("Uploads", [])]
+            started: dict[str, float] = {}
+            stale = []
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                    Bucket=self.bucket, Prefix=f"{self.prefix}{UPLOADS}"):
+                for obj in page.get("Contents", []):
+                    hexdigest, _, rest = obj["Key"].rsplit("/", 1)[-1].partition(".")
+                    start_ns = rest.partition(".")[0]
+                    at = int(start_ns) / 1e9 if start_ns.isdigit() else 0.0
+                    started[hexdigest] = max(started.get(hexdigest, 0.0), at)
+                    if at < older_than:
+                        stale.append(obj["Key"])
             removed = 0
-            paginator = self.client.get_paginator("list_multipart_uploads")
-            for page in paginator.paginate(Bucket=self.bucket,
-                                           Prefix=f"{self.prefix}blobs/sha256/"):
-                for up in page.get("Uploads", []):
-                    if up["Initiated"].timestamp() < older_than:
-                        self.client.abort_multipart_upload(Bucket=self.bucket, Key=up["Key"],
-                                                           UploadId=up["UploadId"])
-                        removed += 1
+            for up in uploads:
+                hexdigest = up["Key"].rsplit("/", 1)[-1]
+                begun = started.get(hexdigest, up["Initiated"].timestamp())
+                if begun >= older_than:
+                    continue
+                try:
+                    self.client.abort_multipart_upload(Bucket=self.bucket, Key=up["Key"],
+                                                       UploadId=up["UploadId"])
+                except ClientError as exc:  # completed meanwhile
+                    if exc.response.get("Error", {}).get("Code") != "NoSuchUpload":
+                        raise
+                    continue
+                removed += 1
+            for key in stale:
+                self.client.delete_object(Bucket=self.bucket, Key=key)
             return removed
 
         return await asyncio.to_thread(_clean)

@@ -32,6 +32,7 @@ from mol_platform.clients.catalog_http import (
     auth_headers,
     checked,
     decoded,
+    download_failed,
     download_request,
     events_params,
     join_url,
@@ -242,7 +243,7 @@ class CatalogClient:
             finally:
                 response.close()
         except httpx.TransportError as exc:
-            raise unreachable(f"download {url} from", self.url, exc) from None
+            raise download_failed(url, self.url, exc) from None
         return out.hexdigest
 
     # --- tokens, gc, events -------------------------------------------------------------

@@ -23,6 +23,7 @@ from mol_platform.clients.catalog_http import (
     auth_headers,
     checked,
     decoded,
+    download_failed,
     download_request,
     events_params,
     join_url,
@@ -158,5 +159,5 @@ class AsyncCatalogClient:
                 finally:
                     await response.aclose()
         except httpx.TransportError as exc:
-            raise unreachable(f"download {url} from", self.url, exc) from None
+            raise download_failed(url, self.url, exc) from None
         return out.hexdigest

@@ -185,6 +185,21 @@ def unreachable(what: str, catalog_url: str, exc: httpx.TransportError) -> Catal
     return CatalogError(0, "ConnectionError", f"cannot {what} {catalog_url}: {exc}")
 
 
+def download_failed(url: str, catalog_url: str, exc: Exception) -> CatalogError:
+    """A download that could not connect. A presigned URL's query is its credential (the
+    signature), so it is left out; the message says the URL came from the catalog, which
+    answered, so the store it names is what failed."""
+    target = join_url(catalog_url, url)
+    parts = urlsplit(target)
+    shown = parts._replace(query="<signature redacted>" if parts.query else "",
+                           fragment="").geturl()
+    where = ("the catalog" if origin(target) == origin(catalog_url)
+             else "the blob store the catalog's download URL names")
+    return CatalogError(0, "ConnectionError",
+                        f"cannot download {shown} (a download URL given by the catalog at "
+                        f"{catalog_url}): {where} is unreachable: {exc}")
+
+
 def checked(response: httpx.Response) -> httpx.Response:
     """The response, or its CatalogError when it is not 2xx (its body already read)."""
     if response.is_error:

@@ -16,11 +16,23 @@ from dataclasses import dataclass
 NAME_PATTERN = r"[a-z0-9](?:[a-z0-9._-]{0,61}[a-z0-9])?"
 ALIAS_PATTERN = r"[a-z][a-z0-9_-]{0,62}"
 DIGEST_PATTERN = r"sha256:[0-9a-f]{64}"
-VERSION_PATTERN = r"v[1-9][0-9]{0,9}"
 MAX_VERSION = 2**31 - 1  # the catalog's version column is a 32-bit integer
+# 1 to MAX_VERSION (2147483647) in decimal without leading zeros, as a pattern: schemas
+# that document it (OpenAPI) then allow exactly the versions the catalog accepts.
+VERSION_DIGITS = ("(?:[1-9][0-9]{0,8}|1[0-9]{9}|20[0-9]{8}|21[0-3][0-9]{7}|214[0-6][0-9]{6}"
+                  "|2147[0-3][0-9]{5}|21474[0-7][0-9]{4}|214748[0-2][0-9]{3}"
+                  "|2147483[0-5][0-9]{2}|21474836[0-3][0-9]|214748364[0-7])")
+VERSION_PATTERN = f"v{VERSION_DIGITS}"
+# A version where a number is expected (paths, form fields, CLI arguments): 3 or v3,
+# never 03 or v03 (a second spelling of the same version).
+VERSION_NUMBER_PATTERN = f"v?{VERSION_DIGITS}"
 DNS_LABEL_PATTERN = r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 # A base model's revision (a commit sha, a tag): what the catalog stores.
 REVISION_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
+# The whole name rule in one pattern (the lookahead refuses ".."), for schemas that
+# document it (OpenAPI); ``is_valid_name`` is the same rule.
+EXACT_NAME_PATTERN = rf"(?!.*\.\.){NAME_PATTERN}"
+SCOPE_PATTERN = rf"(?:read|admin|(?:read|publish):{EXACT_NAME_PATTERN})"
 
 # Compiled without anchors: every check below uses ``fullmatch`` (``$`` would accept a
 # trailing newline, and "acme\n" is a name nothing can resolve).
@@ -33,10 +45,10 @@ REF_RE = re.compile(
 ALIAS_RE = re.compile(ALIAS_PATTERN)
 _VERSIONISH = re.compile(r"v[0-9]+")
 _VERSION = re.compile(VERSION_PATTERN)
+_VERSION_NUMBER = re.compile(VERSION_NUMBER_PATTERN)
+_SCOPE = re.compile(SCOPE_PATTERN)
 # Words a reference reserves: ``@latest`` always means the newest ready version.
 RESERVED_ALIASES = frozenset({"latest"})
-SCOPE_WORDS = ("read", "admin")
-SCOPE_KINDS = ("read", "publish")
 NAME_RULE = "use 1-63 lowercase letters, digits, '.', '_' or '-', starting and ending with " \
     "a letter or digit"
 
@@ -92,22 +104,21 @@ def check_alias(value: str) -> str:
 
 def check_scope(value: str) -> str:
     """A token scope: ``read``, ``admin``, ``read:<namespace>`` or ``publish:<namespace>``."""
-    kind, sep, ns = value.partition(":")
-    if value in SCOPE_WORDS or (sep and kind in SCOPE_KINDS and is_valid_name(ns)):
+    if _SCOPE.fullmatch(value) is not None:
         return value
     raise RefError(f"invalid scope {value!r}: use read, read:<namespace>, "
                    "publish:<namespace> or admin")
 
 
 def parse_version(text: str, what: str = "version") -> int:
-    """``3`` or ``v3`` -> 3, within 1..MAX_VERSION; RefError otherwise. The one version
-    parser: the catalog's path and form fields and the CLI's arguments use it."""
-    value = text.removeprefix("v")
-    if not (value.isascii() and value.isdigit()) or len(value) > 10 or not (
-            1 <= int(value) <= MAX_VERSION):
+    """``3`` or ``v3`` -> 3, within 1..MAX_VERSION; RefError otherwise (``03``, ``v03``
+    included: the full-match rule of ``VERSION_NUMBER_PATTERN``, the same as
+    ``@vN`` in a reference). The one version parser: the catalog's path and form
+    fields and the CLI's arguments use it."""
+    if _VERSION_NUMBER.fullmatch(text) is None:
         raise RefError(f"invalid {what} {text[:40]!r}: use a number from 1 to "
-                       f"{MAX_VERSION} such as 3 or v3")
-    return int(value)
+                       f"{MAX_VERSION} such as 3 or v3, without leading zeros")
+    return int(text.removeprefix("v"))
 
 
 @dataclass(frozen=True, slots=True)
