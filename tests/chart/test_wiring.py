@@ -34,8 +34,13 @@ def _settings(objects: list[dict[str, Any]], monkeypatch: pytest.MonkeyPatch) ->
     container = _deployment(objects, "-operator")["spec"]["template"]["spec"]["containers"][0]
     for key in [k for k in os.environ if k.startswith("MOL_OPERATOR_")]:
         monkeypatch.delenv(key)
+    # Values from the downward API stand for what the kubelet fills in; Secrets are not read.
+    downward = {"metadata.name": "mol-operator-0", "metadata.namespace": "mol-system"}
     for env in container["env"]:
-        monkeypatch.setenv(env["name"], env["value"])
+        if "value" in env:
+            monkeypatch.setenv(env["name"], env["value"])
+        elif "fieldRef" in env.get("valueFrom", {}):
+            monkeypatch.setenv(env["name"], downward[env["valueFrom"]["fieldRef"]["fieldPath"]])
     return OperatorSettings()
 
 
