@@ -103,7 +103,7 @@ class RouterHandler:
             root = cached.name if isinstance(cached, Resolved) else e.adapter
             data.append(card(e.name, cfg.deployment, root, e.description))
         data.append(card(AUTO, cfg.deployment, None, "the router picks the expert"
-                         if cfg.mode == "auto" else f"the default expert ({cfg.default})"))
+                         if cfg.mode != "explicit" else f"the default expert ({cfg.default})"))
         for ns in cfg.adapter_namespaces:
             if not tenant.may_use(ns):
                 continue

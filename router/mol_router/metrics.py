@@ -35,8 +35,14 @@ class RouterMetrics:
             ["deployment", "tenant", "expert", "kind"], registry=r)
         self.decisions = Counter(
             "mol_router_route_decisions",
-            "Expert selections by how they were made (router, model, adapter, classifier, "
-            "fallback, default, handoff).", ["deployment", "mode", "expert"], registry=r)
+            "Expert selections by how they were made (mode: router, model, adapter, default, "
+            "or for model auto the routing mode) and the signal that decided (request, "
+            "semantic, keywords, classifier, default).", ["deployment", "mode", "signal", "expert"],
+            registry=r)
+        self.embedding_errors = Counter(
+            "mol_router_embedding_errors", "Failed embedding calls of the semantic signal by "
+            "reason (timeout, connect, status, invalid); each fell back.",
+            ["deployment", "reason"], registry=r)
         self.adapter_loads = Counter(
             "mol_router_adapter_loads", "Adapter loads seen on engines (estimated from "
             "vllm:lora_requests_info).", ["deployment"], registry=r)
@@ -65,7 +71,7 @@ class RouterMetrics:
         # Per-request metrics: one lookup on a plain tuple key, children created once.
         self._done: dict[tuple[str, str, str, int], tuple[Any, Any]] = {}
         self._tokens: dict[tuple[str, str], tuple[Any, Any]] = {}
-        self._decided: dict[tuple[str, str], Any] = {}
+        self._decided: dict[tuple[str, str, str], Any] = {}
         self.pending_child = self.pending.labels(deployment)
         self.ready_child = self.ready.labels(deployment)
         self.loads_child = self.adapter_loads.labels(deployment)
@@ -104,12 +110,16 @@ class RouterMetrics:
         if completion:
             pair[1].inc(completion)
 
-    def decision(self, mode: str, expert: str) -> None:
-        child = self._decided.get((mode, expert))
+    def decision(self, mode: str, signal: str, expert: str) -> None:
+        key = (mode, signal, expert)
+        child = self._decided.get(key)
         if child is None:
-            child = self._decided[(mode, expert)] = self.decisions.labels(
-                self.deployment, mode, expert)
+            child = self._decided[key] = self.decisions.labels(
+                self.deployment, mode, signal, expert)
         child.inc()
+
+    def embedding_error(self, reason: str) -> None:
+        self._child(self.embedding_errors, self.deployment, reason).inc()
 
     def upstream_error(self, reason: str) -> None:
         self._child(self.upstream_errors, self.deployment, reason).inc()

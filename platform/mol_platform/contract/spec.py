@@ -219,13 +219,61 @@ class SecretRef(_Model):
     secret_ref: str
 
 
+# --- automatic routing: modes and the semantic signal ---------------------------------
+RoutingMode = Literal["explicit", "classifier", "semantic", "semantic-then-classifier"]
+SEMANTIC_MODES = frozenset({"semantic", "semantic-then-classifier"})
+CLASSIFIER_MODES = frozenset({"classifier", "semantic-then-classifier"})
+_MODE_ALIASES = {"auto": "classifier"}  # the classifier mode's first name, accepted
+_ROUTING_MODES: list[Any] = [*RoutingMode.__args__, *_MODE_ALIASES]  # the CRD's enum
+
+
+def canonical_mode(value: object) -> object:
+    """``auto`` (the classifier mode's first name) -> ``classifier``; others unchanged."""
+    return _MODE_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
+class SemanticExpertSpec(_Model):
+    name: str = Field(description="The expert these utterances stand for.")
+    examples: list[Annotated[str, Field(min_length=1, max_length=2000)]] = Field(
+        default_factory=list, max_length=256,
+        description="Example user turns this expert should answer (embedded once per "
+        "config); 8-30 varied ones, see docs/router.md.")
+    keywords: list[Annotated[str, Field(min_length=2, max_length=80)]] = Field(
+        default_factory=list, max_length=256,
+        description="Words or phrases that, found in the user's turn, add to this "
+        "expert's score.")
+
+
+class SemanticSpec(_Model):
+    model: str = Field(default="all-minilm-l6-v2", max_length=253,
+                       description="The embedding model's served name.")
+    threshold: float = Field(default=0.3, ge=-1.0, le=2.0,
+                             description="The lowest winning score that decides.")
+    margin: float = Field(default=0.0, ge=0.0, le=2.0,
+                          description="How far the best score must lead the second.")
+    experts: list[SemanticExpertSpec] = Field(
+        min_length=1, max_length=64, description="Example utterances and keywords per expert.")
+
+
 class RouterSpec(_Model):
-    mode: Literal["auto", "explicit"] = "explicit"
+    mode: RoutingMode = Field(
+        default="explicit", json_schema_extra={"enum": _ROUTING_MODES},
+        description="How model 'auto' picks the expert: explicit (the default expert), "
+        "classifier (the classifier expert; 'auto' is its former name), semantic (example "
+        "utterances), semantic-then-classifier.")
+    semantic: SemanticSpec | None = Field(
+        default=None, description="The semantic signal (modes semantic, "
+        "semantic-then-classifier).")
     classifier: ClassifierSpec | None = None
     default: str | None = None
     handoff: HandoffSpec = Field(default_factory=HandoffSpec)
     api_keys: SecretRef | None = None
     replicas: int = Field(default=2, ge=0)
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode(cls, v: object) -> object:
+        return canonical_mode(v)
 
 
 class ServingSpec(_Model):
@@ -267,8 +315,14 @@ class MoLDeploymentSpec(_Model):
                 f"router.classifier.expert {r.classifier.expert!r} is not an expert "
                 f"(experts: {known})"
             )
-        if r.mode == "auto" and r.classifier is None:
-            raise ValueError("router.mode 'auto' needs router.classifier.expert")
+        if r.mode == "classifier" and r.classifier is None:
+            raise ValueError("router.mode 'classifier' needs router.classifier.expert")
+        if r.mode in SEMANTIC_MODES and r.semantic is None:
+            raise ValueError(f"router.mode {r.mode!r} needs router.semantic.experts")
+        for s in r.semantic.experts if r.semantic is not None else ():
+            if s.name not in names:
+                raise ValueError(f"router.semantic expert {s.name!r} is not an expert "
+                                 f"(experts: {known})")
         gpus, tp = self.node_pool.gpus_per_replica, self.engine.tensor_parallel_size
         # gpusPerReplica 0 is a CPU engine (kind clusters, CI); it cannot shard.
         if gpus < tp and not (gpus == 0 and tp == 1):
