@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -224,7 +224,7 @@ RoutingMode = Literal["explicit", "classifier", "semantic", "semantic-then-class
 SEMANTIC_MODES = frozenset({"semantic", "semantic-then-classifier"})
 CLASSIFIER_MODES = frozenset({"classifier", "semantic-then-classifier"})
 _MODE_ALIASES = {"auto": "classifier"}  # the classifier mode's first name, accepted
-_ROUTING_MODES: list[Any] = [*RoutingMode.__args__, *_MODE_ALIASES]  # the CRD's enum
+_ROUTING_MODES: list[Any] = [*get_args(RoutingMode), *_MODE_ALIASES]  # the CRD enum
 
 
 def canonical_mode(value: object) -> object:
