@@ -3,6 +3,7 @@ would compute them, without calling an LLM engine."""
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 
@@ -10,7 +11,7 @@ import aiohttp
 
 from mol_platform.contract.router_config import RouterConfig
 from mol_platform.contract.spec import CLASSIFIER_MODES
-from mol_router.semantic import SemanticSignal
+from mol_router.semantic import EmbeddingError, SemanticSignal
 
 
 async def explain(cfg: RouterConfig, prompt: str) -> dict[str, object]:
@@ -19,7 +20,8 @@ async def explain(cfg: RouterConfig, prompt: str) -> dict[str, object]:
     assert cfg.semantic is not None
     signal = SemanticSignal(cfg.semantic, cfg.timeouts.embedding)
     async with aiohttp.ClientSession() as session:
-        await signal.index(session)  # the examples: not part of one turn's cost
+        with contextlib.suppress(EmbeddingError):  # verdict() reports it
+            await signal.index(session)  # the examples: not part of one turn's cost
         started = time.perf_counter()
         verdict, error = await signal.verdict(session, prompt)
         seconds = time.perf_counter() - started

@@ -168,3 +168,29 @@ async def test_cache_and_bounded_input(router_config: Any, start_router: Any,
     assert queries[0] == ["hello there"]
     assert queries[1] == [long_turn[-64:]]
     assert queries[2] == ["hello"]
+
+
+async def test_explain_scores_a_turn_without_an_llm_engine(router_config: Any) -> None:
+    from mol_router.cli import report_text
+    from mol_router.explain import explain
+
+    async with fake_embeddings() as fake:
+        cfg = _config(["http://127.0.0.1:9"], router_config, fake.url,
+                      "semantic-then-classifier")
+        decided = await explain(cfg, "my python code")
+        undecided = await explain(cfg, "something else")
+        fake.fail = "status"
+        failed = await explain(cfg.model_copy(update={"mode": "semantic"}), "css please")
+    assert decided["expert"] == "coding"
+    assert str(decided["route"]).startswith("semantic; score=")
+    scores = decided["scores"]
+    assert isinstance(scores, list)
+    assert scores[0]["expert"] == "coding"
+    assert scores[0]["keywords"] == 1
+    assert (undecided["expert"], undecided["route"]) == (
+        "classifier?", "classifier; semantic=below-threshold")
+    assert (failed["expert"], failed["route"]) == (
+        "ui", "keywords; score=0.100; margin=0.100; embedding=status")
+    text = report_text(decided)
+    assert text.splitlines()[0].split() == ["expert", "score", "nearest", "centroid", "keywords"]
+    assert text.splitlines()[-1].startswith("decision: coding (semantic; score=")

@@ -246,17 +246,20 @@ def router_config_from_spec(
 ) -> RouterConfig:
     """The router's config for a deployment. ``api_keys_file`` defaults to
     :data:`DEFAULT_API_KEYS_FILE` when the spec sets ``router.apiKeys``;
-    ``embeddings_url`` is where the deployment's embedding engine answers (needed when
-    the spec sets ``router.semantic``); ``overrides`` set any other RouterConfig field
+    ``embeddings_url`` is where the embedding engine that ``mol up`` started answers
+    (``router.semantic.embeddingsUrl`` wins; one of them is needed when the spec sets
+    ``router.semantic``); ``overrides`` set any other RouterConfig field
     (timeouts, policy, limits) by its Python name."""
     spec = obj.spec
     sem = spec.router.semantic
     semantic = None
     if sem is not None:
-        if embeddings_url is None:
-            raise ValueError("router.semantic needs the embedding engine's URL")
+        url = sem.embeddings_url or embeddings_url
+        if url is None:
+            raise ValueError("router.semantic needs an embedding engine: set "
+                             "router.semantic.embeddingsUrl")
         semantic = RouterSemantic(
-            embeddings_url=embeddings_url, model=sem.model, threshold=sem.threshold,
+            embeddings_url=url, model=sem.model, threshold=sem.threshold,
             margin=sem.margin,
             experts=[RouterSemanticExpert(name=e.name, examples=list(e.examples),
                                           keywords=list(e.keywords)) for e in sem.experts])

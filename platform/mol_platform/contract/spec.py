@@ -247,6 +247,10 @@ class SemanticExpertSpec(_Model):
 class SemanticSpec(_Model):
     model: str = Field(default="all-minilm-l6-v2", max_length=253,
                        description="The embedding model's served name.")
+    embeddings_url: str | None = Field(
+        default=None, max_length=2048, pattern=r"^https?://",
+        description="An OpenAI-compatible embeddings server to use (its base URL); unset, "
+        "mol up runs one on the packaged all-MiniLM-L6-v2.")
     threshold: float = Field(default=0.3, ge=-1.0, le=2.0,
                              description="The lowest winning score that decides.")
     margin: float = Field(default=0.0, ge=0.0, le=2.0,

@@ -165,7 +165,8 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     check_port_free("127.0.0.1", ports.engine, "--engine-port")
     check_port_free(host, ports.router, "--router-port")
     spec = obj.spec
-    if spec.router.semantic is not None:
+    own_embedding = spec.router.semantic is not None and spec.router.semantic.embeddings_url is None
+    if own_embedding:
         embedding_dir = embedding_model_dir()  # fail before starting anything
         check_port_free("127.0.0.1", ports.embedding, "--embedding-port")
     url, token = start_catalog(sup, host, ports.catalog, data_dir)
@@ -185,7 +186,7 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     engine_log.write_bytes(b"")
     embedding: Service | None = None
     embeddings_url = None
-    if spec.router.semantic is not None:  # comes up beside the LLM engine, not after it
+    if own_embedding and spec.router.semantic is not None:  # beside the LLM engine
         embeddings_url = f"http://127.0.0.1:{ports.embedding}"
         emb = embedding_args(str(embedding_dir), served_model_name=spec.router.semantic.model,
                              host="127.0.0.1", port=ports.embedding, cpu=engine.cpu)
