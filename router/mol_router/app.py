@@ -106,7 +106,7 @@ class RouterHandler:
                 continue  # it would answer 422 (the reasons are in the request's error)
             root = cached.name if isinstance(cached, Resolved) else e.adapter
             data.append(card(e.name, cfg.deployment, root, e.description))
-        picks = ("the router picks the expert" if cfg.mode == "auto"
+        picks = ("the router picks the expert" if cfg.mode != "explicit"
                  else f"the default expert ({cfg.default})")
         data.append(card(AUTO, cfg.deployment, None, picks))
         data.append(card(cfg.deployment, cfg.deployment, None, f"same as {AUTO}: {picks}"))

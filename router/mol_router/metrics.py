@@ -52,8 +52,9 @@ class RouterMetrics:
             ["deployment", "tenant", "expert", "kind"])
         self.decisions = Counters(
             "mol_router_route_decisions",
-            "Expert selections by how they were made (router, model, adapter, classifier, "
-            "fallback, default, handoff).", ["deployment", "mode", "expert"])
+            "Expert selections by how they were made (mode: router, model, adapter, default, "
+            "or for model auto the routing mode) and the signal that decided (request, "
+            "semantic, keywords, classifier, default).", ["deployment", "mode", "signal", "expert"])
         self.adapter_duration = Histograms(
             "mol_router_adapter_request_duration_seconds",
             "Whole request time by adapter (top K or other).", ["deployment", "adapter"], lat,
@@ -88,6 +89,10 @@ class RouterMetrics:
             self.requests, self.duration, self.ttft, self.tokens, self.decisions,
             self.adapter_duration, self.adapter_ttft, self.adapter_tokens, self.cold,
             self.cold_start, self.tenant_requests, self.tenant_duration, self.tenant_ttft]))
+        self.embedding_errors = Counter(
+            "mol_router_embedding_errors", "Failed embedding calls of the semantic signal by "
+            "reason (timeout, connect, status, invalid); each fell back.",
+            ["deployment", "reason"], registry=r)
         self.adapter_loads = Counter(
             "mol_router_adapter_loads", "Adapter loads seen on engines (estimated from "
             "vllm:lora_requests_info).", ["deployment"], registry=r)
@@ -173,8 +178,11 @@ class RouterMetrics:
     def cold_started(self, adapter: str, seconds: float, trace: str | None) -> None:
         self.cold_start.observe((self.deployment, self.top.label(adapter)), seconds, trace)
 
-    def decision(self, mode: str, expert: str) -> None:
-        self.decisions.inc((self.deployment, mode, expert))
+    def decision(self, mode: str, signal: str, expert: str) -> None:
+        self.decisions.inc((self.deployment, mode, signal, expert))
+
+    def embedding_error(self, reason: str) -> None:
+        self._child(self.embedding_errors, self.deployment, reason).inc()
 
     def upstream_error(self, reason: str) -> None:
         self._child(self.upstream_errors, self.deployment, reason).inc()

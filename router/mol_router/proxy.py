@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import random
 import time
@@ -18,14 +19,16 @@ from typing import Any
 
 import orjson
 
+from mol_platform.contract.spec import CLASSIFIER_MODES
 from mol_router import handoff
-from mol_router.classifier import classify
+from mol_router.classifier import classify, request_text
 from mol_router.errors import RouterError, error_body
 from mol_router.policy import RouteRequest
 from mol_router.pool import UpstreamBroken
 from mol_router.resolver import Resolved, Unresolved
 from mol_router.runtime import Runtime
 from mol_router.selection import ADAPTER_LABEL, Choice, Routing
+from mol_router.signals import Verdict
 from mol_router.sse import DONE_EVENT, StreamHop
 from mol_router.tenants import OPEN, Tenant
 from mol_router.upstream import Upstreams
@@ -36,6 +39,15 @@ _NO_TARGETS: frozenset[str] = frozenset()
 _RID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 _HEX = frozenset("0123456789abcdef")
 _NO_TRACE = "0" * 32
+
+
+def _route(signal: str, verdict: Verdict | None, why: list[str]) -> str:
+    """The ``x-mol-route`` value: the deciding signal, its score and lead, and why the
+    signals before it did not decide (docs/router.md)."""
+    parts = [signal]
+    if verdict is not None:
+        parts += [f"score={verdict.score:.3f}", f"margin={verdict.margin:.3f}"]
+    return "; ".join(parts + why)
 
 
 def _request_id(value: str | None) -> str:
@@ -98,8 +110,8 @@ class GenerationProxy:
             headers = {"Content-Type": "application/json", "X-Request-Id": rid}
             choice = routing.select(body.get("router"), body.get("model"), user)
             if choice is None:
-                choice = await self._classify(routing, body, chat, user, headers)
-            rt.metrics.decision(choice.mode, choice.expert)
+                choice = await self._auto(routing, body, chat, user, headers)
+            rt.metrics.decision(choice.mode, choice.signal, choice.expert)
             if choice.mode == "adapter" and not tenant.may_use(choice.ref.split("/", 1)[0]):
                 rt.metrics.rejected("forbidden")
                 raise RouterError(403, f"this API key may not use adapters of namespace "
@@ -151,12 +163,31 @@ class GenerationProxy:
                               f"{wait:.1f} s", "rate_limit_exceeded", retry_after=wait)
         return tenant
 
-    async def _classify(self, routing: Routing, body: dict[str, Any], chat: bool,
-                        user: str | None, headers: dict[str, str]) -> Choice:
-        """``model: auto``: the classifier expert picks, the default when it cannot."""
-        picked = await classify(self.rt, self.up, body, chat, headers)
-        mode = "classifier" if picked is not None else "fallback"
-        return routing.expert_choice(picked or routing.config.default, mode, user)
+    async def _auto(self, routing: Routing, body: dict[str, Any], chat: bool,
+                    user: str | None, headers: dict[str, str]) -> Choice:
+        """``model: auto``: the semantic signal (semantic modes), then the classifier
+        expert (classifier modes), then the default expert; ``route`` says why."""
+        cfg = routing.config
+        rt = self.rt
+        why: list[str] = []
+        if rt.semantic is not None and rt.session is not None:
+            verdict, error = await rt.semantic.verdict(rt.session, request_text(body, chat))
+            if error is not None:
+                rt.metrics.embedding_error(error.reason)
+                log.info("embedding unavailable (%s); falling back", error)
+                why.append(f"embedding={error.reason}")
+            if verdict.expert is not None:
+                return routing.expert_choice(verdict.expert, cfg.mode, user, verdict.signal,
+                                             _route(verdict.signal, verdict, why))
+            why.append(f"semantic={verdict.reason}")
+        if cfg.mode in CLASSIFIER_MODES and cfg.classifier is not None:
+            picked = await classify(rt, self.up, body, chat, headers)
+            if picked is not None:
+                return routing.expert_choice(picked, cfg.mode, user, "classifier",
+                                             _route("classifier", None, why))
+            why.append("classifier=no-answer")
+        return routing.expert_choice(cfg.default, cfg.mode, user, "default",
+                                     _route("default", None, why))
 
     async def _resolve(self, choice: Choice) -> tuple[Choice, Resolved]:
         """The immutable adapter for a choice. A canary that cannot be served (unknown,
@@ -171,8 +202,8 @@ class GenerationProxy:
         if choice.canary and (resolved is None or not resolved.compatible):
             log.warning("canary %s of expert %s cannot be served; using the stable version",
                         choice.ref, choice.expert)
-            stable = Choice(choice.expert, self.rt.routing.experts[choice.expert].adapter,
-                            choice.mode)
+            stable = dataclasses.replace(
+                choice, ref=self.rt.routing.experts[choice.expert].adapter, canary=False)
             return await self._resolve(stable)
         assert resolved is not None
         if not resolved.compatible:
@@ -210,14 +241,14 @@ class GenerationProxy:
                          user: str | None) -> None:
         routing = self.rt.routing
         source = served.choice.expert
-        served.choice = routing.expert_choice(call.expert, "handoff", user)
+        served.choice = routing.expert_choice(call.expert, "handoff", user, "handoff")
         served.choice, served.resolved = await self._resolve(served.choice)
         self.rt.metrics.saw(served.resolved.adapter, time.perf_counter())
         served.path.append(call.expert)
         body["model"] = served.resolved.name
         body["messages"] = handoff.continue_messages(body["messages"], source, call.summary)
         self.rt.metrics.handoff(source, call.expert)
-        self.rt.metrics.decision("handoff", call.expert)
+        self.rt.metrics.decision("handoff", "handoff", call.expert)
 
 
     def _count(self, tenant: Tenant, served: Served, prompt: int, completion: int) -> None:
@@ -235,6 +266,8 @@ class GenerationProxy:
              "x-mol-route": served.choice.mode}
         if served.choice.canary:
             h["x-mol-canary"] = "true"
+        if served.choice.route is not None:
+            h["x-mol-route"] = served.choice.route
         if len(served.path) > 1:
             h["x-mol-handoffs"] = ">".join(served.path)
         return h

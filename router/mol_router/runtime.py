@@ -28,6 +28,7 @@ from mol_router.policy import Policy, make_policy
 from mol_router.pool import EnginePool
 from mol_router.resolver import AdapterResolver, Resolved, Unresolved
 from mol_router.selection import Routing
+from mol_router.semantic import SemanticSignal
 from mol_router.settings import RouterSettings
 from mol_router.tenants import KeyTable
 from mol_router.tracker import EngineTracker
@@ -108,6 +109,8 @@ class Runtime:
                                      settings.top_adapters_half_life)
         self.config = config
         self.routing = Routing.build(config)
+        self.semantic: SemanticSignal | None = None  # set by apply()
+        self._semantic_key = ""
         self.keys = KeyTable(None)
         self.policy: Policy = make_policy(config.policy, config.policy_knobs)
         self.limits = Limits.of(config)
@@ -197,6 +200,11 @@ class Runtime:
                     await old_client.aclose()
         self.resolver.warm(routing.refs())
         self.routing, self.policy, self.limits = routing, policy, Limits.of(cfg)
+        semantic_key = _fingerprint(cfg.semantic, cfg.timeouts.embedding)
+        if first or semantic_key != self._semantic_key:  # same examples: keep their vectors
+            self.semantic = (SemanticSignal(cfg.semantic, cfg.timeouts.embedding)
+                             if cfg.semantic is not None else None)
+            self._semantic_key = semantic_key
         self.keys = KeyTable(keys, self.keys)
         self.config = cfg
         for e in cfg.experts:

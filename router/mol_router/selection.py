@@ -3,8 +3,9 @@
 1. ``"router": "<expert>"`` in the body wins;
 2. ``model`` naming an expert, or an adapter ``ns/name@ref`` in one of the
    deployment's ``adapterNamespaces``;
-3. ``model`` = ``auto`` or the deployment's name (or no ``model``): in ``auto`` mode
-   the classifier expert chooses (see :mod:`mol_router.classifier`), else the default.
+3. ``model`` = ``auto`` or the deployment's name (or no ``model``): the routing
+   mode decides (the semantic signal, :mod:`mol_router.signals`, and/or the classifier
+   expert, :mod:`mol_router.classifier`), else the default.
 
 Then the canary split: a stable hash of the user (body ``user`` or ``x-mol-user``)
 sends a fixed share of users to the expert's canary version, so one user keeps
@@ -21,6 +22,7 @@ from typing import Any
 
 from mol_platform.contract.refs import AdapterRef, RefError
 from mol_platform.contract.router_config import RouterConfig, RouterExpert
+from mol_platform.contract.spec import SEMANTIC_MODES
 from mol_router import handoff
 from mol_router.errors import RouterError
 
@@ -31,12 +33,16 @@ AUTO = "auto"
 @dataclass(frozen=True, slots=True)
 class Choice:
     """Where a request goes before resolution: the expert label, the reference to
-    resolve, how it was chosen, and whether it is the canary version."""
+    resolve, how it was chosen (``mode``; for ``model: auto`` the routing mode), the
+    signal that decided, whether it is the canary version, and for automatic choices
+    the ``x-mol-route`` header's value."""
 
     expert: str
     ref: str
     mode: str
     canary: bool = False
+    signal: str = "request"
+    route: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +85,13 @@ class Routing:
                 out.append(e.canary.adapter)
         return out
 
-    def expert_choice(self, name: str, mode: str, user: str | None) -> Choice:
+    def expert_choice(self, name: str, mode: str, user: str | None, signal: str = "request",
+                      route: str | None = None) -> Choice:
         expert = self.experts[name]
         canary = expert.canary
         if canary is not None and canary.weight > 0 and in_canary(name, user, canary.weight):
-            return Choice(name, canary.adapter, mode, canary=True)
-        return Choice(name, expert.adapter, mode)
+            return Choice(name, canary.adapter, mode, True, signal, route)
+        return Choice(name, expert.adapter, mode, False, signal, route)
 
     def unknown(self, what: str, value: str, param: str) -> RouterError:
         """404 naming what is served, the closest name first when one is near."""
@@ -98,7 +105,8 @@ class Routing:
                            f"{self.models_list}", "model_not_found", param=param)
 
     def select(self, router_field: object, model: object, user: str | None) -> Choice | None:
-        """The choice, or None when the classifier has to decide."""
+        """The choice, or None when the routing mode has to decide (semantic signal,
+        classifier)."""
         if router_field is not None:
             if not isinstance(router_field, str):
                 raise RouterError(400, "'router' must be a string naming an expert",
@@ -108,9 +116,10 @@ class Routing:
             return self.expert_choice(router_field, "router", user)
         if model is None or model in self.auto_names:
             cfg = self.config
-            if cfg.mode == "auto" and cfg.classifier is not None:
+            if cfg.mode in SEMANTIC_MODES or (cfg.mode == "classifier"
+                                              and cfg.classifier is not None):
                 return None
-            return self.expert_choice(cfg.default, "default", user)
+            return self.expert_choice(cfg.default, "default", user, "default")
         if not isinstance(model, str):
             raise RouterError(400, "'model' must be a string", "invalid_type", param="model")
         if model in self.experts:

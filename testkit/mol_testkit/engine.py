@@ -21,7 +21,7 @@ from pathlib import Path
 import httpx
 
 from mol_platform.apps.procs import group_members, stop_process_group, tail
-from mol_platform.contract.engine_args import cpu_env, lora_flags, runtime_env
+from mol_platform.contract.engine_args import cpu_env, embedding_args, lora_flags, runtime_env
 
 __all__ = ["Engine", "EngineError", "find_engine_venv", "group_members", "running_engine",
            "stop_process_group"]
@@ -161,10 +161,6 @@ def running_engine(
             raise EngineError(f"LoRA module {name!r}: {path} has no adapter_config.json")
     port = port or free_port()
     name = served_model_name or model_dir.name
-    own_log_dir = log_dir is None
-    logs = Path(tempfile.mkdtemp(prefix="mol-engine-")) if log_dir is None else log_dir
-    logs.mkdir(parents=True, exist_ok=True)
-    log_path = logs / f"engine-{port}.log"
     argv = engine_command(
         venv,
         model_dir,
@@ -176,13 +172,45 @@ def running_engine(
         max_model_len=max_model_len,
         extra_args=extra_args,
     )
-    full_env = {**os.environ, **runtime_env(), **cpu_env()}
+    extra = dict(runtime_env())
+    if plugins is not None:
+        extra["VLLM_PLUGINS"] = ",".join(plugins)
+    extra.update(env or {})
+    with _running(venv, argv, name, port, extra, timeout, log_dir) as eng:
+        yield eng
+
+
+@contextlib.contextmanager
+def running_embedding_engine(
+    venv: Path, model_dir: Path, *, served_model_name: str, timeout: float = 240.0,
+) -> Iterator[Engine]:
+    """vLLM's pooling runner on a sentence-embedding model folder (``/v1/embeddings``),
+    as ``mol up`` runs it for the router's semantic signal."""
+    python = venv / "bin" / "python"
+    if not python.is_file():
+        raise EngineError(f"engine venv {venv} has no bin/python; run scripts/engine-venv.sh")
+    port = free_port()
+    launch = embedding_args(str(model_dir), served_model_name=served_model_name,
+                            host="127.0.0.1", port=port)
+    argv = [str(python), "-m", LAUNCHER_MODULE, *launch.serve_args]
+    with _running(venv, argv, served_model_name, port, launch.env, timeout, None) as eng:
+        yield eng
+
+
+@contextlib.contextmanager
+def _running(venv: Path, argv: list[str], name: str, port: int, extra_env: Mapping[str, str],
+             timeout: float, log_dir: Path | None) -> Iterator[Engine]:
+    """Run ``argv`` in its own process group until the block ends; its log is kept
+    when it failed."""
+    own_log_dir = log_dir is None
+    logs = Path(tempfile.mkdtemp(prefix="mol-engine-")) if log_dir is None else log_dir
+    logs.mkdir(parents=True, exist_ok=True)
+    log_path = logs / f"engine-{port}.log"
+    full_env = {**os.environ, **cpu_env()}
     full_env["PATH"] = f"{venv / 'bin'}{os.pathsep}{full_env.get('PATH', '')}"
     full_env["VIRTUAL_ENV"] = str(venv)
     full_env.pop("PYTHONPATH", None)  # the dev venv's paths must not leak into the engine
-    if plugins is not None:
-        full_env["VLLM_PLUGINS"] = ",".join(plugins)
-    full_env.update(env or {})
+    full_env.update(extra_env)
     failed = True
     with log_path.open("wb") as log:
         proc = subprocess.Popen(

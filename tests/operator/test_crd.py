@@ -68,7 +68,8 @@ def test_schema_carries_enums_minimums_required_defaults() -> None:
     assert engine["maxLoras"]["minimum"] == 1
     assert engine["maxLoras"]["default"] == 4
     assert spec["properties"]["serving"]["properties"]["mode"]["enum"] == ["raw", "kserve"]
-    assert spec["properties"]["router"]["properties"]["mode"]["enum"] == ["auto", "explicit"]
+    assert spec["properties"]["router"]["properties"]["mode"]["enum"] == [
+        "explicit", "classifier", "semantic", "semantic-then-classifier", "auto"]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])

@@ -27,7 +27,7 @@ def test_from_spec_carries_every_field() -> None:
     )
     assert cfg.deployment == "macaron"
     assert cfg.profile == profile_name("macaron", "default") == "default.macaron"
-    assert cfg.mode == "auto"
+    assert cfg.mode == "classifier"  # "auto", its former name, in the file
     assert cfg.classifier == "router"
     assert cfg.default == "chat"
     assert cfg.handoff_enabled is True

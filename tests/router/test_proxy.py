@@ -74,7 +74,7 @@ async def test_completions_and_usage_when_asked(router_config: Any, start_router
         assert ('mol_router_tokens_total{deployment="demo",expert="chat",kind="completion",'
                 'tenant="anonymous"} 3.0') in metrics
         assert ('mol_router_route_decisions_total{deployment="demo",'
-                'expert="chat",mode="model"} 1.0') in metrics
+                'expert="chat",mode="model",signal="request"} 1.0') in metrics
 
 
 async def test_connect_error_and_5xx_retry_on_another_replica(router_config: Any,

@@ -64,11 +64,11 @@ async def test_selection_order(router_config: Any, start_router: Any, ready: Any
     assert len(classifier_calls) == 3
     assert classifier_calls[0]["structured_outputs"] == {"choice": ["chat", "coding"]}
     assert ('mol_router_route_decisions_total{deployment="demo",'
-            'expert="coding",mode="classifier"} 3.0') in metrics
+            'expert="coding",mode="classifier",signal="classifier"} 3.0') in metrics
     assert ('mol_router_route_decisions_total{deployment="demo",'
-            'expert="coding",mode="router"} 1.0') in metrics
+            'expert="coding",mode="router",signal="request"} 1.0') in metrics
     assert ('mol_router_route_decisions_total{deployment="demo",'
-            'expert="adapter",mode="adapter"} 1.0') in metrics
+            'expert="adapter",mode="adapter",signal="request"} 1.0') in metrics
 
 
 async def test_classifier_failure_and_timeout_fall_back_to_default(
@@ -85,7 +85,7 @@ async def test_classifier_failure_and_timeout_fall_back_to_default(
             assert await _served_by(http, router.url, {"messages": MSG}) == ("chat", "fallback")
             metrics = await (await http.get(router.url + "/metrics")).text()
     assert ('mol_router_route_decisions_total{deployment="demo",'
-            'expert="chat",mode="fallback"} 2.0') in metrics
+            'expert="chat",mode="classifier",signal="default"} 2.0') in metrics
 
 
 async def test_explicit_mode_auto_means_default(router_config: Any, start_router: Any,

@@ -73,6 +73,8 @@ def up(
     catalog_port: Annotated[int, typer.Option(help="Port for the catalog.")] = 8080,
     router_port: Annotated[int, typer.Option(help="Port for the router (the endpoint).")] = 8000,
     engine_port: Annotated[int, typer.Option(help="Port for the vLLM engine (127.0.0.1).")] = 8001,
+    embedding_port: Annotated[int, typer.Option(
+        help="Port for the embedding engine of router.semantic (127.0.0.1).")] = 8002,
     engine_venv: Annotated[
         Path | None,
         typer.Option(help="A venv with vLLM and mol-platform (default: $MOL_ENGINE_VENV, else "
@@ -94,7 +96,8 @@ def up(
         code = run_supervised(lambda sup: start_catalog_only(
             sup, host=host, port=catalog_port, data_dir=data_dir, demo=demo))
     else:
-        ports = Ports(catalog=catalog_port, engine=engine_port, router=router_port)
+        ports = Ports(catalog=catalog_port, engine=engine_port, router=router_port,
+                      embedding=embedding_port)
         code = run_supervised(lambda sup: start_stack(
             sup, file=file, host=host, ports=ports, data_dir=data_dir, engine_venv=engine_venv))
     raise typer.Exit(code)

@@ -165,6 +165,30 @@ def engine_args(
     return EngineLaunch(model=model or spec.base_model.uri, flags=flags, env=env)
 
 
+def embedding_args(
+    model: str,
+    *,
+    served_model_name: str,
+    host: str | None = None,
+    port: int | None = None,
+    cpu: bool = True,
+) -> EngineLaunch:
+    """The embedding engine of the semantic routing signal: vLLM's pooling runner on a
+    sentence-embedding model (OpenAI ``/v1/embeddings``); no LoRA, no plugin (``mol up``,
+    the operator's embedding Deployment and ``bench/auto_routing.py`` all run this)."""
+    flags = ["--runner", "pooling", "--served-model-name", served_model_name]
+    if host is not None:
+        flags += ["--host", host]
+    if port is not None:
+        if not 0 < port < 65536:
+            raise ValueError(f"port must be in 1..65535, got {port}")
+        flags += ["--port", str(port)]
+    env = {"VLLM_PLUGINS": ""}  # the resolver plugin has nothing to resolve here
+    if cpu:
+        env.update(cpu_env(1))
+    return EngineLaunch(model=model, flags=flags, env=env)
+
+
 def format_env(env: Mapping[str, str], keys: Sequence[str] | None = None) -> str:
     """``K=V K=V`` for logs and docs; secrets (``*TOKEN*``) are masked."""
     items = env.items() if keys is None else ((k, env[k]) for k in keys if k in env)

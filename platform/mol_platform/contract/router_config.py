@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -19,7 +19,13 @@ from pydantic.alias_generators import to_camel
 
 from mol_platform.contract.names import child_name
 from mol_platform.contract.refs import check_name
-from mol_platform.contract.spec import AdapterRefStr, MoLDeployment
+from mol_platform.contract.spec import (
+    SEMANTIC_MODES,
+    AdapterRefStr,
+    MoLDeployment,
+    RoutingMode,
+    canonical_mode,
+)
 
 # Where the operator mounts the Secret named by ``spec.router.apiKeys.secretRef``; the
 # Secret holds the API keys file under the key ``keys.yaml``.
@@ -48,6 +54,29 @@ class RouterExpert(_Model):
     canary: RouterCanary | None = None
 
 
+class RouterSemanticExpert(_Model):
+    """One expert's example utterances (embedded once per config) and keywords (whole
+    words or phrases, matched case-insensitively in the user's turn)."""
+
+    name: str
+    examples: list[str] = Field(default_factory=list, max_length=256)
+    keywords: list[str] = Field(default_factory=list, max_length=256)
+
+
+class RouterSemantic(_Model):
+    """The semantic signal: the latest user turn (its last ``maxChars``) is embedded
+    through ``embeddingsUrl`` (OpenAI ``/v1/embeddings``) and compared with each
+    expert's examples; see docs/router.md for the score and its thresholds."""
+
+    embeddings_url: str
+    model: str
+    experts: list[RouterSemanticExpert] = Field(min_length=1)
+    threshold: float = Field(default=0.3, ge=-1.0, le=2.0)
+    margin: float = Field(default=0.0, ge=0.0, le=2.0)
+    max_chars: int = Field(default=2000, ge=16, le=100_000)
+    cache_size: int = Field(default=1024, ge=0, le=1_000_000)  # embeddings of recent turns
+
+
 class EndpointSliceSelector(_Model):
     namespace: str
     service_name: str
@@ -59,6 +88,7 @@ class RouterTimeouts(_Model):
     ``headerRead``/``bodyRead`` bound how long a client may take to send its request."""
 
     classifier: float = Field(default=2.0, gt=0, le=60)
+    embedding: float = Field(default=1.0, gt=0, le=60)
     connect: float = Field(default=2.0, gt=0, le=60)
     upstream: float = Field(default=600.0, gt=0, le=86400)
     header_read: float = Field(default=10.0, gt=0, le=600)
@@ -72,8 +102,9 @@ class RouterConfig(_Model):
     profile: str
     catalog_url: str | None = None
     experts: list[RouterExpert] = Field(min_length=1)
-    mode: Literal["auto", "explicit"] = "explicit"
+    mode: RoutingMode = "explicit"
     classifier: str | None = None
+    semantic: RouterSemantic | None = None
     default: str
     handoff_enabled: bool = False
     handoff_max_hops: int = Field(default=2, ge=1)
@@ -93,6 +124,11 @@ class RouterConfig(_Model):
     eject_after_failures: int = Field(default=3, ge=1, le=100)
     readmit_after_seconds: float = Field(default=10.0, gt=0, le=3600)
 
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode(cls, v: object) -> object:
+        return canonical_mode(v)
+
     @model_validator(mode="after")
     def _check(self) -> RouterConfig:
         names = {e.name for e in self.experts}
@@ -100,6 +136,13 @@ class RouterConfig(_Model):
             raise ValueError(f"default {self.default!r} is not an expert")
         if self.classifier is not None and self.classifier not in names:
             raise ValueError(f"classifier {self.classifier!r} is not an expert")
+        if self.mode in SEMANTIC_MODES and self.semantic is None:
+            raise ValueError(f"mode {self.mode!r} needs semantic (embeddingsUrl, model, "
+                             "experts with examples)")
+        if self.semantic is not None:
+            for e in self.semantic.experts:
+                if e.name not in names:
+                    raise ValueError(f"semantic expert {e.name!r} is not an expert")
         if not self.endpoints and self.endpoint_slice is None:
             raise ValueError("set endpoints or endpointSlice: the router needs engines")
         if len(names) != len(self.experts):
@@ -200,12 +243,28 @@ def router_config_from_spec(
     canary_weights: dict[str, float] | None = None,
     catalog_token_file: str | None = None,
     api_keys_file: str | None = None,
+    embeddings_url: str | None = None,
     **overrides: Any,
 ) -> RouterConfig:
     """The router's config for a deployment. ``api_keys_file`` defaults to
-    :data:`DEFAULT_API_KEYS_FILE` when the spec sets ``router.apiKeys``; ``overrides``
-    set any other RouterConfig field (timeouts, policy, limits) by its Python name."""
+    :data:`DEFAULT_API_KEYS_FILE` when the spec sets ``router.apiKeys``;
+    ``embeddings_url`` is where the embedding engine that ``mol up`` started answers
+    (``router.semantic.embeddingsUrl`` wins; one of them is needed when the spec sets
+    ``router.semantic``); ``overrides`` set any other RouterConfig field
+    (timeouts, policy, limits) by its Python name."""
     spec = obj.spec
+    sem = spec.router.semantic
+    semantic = None
+    if sem is not None:
+        url = sem.embeddings_url or embeddings_url
+        if url is None:
+            raise ValueError("router.semantic needs an embedding engine: set "
+                             "router.semantic.embeddingsUrl")
+        semantic = RouterSemantic(
+            embeddings_url=url, model=sem.model, threshold=sem.threshold,
+            margin=sem.margin,
+            experts=[RouterSemanticExpert(name=e.name, examples=list(e.examples),
+                                          keywords=list(e.keywords)) for e in sem.experts])
     ns = obj.metadata.namespace or "default"
     weights = canary_weights or {}
     experts = [
@@ -229,6 +288,7 @@ def router_config_from_spec(
         experts=experts,
         mode=spec.router.mode,
         classifier=spec.router.classifier.expert if spec.router.classifier else None,
+        semantic=semantic,
         default=spec.default_expert,
         handoff_enabled=spec.router.handoff.enabled,
         handoff_max_hops=spec.router.handoff.max_hops,

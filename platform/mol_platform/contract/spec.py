@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Callable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -42,6 +42,7 @@ from mol_platform.contract.spec_rules import (
     MSG_MIN_MAX,
     MSG_NAME,
     MSG_REPLICAS_XOR,
+    MSG_SEMANTIC,
     MSG_STEPS,
     REF_RULES,
     TEXT_MAX,
@@ -304,15 +305,63 @@ class SecretRef(_Model):
     """The Secret's name."""
 
 
+# --- automatic routing: modes and the semantic signal ---------------------------------
+RoutingMode = Literal["explicit", "classifier", "semantic", "semantic-then-classifier"]
+SEMANTIC_MODES = frozenset({"semantic", "semantic-then-classifier"})
+CLASSIFIER_MODES = frozenset({"classifier", "semantic-then-classifier"})
+_MODE_ALIASES = {"auto": "classifier"}  # the classifier mode's first name, accepted
+_ROUTING_MODES: list[Any] = [*get_args(RoutingMode), *_MODE_ALIASES]  # the CRD enum
+
+
+def canonical_mode(value: object) -> object:
+    """``auto`` (the classifier mode's first name) -> ``classifier``; others unchanged."""
+    return _MODE_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
+class SemanticExpertSpec(_Model):
+    name: ExpertName = Field(description="The expert these utterances stand for.")
+    examples: list[Annotated[str, Field(min_length=1, max_length=2000)]] = Field(
+        default_factory=list, max_length=256,
+        description="Example user turns this expert should answer (embedded once per "
+        "config); 8-30 varied ones, see docs/router.md.")
+    keywords: list[Annotated[str, Field(min_length=2, max_length=80)]] = Field(
+        default_factory=list, max_length=256,
+        description="Words or phrases that, found in the user's turn, add to this "
+        "expert's score.")
+
+
+class SemanticSpec(_Model):
+    model: str = Field(default="all-minilm-l6-v2", max_length=253,
+                       description="The embedding model's served name.")
+    embeddings_url: str | None = Field(
+        default=None, max_length=2048, pattern=r"^https?://",
+        description="An OpenAI-compatible embeddings server to use (its base URL); unset, "
+        "mol up runs one on the packaged all-MiniLM-L6-v2.")
+    threshold: float = Field(default=0.3, ge=-1.0, le=2.0,
+                             description="The lowest winning score that decides.")
+    margin: float = Field(default=0.0, ge=0.0, le=2.0,
+                          description="How far the best score must lead the second.")
+    experts: list[SemanticExpertSpec] = Field(
+        min_length=1, max_length=64, description="Example utterances and keywords per expert.")
+
+
 class RouterSpec(_Model):
     """The per-deployment router."""
 
     model_config = ConfigDict(json_schema_extra=_rules(
-        cel("self.mode != 'auto' || has(self.classifier)", MSG_AUTO,
-            field_path=".classifier", reason="FieldValueRequired")))
+        cel("!(self.mode in ['auto', 'classifier']) || has(self.classifier)", MSG_AUTO,
+            field_path=".classifier", reason="FieldValueRequired"),
+        cel("!(self.mode in ['semantic', 'semantic-then-classifier']) || has(self.semantic)",
+            MSG_SEMANTIC, field_path=".semantic", reason="FieldValueRequired")))
 
-    mode: Literal["auto", "explicit"] = "explicit"
-    """auto: the classifier picks the expert; explicit: the client names it."""
+    mode: RoutingMode = Field(
+        default="explicit", json_schema_extra={"enum": _ROUTING_MODES},
+        description="How model 'auto' picks the expert: explicit (the default expert), "
+        "classifier (the classifier expert; 'auto' is its former name), semantic (example "
+        "utterances), semantic-then-classifier.")
+    semantic: SemanticSpec | None = Field(
+        default=None, description="The semantic signal (modes semantic, "
+        "semantic-then-classifier).")
     classifier: ClassifierSpec | None = None
     """The classifier expert (needed by mode auto)."""
     default: ExpertName | None = None
@@ -323,6 +372,11 @@ class RouterSpec(_Model):
     """A Secret with API keys (and the catalog namespaces each may use); else open."""
     replicas: int = Field(default=2, ge=0, le=100)
     """Router replicas (a Deployment and a Service per MoLDeployment)."""
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode(cls, v: object) -> object:
+        return canonical_mode(v)
 
 
 class ServingSpec(_Model):
@@ -396,8 +450,14 @@ class MoLDeploymentSpec(_Model):
         if r.classifier is not None and r.classifier.expert not in names:
             raise ValueError(f"{MSG_CLASSIFIER}: {r.classifier.expert!r} is not one "
                              f"(experts: {known})")
-        if r.mode == "auto" and r.classifier is None:
+        if r.mode == "classifier" and r.classifier is None:
             raise ValueError(MSG_AUTO)
+        if r.mode in SEMANTIC_MODES and r.semantic is None:
+            raise ValueError(MSG_SEMANTIC)
+        for s in r.semantic.experts if r.semantic is not None else ():
+            if s.name not in names:
+                raise ValueError(f"spec.router.semantic.experts: {s.name!r} is not an expert "
+                                 f"(experts: {known})")
         gpus, tp = self.node_pool.gpus_per_replica, self.engine.tensor_parallel_size
         # gpusPerReplica 0 is a CPU engine (kind clusters, CI); it cannot shard.
         if gpus < tp and not (gpus == 0 and tp == 1):

@@ -62,7 +62,9 @@ MSG_STEPS = "canary.steps must be strictly increasing"
 MSG_REPLICAS_XOR = "set either spec.replicas or spec.autoscaling, not both"
 MSG_DEFAULT = "spec.router.default must name one of spec.experts"
 MSG_CLASSIFIER = "spec.router.classifier.expert must name one of spec.experts"
-MSG_AUTO = "spec.router.mode auto needs spec.router.classifier.expert"
+MSG_AUTO = "spec.router.mode classifier (or auto) needs spec.router.classifier.expert"
+MSG_SEMANTIC = ("spec.router.mode semantic and semantic-then-classifier need "
+                "spec.router.semantic.experts")
 MSG_GPUS = ("spec.nodePool.gpusPerReplica must be >= spec.engine.tensorParallelSize "
             "(0, a CPU engine, needs tensorParallelSize 1)")
 MSG_CPU_LORAS = "spec.engine.maxCpuLoras must be >= spec.engine.maxLoras"

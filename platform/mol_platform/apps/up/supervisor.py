@@ -125,11 +125,15 @@ class Supervisor:
 
     def start(self, svc: Service, *, timeout: float = 60.0,
               progress: Callable[[float], None] | None = None) -> None:
-        say(f"starting {svc.name} ...")
-        env = {**os.environ, **svc.env}
-        self.services.append(svc)
-        svc.proc = start_group(svc.argv, env=env, log_path=svc.log_path)
+        self.launch(svc)
         wait_healthy(svc, timeout, progress)
+
+    def launch(self, svc: Service) -> None:
+        """Start without waiting (a slow service that comes up beside the next one);
+        :func:`wait_healthy` it before use."""
+        say(f"starting {svc.name} ...")
+        self.services.append(svc)
+        svc.proc = start_group(svc.argv, env={**os.environ, **svc.env}, log_path=svc.log_path)
 
     def restart(self, name: str, *, timeout: float = 600.0) -> Service:
         """Stop one service's whole process group and start it again (same argv and env)."""

@@ -1,0 +1,133 @@
+"""The semantic signal's decision, pure: scores per expert from embeddings and keywords.
+
+Each expert's score mixes three signals, so that no single one has to be right:
+
+- ``nearest``: the cosine of the user's turn to the expert's closest example;
+- ``centroid``: the cosine to the mean of its examples (steadier than one example);
+- ``keywords``: how many of its keywords the turn contains (at most two count).
+
+``score = 0.5 * nearest + 0.5 * centroid + 0.1 * keywords``. The best expert decides
+when its score reaches the threshold and leads the second by the margin; otherwise
+nothing is decided and the caller falls back (classifier, then the default expert).
+Without an embedding (the engine failed) keywords alone decide when one expert has
+strictly the most hits. The embedding call lives in :mod:`mol_router.semantic`.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from operator import mul
+
+NEAREST_WEIGHT = 0.5
+CENTROID_WEIGHT = 0.5
+KEYWORD_WEIGHT = 0.1
+MAX_KEYWORD_HITS = 2
+
+Vector = tuple[float, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertIndex:
+    """One expert's unit example vectors, their unit centroid and its keyword pattern."""
+
+    name: str
+    examples: tuple[Vector, ...]
+    centroid: Vector | None
+    keywords: re.Pattern[str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    expert: str
+    score: float
+    nearest: float
+    centroid: float
+    keywords: int
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the signal concluded: the expert (None: undecided), the signal that
+    decided (``semantic``, ``keywords`` or ``none``), the winning score and its lead,
+    the scores best first, and why it did not decide (``below-threshold``,
+    ``below-margin``, ``no-embedding``, ``no-examples``)."""
+
+    expert: str | None
+    signal: str
+    score: float
+    margin: float
+    scores: tuple[Score, ...]
+    reason: str = ""
+
+
+def unit(vector: Sequence[float]) -> Vector:
+    norm = math.sqrt(math.fsum(x * x for x in vector))
+    if norm == 0.0 or not math.isfinite(norm):
+        raise ValueError("an embedding must be a finite, non-zero vector")
+    return tuple(x / norm for x in vector)
+
+
+def _dot(a: Vector, b: Vector) -> float:
+    return float(sum(map(mul, a, b)))
+
+
+def keyword_pattern(keywords: Sequence[str]) -> re.Pattern[str] | None:
+    """Whole words or phrases, case-insensitive; longer ones first so a phrase wins
+    over its own first word."""
+    words = sorted({k.strip().lower() for k in keywords if k.strip()}, key=len, reverse=True)
+    if not words:
+        return None
+    return re.compile(r"(?<!\w)(?:" + "|".join(map(re.escape, words)) + r")(?!\w)",
+                      re.IGNORECASE)
+
+
+def expert_index(name: str, examples: Sequence[Sequence[float]],
+                 keywords: Sequence[str]) -> ExpertIndex:
+    vectors = tuple(unit(v) for v in examples)
+    centroid = None
+    if vectors:
+        centroid = unit([sum(col) for col in zip(*vectors, strict=True)])
+    return ExpertIndex(name, vectors, centroid, keyword_pattern(keywords))
+
+
+def keyword_hits(pattern: re.Pattern[str] | None, text: str) -> int:
+    if pattern is None:
+        return 0
+    return min(len({m.lower() for m in pattern.findall(text)}), MAX_KEYWORD_HITS)
+
+
+def scores(index: Sequence[ExpertIndex], text: str, query: Vector | None) -> tuple[Score, ...]:
+    """Every expert's score, best first; ``query`` is the unit embedding of ``text``
+    (None: keywords only)."""
+    out = []
+    for e in index:
+        hits = keyword_hits(e.keywords, text)
+        nearest = centroid = 0.0
+        if query is not None and e.centroid is not None:
+            nearest = max(_dot(query, x) for x in e.examples)
+            centroid = _dot(query, e.centroid)
+        total = NEAREST_WEIGHT * nearest + CENTROID_WEIGHT * centroid + KEYWORD_WEIGHT * hits
+        out.append(Score(e.name, total, nearest, centroid, hits))
+    out.sort(key=lambda s: s.score, reverse=True)
+    return tuple(out)
+
+
+def decide(ranked: tuple[Score, ...], threshold: float, margin: float, *,
+           embedded: bool) -> Verdict:
+    """The verdict over ``scores``' answer; ``embedded``: the turn had an embedding."""
+    if not ranked:
+        return Verdict(None, "none", 0.0, 0.0, ranked, "no-examples")
+    best = ranked[0]
+    lead = best.score - ranked[1].score if len(ranked) > 1 else best.score
+    if not embedded:
+        if best.keywords and (len(ranked) == 1 or ranked[1].keywords < best.keywords):
+            return Verdict(best.expert, "keywords", best.score, lead, ranked)
+        return Verdict(None, "none", best.score, lead, ranked, "no-embedding")
+    if best.score < threshold:
+        return Verdict(None, "none", best.score, lead, ranked, "below-threshold")
+    if lead < margin:
+        return Verdict(None, "none", best.score, lead, ranked, "below-margin")
+    return Verdict(best.expert, "semantic", best.score, lead, ranked)

@@ -1,0 +1,70 @@
+"""The semantic signal's decision as a pure function of given embeddings."""
+
+from __future__ import annotations
+
+import pytest
+
+from mol_router import signals
+
+
+def _index() -> list[signals.ExpertIndex]:
+    return [
+        signals.expert_index("coding", [[1.0, 0.0, 0.0], [0.8, 0.6, 0.0]],
+                             ["python", "stack trace"]),
+        signals.expert_index("ui", [[0.0, 1.0, 0.0]], ["css"]),
+        signals.expert_index("chat", [[0.0, 0.0, 1.0]], []),
+    ]
+
+
+def test_nearest_and_centroid_mix_and_rank() -> None:
+    ranked = signals.scores(_index(), "hello", signals.unit([1.0, 0.1, 0.0]))
+    assert [s.expert for s in ranked] == ["coding", "ui", "chat"]
+    best = ranked[0]
+    assert best.nearest == pytest.approx(0.995, abs=1e-3)
+    assert 0.9 < best.centroid < best.nearest  # the centroid lies between the examples
+    assert best.score == pytest.approx(0.5 * best.nearest + 0.5 * best.centroid)
+    verdict = signals.decide(ranked, 0.5, 0.1, embedded=True)
+    assert (verdict.expert, verdict.signal) == ("coding", "semantic")
+    assert verdict.margin == pytest.approx(best.score - ranked[1].score)
+
+
+def test_threshold_and_margin_leave_it_undecided() -> None:
+    query = signals.unit([1.0, 1.0, 0.0])  # halfway between coding and ui
+    ranked = signals.scores(_index(), "", query)
+    assert signals.decide(ranked, 0.99, 0.0, embedded=True).reason == "below-threshold"
+    undecided = signals.decide(ranked, 0.1, 0.5, embedded=True)
+    assert (undecided.expert, undecided.reason) == (None, "below-margin")
+
+
+def test_keywords_are_whole_words_case_insensitive_and_capped() -> None:
+    pattern = signals.keyword_pattern(["Python", "stack trace", "py"])
+    assert signals.keyword_hits(pattern, "My PYTHON script prints a Stack Trace") == 2
+    assert signals.keyword_hits(pattern, "pythonic happy") == 0
+    assert signals.keyword_hits(pattern, "py py python stack trace") == signals.MAX_KEYWORD_HITS
+    assert signals.keyword_pattern([" ", ""]) is None
+
+
+def test_keywords_lift_a_close_call() -> None:
+    query = signals.unit([0.6, 1.0, 0.0])  # a little closer to ui
+    plain = signals.scores(_index(), "make it look nice", query)
+    assert plain[0].expert == "ui"
+    lifted = signals.scores(_index(), "the python code looks off", query)
+    assert lifted[0].expert == "coding"
+    assert lifted[0].keywords == 1
+
+
+def test_without_embedding_only_a_keyword_lead_decides() -> None:
+    ranked = signals.scores(_index(), "a python stack trace", None)
+    verdict = signals.decide(ranked, 0.9, 0.9, embedded=False)
+    assert (verdict.expert, verdict.signal) == ("coding", "keywords")
+    tie = signals.scores(_index(), "python css", None)
+    assert signals.decide(tie, 0.0, 0.0, embedded=False).expert is None
+    assert signals.decide(signals.scores(_index(), "hi", None), 0, 0, embedded=False).expert is None
+
+
+def test_bad_vectors_are_refused() -> None:
+    with pytest.raises(ValueError, match="non-zero"):
+        signals.unit([0.0, 0.0])
+    with pytest.raises(ValueError, match="zip"):
+        signals.expert_index("x", [[1.0, 0.0], [1.0]], [])
+    assert signals.decide((), 0.0, 0.0, embedded=True).expert is None
