@@ -112,7 +112,7 @@ INVALID: dict[str, tuple[dict[str, Any], str, str]] = {
                              "spec.router": {"mode": "explicit"}},
                             "spec.experts[0].name", "must be a DNS label"),
     "auto-without-classifier": ({"spec.router.classifier": _DELETE}, "spec.router.classifier",
-                                "auto needs spec.router.classifier.expert"),
+                                "(or auto) needs spec.router.classifier.expert"),
     "gpus-below-tensor-parallel": ({"spec.engine": {"tensorParallelSize": 2}},
                                    "spec.nodePool.gpusPerReplica", "gpusPerReplica must be >="),
     "cpu-loras-below-loras": ({"spec.engine": {"maxLoras": 64}}, "spec.engine.maxCpuLoras",

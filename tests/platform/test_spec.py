@@ -86,7 +86,7 @@ def test_autoscaling_min_replicas_is_effective() -> None:
         ({"experts__1__name": "chat"}, "expert names must be unique; repeated: chat"),
         ({"router__default": "nope"}, "router.default must name one of spec.experts: 'nope'"),
         ({"router__classifier": {"expert": "nope"}}, "router.classifier.expert must name one"),
-        ({"router__classifier": _DELETE}, "auto needs spec.router.classifier.expert"),
+        ({"router__classifier": _DELETE}, "(or auto) needs spec.router.classifier.expert"),
         ({"experts": []}, "at least 1 item"),
         ({"baseModel__name": "Qwen/3"}, "name 'Qwen/3' must be 1-63 lowercase"),
         ({"adapterNamespaces": ["ok", "Bad!"]}, "name 'Bad!' must be 1-63 lowercase"),

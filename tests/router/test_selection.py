@@ -82,7 +82,8 @@ async def test_classifier_failure_and_timeout_fall_back_to_default(
             assert await _served(http, router.url, {"messages": MSG}) == "chat"
             assert asyncio.get_running_loop().time() - started < 2.0
             sims.script_failure("demo/router@v1", status=500)
-            assert await _served_by(http, router.url, {"messages": MSG}) == ("chat", "fallback")
+            assert await _served_by(http, router.url, {"messages": MSG}) == (
+                "chat", "default; classifier=no-answer")
             metrics = await (await http.get(router.url + "/metrics")).text()
     assert ('mol_router_route_decisions_total{deployment="demo",'
             'expert="chat",mode="classifier",signal="default"} 2.0') in metrics

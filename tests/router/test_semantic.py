@@ -106,11 +106,11 @@ async def test_semantic_decides_then_the_classifier_then_the_default(
             sims.script_failure("demo/router@v1", status=500)
             assert await _ask(http, router.url, "another one") == (
                 "chat", "default; semantic=below-threshold; classifier=no-answer")
-            # A request naming its expert neither embeds nor says x-mol-route.
+            # A request naming its expert does not embed; x-mol-route says the request chose.
             calls = len(fake.inputs)
             async with http.post(router.url + "/v1/chat/completions", json={
                     "model": "ui", "messages": [{"role": "user", "content": "code"}]}) as resp:
-                assert "x-mol-route" not in resp.headers
+                assert resp.headers["x-mol-route"] == "model"
             assert len(fake.inputs) == calls
             metrics = await (await http.get(router.url + "/metrics")).text()
     assert fake.inputs[0] == ["code", "code code page", "page", "hello"]  # once per config

@@ -10,7 +10,12 @@ from starlette.responses import Response
 from mol_catalog.deps import CatalogDep, PrincipalDep
 from mol_catalog.errors import json_response
 from mol_catalog.tokens import service
-from mol_catalog.tokens.schemas import TokenCreate, TokenCreatedOut, TokenListOut
+from mol_catalog.tokens.schemas import (
+    TOKEN_NAME_PREFIX,
+    TokenCreate,
+    TokenCreatedOut,
+    TokenListOut,
+)
 from mol_catalog.util import MAX_BIGINT
 
 router = APIRouter(tags=["tokens"])
@@ -27,7 +32,7 @@ async def create_token(body: TokenCreate, catalog: CatalogDep, who: PrincipalDep
 @router.get("/v1/tokens", response_model=TokenListOut)
 async def list_tokens(
     catalog: CatalogDep, who: PrincipalDep,
-    prefix: Annotated[str, Query(max_length=128, description=(
+    prefix: Annotated[str, Query(max_length=128, pattern=TOKEN_NAME_PREFIX, description=(
         "Only tokens whose name starts with this (an owner's tokens, when names "
         "carry their owner)"))] = "",
     active: Annotated[bool, Query(description="Only tokens not revoked")] = False,

@@ -13,6 +13,8 @@ from mol_platform.contract.refs import SCOPE_PATTERN
 # Printable, one line, no escape characters: a name is shown in `mol catalog token list`
 # and in the log, where a newline or an ANSI escape would forge lines of their own.
 TOKEN_NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._:@/+-]{0,127}"
+# The start of a token name, as ``GET /v1/tokens?prefix=`` takes it (the same characters).
+TOKEN_NAME_PREFIX = r"^[A-Za-z0-9._:@/+-]*$"
 TOKEN_NAME_RULE = ("use 1-128 letters, digits, '.', '_', ':', '@', '/', '+' or '-', starting "
                    "with a letter or digit")
 _TOKEN_NAME = re.compile(TOKEN_NAME_PATTERN)
