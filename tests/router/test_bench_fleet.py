@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 import sys
 import time
 from pathlib import Path
@@ -12,7 +11,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _fleet import FleetShape, run_policy  # noqa: E402
-from _floor import load_floor  # noqa: E402
 from _vclock import run_virtual  # noqa: E402
 from _workload import Arrival  # noqa: E402
 
@@ -78,20 +76,3 @@ def test_hot_adapters_keep_their_slots_while_cold_ones_churn() -> None:
     hot = ours.loads_by_adapter["ns/hot0@v1"] + ours.loads_by_adapter["ns/hot1@v1"]
     assert hot <= 4
     assert ours.adapter_loads < gie.adapter_loads
-
-
-def test_load_floor_is_below_what_every_policy_achieves() -> None:
-    rng = random.Random(3)
-    names = [f"ns/a{i}@v1" for i in range(12)]
-    weights = [1 / (k + 1) for k in range(12)]
-    arrivals = [Arrival(i * 0.01, rng.choices(names, weights)[0], "u", 16, 8) for i in range(600)]
-    service = SHAPE.ttft_s + 7 * SHAPE.itl_s
-    slots = SHAPE.replicas * SHAPE.max_loras
-    floor = load_floor(arrivals, slots, SHAPE.max_num_seqs, service, SHAPE.lora_load_s)
-    assert 0 < floor < 1000
-    for policy in ("mol-affinity", "gie-lora-affinity", "round-robin"):
-        assert run_policy(policy, policy, 1, arrivals, SHAPE).loads_per_1000 >= floor
-    # one adapter and room to spare: nothing forces a load after the first
-    one = [Arrival(i * 0.01, names[0], "u", 16, 8) for i in range(100)]
-    assert load_floor(one, slots, SHAPE.max_num_seqs, service, SHAPE.lora_load_s) < 10
-    assert load_floor(arrivals, 0, SHAPE.max_num_seqs, service, SHAPE.lora_load_s) > floor
