@@ -60,7 +60,8 @@ class RunResult:
     makespan: float = 0.0
     adapter_loads: int = 0
     estimated_loads: int = 0
-    """What the routers' trackers counted from the metrics (the first router's view)."""
+    """What the routers counted in ``mol_router_adapter_loads_total``, summed over them
+    (as a dashboard's ``sum(rate(...))`` does)."""
     replicas_per_adapter: float = 0.0
     """Mean number of replicas that ever loaded each adapter that was requested."""
     loads_by_adapter: dict[str, int] = field(default_factory=dict)
@@ -101,9 +102,8 @@ async def _drive(
     async with aiohttp.ClientSession() as session:
         trackers = []
         for r in range(routers):
-            on_load = (lambda _e: estimated.__setitem__(0, estimated[0] + 1)) if r == 0 else None
             t = EngineTracker(session, scrape_interval=shape.scrape_interval,
-                              on_adapter_load=on_load)  # fmt: skip
+                              on_adapter_load=lambda _e: estimated.__setitem__(0, estimated[0] + 1))  # fmt: skip
             t.set_endpoints(urls)
             for u in urls:
                 t.record_health(u, True)

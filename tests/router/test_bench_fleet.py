@@ -76,3 +76,21 @@ def test_hot_adapters_keep_their_slots_while_cold_ones_churn() -> None:
     hot = ours.loads_by_adapter["ns/hot0@v1"] + ours.loads_by_adapter["ns/hot1@v1"]
     assert hot <= 4
     assert ours.adapter_loads < gie.adapter_loads
+
+
+def test_router_load_estimate_within_10_percent_at_the_default_scrape_interval() -> None:
+    """``mol_router_adapter_loads_total`` against the engines' own count, with metrics
+    read once a second as the router does by default: within 10% for one router; four
+    independent ones (summed) may each count the same load when they send the same
+    cold adapter to the same engine at once, so within 15%."""
+    from _workload import synthetic
+
+    shape = FleetShape(replicas=8, max_loras=2, max_num_seqs=4, ttft_s=0.04, itl_s=0.02,
+                       lora_load_s=0.1, scrape_interval=1.0)  # fmt: skip
+    arrivals = synthetic(adapters=120, zipf=1.1, rate=0.7 * shape.capacity(16), duration=30,
+                         seed=5, prompt_tokens=64, max_tokens=16)  # fmt: skip
+    for routers, error in ((1, 0.10), (4, 0.15)):
+        run = run_policy("ours", "mol-affinity", routers, arrivals, shape)
+        assert run.adapter_loads > 100
+        assert abs(run.estimated_loads - run.adapter_loads) <= error * run.adapter_loads, (
+            routers, run.estimated_loads, run.adapter_loads)

@@ -128,22 +128,21 @@ async def test_scrape_health_and_adapter_load_estimates(engines: list[FakeEngine
         s = t.snapshot()[e0.url]
         assert (s.running, s.waiting, s.kv_cache_usage, s.max_lora) == (3, 2, 0.5, 2)
         assert s.running_adapters == {A, B}
-        assert loads == [e0.url, e0.url]
+        assert loads == []  # another router's sends loaded them: its loads, not ours
         assert t.snapshot()[e1.url].healthy is False
 
-        e0.set_running([A])  # B idle: still in a slot, its return is no load
+        assert t.begin(e0.url, A) is False  # running there: no load
+        assert loads == []
+        t.end(e0.url, A)
+        assert t.begin(e0.url, C) is True  # two slots, both taken: C waits for a load
+        assert loads == [e0.url]
+        t.end(e0.url, C)
+        e0.set_running([C])  # C took B's slot (B idle longest)
         await t.probe_all()
-        e0.set_running([A, B])
-        await t.probe_all()
-        assert len(loads) == 2
-        e0.set_running([C])  # C takes B's slot (A idle longer): a load, A evicted
-        await t.probe_all()
-        e0.set_running([B, C])
-        await t.probe_all()
-        assert len(loads) == 3
-        e0.set_running([A])
-        await t.probe_all()
-        assert len(loads) == 4
+        assert t.begin(e0.url, C) is False
+        t.end(e0.url, C)
+        assert t.begin(e0.url, B) is True  # evicted: a second load
+        assert loads == [e0.url, e0.url]
 
 
 async def test_ejection_and_readmission(engines: list[FakeEngine]) -> None:
@@ -278,8 +277,13 @@ def test_slot_estimate_and_demand_follow_sends_and_scrapes() -> None:
     t.begin(url, B)
     assert t.snapshot()[url].slot_adapters == (A, B)
     assert t.snapshot()[url].pending_adapters == {B}  # sent since the scrape
-    t.begin(url, C)  # A runs, so B (idle, least recent) leaves the estimate
-    assert t.snapshot()[url].slot_adapters == (A, C)
+    # B's request is in flight, so the engine cannot evict B; A, seen running at the
+    # last scrape (maybe finished since), is the least recent: it leaves the estimate
+    t.begin(url, C)
+    assert t.snapshot()[url].slot_adapters == (B, C)
+    t.end(url, B)
+    t.end(url, C)  # both done, C last
+    assert t.snapshot()[url].slot_adapters == (B, C)
     assert t.snapshot()[url].pending_adapters == {B, C}
     t.observe(url, EngineMetrics(max_lora=2, running_adapters=()))
     assert t.snapshot()[url].pending_adapters == set()  # the scrape shows them now
@@ -309,7 +313,9 @@ def test_begin_says_when_a_request_waits_for_a_load() -> None:
     assert t.begin(url, A) is False  # running there
     assert t.begin(url, B) is True  # first send
     assert t.begin(url, B) is False  # sent a moment ago: loaded or loading
-    assert t.begin(url, C) is True  # two slots: A (running) and C; B is out
+    t.end(url, B)
+    t.end(url, B)
+    assert t.begin(url, C) is True  # two slots: A (running) and C; B (idle) is out
     assert t.begin(url, B) is True
     assert t.begin(url, None) is False  # the base model never loads
     assert t.begin("http://unknown", A) is False
