@@ -101,9 +101,13 @@ async def _drive(
     estimated = [0]
     async with aiohttp.ClientSession() as session:
         trackers = []
-        for r in range(routers):
+
+        def counted(_endpoint: str) -> None:
+            estimated[0] += 1
+
+        for _ in range(routers):
             t = EngineTracker(session, scrape_interval=shape.scrape_interval,
-                              on_adapter_load=lambda _e: estimated.__setitem__(0, estimated[0] + 1))  # fmt: skip
+                              on_adapter_load=counted)  # fmt: skip
             t.set_endpoints(urls)
             for u in urls:
                 t.record_health(u, True)
