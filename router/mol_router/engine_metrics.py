@@ -16,6 +16,7 @@ _RUNNING = "vllm:num_requests_running"
 _WAITING = "vllm:num_requests_waiting"
 _KV = ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc")
 _LORA = "vllm:lora_requests_info"
+_PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 _UNESCAPE = re.compile(r"\\(.)")
 
@@ -30,6 +31,9 @@ class EngineMetrics:
     kv_cache_usage: float = 0.0
     max_lora: int = 0
     running_adapters: tuple[str, ...] = ()
+    prefix_queries: float = 0.0
+    """``vllm:prefix_cache_queries_total`` (tokens): a counter, so a drop means the
+    engine restarted with an empty cache."""
 
 
 def _labels(text: str) -> dict[str, str]:
@@ -65,6 +69,7 @@ def parse_engine_metrics(text: str) -> EngineMetrics:
     kv = 0.0
     lora_stamp = float("-inf")
     lora_labels = ""
+    queries = 0.0
     for line in text.splitlines():
         if not line.startswith("vllm:"):
             continue
@@ -80,6 +85,8 @@ def parse_engine_metrics(text: str) -> EngineMetrics:
             kv = max(kv, value)
         elif name == _LORA and value > lora_stamp:
             lora_stamp, lora_labels = value, labels
+        elif name == _PREFIX_QUERIES:
+            queries += value
     max_lora = 0
     adapters: tuple[str, ...] = ()
     if lora_labels:
@@ -96,4 +103,5 @@ def parse_engine_metrics(text: str) -> EngineMetrics:
         kv_cache_usage=kv,
         max_lora=max_lora,
         running_adapters=adapters,
+        prefix_queries=queries,
     )

@@ -24,6 +24,7 @@ from mol_router import handoff
 from mol_router.classifier import classify, request_text
 from mol_router.errors import RouterError, error_body
 from mol_router.policy import RouteRequest
+from mol_router.policy.prefix import prefix_keys
 from mol_router.pool import UpstreamBroken
 from mol_router.resolver import Resolved, Unresolved
 from mol_router.runtime import Runtime
@@ -282,7 +283,9 @@ class GenerationProxy:
         adapter = served.resolved.name
         body["model"] = adapter
         payload = orjson.dumps(body)
-        return payload, RouteRequest(adapter, user, len(payload) // 4), offered
+        prompt = body.get("messages", body.get("prompt"))
+        keys = prefix_keys(orjson.dumps(prompt), adapter) if prompt is not None else ()
+        return payload, RouteRequest(adapter, user, len(payload) // 4, keys), offered
 
     # --- whole responses -----------------------------------------------------------------
 

@@ -42,6 +42,7 @@ import aiohttp
 
 from mol_router.engine_metrics import EngineMetrics, parse_engine_metrics
 from mol_router.policy.interface import Demand, EngineStats, FleetStats
+from mol_router.policy.prefix import DEFAULT_CAPACITY, PrefixIndex
 
 log = logging.getLogger(__name__)
 
@@ -127,6 +128,7 @@ class EngineTracker:
         on_adapter_load: Callable[[str], None] | None = None,
         probe_timeout: float = 2.0,
         demand_half_life: int = 2000,
+        prefix_capacity: int = DEFAULT_CAPACITY,
     ) -> None:
         if scrape_interval <= 0:
             raise ValueError("scrape_interval must be > 0 seconds")
@@ -145,7 +147,8 @@ class EngineTracker:
         self._on_adapter_load = on_adapter_load or (lambda _endpoint: None)
         self._engines: dict[str, _Engine] = {}
         self.demand = Demand(demand_half_life)
-        self._snapshot = FleetStats.of({}, self.demand)
+        self.prefix = PrefixIndex(prefix_capacity)
+        self._snapshot = FleetStats.of({}, self.demand, self.prefix)
         self._ready: list[str] = []
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -157,10 +160,13 @@ class EngineTracker:
         """Track exactly these base URLs (``http://host:port``); state of the ones kept
         is kept; new ones are not ready until their first health check passes."""
         wanted = list(dict.fromkeys(u.rstrip("/") for u in urls))
+        for gone in set(self._engines) - set(wanted):
+            self.prefix.forget(gone)
         engines = {u: self._engines.get(u) or _Engine() for u in wanted}
         added = any(u not in self._engines for u in wanted)
         self._engines = engines
-        self._snapshot = FleetStats.of({u: e.stats() for u, e in engines.items()}, self.demand)
+        self._snapshot = FleetStats.of({u: e.stats() for u, e in engines.items()}, self.demand,
+                                       self.prefix)  # fmt: skip
         self._ready = [u for u, e in engines.items() if e.ready]
         if added:
             self._wake.set()
@@ -181,7 +187,7 @@ class EngineTracker:
     def _refresh(self, endpoint: str, engine: _Engine) -> None:
         """Replace one engine's entry in a new snapshot (snapshots already handed out
         stay as they were); every readiness change passes here."""
-        snap = FleetStats.of(self._snapshot, self.demand)
+        snap = FleetStats.of(self._snapshot, self.demand, self.prefix)
         old = snap.get(endpoint)
         stats = snap[endpoint] = engine.stats()
         self._snapshot = snap
@@ -190,8 +196,9 @@ class EngineTracker:
 
     # Bookkeeping from the proxy.
 
-    def begin(self, endpoint: str, adapter: str | None) -> bool:
-        """A request was sent to ``endpoint`` (call ``end`` when it completes); True
+    def begin(self, endpoint: str, adapter: str | None, prefix: tuple[int, ...] = ()) -> bool:
+        """A request was sent to ``endpoint`` (call ``end`` when it completes), its
+        prompt's prefix keys ``prefix`` now believed cached there; True
         when it is cold: the engine holds ``adapter`` neither in its running list nor
         in the slots estimated from what this router sent there, so the request waits
         for a load (the first one after an eviction or on a fresh replica)."""
@@ -199,6 +206,7 @@ class EngineTracker:
         if engine is None:
             return False
         engine.inflight += 1
+        self.prefix.record(prefix, endpoint)
         cold = False
         if adapter is not None:
             cold = adapter not in engine.in_slots
@@ -255,6 +263,7 @@ class EngineTracker:
         if engine.ejected_until is None and engine.failures >= self.eject_after_failures:
             engine.ejected_until = time.monotonic() + self.readmit_after
             engine.changed()
+            self.prefix.forget(endpoint)  # down, maybe restarting: its cache may be gone
             log.warning(
                 "engine %s ejected after %d consecutive failures; re-checked in %.0f s",
                 endpoint, engine.failures, self.readmit_after,
@@ -273,6 +282,8 @@ class EngineTracker:
         engine = self._engines.get(endpoint)
         if engine is None:
             return
+        if metrics.prefix_queries < engine.metrics.prefix_queries:
+            self.prefix.forget(endpoint)  # the counter went back: it restarted, cache empty
         engine.metrics = metrics
         running = metrics.running_adapters
         engine.running_view = frozenset(running)

@@ -83,7 +83,7 @@ class Upstreams:
             if endpoint is None:
                 break
             tried.add(endpoint)
-            cold = tracker.begin(endpoint, route.adapter)
+            cold = tracker.begin(endpoint, route.adapter, route.prefix)
             try:
                 resp = await pool.post(endpoint, path, payload, headers, limit=limit,
                                        connect=rt.limits.connect)

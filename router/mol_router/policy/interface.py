@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from mol_router.policy.prefix import PrefixIndex
+
 
 @dataclass(frozen=True, slots=True)
 class EngineStats:
@@ -63,6 +65,9 @@ class RouteRequest:
     adapter: str | None
     user: str | None = None
     prompt_tokens: int = 0
+    prefix: tuple[int, ...] = ()
+    """Keys of the prompt's prefixes, shortest first (``policy.prefix.prefix_keys``;
+    seeded with the adapter and tenant, so they match only the same adapter's)."""
 
 
 class Policy(Protocol):
@@ -136,11 +141,17 @@ class FleetStats(dict[str, EngineStats]):
     estimate, read at pick time. Build one with :meth:`of` (dict's own constructor
     keeps copying cheap: the tracker makes one per request's begin and end)."""
 
-    __slots__ = ("demand",)
+    __slots__ = ("demand", "prefix")
     demand: Demand | None
+    prefix: PrefixIndex | None
+    """Where this router sent each prompt prefix lately (None when it keeps no index)."""
 
     @classmethod
-    def of(cls, stats: Mapping[str, EngineStats], demand: Demand | None) -> FleetStats:
+    def of(
+        cls, stats: Mapping[str, EngineStats], demand: Demand | None,
+        prefix: PrefixIndex | None = None,
+    ) -> FleetStats:  # fmt: skip
         snap = cls(stats)
         snap.demand = demand
+        snap.prefix = prefix
         return snap

@@ -8,9 +8,12 @@ and popularity is skewed, so the policy spends them on purpose. Each adapter has
 fixed preference order over the endpoints (rendezvous hashing of its name), the same
 in every router replica. A request goes to:
 
-1. the least loaded endpoint where the adapter is resident (running there per
+1. the endpoint where the adapter is resident (running there per
    ``vllm:lora_requests_info``, or sent there lately by this router) whose load is
-   under the bound: reuse, no load;
+   under the bound with the longest prefix of the prompt believed cached there (the
+   router's prefix index: where it sent that prefix lately), least loaded on ties:
+   reuse, no load, and the cached prefix skips its prefill (a multi-turn session or
+   an agent whose context grows keeps landing where its history is);
 2. else (a load is needed) the first endpoint in the adapter's order, among the first
    ``candidates`` under the bound, that can start it now (fewer adapters running
    than slots, counting those this router sent since the last scrape) without
@@ -26,9 +29,10 @@ ones churn through the slots of other cold ones, and every router replica, seein
 the same engine metrics and a similar demand estimate, walks the same order. The
 bound is ``load_factor`` x the mean load after this request, plus ``slack``
 (consistent hashing with bounded loads): a hot adapter's traffic spills down its own
-order onto as many engines as its load needs. Base-model requests go to the least
-loaded endpoint. Without a demand estimate (stats as a plain mapping) every eviction
-costs nothing, and step 2 takes the first endpoint that can start the adapter now.
+order onto as many engines as its load needs. Base-model requests go to the endpoint
+under the bound with the longest cached prefix, least loaded on ties. Without a
+demand estimate (stats as a plain mapping) every eviction costs nothing, and step 2
+takes the first endpoint that can start the adapter now.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import Any
 from mol_router.policy.base import Candidates, EligibleFirst, Knobs
 from mol_router.policy.hashing import ranking
 from mol_router.policy.interface import Demand, EngineStats, FleetStats, RouteRequest
+from mol_router.policy.prefix import PrefixIndex
 
 
 def has_free_slot(s: EngineStats, adapter: str) -> bool:
@@ -84,8 +89,9 @@ class MolAffinity(EligibleFirst):
     def choose_in(
         self, candidates: Candidates, request: RouteRequest, stats: Mapping[str, EngineStats]
     ) -> str | None:
-        demand = getattr(stats, "demand", None) if isinstance(stats, FleetStats) else None
-        return self.place(candidates, request, demand)
+        if isinstance(stats, FleetStats):
+            return self.place(candidates, request, stats.demand, stats.prefix)
+        return self.place(candidates, request, None)
 
     def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
         return self.place(candidates, request, None)
@@ -95,23 +101,26 @@ class MolAffinity(EligibleFirst):
         mean = (sum(loads) + 1) / len(loads)
         return math.ceil(self.load_factor * mean + self.slack)
 
-    def place(self, candidates: Candidates, request: RouteRequest, demand: Demand | None) -> str:
+    def place(
+        self, candidates: Candidates, request: RouteRequest, demand: Demand | None,
+        prefix: PrefixIndex | None = None,
+    ) -> str:  # fmt: skip
         if len(candidates) == 1:  # every rule below would pick it
             return candidates[0][0]
         by_name = dict(candidates)
         loads = {e: s.load for e, s in candidates}
         adapter = request.adapter
         order = ranking(adapter if adapter is not None else "", list(by_name))
-        if adapter is None:
-            return min(order, key=loads.__getitem__)
         bound = self.bound(list(loads.values()))
         under = [e for e in order if loads[e] < bound]
+        if adapter is None:
+            return self._warmest(under or list(order), loads, request, prefix)
         if not under:  # everything is busy: least loaded, earliest home on ties
             return min(order, key=loads.__getitem__)
         resident = [e for e in under if adapter in by_name[e].running_adapters
                     or adapter in by_name[e].recent_adapters]  # fmt: skip
         if resident:
-            return min(resident, key=loads.__getitem__)
+            return self._warmest(resident, loads, request, prefix)
         limit = min(demand.share(adapter), self.hot_share) if demand is not None else 0.0
         best, best_cost = None, math.inf
         for e in under[: self.candidates]:
@@ -124,3 +133,15 @@ class MolAffinity(EligibleFirst):
             if cost < best_cost:
                 best, best_cost = e, cost
         return best if best is not None else under[0]
+
+    @staticmethod
+    def _warmest(
+        endpoints: list[str], loads: Mapping[str, int], request: RouteRequest,
+        prefix: PrefixIndex | None,
+    ) -> str:  # fmt: skip
+        """The endpoint with the longest prefix of the prompt believed cached, least
+        loaded on ties (earliest in ``endpoints`` after that)."""
+        if prefix is None or not request.prefix or len(endpoints) == 1:
+            return min(endpoints, key=loads.__getitem__)
+        depth = prefix.matches(request.prefix, endpoints)
+        return min(endpoints, key=lambda e: (-depth[e], loads[e]))

@@ -1,0 +1,145 @@
+"""Where each prompt prefix was last sent: the router's approximate prefix-cache index.
+
+vLLM caches a prompt's KV blocks by a hash chain over its tokens, with the LoRA's
+identity (and a request's ``cache_salt``) in the key, so a later request for the same
+adapter whose prompt starts the same way skips prefill for that prefix — on the replica
+that computed it, and only while its blocks survive LRU eviction. A router that sends
+such a request back to that replica saves the prefill; one that sends it elsewhere
+pays it again.
+
+The router cannot see the engines' caches without their KV events, so it remembers
+what it sent where: for each request, hashes of its prompt's prefixes, chained from a
+seed that holds the adapter's immutable name and the tenant salt (so prefixes are never
+matched across adapters, versions or tenants, as the engine never shares them). No
+tokenizer on the hot path: prefixes end at character offsets, every ``block_chars`` up
+to ``fine_blocks`` blocks, then at doubling lengths, so a 100 KB agent context costs
+~25 hashes (each one ``zlib.crc32``/``adler32`` call in C continuing the previous one:
+a 64-bit key) and the match is fine where it matters (system prompts and first turns)
+and coarse deep into a long context, where any long match wins anyway.
+
+The index is an LRU of prefix keys bounded in entries; each entry holds a bitmask of
+the endpoints it was sent to. An engine that restarts (its cache empty) is forgotten by
+giving it a new bit: masks are read against the live bits only. Every router replica
+hashes the same way, so replicas that see a session's turns agree on where it lives.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable, Sequence
+
+DEFAULT_BLOCK_CHARS = 256
+"""~64 tokens of English text: coarser than vLLM's 16-token GPU blocks, fine enough to
+tell a shared system prompt from a shared conversation."""
+DEFAULT_FINE_BLOCKS = 16
+DEFAULT_CAPACITY = 1_000_000
+"""Prefix entries kept (about 110 bytes each: ~110 MB at the default)."""
+
+
+def prefix_keys(
+    data: bytes, seed: str, *, block_chars: int = DEFAULT_BLOCK_CHARS,
+    fine_blocks: int = DEFAULT_FINE_BLOCKS,
+) -> tuple[int, ...]:  # fmt: skip
+    """Chained 64-bit keys of the prompt ``data``'s prefixes (shortest first; the proxy
+    passes the request's messages or prompt as JSON); ``seed`` names the adapter and
+    tenant. Only whole blocks count: a prompt shorter than one block has no key, as vLLM
+    caches only full blocks."""
+    base = seed.encode("utf-8", "surrogatepass") + b"\0"
+    crc, adler = zlib.crc32(base), zlib.adler32(base)
+    view = memoryview(data)
+    keys: list[int] = []
+    start, end, step = 0, block_chars, block_chars
+    size = len(data)
+    while end <= size:
+        chunk = view[start:end]
+        crc, adler = zlib.crc32(chunk, crc), zlib.adler32(chunk, adler)
+        keys.append((crc << 32) | adler)
+        if len(keys) >= fine_blocks:
+            step *= 2
+        start, end = end, end + step
+    return tuple(keys)
+
+
+class PrefixIndex:
+    """LRU of prefix keys -> endpoints they were sent to; see the module docstring."""
+
+    __slots__ = ("_bits", "_capacity", "_entries", "_live", "_next_bit")
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        if capacity < 1:
+            raise ValueError("capacity must be >= 1 entry")
+        self._capacity = capacity
+        self._entries: dict[int, int] = {}  # insertion order = recency
+        self._bits: dict[str, int] = {}
+        self._live = 0
+        self._next_bit = 0
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _bit(self, endpoint: str) -> int:
+        bit = self._bits.get(endpoint)
+        if bit is None:
+            bit = self._bits[endpoint] = 1 << self._next_bit
+            self._next_bit += 1
+            self._live |= bit
+        return bit
+
+    def forget(self, endpoint: str) -> None:
+        """``endpoint``'s cache is gone (it restarted, or left): nothing is believed
+        cached there any more; a later send starts afresh under a new bit."""
+        bit = self._bits.pop(endpoint, None)
+        if bit is not None:
+            self._live &= ~bit
+
+    def record(self, keys: Sequence[int], endpoint: str) -> None:
+        """A request with these prefix keys was sent to ``endpoint``."""
+        if not keys:
+            return
+        bit = self._bit(endpoint)
+        entries = self._entries
+        # Deepest first, so the shallow prefixes many requests share are the most
+        # recent and outlive the deep ones under eviction (a match walks from shallow).
+        for key in reversed(keys):
+            mask = entries.pop(key, 0)
+            entries[key] = (mask & self._live) | bit
+        excess = len(entries) - self._capacity
+        if excess > 0:
+            for old in list(_first(entries, excess)):
+                del entries[old]
+
+    def matches(self, keys: Sequence[int], endpoints: Iterable[str]) -> dict[str, int]:
+        """How many leading keys of ``keys`` each of ``endpoints`` was sent (0 for
+        none): the longest prefix believed cached there. Pure read: no LRU touch."""
+        bits = {e: self._bits.get(e, 0) for e in endpoints}
+        found = dict.fromkeys(bits, 0)
+        if not keys or not self._entries:
+            return found
+        alive = 0
+        for b in bits.values():
+            alive |= b
+        alive &= self._live
+        entries = self._entries
+        depth = 0
+        for key in keys:
+            mask = entries.get(key, 0) & alive
+            if mask != alive:  # some endpoints' prefixes end here
+                self._settle(bits, found, alive & ~mask, depth)
+                if not mask:
+                    return found
+                alive = mask
+            depth += 1
+        self._settle(bits, found, alive, depth)
+        return found
+
+    @staticmethod
+    def _settle(bits: dict[str, int], found: dict[str, int], mask: int, depth: int) -> None:
+        for e, b in bits.items():
+            if mask & b:
+                found[e] = depth
+
+
+def _first(entries: dict[int, int], n: int) -> Iterable[int]:
+    it = iter(entries)
+    for _ in range(n):
+        yield next(it)

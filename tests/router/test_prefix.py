@@ -1,0 +1,140 @@
+"""The router's prefix index (policy/prefix.py) and how mol-affinity and the tracker use it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import aiohttp
+import pytest
+
+from mol_router.engine_metrics import EngineMetrics
+from mol_router.policy import make_policy
+from mol_router.policy.interface import Demand, EngineStats, FleetStats, RouteRequest
+from mol_router.policy.prefix import PrefixIndex, prefix_keys
+from mol_router.tracker import EngineTracker
+
+SYSTEM = b"You are a careful coding assistant. " * 40  # ~1.4 KB, shared by every turn
+A, B = "ns/coder@v3", "ns/coder@v4"
+
+
+def test_keys_chain_over_the_prefix_and_never_cross_adapters() -> None:
+    turn1 = prefix_keys(SYSTEM + b"user: write a parser", A)
+    turn2 = prefix_keys(SYSTEM + b"user: write a parser" + b" reply " * 200, A)
+    assert len(turn1) == len(SYSTEM + b"user: write a parser") // 256
+    assert turn2[: len(turn1)] == turn1  # the same prefix, the same leading keys
+    assert not set(prefix_keys(SYSTEM, B)) & set(turn1)  # another version: no match
+    assert prefix_keys(b"short", A) == ()  # under one block: nothing cached
+    other = prefix_keys(b"X" + SYSTEM[1:], A)
+    assert not set(other) & set(turn1)  # a change in block 1 changes every key after it
+
+
+def test_long_prompts_cost_few_keys() -> None:
+    """Prefix lengths double after the first blocks: a 100 KB context has ~25 keys."""
+    keys = prefix_keys(b"a" * 100_000, A)
+    assert 16 < len(keys) <= 16 + 10
+    assert len(set(keys)) == len(keys)
+
+
+def test_keys_are_the_same_in_every_process() -> None:
+    """Router replicas must agree: no per-process hash seed is involved."""
+    code = ("import json, sys; from mol_router.policy.prefix import prefix_keys; "
+            "print(json.dumps(prefix_keys(sys.stdin.buffer.read(), 'ns/coder@v3')))")
+    out = subprocess.run([sys.executable, "-c", code], input=SYSTEM, capture_output=True,
+                         check=True, env={"PYTHONHASHSEED": "123", **_env()})
+    assert tuple(json.loads(out.stdout)) == prefix_keys(SYSTEM, A)
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k != "PYTHONHASHSEED"}
+
+
+def test_index_matches_the_longest_prefix_per_endpoint_and_forgets() -> None:
+    index = PrefixIndex(capacity=1000)
+    short = prefix_keys(SYSTEM, A)
+    long = prefix_keys(SYSTEM + b"more context " * 100, A)
+    index.record(short, "e1")
+    index.record(long, "e2")
+    assert index.matches(long, ["e1", "e2", "e3"]) == {"e1": len(short), "e2": len(long),
+                                                       "e3": 0}  # fmt: skip
+    index.forget("e2")  # restarted: its cache is empty
+    assert index.matches(long, ["e1", "e2"]) == {"e1": len(short), "e2": 0}
+    index.record(short, "e2")  # afresh, under a new bit
+    assert index.matches(long, ["e2"]) == {"e2": len(short)}
+
+
+def test_index_stays_bounded_and_keeps_shared_prefixes_longest() -> None:
+    index = PrefixIndex(capacity=50)
+    keys = [prefix_keys(SYSTEM + f"session {i} ".encode() * 60, A) for i in range(20)]
+    for k in keys:
+        index.record(k, "e1")
+    assert len(index) == 50
+    # the shared system-prompt blocks were touched by every request: still there
+    assert index.matches(keys[0], ["e1"])["e1"] >= len(prefix_keys(SYSTEM, A)) - 1
+    with pytest.raises(ValueError, match="capacity"):
+        PrefixIndex(0)
+
+
+def _fleet(index: PrefixIndex, loads: dict[str, int], adapter: str) -> FleetStats:
+    stats = {e: EngineStats(running=n, max_lora=4, running_adapters=frozenset({adapter}))
+             for e, n in loads.items()}  # fmt: skip
+    return FleetStats.of(stats, Demand(), index)
+
+
+def test_mol_affinity_sends_a_session_where_its_prefix_is() -> None:
+    policy = make_policy("mol-affinity")
+    index = PrefixIndex()
+    history = prefix_keys(SYSTEM + b"turn 1 ... turn 2 ...", A)
+    index.record(history, "e3")
+    loads = {"e1": 0, "e2": 1, "e3": 2}  # e3 a little busier, well under the bound
+    request = RouteRequest(A, prompt_tokens=900, prefix=history)
+    assert policy.pick(list(loads), _fleet(index, loads, A), request) == "e3"
+    # without the index (or another adapter's request) it is the least loaded
+    assert policy.pick(list(loads), _fleet(PrefixIndex(), loads, A), request) == "e1"
+    other = RouteRequest(B, prompt_tokens=900, prefix=prefix_keys(SYSTEM + b"turn 1", B))
+    assert policy.pick(list(loads), _fleet(index, loads, B), other) == "e1"
+    # over the load bound the prefix does not hold it there
+    busy = {"e1": 0, "e2": 0, "e3": 40}
+    assert policy.pick(list(busy), _fleet(index, busy, A), request) != "e3"
+    # base-model requests follow their prefix too
+    base = prefix_keys(SYSTEM, "base")
+    index.record(base, "e2")
+    assert policy.pick(list(loads), _fleet(index, loads, A),
+                       RouteRequest(None, prefix=base)) == "e2"  # fmt: skip
+
+
+async def test_tracker_records_sends_and_forgets_restarted_engines() -> None:
+    session: aiohttp.ClientSession = None  # type: ignore[assignment]
+    t = EngineTracker(session, scrape_interval=60, eject_after_failures=1)
+    t.set_endpoints(["http://e1", "http://e2"])
+    keys = prefix_keys(SYSTEM, A)
+    t.observe("http://e1", EngineMetrics(max_lora=2, prefix_queries=500.0))
+    t.begin("http://e1", A, keys)
+    t.end("http://e1", A)
+    snap = t.snapshot()
+    assert snap.prefix is t.prefix
+    assert t.prefix.matches(keys, ["http://e1"]) == {"http://e1": len(keys)}
+    t.observe("http://e1", EngineMetrics(max_lora=2, prefix_queries=800.0))  # grew: same
+    assert t.prefix.matches(keys, ["http://e1"])["http://e1"] == len(keys)
+    t.observe("http://e1", EngineMetrics(max_lora=2, prefix_queries=10.0))  # reset
+    assert t.prefix.matches(keys, ["http://e1"])["http://e1"] == 0
+    t.begin("http://e2", A, keys)
+    t.record_failure("http://e2")  # ejected: maybe restarting
+    assert t.prefix.matches(keys, ["http://e2"])["http://e2"] == 0
+    t.begin("http://e1", A, keys)
+    t.set_endpoints(["http://e2"])  # e1 left the fleet
+    assert t.prefix.matches(keys, ["http://e1"])["http://e1"] == 0
+
+
+def test_prefix_queries_counter_is_read_from_the_exposition() -> None:
+    from mol_router.engine_metrics import parse_engine_metrics
+
+    text = ('# TYPE vllm:prefix_cache_queries counter\n'
+            'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1200.0\n'
+            'vllm:prefix_cache_queries_total{engine="1",model_name="m"} 34.0\n'
+            'vllm:prefix_cache_queries_created{engine="0",model_name="m"} 1.7e9\n')
+    assert parse_engine_metrics(text).prefix_queries == 1234.0
+    assert parse_engine_metrics("").prefix_queries == 0.0
