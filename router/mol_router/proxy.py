@@ -274,17 +274,24 @@ class GenerationProxy:
         return h
 
     def _hop(self, body: dict[str, Any], served: Served, hops: int, handoff_on: bool,
-             client_tools: list[Any] | None, user: str | None
+             client_tools: list[Any] | None, user: str | None, tenant: Tenant
              ) -> tuple[bytes, RouteRequest, frozenset[str]]:
-        """The body for the current expert, its route, and the handoff targets offered
-        (sent with ``self.up.send``)."""
+        """The body for the current expert, its route (with the prompt's prefix keys,
+        seeded by adapter and cache salt), and the handoff targets offered (sent with
+        ``self.up.send``)."""
         offered = (self._offer(body, served, hops, client_tools) if handoff_on
                    else _NO_TARGETS)
         adapter = served.resolved.name
         body["model"] = adapter
+        if self.rt.config.cache_isolation == "tenant":
+            body["cache_salt"] = tenant.cache_salt  # the client's own salt never wins
         payload = orjson.dumps(body)
         prompt = body.get("messages", body.get("prompt"))
-        keys = prefix_keys(orjson.dumps(prompt), adapter) if prompt is not None else ()
+        keys: tuple[int, ...] = ()
+        if prompt is not None:
+            salt = body.get("cache_salt")
+            seed = f"{adapter}\0{salt}" if isinstance(salt, str) else adapter
+            keys = prefix_keys(orjson.dumps(prompt), seed)
         return payload, RouteRequest(adapter, user, len(payload) // 4, keys), offered
 
     # --- whole responses -----------------------------------------------------------------
@@ -298,7 +305,7 @@ class GenerationProxy:
         while True:
             adapter = served.resolved.name
             payload, route, offered = self._hop(body, served, hops, handoff_on,
-                                                client_tools, user)
+                                                client_tools, user, tenant)
             resp, endpoint, cold = await self.up.send(path, payload, headers, route,
                                                       self.rt.limits.upstream)
             if cold:
@@ -363,7 +370,7 @@ class GenerationProxy:
             adapter = served.resolved.name
             try:
                 payload, route, offered = self._hop(body, served, hops, handoff_on,
-                                                    client_tools, user)
+                                                    client_tools, user, tenant)
                 sent_at = time.perf_counter()
                 resp, endpoint, cold = await self.up.send(path, payload, headers, route,
                                                           rt.limits.upstream)

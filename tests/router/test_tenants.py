@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import orjson
 
+from mol_router.policy.prefix import prefix_keys
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, output_tokens=4)
@@ -139,3 +141,37 @@ def test_key_lookup_remembers_only_valid_headers_and_forgets_on_reload() -> None
         {"keys": [{"tenant": "ops", "key": OPS}]}), previous=table)
     assert ops_only.lookup(f"Bearer {ACME}") is None  # a removed key stops working
     assert ops_only.lookup(f"Bearer {OPS}") is table.lookup(f"Bearer {OPS}")  # buckets kept
+
+
+async def test_cache_isolation_salts_each_tenant(router_config: Any, start_router: Any,
+                                                ready: Any, tmp_path: Path) -> None:
+    """``cacheIsolation: tenant``: the router sets vLLM's cache_salt per tenant (the
+    client's own salt never wins), the same for a tenant's every request, different
+    between tenants; shared (the default) leaves the body alone."""
+    keys = _keys(tmp_path / "keys.yaml")
+    long_prompt = [{"role": "system", "content": "house rules " * 100}, *MSG]
+    async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        for isolation in ("tenant", "shared"):
+            cfg = router_config(sims.urls, adapter_namespaces=["acme", "beta"],
+                                api_keys_file=keys, cache_isolation=isolation)
+            async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+                await ready(router)
+                url = router.url + "/v1/chat/completions"
+                for key, salt in ((ACME, None), (ACME, "mine"), (OPS, None)):
+                    body: dict[str, Any] = {"messages": long_prompt}
+                    if salt is not None:
+                        body["cache_salt"] = salt
+                    async with http.post(url, json=body, headers=_auth(key)) as resp:
+                        assert resp.status == 200, await resp.text()
+                index = router.runtime.tracker.prefix  # type: ignore[union-attr]
+                entries = len(index)
+            got = [r.body.get("cache_salt") for r in sims.state(0).received[-3:]]
+            if isolation == "tenant":
+                assert got[0] == got[1] is not None  # acme twice, its own salt overridden
+                assert got[2] is not None
+                assert got[2] != got[0]
+                assert len(got[0]) == 32
+                # two tenants, two key chains: nothing shared between them in the index
+                assert entries == 2 * len(prefix_keys(orjson.dumps(long_prompt), "x"))
+            else:
+                assert got == [None, "mine", None]

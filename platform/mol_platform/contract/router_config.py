@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -108,6 +108,8 @@ class RouterConfig(_Model):
     default: str
     handoff_enabled: bool = False
     handoff_max_hops: int = Field(default=2, ge=1)
+    cache_isolation: Literal["shared", "tenant"] = "shared"
+    """``tenant``: the router sets vLLM's ``cache_salt`` per tenant (see the spec)."""
     adapter_namespaces: list[str] = Field(default_factory=list)
     endpoints: list[str] = Field(default_factory=list)  # static engine base URLs
     endpoint_slice: EndpointSliceSelector | None = None
@@ -291,6 +293,7 @@ def router_config_from_spec(
         semantic=semantic,
         default=spec.default_expert,
         handoff_enabled=spec.router.handoff.enabled,
+        cache_isolation=spec.router.cache_isolation,
         handoff_max_hops=spec.router.handoff.max_hops,
         adapter_namespaces=list(spec.adapter_namespaces),
         endpoints=list(endpoints or []),

@@ -372,6 +372,12 @@ class RouterSpec(_Model):
     """A Secret with API keys (and the catalog namespaces each may use); else open."""
     replicas: int = Field(default=2, ge=0, le=100)
     """Router replicas (a Deployment and a Service per MoLDeployment)."""
+    cache_isolation: Literal["shared", "tenant"] = Field(
+        default="shared", json_schema_extra={"enum": ["shared", "tenant"]},
+        description="Prefix-cache isolation: shared (requests for the same adapter may "
+        "reuse each other's cached prompt prefixes on an engine) or tenant (the router sets "
+        "vLLM's cache_salt per API-key tenant, so tenants never share cached prefixes, and "
+        "scores prefixes within a tenant only).")
 
     @field_validator("mode", mode="before")
     @classmethod
