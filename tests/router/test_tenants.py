@@ -163,13 +163,14 @@ async def test_cache_isolation_salts_each_tenant(router_config: Any, start_route
                         body["cache_salt"] = salt
                     async with http.post(url, json=body, headers=_auth(key)) as resp:
                         assert resp.status == 200, await resp.text()
-                index = router.runtime.tracker.prefix  # type: ignore[union-attr]
+                index = router.runtime.tracker.prefix
                 entries = len(index)
             got = [r.body.get("cache_salt") for r in sims.state(0).received[-3:]]
             if isolation == "tenant":
                 assert got[0] == got[1] is not None  # acme twice, its own salt overridden
                 assert got[2] is not None
                 assert got[2] != got[0]
+                assert isinstance(got[0], str)
                 assert len(got[0]) == 32
                 # two tenants, two key chains: nothing shared between them in the index
                 assert entries == 2 * len(prefix_keys(orjson.dumps(long_prompt), "x"))
