@@ -138,3 +138,20 @@ def test_prefix_queries_counter_is_read_from_the_exposition() -> None:
             'vllm:prefix_cache_queries_created{engine="0",model_name="m"} 1.7e9\n')
     assert parse_engine_metrics(text).prefix_queries == 1234.0
     assert parse_engine_metrics("").prefix_queries == 0.0
+
+
+def test_gie_prefix_cache_scorer_weighs_the_cached_share() -> None:
+    """The Inference Extension's profile adds the prefix-cache scorer (weight 3): the
+    endpoint holding the prompt's prefix wins over an equally idle one; with the
+    scorer's weight at 0 the pick is back to the other scorers (a random tie here)."""
+    index = PrefixIndex()
+    history = prefix_keys(SYSTEM + b"turn 1 ... turn 2 ...", A)
+    index.record(history, "e2")
+    loads = {"e1": 0, "e2": 0, "e3": 0}
+    request = RouteRequest(A, prefix=history)
+    gie = make_policy("gie-lora-affinity")
+    assert all(gie.pick(list(loads), _fleet(index, loads, A), request) == "e2"
+               for _ in range(20))  # fmt: skip
+    off = make_policy("gie-lora-affinity", {"prefix_weight": 0, "seed": 1})
+    picks = {off.pick(list(loads), _fleet(index, loads, A), request) for _ in range(30)}
+    assert picks == {"e1", "e2", "e3"}

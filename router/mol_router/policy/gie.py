@@ -4,10 +4,11 @@ Re-implemented from its published rule so it can be compared on the same traffic
 Per endpoint: 1.0 when the adapter is active there, 0.8 when the endpoint can take
 one more adapter (active + waiting adapters < max), 0.6 when the adapter is waiting
 there, 0 when the endpoint is full. It is combined, as in the project's default
-scheduling profile (without the prefix-cache scorer, which has nothing to score
-here), with the ``queue-scorer`` (min-max normalised waiting queue) and the
-``kv-cache-utilization-scorer`` (1 - usage), summed by weight, best score wins and
-ties are broken at random.
+scheduling profile, with the ``queue-scorer`` (min-max normalised waiting queue), the
+``kv-cache-utilization-scorer`` (1 - usage) and the ``prefix-cache-scorer`` (the share
+of the prompt's prefix blocks believed cached on the endpoint, estimated from what was
+sent where: this router's prefix index stands for the scorer's own per-server LRU),
+summed by weight (2, 2, 1 and 3), best score wins and ties are broken at random.
 
 vLLM publishes the same adapter names in ``running_lora_adapters`` and
 ``waiting_lora_adapters``, so, fed the metric as it is, the rule counts each running
@@ -28,7 +29,8 @@ from mol_router.policy.base import (
     max_score,
     queue_scores,
 )
-from mol_router.policy.interface import EngineStats, RouteRequest
+from mol_router.policy.interface import EngineStats, FleetStats, RouteRequest
+from mol_router.policy.prefix import PrefixIndex
 
 
 def lora_affinity_score(stats: EngineStats, adapter: str | None) -> float:
@@ -49,7 +51,7 @@ class GieLoraAffinity(EligibleFirst):
     """``gie-lora-affinity``: queue + KV-cache + lora-affinity scorers, max-score pick."""
 
     name = "gie-lora-affinity"
-    KNOBS = ("queue_weight", "kv_cache_weight", "lora_weight", "seed")
+    KNOBS = ("queue_weight", "kv_cache_weight", "lora_weight", "prefix_weight", "seed")
 
     def __init__(self, knobs: Mapping[str, Any] | None = None) -> None:
         k = Knobs(self.name, knobs or {}, self.KNOBS)
@@ -58,17 +60,30 @@ class GieLoraAffinity(EligibleFirst):
             k.get("kv_cache_weight", float, 2.0, 0.0, 100.0),
             k.get("lora_weight", float, 1.0, 0.0, 100.0),
         )
+        self.prefix_weight = k.get("prefix_weight", float, 3.0, 0.0, 100.0)
         self._rng = random.Random(k.get("seed", int, 0, 0, 2**63))
 
+    def choose_in(
+        self, candidates: Candidates, request: RouteRequest, stats: Mapping[str, EngineStats]
+    ) -> str | None:
+        prefix = stats.prefix if isinstance(stats, FleetStats) else None
+        return self._pick(candidates, request, prefix)
+
     def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
+        return self._pick(candidates, request, None)
+
+    def _pick(
+        self, candidates: Candidates, request: RouteRequest, prefix: PrefixIndex | None
+    ) -> str | None:
         adapter = request.adapter
         qw, kw, lw = self.weights
-        return max_score(
-            candidates,
-            [
-                (qw, queue_scores),
-                (kw, kv_cache_scores),
-                (lw, lambda cs: [lora_affinity_score(s, adapter) for _, s in cs]),
-            ],
-            self._rng,
-        )
+        scorers = [
+            (qw, queue_scores),
+            (kw, kv_cache_scores),
+            (lw, lambda cs: [lora_affinity_score(s, adapter) for _, s in cs]),
+        ]
+        if prefix is not None and request.prefix and self.prefix_weight:
+            total = len(request.prefix)
+            depth = prefix.matches(request.prefix, [e for e, _ in candidates])
+            scorers.append((self.prefix_weight, lambda cs: [depth[e] / total for e, _ in cs]))
+        return max_score(candidates, scorers, self._rng)
