@@ -29,7 +29,7 @@ WORDS = (
 
 
 def _seed(segment_id: str) -> int:
-    return int.from_bytes(hashlib.blake2b(segment_id.encode(), digest_size=7).digest(), "big")
+    return int.from_bytes(hashlib.blake2b(segment_id.encode(), digest_size=6).digest(), "big")
 
 
 @lru_cache(maxsize=4096)
