@@ -21,7 +21,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-
 Segments = tuple[tuple[str, int], ...]
 _SEGMENT_ID = re.compile(r"[A-Za-z0-9._:@/-]{1,200}")
 

@@ -46,11 +46,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ttft-s", type=float, default=0.04, help="time to first token once running")
     p.add_argument("--itl-s", type=float, default=0.02, help="inter-token latency")
     p.add_argument("--lora-load-s", type=float, default=0.01,
-                   help="replica stall for an adapter to enter a GPU slot from host memory")  # fmt: skip
+                   help="replica stall: an adapter enters a GPU slot from host memory")  # fmt: skip
     p.add_argument("--lora-disk-load-s", type=float, default=0.1,
                    help="further stall when that adapter is read from disk first")  # fmt: skip
     p.add_argument("--max-cpu-loras", type=int, default=None,
-                   help="adapters in each replica's host memory (default: --max-loras)")  # fmt: skip
+                   help="adapters in a replica's host memory (default: --max-loras)")  # fmt: skip
     p.add_argument("--prefill-s-per-token", type=float, default=5e-5,
                    help="replica time per prompt token not in its prefix cache "
                    "(default: Llama-3-8B BF16 on one H100)")  # fmt: skip

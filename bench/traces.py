@@ -28,11 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _workload import Arrival, to_line, zipf_weights
 
 
-def _sessions(
-    rng: random.Random, rate: float, duration: float
-) -> list[float]:
+def _sessions(rng: random.Random, rate: float, duration: float) -> list[float]:
     """Start times of sessions: Poisson at ``rate`` per second for ``duration`` s."""
-    out, t = [], 0.0
+    out: list[float] = []
+    t = 0.0
     while True:
         t += rng.expovariate(rate)
         if t >= duration:

@@ -32,7 +32,9 @@ from mol_testkit.simulator.config import SimConfig
 
 KNOWN = ("acme/coding@v3", "acme/coding@v4", "acme/chat@v1")
 UNKNOWN = "acme/gone@v9"  # not in the catalog: the engine answers 404, as vLLM does
-SIM = SimConfig(check_adapter_paths=False, lora_modules={name: f"/adapters/{name}" for name in KNOWN})
+SIM = SimConfig(
+    check_adapter_paths=False, lora_modules={name: f"/adapters/{name}" for name in KNOWN}
+)
 
 MOLD: dict[str, Any] = {
     "apiVersion": "mol.dev/v1alpha1",

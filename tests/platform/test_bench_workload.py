@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -91,7 +92,8 @@ def test_trace_segments_round_trip(tmp_path: Path) -> None:
     path = tmp_path / "trace.jsonl"
     path.write_text(json.dumps(row) + "\n")
     (a,) = W.load_trace(path)
-    assert a.segments == (("sys-a", 100), ("s1-m0", 7)) and a.session == "s1"
+    assert a.segments == (("sys-a", 100), ("s1-m0", 7))
+    assert a.session == "s1"
     assert W.to_line(a) == row
 
 
@@ -124,7 +126,7 @@ def test_chat_turns_carry_the_previous_turn_and_its_reply() -> None:
     arrivals = T.multi_turn_chat(duration=30.0, seed=2)
     assert arrivals == T.multi_turn_chat(duration=30.0, seed=2)
     assert len({a.adapter for a in arrivals}) <= 4
-    by_session: dict[str, list] = {}
+    by_session: dict[str, list[Any]] = {}
     for a in arrivals:
         assert a.prompt_tokens == sum(n for _, n in a.segments)
         assert a.segments[0] == (f"sys-{a.adapter}", 2000)

@@ -22,8 +22,10 @@ def test_each_block_hash_chains_from_its_parent() -> None:
     b = block_hashes([1, 2, 3, 4, 5, 6, 7, 0, 9], BS)
     c = block_hashes([0, 2, 3, 4, 5, 6, 7, 8], BS)
     assert len(a) == 2  # the partial third block has no hash
-    assert a[0] == b[0] and a[1] != b[1]
-    assert c[0] != a[0] and c[1] != a[1]  # same tokens in block 2, another parent
+    assert a[0] == b[0]
+    assert a[1] != b[1]
+    assert c[0] != a[0]
+    assert c[1] != a[1]  # same tokens in block 2, another parent
 
 
 def test_adapter_name_and_path_key_every_block() -> None:
@@ -45,19 +47,22 @@ def test_cache_salt_keys_the_first_block_only() -> None:
     salted = block_hashes(tokens, BS, cache_salt="t1")
     assert salted == block_hashes(tokens, BS, cache_salt="t1")
     other = block_hashes(tokens, BS, cache_salt="t2")
-    assert salted[0] != other[0] and salted[1] != other[1]  # the chain carries it on
+    assert salted[0] != other[0]
+    assert salted[1] != other[1]  # the chain carries it on
 
 
 def test_free_blocks_are_reused_least_recently_freed_first_tail_first() -> None:
     pool = PrefixCache(num_blocks=7, block_size=BS)  # 6 usable
     first = pool.allocate(3)
     second = pool.allocate(3)
-    assert first is not None and second is not None
+    assert first is not None
+    assert second is not None
     pool.store(first, [b"a0", b"a1", b"a2"])
     pool.store(second, [b"b0", b"b1", b"b2"])
     pool.release(first)
     pool.release(second)
-    assert pool.usage() == 0 and len(pool.cached) == 6  # free but still cached
+    assert pool.usage() == 0
+    assert len(pool.cached) == 6  # free but still cached
     assert pool.lookup([b"a0", b"a1", b"a2"], 100) == first
     pool.allocate(2)  # evicts the tail of the first request, its prefix stays
     assert pool.lookup([b"a0", b"a1", b"a2"], 100) == first[:1]
@@ -114,7 +119,8 @@ async def test_out_of_blocks_the_newest_request_is_preempted_and_recomputed() ->
     queries = engine.prefix_queries
     engine.finish(old, "stop")
     assert new.state == "running"
-    assert new.block_ids and engine.prefix_queries == queries  # a rerun is counted apart
+    assert new.block_ids
+    assert engine.prefix_queries == queries  # a rerun is counted apart
     assert await new.admitted == new.ready
     assert engine.snapshot().preemptions == 1
 
@@ -180,8 +186,9 @@ async def test_prefix_cache_metrics_count_tokens_as_vllm() -> None:
     async with AsyncSimulatorCluster(config=config) as sims, aiohttp.ClientSession() as http:
         url = sims.urls[0]
         seen = []
-        for body in ({"prompt": prompt}, {"prompt": prompt},
-                     {"prompt": prompt, "cache_salt": "t"}, {"prompt": prompt, "cache_salt": ""}):  # fmt: skip
+        bodies = [{"prompt": prompt}, {"prompt": prompt}, {"prompt": prompt, "cache_salt": "t"},
+                  {"prompt": prompt, "cache_salt": ""}]  # fmt: skip
+        for body in bodies:
             async with http.post(url + "/v1/completions", json={"model": "m", **body}) as resp:
                 assert resp.status == (400 if body.get("cache_salt") == "" else 200)
             async with http.get(url + "/metrics") as resp:

@@ -63,8 +63,8 @@ def value(text: str, name: str, **labels: str) -> float:
 
 async def test_second_adapter_waits_for_the_only_slot(http):
     config = SimConfig(
-        model="tiny", check_adapter_paths=False, lora_modules={"a": "/a", "b": "/b"}, max_loras=1, itl_s=0.02,
-        output_tokens=8,
+        model="tiny", check_adapter_paths=False, lora_modules={"a": "/a", "b": "/b"},
+        max_loras=1, itl_s=0.02, output_tokens=8,
     )  # fmt: skip
     async with AsyncSimulatorCluster(config=config) as sim:
         url = sim.urls[0]
@@ -101,7 +101,9 @@ async def test_second_adapter_waits_for_the_only_slot(http):
 
 
 async def test_adapter_load_time_is_paid_once_per_slot_entry(http):
-    config = SimConfig(model="tiny", check_adapter_paths=False, lora_modules={"a": "/a"}, lora_load_s=0.3)
+    config = SimConfig(
+        model="tiny", check_adapter_paths=False, lora_modules={"a": "/a"}, lora_load_s=0.3
+    )
     async with AsyncSimulatorCluster(config=config) as sim:
         url = sim.urls[0]
         start = time.monotonic()
@@ -117,7 +119,12 @@ async def test_adapter_load_time_is_paid_once_per_slot_entry(http):
 
 
 async def test_least_recently_used_idle_adapter_is_evicted(http):
-    config = SimConfig(model="tiny", check_adapter_paths=False, lora_modules={n: f"/{n}" for n in "abc"}, max_loras=2)
+    config = SimConfig(
+        model="tiny",
+        check_adapter_paths=False,
+        lora_modules={n: f"/{n}" for n in "abc"},
+        max_loras=2,
+    )
     async with AsyncSimulatorCluster(config=config) as sim:
         url = sim.urls[0]
         for model in ["a", "b", "a", "c"]:
@@ -150,7 +157,13 @@ async def test_batch_capacity_makes_requests_wait(http):
 
 
 async def test_metric_names_and_labels_match_vllm(http):
-    config = SimConfig(model="tiny", check_adapter_paths=False, lora_modules={"a": "/a"}, max_loras=3, output_tokens=4)
+    config = SimConfig(
+        model="tiny",
+        check_adapter_paths=False,
+        lora_modules={"a": "/a"},
+        max_loras=3,
+        output_tokens=4,
+    )
     async with AsyncSimulatorCluster(config=config) as sim:
         before = await metrics(http, sim.urls[0])
         await chat(http, sim.urls[0], "a")
@@ -189,7 +202,14 @@ def _state(request: Any) -> str:
 
 
 async def test_scheduler_lets_requests_on_running_adapters_overtake():
-    engine = SlotEngine(SimConfig(model="tiny", check_adapter_paths=False, lora_modules={"a": "/a", "b": "/b"}, max_loras=1))
+    engine = SlotEngine(
+        SimConfig(
+            model="tiny",
+            check_adapter_paths=False,
+            lora_modules={"a": "/a", "b": "/b"},
+            max_loras=1,
+        )
+    )
     first = engine.submit("a", "a")
     blocked = engine.submit("b", "b")
     overtaking = engine.submit("a", "a")
@@ -210,7 +230,13 @@ async def test_scheduler_lets_requests_on_running_adapters_overtake():
 async def test_cpu_cache_evicts_and_reloads_adapters():
     adapters = {n: f"/{n}" for n in "abc"}
     engine = SlotEngine(
-        SimConfig(model="tiny", check_adapter_paths=False, lora_modules=adapters, max_loras=1, max_cpu_loras=2)
+        SimConfig(
+            model="tiny",
+            check_adapter_paths=False,
+            lora_modules=adapters,
+            max_loras=1,
+            max_cpu_loras=2,
+        )
     )
     assert engine.snapshot().cpu_adapters == ["b", "c"]  # "a" evicted while registering
     request = engine.submit("a", "a")
@@ -231,7 +257,13 @@ def test_config_rejects_impossible_settings():
 
 
 async def test_client_disconnect_aborts_and_frees_the_slot(http):
-    config = SimConfig(model="tiny", check_adapter_paths=False, lora_modules={"a": "/a"}, itl_s=0.05, output_tokens=20)
+    config = SimConfig(
+        model="tiny",
+        check_adapter_paths=False,
+        lora_modules={"a": "/a"},
+        itl_s=0.05,
+        output_tokens=20,
+    )
     async with AsyncSimulatorCluster(config=config) as sim:
         body = {"model": "a", "prompt": "p", "stream": True}
         async with http.post(sim.urls[0] + "/v1/completions", json=body) as resp:

@@ -352,7 +352,8 @@ def cache_config_labels(engine: SlotEngine) -> dict[str, str]:
     return {
         "_block_size_resolved": "True", "block_size": block, "cache_dtype": "auto",
         "cache_hit_alignment_tokens": "None", "effective_attention_block_size": block,
-        "enable_mamba_shared_prefix_checkpoint": "False", "enable_prefix_caching": str(cfg.enable_prefix_caching),
+        "enable_mamba_shared_prefix_checkpoint": "False",
+        "enable_prefix_caching": str(cfg.enable_prefix_caching),
         "engine": "0", "gpu_memory_utilization": "0.92", "hash_block_size": "None",
         "is_attention_free": "False", "kv_cache_dtype_skip_layers": "[]",
         "kv_cache_layout": "None",

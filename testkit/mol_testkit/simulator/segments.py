@@ -17,7 +17,7 @@ from functools import lru_cache
 
 Segment = tuple[str, int]
 
-WORDS = (
+_TEXT = (
     "the a an of to and in is it you that he was for on are with as his they be at one "
     "have this from or had by hot word but what some we can out other were all there when "
     "up use your how said each she which do their time if will way about many then them "
@@ -25,7 +25,8 @@ WORDS = (
     "come did number sound no most people my over know water than call first who may down "
     "side been now find any new work part take get place made live where after back little "
     "only round man year came show every good me give our under name very through just form"
-).split()
+)
+WORDS = tuple(_TEXT.split())
 
 
 def _seed(segment_id: str) -> int:

@@ -4,8 +4,9 @@ given a model folder, else one token per word (its CRC-32 as the id).
 vLLM counts a chat prompt after rendering the chat template (with the generation
 prompt) and a completion prompt with the tokenizer's special tokens; token budgets,
 ``max_model_len`` checks and rate limits all depend on that count, so a replica with
-a model folder counts the same way. The ids key the prefix cache's blocks. ``tokenizers`` and ``jinja2`` are imported only
-then, so a word-counting replica stays light.
+a model folder counts the same way; the ids key the prefix cache's blocks.
+``tokenizers`` and ``jinja2`` are imported only then, so a word-counting replica
+stays light.
 """
 
 from __future__ import annotations
