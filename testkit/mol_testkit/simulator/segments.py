@@ -5,8 +5,9 @@ tokens (a system prompt, a previous turn). The in-process engine model hashes
 :func:`prompt_token_ids`; a replica reached over HTTP (simulated or real) gets
 :func:`prompt_text`, one common English word per token. Each word, with its leading
 space, is one token of the demo model's byte-level BPE (``mol demo``), so a
-completion prompt of N segment tokens is N + 1 tokens there (its BOS); a
-Llama 3 tokenizer also keeps these words whole, within a few percent.
+completion prompt of N segment tokens is exactly N tokens there (its tokenizer adds no
+BOS); other tokenizers are not measured (common English words, most are one token
+in large vocabularies too).
 """
 
 from __future__ import annotations
