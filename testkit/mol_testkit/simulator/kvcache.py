@@ -25,7 +25,6 @@ import hashlib
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 BlockHash = bytes
 NONE_HASH: BlockHash = hashlib.sha256(b"mol-sim-none-hash").digest()
@@ -71,20 +70,17 @@ def block_hashes(
     return out
 
 
-@dataclass
-class _Block:
-    id: int
-    refs: int = 0
-    hash: BlockHash | None = None
-
-
 class PrefixCache:
     """The block pool of one replica (block 0 is vLLM's reserved null block)."""
 
     def __init__(self, num_blocks: int, block_size: int) -> None:
         self.block_size = block_size
-        self.blocks = [_Block(i) for i in range(num_blocks)]
-        self.free: OrderedDict[int, None] = OrderedDict((i, None) for i in range(1, num_blocks))
+        self.num_blocks = num_blocks
+        self.refs = [0] * num_blocks
+        """Requests holding each block."""
+        self.hashes: list[BlockHash | None] = [None] * num_blocks
+        """The cached content of each block, if any."""
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
         """Free blocks, the next to reuse first."""
         self.cached: dict[BlockHash, int] = {}
         """Block hash -> the block holding it (held or free)."""
@@ -92,7 +88,7 @@ class PrefixCache:
 
     @property
     def usable(self) -> int:
-        return len(self.blocks) - 1
+        return self.num_blocks - 1
 
     def num_free(self) -> int:
         return len(self.free)
@@ -114,16 +110,15 @@ class PrefixCache:
 
     def can_allocate(self, hit: Sequence[int], new: int) -> bool:
         """Room for ``new`` fresh blocks after taking the free ones among ``hit``."""
-        free_hits = sum(1 for b in hit if self.blocks[b].refs == 0)
+        free_hits = sum(1 for b in hit if self.refs[b] == 0)
         return new + free_hits <= len(self.free)
 
     def take(self, hit: Sequence[int]) -> None:
         """Hold cached blocks (a prefix hit): free ones leave the free queue."""
         for b in hit:
-            block = self.blocks[b]
-            if block.refs == 0:
+            if self.refs[b] == 0:
                 del self.free[b]
-            block.refs += 1
+            self.refs[b] += 1
 
     def allocate(self, n: int) -> list[int] | None:
         """``n`` fresh blocks, evicting the cached content of reused ones; None if short."""
@@ -132,12 +127,12 @@ class PrefixCache:
         out = []
         for _ in range(n):
             b, _ = self.free.popitem(last=False)
-            block = self.blocks[b]
-            if block.hash is not None:
-                del self.cached[block.hash]
-                block.hash = None
+            old = self.hashes[b]
+            if old is not None:
+                del self.cached[old]
+                self.hashes[b] = None
                 self.evictions += 1
-            block.refs = 1
+            self.refs[b] = 1
             out.append(b)
         return out
 
@@ -145,15 +140,13 @@ class PrefixCache:
         """Cache full blocks under their hashes (a hash already cached keeps its block,
         as vLLM does when two requests computed the same block at once)."""
         for b, h in zip(block_ids, hashes, strict=False):
-            block = self.blocks[b]
-            if block.hash is None and h not in self.cached:
-                block.hash = h
+            if self.hashes[b] is None and h not in self.cached:
+                self.hashes[b] = h
                 self.cached[h] = b
 
     def release(self, block_ids: Sequence[int]) -> None:
         """A request lets go of its blocks, tail first (evicted before its prefix)."""
         for b in reversed(block_ids):
-            block = self.blocks[b]
-            block.refs -= 1
-            if block.refs == 0:
+            self.refs[b] -= 1
+            if self.refs[b] == 0:
                 self.free[b] = None
