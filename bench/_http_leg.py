@@ -70,15 +70,17 @@ def replicas(shape: FleetShape, max_tokens: int, log: Path) -> Iterator[list[str
             proc.wait(5)
 
 
-def gpu_loads(urls: Sequence[str]) -> int:
-    """Adapter loads into GPU slots, summed over the replicas' ``mol_sim_adapter_loads``."""
-    total = 0.0
+def adapter_loads(urls: Sequence[str]) -> dict[str, int]:
+    """Adapter loads summed over the replicas' ``mol_sim_adapter_loads``: ``gpu`` (into
+    GPU slots) and ``cpu`` (read from disk into host memory)."""
+    total = {"gpu": 0.0, "cpu": 0.0}
     for url in urls:
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
             for line in resp.read().decode().splitlines():
-                if line.startswith("mol_sim_adapter_loads_total{") and 'tier="gpu"' in line:
-                    total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+                if line.startswith("mol_sim_adapter_loads_total{"):
+                    tier = "gpu" if 'tier="gpu"' in line else "cpu"
+                    total[tier] += float(line.rsplit(" ", 1)[1])
+    return {tier: int(n) for tier, n in total.items()}
 
 
 def body(a: Arrival) -> dict[str, object]:
@@ -150,7 +152,8 @@ def _finish(
 ) -> RunResult:  # fmt: skip
     """Times are scaled back by ``speed`` to the nominal workload's."""
     result = RunResult(label, len(arrivals), [t * speed for t in ttft], makespan * speed)
-    result.adapter_loads = gpu_loads(urls)
+    loads = adapter_loads(urls)
+    result.adapter_loads, result.disk_loads = loads["gpu"], loads["cpu"]
     result.errors = errors
     return result
 

@@ -133,7 +133,8 @@ def cache_info(engine) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def sim_config(engine, demo_assets, cache_info) -> SimConfig:
-    """The simulator configured like the engine fixture."""
+    """The simulator configured like the engine fixture (adapter paths checked, the
+    default, as vLLM does)."""
     return SimConfig(
         model=engine.model, model_path=str(demo_assets.base), max_model_len=MAX_MODEL_LEN,
         lora_modules={n: str(demo_assets.adapters[n]) for n in ("chat", "coding")},
@@ -141,7 +142,7 @@ def sim_config(engine, demo_assets, cache_info) -> SimConfig:
         block_size=int(cache_info["block_size"]),
         kv_cache_blocks=int(cache_info["num_gpu_blocks"]),
         tool_call_parser=None, itl_s=0.002,
-    )  # fmt: skip  # adapter paths are checked by default, as vLLM does
+    )  # fmt: skip
 
 
 @pytest.fixture(scope="module")
