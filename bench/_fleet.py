@@ -1,10 +1,13 @@
 """Simulated engine replicas driven in-process by router policies, on virtual time.
 
 Each replica is the simulator's own engine model (``SlotEngine``: vLLM's batch and
-``max_loras`` scheduling, LRU GPU adapter slots, ``lora_load_s`` per slot load); a
-request's first token is due ``ttft_s`` after it is scheduled (after its adapter's
-load), then one token per ``itl_s``, as the simulator's HTTP server times them; an
-adapter shows as running from its first token, and KV usage grows with the tokens. Each
+``max_loras`` scheduling, LRU GPU adapter slots and a host-memory tier, a prefix cache
+of KV blocks, preemption when KV runs out); adapter loads and prefills of uncached
+prompt tokens stall the whole replica; a request's first token is due ``ttft_s`` after
+its prefill, then one token per ``itl_s``, as the simulator's HTTP server times them;
+an adapter shows as running from its first token, and KV usage grows with the tokens.
+A trace line's ``segments`` become the prompt's token ids (equal ids, equal tokens), so
+its blocks are shared with every request that has the same prefix and adapter. Each
 router replica is a real ``EngineTracker`` and policy: it observes every engine every
 ``scrape_interval`` (what ``/metrics`` would say: queue lengths, KV usage, and the
 adapters with running requests, as vLLM lists them) and books what it sends.
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import aiohttp
 
@@ -23,7 +26,9 @@ from mol_router.engine_metrics import EngineMetrics
 from mol_router.policy import RouteRequest, make_policy
 from mol_router.tracker import EngineTracker
 from mol_testkit.simulator.config import SimConfig
+from mol_testkit.simulator.kvcache import BlockHash, block_hashes
 from mol_testkit.simulator.model import SlotEngine
+from mol_testkit.simulator.segments import prompt_token_ids
 
 TOKEN_STEPS = 4
 """Generated tokens are booked in this many steps per request (not one event each)."""
@@ -31,19 +36,45 @@ TOKEN_STEPS = 4
 
 @dataclass(frozen=True)
 class FleetShape:
+    """The replicas' sizes and costs; the defaults stand for Llama-3-8B in BF16 on one
+    H100 80 GB per replica, with rank-16 all-linear LoRAs (84 MB each)."""
+
     replicas: int = 16
     max_loras: int = 4
     max_num_seqs: int = 8
     ttft_s: float = 0.04
     itl_s: float = 0.02
-    lora_load_s: float = 0.1
+    lora_load_s: float = 0.01
+    """Copy of an adapter from host memory into a GPU slot (stalls the replica)."""
     scrape_interval: float = 0.1
+    lora_disk_load_s: float = 0.1
+    """Further stall when the adapter is not in host memory and is read from disk."""
+    prefill_s_per_token: float = 5e-5
+    """Per uncached prompt token (~20,000 prompt tokens a second)."""
+    max_cpu_loras: int | None = None
+    """Adapters kept in host memory (None: ``max_loras``, vLLM's default)."""
+    block_size: int = 16
+    kv_cache_blocks: int = 25_000
+    """~400k tokens of KV (128 KiB a token) in what the weights leave of 80 GB."""
 
     def scaled(self, speed: float) -> FleetShape:
-        """Token and load times divided by ``speed`` (a trace replayed faster)."""
-        return FleetShape(
-            self.replicas, self.max_loras, self.max_num_seqs, self.ttft_s / speed,
-            self.itl_s / speed, self.lora_load_s / speed, self.scrape_interval / speed,
+        """Token, load and prefill times divided by ``speed`` (a trace replayed faster)."""
+        return replace(
+            self, ttft_s=self.ttft_s / speed, itl_s=self.itl_s / speed,
+            lora_load_s=self.lora_load_s / speed, scrape_interval=self.scrape_interval / speed,
+            lora_disk_load_s=self.lora_disk_load_s / speed,
+            prefill_s_per_token=self.prefill_s_per_token / speed,
+        )  # fmt: skip
+
+    def config(self) -> SimConfig:
+        """One replica's engine configuration."""
+        return SimConfig(
+            model="base", dynamic_loras=True, max_loras=self.max_loras,
+            max_cpu_loras=self.max_cpu_loras, max_num_seqs=self.max_num_seqs, ttft_s=self.ttft_s,
+            itl_s=self.itl_s,
+            lora_load_s=self.lora_load_s, lora_disk_load_s=self.lora_disk_load_s,
+            prefill_s_per_token=self.prefill_s_per_token, block_size=self.block_size,
+            kv_cache_blocks=self.kv_cache_blocks, max_model_len=1 << 20,
         )  # fmt: skip
 
     def capacity(self, mean_tokens: float) -> float:
@@ -59,6 +90,13 @@ class RunResult:
     ttft: list[float] = field(default_factory=list)
     makespan: float = 0.0
     adapter_loads: int = 0
+    """Adapters entering GPU slots (each a copy from host memory)."""
+    disk_loads: int = 0
+    """Of those, adapters first read from disk (not in host memory)."""
+    prefix_queries: int = 0
+    """Prompt tokens looked up in the replicas' prefix caches, and found:"""
+    prefix_hits: int = 0
+    preemptions: int = 0
     estimated_loads: int = 0
     """What the routers counted in ``mol_router_adapter_loads_total``, summed over them
     (as a dashboard's ``sum(rate(...))`` does)."""
@@ -71,6 +109,10 @@ class RunResult:
     @property
     def loads_per_1000(self) -> float:
         return 1000.0 * self.adapter_loads / max(self.requests, 1)
+
+    @property
+    def prefix_hit_rate(self) -> float:
+        return self.prefix_hits / self.prefix_queries if self.prefix_queries else 0.0
 
     @property
     def throughput(self) -> float:
@@ -92,10 +134,7 @@ async def _drive(
     label: str, policy: str, routers: int, arrivals: Sequence[Arrival], shape: FleetShape
 ) -> RunResult:
     loop = asyncio.get_running_loop()
-    config = SimConfig(
-        model="base", dynamic_loras=True, max_loras=shape.max_loras,
-        max_num_seqs=shape.max_num_seqs, lora_load_s=shape.lora_load_s,
-    )  # fmt: skip
+    config = shape.config()
     urls = [f"http://sim-{i}" for i in range(shape.replicas)]
     engines = {u: SlotEngine(config) for u in urls}
     estimated = [0]
@@ -133,19 +172,19 @@ async def _drive(
             engine = engines[endpoint]
             tracker.begin(endpoint, a.adapter)
             adapter = engine.resolve_model(a.adapter)
-            sim = engine.submit(config.model, adapter, a.prompt_tokens, a.max_tokens)
-            ready = await sim.admitted
-            first = ready + shape.ttft_s
-            await asyncio.sleep(max(0.0, first - loop.time()))
+            sim = engine.submit(config.model, adapter, a.prompt_tokens, a.max_tokens,
+                                hashes=prompt_hashes(engine, adapter, a))  # fmt: skip
+            await engine.wait_due(sim)
+            result.ttft.append(loop.time() - a.t)
             engine.token(sim)
-            result.ttft.append(first - a.t)
-            remaining = a.max_tokens - 1
-            while remaining > 0:  # the rest in a few steps: KV usage grows as tokens do
-                step = min(remaining, max(1, a.max_tokens // TOKEN_STEPS))
-                await asyncio.sleep(step * shape.itl_s)
+            per_step = max(1, a.max_tokens // TOKEN_STEPS)
+            while sim.generated < a.max_tokens:  # in a few steps: KV grows as tokens do
+                step = min(a.max_tokens - sim.generated, per_step)
+                await engine.wait_due(sim, step - 1)
                 for _ in range(step):
+                    if sim.state != "running":
+                        break  # preempted: the rest once it runs again
                     engine.token(sim)
-                remaining -= step
             engine.finish(sim, "stop")
             tracker.end(endpoint, a.adapter)
             result.makespan = max(result.makespan, loop.time())
@@ -166,6 +205,10 @@ async def _drive(
         await asyncio.gather(*scrapers, return_exceptions=True)
     holders: dict[str, int] = {}
     for e in engines.values():
+        result.disk_loads += e.total_loads["cpu"]
+        result.prefix_queries += e.prefix_queries
+        result.prefix_hits += e.prefix_hits
+        result.preemptions += e.preemptions
         for name, count in e.slot_loads.items():
             result.adapter_loads += count
             result.loads_by_adapter[name] = result.loads_by_adapter.get(name, 0) + count
@@ -173,6 +216,15 @@ async def _drive(
     result.estimated_loads = estimated[0]
     result.replicas_per_adapter = sum(holders.values()) / max(len(holders), 1)
     return result
+
+
+def prompt_hashes(engine: SlotEngine, adapter: str | None, a: Arrival) -> list[BlockHash]:
+    """The block hashes of a trace request's prompt (none without segments: a prompt of
+    its own shares no block)."""
+    if a.segments is None:
+        return []
+    ids = prompt_token_ids(a.segments)
+    return block_hashes(ids, engine.config.block_size, engine.lora_key(adapter))
 
 
 def run_policy(

@@ -30,6 +30,7 @@ from _workload import Arrival
 from mol_router.policy import RouteRequest, make_policy
 from mol_router.tracker import EngineTracker
 from mol_testkit.net import free_port
+from mol_testkit.simulator.segments import prompt_text, segment_text
 
 
 @contextmanager
@@ -42,7 +43,11 @@ def replicas(shape: FleetShape, max_tokens: int, log: Path) -> Iterator[list[str
         str(shape.replicas), "--model", "base", "--dynamic-loras", "--max-loras",
         str(shape.max_loras), "--max-num-seqs", str(shape.max_num_seqs), "--lora-load-s",
         str(shape.lora_load_s), "--ttft-s", str(shape.ttft_s), "--itl-s", str(shape.itl_s),
-        "--output-tokens", str(max_tokens),
+        "--output-tokens", str(max_tokens), "--lora-disk-load-s", str(shape.lora_disk_load_s),
+        "--prefill-s-per-token", str(shape.prefill_s_per_token), "--block-size",
+        str(shape.block_size), "--kv-cache-blocks", str(shape.kv_cache_blocks),
+        "--max-model-len", str(1 << 20),
+        *(["--max-cpu-loras", str(shape.max_cpu_loras)] if shape.max_cpu_loras else []),
     ]  # fmt: skip
     with log.open("ab") as err:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=err, text=True)
@@ -65,23 +70,31 @@ def replicas(shape: FleetShape, max_tokens: int, log: Path) -> Iterator[list[str
             proc.wait(5)
 
 
-def gpu_loads(urls: Sequence[str]) -> int:
-    """Adapter loads into GPU slots, summed over the replicas' ``mol_sim_adapter_loads``."""
-    total = 0.0
+def adapter_loads(urls: Sequence[str]) -> dict[str, int]:
+    """Adapter loads summed over the replicas' ``mol_sim_adapter_loads``: ``gpu`` (into
+    GPU slots) and ``cpu`` (read from disk into host memory)."""
+    total = {"gpu": 0.0, "cpu": 0.0}
     for url in urls:
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
             for line in resp.read().decode().splitlines():
-                if line.startswith("mol_sim_adapter_loads_total{") and 'tier="gpu"' in line:
-                    total += float(line.rsplit(" ", 1)[1])
-    return int(total)
+                if line.startswith("mol_sim_adapter_loads_total{"):
+                    tier = "gpu" if 'tier="gpu"' in line else "cpu"
+                    total[tier] += float(line.rsplit(" ", 1)[1])
+    return {tier: int(n) for tier, n in total.items()}
 
 
 def body(a: Arrival) -> dict[str, object]:
-    """A completion request; the prompt starts with a per-adapter system line, as real
-    per-adapter applications do (it gives prefix-aware routing something to key on)."""
-    words = " ".join(["lorem"] * max(a.prompt_tokens - 4, 0))
+    """A completion request. A trace line's segments become their deterministic text
+    (``segment_text``: one word a token). Without segments the prompt is a segment of
+    its own (no block shared with another request), after a short per-adapter system
+    line that a prefix-keyed router can still key on (vllm-router's cache_aware)."""
+    if a.segments is not None:
+        prompt = prompt_text(a.segments)
+    else:
+        own = segment_text(f"{a.adapter}|{a.user}|{a.t!r}", max(a.prompt_tokens - 4, 0))
+        prompt = f"[system: {a.adapter}]{own}"
     return {
-        "model": a.adapter or "base", "prompt": f"[system: {a.adapter}] {words}",
+        "model": a.adapter or "base", "prompt": prompt,
         "max_tokens": a.max_tokens, "stream": True, "user": a.user,
     }  # fmt: skip
 
@@ -139,7 +152,8 @@ def _finish(
 ) -> RunResult:  # fmt: skip
     """Times are scaled back by ``speed`` to the nominal workload's."""
     result = RunResult(label, len(arrivals), [t * speed for t in ttft], makespan * speed)
-    result.adapter_loads = gpu_loads(urls)
+    loads = adapter_loads(urls)
+    result.adapter_loads, result.disk_loads = loads["gpu"], loads["cpu"]
     result.errors = errors
     return result
 

@@ -3,7 +3,8 @@
 One command (`python bench/routing.py`): 16 simulated replicas (`--max-loras 4`), 500
 adapters with Zipf(1.1) popularity, open-loop Poisson arrivals at 70% of the fleet's
 capacity; or `--trace FILE.jsonl` (one request a line: {"t", "adapter", "user",
-"prompt_tokens", "max_tokens"}) replayed `--speed X` times faster, the simulated token
+"segments", "prompt_tokens", "max_tokens"}: bench/_workload.py; `bench/traces.py` writes
+some) replayed `--speed X` times faster, the simulated token
 and load times scaled alike. Every policy sees the same requests at the same times on a
 fresh fleet; ours also runs as 4 independent router replicas (requests spread over
 them, each with its own tracker and no shared state). The simulator's engine model runs
@@ -21,6 +22,7 @@ import signal
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -44,8 +46,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-num-seqs", type=int, default=8, help="batch size per replica")
     p.add_argument("--ttft-s", type=float, default=0.04, help="time to first token once running")
     p.add_argument("--itl-s", type=float, default=0.02, help="inter-token latency")
-    p.add_argument("--lora-load-s", type=float, default=0.1,
-                   help="time for an adapter to enter a GPU slot")  # fmt: skip
+    p.add_argument("--lora-load-s", type=float, default=0.01,
+                   help="replica stall: an adapter enters a GPU slot from host memory")  # fmt: skip
+    p.add_argument("--lora-disk-load-s", type=float, default=0.1,
+                   help="further stall when that adapter is read from disk first")  # fmt: skip
+    p.add_argument("--max-cpu-loras", type=int, default=None,
+                   help="adapters in a replica's host memory (default: --max-loras)")  # fmt: skip
+    p.add_argument("--prefill-s-per-token", type=float, default=5e-5,
+                   help="replica time per prompt token not in its prefix cache "
+                   "(default: Llama-3-8B BF16 on one H100)")  # fmt: skip
+    p.add_argument("--kv-cache-blocks", type=int, default=25_000,
+                   help="KV blocks of 16 tokens per replica (default: an 80 GB H100 "
+                   "after Llama-3-8B's weights)")  # fmt: skip
     p.add_argument("--scrape-interval", type=float, default=1.0,
                    help="how often each router reads every engine's metrics (the "
                    "router's default, scrape_interval_s, is 1 s)")  # fmt: skip
@@ -94,9 +106,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     p.add_argument("--write", action="store_true", help="write docs/benchmarks.md's section")
     args = p.parse_args(argv)
-    for name in ("replicas", "max_loras", "max_num_seqs", "adapters", "routers", "max_tokens"):
+    for name in ("replicas", "max_loras", "max_num_seqs", "adapters", "routers", "max_tokens",
+                 "kv_cache_blocks"):  # fmt: skip
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.max_cpu_loras is not None and args.max_cpu_loras < args.max_loras:
+        p.error("--max-cpu-loras must be >= --max-loras")
+    if min(args.lora_load_s, args.lora_disk_load_s, args.prefill_s_per_token) < 0:
+        p.error("--lora-load-s, --lora-disk-load-s and --prefill-s-per-token must be >= 0")
     if not 0 < args.load <= 2 or args.duration <= 0 or args.speed <= 0:
         p.error("--load must be in (0, 2], --duration and --speed > 0")
     if args.http_duration <= 0 or args.http_timeout <= 0 or not 0 < args.http_speed <= 10:
@@ -158,7 +175,7 @@ def http_leg(args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival
 
     speed = args.http_speed
     part = [a for a in arrivals if a.t < args.http_duration]
-    slow = [Arrival(a.t / speed, a.adapter, a.user, a.prompt_tokens, a.max_tokens) for a in part]
+    slow = [replace(a, t=a.t / speed) for a in part]
     tokens = max(a.max_tokens for a in part)
     scaled = shape.scaled(speed)
     log = Path(tempfile.mkdtemp(prefix="mol-routing-")) / "vllm-router.log"
@@ -263,7 +280,9 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     shape = FleetShape(
         args.replicas, args.max_loras, args.max_num_seqs, args.ttft_s, args.itl_s,
-        args.lora_load_s, args.scrape_interval,
+        args.lora_load_s, args.scrape_interval, lora_disk_load_s=args.lora_disk_load_s,
+        prefill_s_per_token=args.prefill_s_per_token, max_cpu_loras=args.max_cpu_loras,
+        kv_cache_blocks=args.kv_cache_blocks,
     )  # fmt: skip
     if args.trace is not None:
         shape = shape.scaled(args.speed)
@@ -301,7 +320,9 @@ def main(argv: list[str] | None = None) -> int:
             "",
             f"Fleet: {shape.replicas} replicas, max_loras {shape.max_loras}, max_num_seqs "
             f"{shape.max_num_seqs}, TTFT {shape.ttft_s * 1000:g} ms once running, ITL "
-            f"{shape.itl_s * 1000:g} ms, adapter load {shape.lora_load_s * 1000:g} ms, metrics "
+            f"{shape.itl_s * 1000:g} ms, adapter load {shape.lora_load_s * 1000:g} ms from host "
+            f"memory (+{shape.lora_disk_load_s * 1000:g} ms from disk), prefill "
+            f"{shape.prefill_s_per_token * 1e6:g} us per uncached token, metrics "
             f"read every {shape.scrape_interval * 1000:g} ms. Workload: {described}.",
             "",
             table,

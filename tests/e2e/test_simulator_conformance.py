@@ -6,7 +6,8 @@ with the same configuration get the same requests. Status codes, JSON shapes (ke
 value types, not generated text), error type/param/message, token counts, metric
 families with their labels and buckets, and the scheduler semantics of
 ``lora_requests_info``, ``num_requests_running/waiting`` and ``kv_cache_usage_perc``
-must match. ``DELIBERATE`` names what differs on purpose and why.
+must match, and so must what the prefix cache's counters say about the same request
+sequence. ``DELIBERATE`` names what differs on purpose and why.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from mol_testkit.simulator import SimConfig, SimulatorCluster, parse_sse
+from mol_testkit.simulator.segments import prompt_text
 
 pytestmark = pytest.mark.e2e
 
@@ -131,14 +133,15 @@ def cache_info(engine) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def sim_config(engine, demo_assets, cache_info) -> SimConfig:
-    """The simulator configured like the engine fixture."""
+    """The simulator configured like the engine fixture (adapter paths checked, the
+    default, as vLLM does)."""
     return SimConfig(
         model=engine.model, model_path=str(demo_assets.base), max_model_len=MAX_MODEL_LEN,
         lora_modules={n: str(demo_assets.adapters[n]) for n in ("chat", "coding")},
         max_loras=MAX_LORAS, max_cpu_loras=MAX_CPU_LORAS,
         block_size=int(cache_info["block_size"]),
         kv_cache_blocks=int(cache_info["num_gpu_blocks"]),
-        tool_call_parser=None, check_adapter_paths=True, itl_s=0.002,
+        tool_call_parser=None, itl_s=0.002,
     )  # fmt: skip
 
 
@@ -384,3 +387,51 @@ def test_metric_families_labels_and_buckets_match(engine, sim, cache_info):
     # platform resets the SSM cache dtype to float32 only on CPUs with AVX-512 BF16.
     host = {k: sim_cache[k] for k in ("kv_cache_memory_bytes", "mamba_ssm_cache_dtype")}
     assert sim_cache == {**cache_info, **host}
+
+
+def prefix_counters(url: str) -> tuple[float, float]:
+    text = httpx.get(url + "/metrics", timeout=30).text
+    return tuple(  # type: ignore[return-value]
+        sum(v for _, v in family_samples(text, name))
+        for name in ("vllm:prefix_cache_queries", "vllm:prefix_cache_hits")
+    )
+
+
+def prefix_deltas(url: str, requests: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(queried, hit) tokens each request adds to the prefix-cache counters."""
+    out = []
+    with httpx.Client(base_url=url, timeout=120) as client:
+        for body in requests:
+            before = prefix_counters(url)
+            r = client.post(C, json=body)
+            assert r.status_code == 200, r.text
+            deadline = time.monotonic() + 10
+            while (after := prefix_counters(url)) == before and time.monotonic() < deadline:
+                time.sleep(0.05)  # the engine logs its stats after the step
+            out.append((after[0] - before[0], after[1] - before[1]))
+    return out
+
+
+def test_prefix_cache_hits_mean_the_same(engine, sim, cache_info):
+    """A repeated prompt hits its cached blocks on the same adapter, not on another
+    adapter nor under another cache_salt; the counters agree token for token."""
+    block = int(cache_info["block_size"])
+    run = f"{time.time_ns()}"  # prompts no earlier test sent, on either side
+    prompt = prompt_text([(f"sys-{run}", 2 * block + 20), (f"q-{run}", 9)])
+    body = {"prompt": prompt, "max_tokens": 1, "ignore_eos": True}
+    sequence = [
+        {"model": "chat", **body},
+        {"model": "chat", **body},
+        {"model": "coding", **body},
+        {"model": "chat", "cache_salt": f"t-{run}", **body},
+        {"model": "chat", "cache_salt": f"t-{run}", **body},
+        {"model": "demo-base", **body},
+    ]
+    real = prefix_deltas(engine.base_url, sequence)
+    fake = prefix_deltas(sim, sequence)
+    tokens = real[0][0]
+    assert abs(tokens - (2 * block + 29)) <= 1, real  # one token a word (+ BOS, if any)
+    full = 2 * block  # whole blocks only
+    assert real == [(tokens, 0), (tokens, full), (tokens, 0), (tokens, 0), (tokens, full),
+                    (tokens, 0)], real  # fmt: skip
+    assert fake == real

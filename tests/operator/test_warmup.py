@@ -32,7 +32,9 @@ from mol_testkit.simulator.config import SimConfig
 
 KNOWN = ("acme/coding@v3", "acme/coding@v4", "acme/chat@v1")
 UNKNOWN = "acme/gone@v9"  # not in the catalog: the engine answers 404, as vLLM does
-SIM = SimConfig(lora_modules={name: f"/adapters/{name}" for name in KNOWN})
+SIM = SimConfig(
+    check_adapter_paths=False, lora_modules={name: f"/adapters/{name}" for name in KNOWN}
+)
 
 MOLD: dict[str, Any] = {
     "apiVersion": "mol.dev/v1alpha1",
@@ -219,7 +221,7 @@ def test_operator_warms_engine_pods_when_ready_after_restart_and_on_scale_up(
     refused = immutable_name("demo/router@stable", experts["router"]["version"])
     served = sorted(n for n in names if n != refused)
     # The engines know every adapter but the router expert's: theirs answer 404 for it.
-    config = SimConfig(lora_modules={n: f"/cache/{n}" for n in served})
+    config = SimConfig(check_adapter_paths=False, lora_modules={n: f"/cache/{n}" for n in served})
 
     def expert_status() -> dict[str, dict[str, Any]]:
         status = kube_client.get("MoLDeployment", "shop")["status"]

@@ -9,6 +9,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -72,3 +73,80 @@ def test_trace_errors_name_the_line(tmp_path: Path, line: str, message: str) -> 
     assert message in str(info.value)
     with pytest.raises(ValueError, match="speed"):
         W.load_trace(path, speed=0)
+
+
+def _load_traces() -> ModuleType:
+    sys.path.insert(0, str(ROOT / "bench"))
+    spec = importlib.util.spec_from_file_location("bench_traces", ROOT / "bench/traces.py")
+    assert spec is not None
+    assert spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_trace_segments_round_trip(tmp_path: Path) -> None:
+    row = {"t": 1.0, "adapter": "ns/a@v1", "user": "u", "session": "s1",
+           "segments": [["sys-a", 100], ["s1-m0", 7]], "prompt_tokens": 107,
+           "max_tokens": 9}  # fmt: skip
+    path = tmp_path / "trace.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    (a,) = W.load_trace(path)
+    assert a.segments == (("sys-a", 100), ("s1-m0", 7))
+    assert a.session == "s1"
+    assert W.to_line(a) == row
+
+
+@pytest.mark.parametrize(
+    ("segments", "prompt", "message"),
+    [
+        ([], 0, "non-empty list"),
+        ([["a", 3]], 4, "must equal the segments' sum (3)"),
+        ([["a", 0]], 0, "tokens must be an integer 1..10^7"),
+        ([["a b", 3]], 3, "segments[0] must be [id, tokens]"),
+        ([["a", 3, 1]], 3, "segments[0] must be [id, tokens]"),
+        ([["a", True]], 1, "tokens must be an integer"),
+        ("a", 1, "non-empty list"),
+    ],
+)
+def test_trace_segments_are_validated(
+    tmp_path: Path, segments: object, prompt: int, message: str
+) -> None:
+    row = {"t": 0, "adapter": None, "segments": segments, "prompt_tokens": prompt,
+           "max_tokens": 1}  # fmt: skip
+    path = tmp_path / "bad.jsonl"
+    path.write_text(json.dumps(row) + "\n")
+    with pytest.raises(ValueError, match="line 1") as info:
+        W.load_trace(path)
+    assert message in str(info.value)
+
+
+def test_chat_turns_carry_the_previous_turn_and_its_reply() -> None:
+    T = _load_traces()
+    arrivals = T.multi_turn_chat(duration=30.0, seed=2)
+    assert arrivals == T.multi_turn_chat(duration=30.0, seed=2)
+    assert len({a.adapter for a in arrivals}) <= 4
+    by_session: dict[str, list[Any]] = {}
+    for a in arrivals:
+        assert a.prompt_tokens == sum(n for _, n in a.segments)
+        assert a.segments[0] == (f"sys-{a.adapter}", 2000)
+        by_session.setdefault(a.session, []).append(a)
+    multi = [turns for turns in by_session.values() if len(turns) > 1]
+    assert multi
+    for turns in multi:
+        for prev, nxt in itertools.pairwise(turns):
+            k = len(prev.segments)
+            assert nxt.segments[:k] == prev.segments
+            assert nxt.segments[k][0].endswith(f"-r{(k - 1) // 2}")  # the reply, then a message
+            assert len(nxt.segments) == k + 2
+
+
+def test_agent_contexts_grow_to_tens_of_thousands_and_tenants_have_own_prompts() -> None:
+    T = _load_traces()
+    runs = T.agents(duration=60.0, seed=1)
+    assert 20_000 < max(a.prompt_tokens for a in runs) <= 60_000
+    many = T.tenants(duration=20.0, seed=1)
+    systems = {a.adapter: a.segments[0] for a in many}
+    assert len(systems) > 100
+    assert all(sid == f"sys-{adapter}" for adapter, (sid, _) in systems.items())
+    assert all(a.segments[0] == systems[a.adapter] for a in many)

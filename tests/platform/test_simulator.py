@@ -18,7 +18,12 @@ from mol_testkit.simulator import (
 )
 
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hello there"}]
-CONFIG = SimConfig(model="tiny", lora_modules={"ns/a@v1": "/adapters/a"}, output_tokens=6)
+CONFIG = SimConfig(
+    model="tiny",
+    check_adapter_paths=False,
+    lora_modules={"ns/a@v1": "/adapters/a"},
+    output_tokens=6,
+)
 
 
 @pytest.fixture

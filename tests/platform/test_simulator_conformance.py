@@ -16,8 +16,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
 CONFIG = SimConfig(
-    model="tiny", lora_modules={"a": "/a"}, max_model_len=64, output_tokens=8,
-    tool_call_parser=None,
+    model="tiny", check_adapter_paths=False, lora_modules={"a": "/a"}, max_model_len=64,
+    output_tokens=8, tool_call_parser=None,
 )  # fmt: skip
 MESSAGES = [{"role": "user", "content": "hello there"}]
 TOOLS = [{"type": "function", "function": {"name": "handoff", "parameters": {}}}]
@@ -208,7 +208,8 @@ def loads(text: str) -> dict[str, float]:
 
 
 async def test_adapter_loads_counter_counts_slot_and_host_loads(http):
-    config = SimConfig(model="tiny", lora_modules={n: f"/{n}" for n in "abc"}, max_loras=1,
+    config = SimConfig(model="tiny", check_adapter_paths=False,
+                       lora_modules={n: f"/{n}" for n in "abc"}, max_loras=1,
                        max_cpu_loras=2)  # fmt: skip
     async with AsyncSimulatorCluster(config=config) as sims:
         base = sims.urls[0]
@@ -224,7 +225,9 @@ async def test_adapter_loads_counter_counts_slot_and_host_loads(http):
 
 
 async def test_scheduler_metrics_only_keeps_what_a_router_reads(http):
-    config = SimConfig(model="tiny", lora_modules={"a": "/a"}, detailed_metrics=False)
+    config = SimConfig(
+        model="tiny", check_adapter_paths=False, lora_modules={"a": "/a"}, detailed_metrics=False
+    )
     async with AsyncSimulatorCluster(config=config) as sims:
         base = sims.urls[0]
         status, _ = await call(http, "POST", base + "/v1/completions",

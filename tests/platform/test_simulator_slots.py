@@ -63,8 +63,8 @@ def value(text: str, name: str, **labels: str) -> float:
 
 async def test_second_adapter_waits_for_the_only_slot(http):
     config = SimConfig(
-        model="tiny", lora_modules={"a": "/a", "b": "/b"}, max_loras=1, itl_s=0.02,
-        output_tokens=8,
+        model="tiny", check_adapter_paths=False, lora_modules={"a": "/a", "b": "/b"},
+        max_loras=1, itl_s=0.02, output_tokens=8,
     )  # fmt: skip
     async with AsyncSimulatorCluster(config=config) as sim:
         url = sim.urls[0]
@@ -101,7 +101,9 @@ async def test_second_adapter_waits_for_the_only_slot(http):
 
 
 async def test_adapter_load_time_is_paid_once_per_slot_entry(http):
-    config = SimConfig(model="tiny", lora_modules={"a": "/a"}, lora_load_s=0.3)
+    config = SimConfig(
+        model="tiny", check_adapter_paths=False, lora_modules={"a": "/a"}, lora_load_s=0.3
+    )
     async with AsyncSimulatorCluster(config=config) as sim:
         url = sim.urls[0]
         start = time.monotonic()
@@ -117,7 +119,12 @@ async def test_adapter_load_time_is_paid_once_per_slot_entry(http):
 
 
 async def test_least_recently_used_idle_adapter_is_evicted(http):
-    config = SimConfig(model="tiny", lora_modules={n: f"/{n}" for n in "abc"}, max_loras=2)
+    config = SimConfig(
+        model="tiny",
+        check_adapter_paths=False,
+        lora_modules={n: f"/{n}" for n in "abc"},
+        max_loras=2,
+    )
     async with AsyncSimulatorCluster(config=config) as sim:
         url = sim.urls[0]
         for model in ["a", "b", "a", "c"]:
@@ -150,7 +157,13 @@ async def test_batch_capacity_makes_requests_wait(http):
 
 
 async def test_metric_names_and_labels_match_vllm(http):
-    config = SimConfig(model="tiny", lora_modules={"a": "/a"}, max_loras=3, output_tokens=4)
+    config = SimConfig(
+        model="tiny",
+        check_adapter_paths=False,
+        lora_modules={"a": "/a"},
+        max_loras=3,
+        output_tokens=4,
+    )
     async with AsyncSimulatorCluster(config=config) as sim:
         before = await metrics(http, sim.urls[0])
         await chat(http, sim.urls[0], "a")
@@ -189,7 +202,14 @@ def _state(request: Any) -> str:
 
 
 async def test_scheduler_lets_requests_on_running_adapters_overtake():
-    engine = SlotEngine(SimConfig(model="tiny", lora_modules={"a": "/a", "b": "/b"}, max_loras=1))
+    engine = SlotEngine(
+        SimConfig(
+            model="tiny",
+            check_adapter_paths=False,
+            lora_modules={"a": "/a", "b": "/b"},
+            max_loras=1,
+        )
+    )
     first = engine.submit("a", "a")
     blocked = engine.submit("b", "b")
     overtaking = engine.submit("a", "a")
@@ -210,7 +230,13 @@ async def test_scheduler_lets_requests_on_running_adapters_overtake():
 async def test_cpu_cache_evicts_and_reloads_adapters():
     adapters = {n: f"/{n}" for n in "abc"}
     engine = SlotEngine(
-        SimConfig(model="tiny", lora_modules=adapters, max_loras=1, max_cpu_loras=2)
+        SimConfig(
+            model="tiny",
+            check_adapter_paths=False,
+            lora_modules=adapters,
+            max_loras=1,
+            max_cpu_loras=2,
+        )
     )
     assert engine.snapshot().cpu_adapters == ["b", "c"]  # "a" evicted while registering
     request = engine.submit("a", "a")
@@ -227,11 +253,17 @@ def test_config_rejects_impossible_settings():
     with pytest.raises(ValueError, match=r"max_cpu_loras \(1\) must be >= max_loras \(2\)"):
         SimConfig(max_loras=2, max_cpu_loras=1)
     with pytest.raises(ValueError, match="conflicts with the base model"):
-        SimConfig(model="m", lora_modules={"m": "/m"})
+        SimConfig(model="m", check_adapter_paths=False, lora_modules={"m": "/m"})
 
 
 async def test_client_disconnect_aborts_and_frees_the_slot(http):
-    config = SimConfig(model="tiny", lora_modules={"a": "/a"}, itl_s=0.05, output_tokens=20)
+    config = SimConfig(
+        model="tiny",
+        check_adapter_paths=False,
+        lora_modules={"a": "/a"},
+        itl_s=0.05,
+        output_tokens=20,
+    )
     async with AsyncSimulatorCluster(config=config) as sim:
         body = {"model": "a", "prompt": "p", "stream": True}
         async with http.post(sim.urls[0] + "/v1/completions", json=body) as resp:
@@ -256,14 +288,15 @@ async def test_kv_cache_blocks_fill_with_tokens_and_bound_admission():
     for _ in range(3):
         engine.token(first)
     assert engine.kv_blocks_used() == 2  # 8 tokens still fit in 2 blocks
-    second = engine.submit("tiny", None, prompt_tokens=4, planned_tokens=4)
-    assert engine.kv_cache_usage() == 3 / 4
+    second = engine.submit("tiny", None, prompt_tokens=8, planned_tokens=4)
     third = engine.submit("tiny", None, prompt_tokens=1, planned_tokens=1)
+    # As vLLM: blocks for the prompt only, nothing reserved for the reply.
     assert (second.state, third.state) == ("running", "waiting")  # no block left for it
+    assert engine.kv_cache_usage() == 4 / 4
     assert engine.snapshot().waiting_deferred == 0  # waits for capacity, not a LoRA slot
     engine.finish(first, "stop")
     assert third.state == "running"
-    assert engine.kv_cache_usage() == 2 / 4
+    assert engine.kv_cache_usage() == 3 / 4
     engine.finish(second, "stop")
     engine.finish(third, "stop")
     assert engine.kv_cache_usage() == 0

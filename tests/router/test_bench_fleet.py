@@ -33,8 +33,10 @@ def test_virtual_clock_jumps_to_due_timers() -> None:
     assert time.monotonic() - started < 5
 
 
+# A load stalls its whole replica (as in vLLM); here a 50 ms one, nothing from disk.
 SHAPE = FleetShape(replicas=4, max_loras=2, max_num_seqs=4, ttft_s=0.05, itl_s=0.01,
-                   lora_load_s=0.2, scrape_interval=0.1)  # fmt: skip
+                   lora_load_s=0.05, scrape_interval=0.1, lora_disk_load_s=0.0,
+                   prefill_s_per_token=0.0)  # fmt: skip
 
 
 def _arrivals(adapters: list[str], n: int, gap: float) -> list[Arrival]:

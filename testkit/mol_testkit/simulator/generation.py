@@ -151,20 +151,21 @@ class TokenClock:
         self.first_due = ready + self.config.ttft_s
 
     async def tick(self) -> None:
-        """Wait for the next token to be due."""
+        """Wait for the next token to be due (after stalls and any preemption)."""
         loop = asyncio.get_running_loop()
         request = self.request
-        due = self.first_due + request.generated * self.config.itl_s
-        await asyncio.sleep(max(0.0, due - loop.time()))
+        await self.engine.wait_due(request)
         now = loop.time()
         metrics = self.metrics
         if self.last is None:
             self.first = now
             metrics.ttft.observe(now - request.arrival)
+            computed = request.prompt_tokens - request.cached_tokens
             metrics.prompt_tokens.inc(request.prompt_tokens)
-            metrics.prompt_tokens_computed.inc(request.prompt_tokens)
-            metrics.prefix_queries.inc(request.prompt_tokens)
-            metrics.iteration_tokens.observe(request.prompt_tokens + 1)
+            metrics.prompt_tokens_computed.inc(computed)
+            metrics.prompt_tokens_local_hit.inc(request.cached_tokens)
+            metrics.prompt_tokens_cached.inc(request.cached_tokens)
+            metrics.iteration_tokens.observe(computed + 1)
         else:
             metrics.itl.observe(now - self.last)
         self.last = now
@@ -189,9 +190,9 @@ class TokenClock:
         metrics.time_per_output_token.observe(
             (last - first) / (generated - 1) if generated > 1 else 0
         )
-        metrics.request_preemptions.observe(0)
+        metrics.request_preemptions.observe(request.preemptions)
         metrics.request_prompt_tokens.observe(request.prompt_tokens)
-        metrics.prefill_kv_computed.observe(request.prompt_tokens)
+        metrics.prefill_kv_computed.observe(request.prompt_tokens - request.cached_tokens)
         metrics.request_generation_tokens.observe(generated)
         metrics.params_n.observe(1)
         limit = self.checked.max_tokens

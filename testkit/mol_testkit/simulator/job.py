@@ -32,7 +32,7 @@ class Job:
         request: web.Request,
         body: dict[str, Any],
         model: str,
-        prompt_tokens: int,
+        token_ids: list[int],
         plan: Plan,
         chat: bool,
         checked: Checked,
@@ -42,7 +42,8 @@ class Job:
         self.request = request
         self.body = body
         self.model = model
-        self.prompt_tokens = prompt_tokens
+        self.token_ids = token_ids
+        self.prompt_tokens = len(token_ids)
         self.plan = plan
         self.chat = chat
         self.id = shapes.new_id("chatcmpl" if chat else "cmpl")
@@ -54,8 +55,9 @@ class Job:
         """Queue in the engine, produce the tokens, and always leave the engine."""
         server = self.server
         sim_request = server.engine.submit(
-            self.model, adapter, self.prompt_tokens, self.plan.token_count
-        )
+            self.model, adapter, planned_tokens=self.plan.token_count,
+            token_ids=self.token_ids, cache_salt=self.checked.cache_salt,
+        )  # fmt: skip
         clock = TokenClock(server.engine, server.metrics, sim_request, self.checked)
         reason: FinishReason = "abort"
         try:

@@ -113,7 +113,9 @@ class SimMetrics:
             "vllm:prefix_cache_queries",
             "Prefix cache queries, in terms of number of queried tokens.",
         )
-        counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        self.prefix_hits = counter(
+            "vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens."
+        )
         counter(
             "vllm:external_prefix_cache_queries",
             "External prefix cache queries from KV connector cross-instance cache sharing, "
@@ -129,7 +131,9 @@ class SimMetrics:
             "Multi-modal cache queries, in terms of number of queried items.",
         )
         counter("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.")
-        counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        self.preemptions = counter(
+            "vllm:num_preemptions", "Cumulative number of preemption from the engine."
+        )
         self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
         by_source = Counter(
             "vllm:prompt_tokens_by_source",
@@ -140,7 +144,10 @@ class SimMetrics:
         for source in PROMPT_SOURCES:
             by_source.labels(*values, source)
         self.prompt_tokens_computed = by_source.labels(*values, "local_compute")
-        counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
+        self.prompt_tokens_local_hit = by_source.labels(*values, "local_cache_hit")
+        self.prompt_tokens_cached = counter(
+            "vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external)."
+        )
         cached_by_source = Counter(
             "vllm:prompt_tokens_cached_by_source",
             "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), "
@@ -152,6 +159,7 @@ class SimMetrics:
         )
         for source in CACHE_SOURCES:
             cached_by_source.labels(*values, source)
+        self.cached_on_device = cached_by_source.labels(*values, "device")
         self.generation_tokens = counter(
             "vllm:generation_tokens", "Number of generation tokens processed."
         )
@@ -266,6 +274,7 @@ class SimMetrics:
             registry=sched,
         )
         self._loads_seen = {"gpu": 0, "cpu": 0}
+        self._cache_seen = {"queries": 0, "hits": 0, "preemptions": 0}
         for tier in self._loads_seen:
             self.adapter_loads.labels(*values, tier)
         self._last_lora_stamp = 0.0
@@ -297,8 +306,23 @@ class SimMetrics:
             if total > self._loads_seen[tier]:
                 self.adapter_loads.labels(*self._values, tier).inc(total - self._loads_seen[tier])
                 self._loads_seen[tier] = total
+        self._sync_cache_counters()
         if engine.requests_by_model:  # vLLM writes none before the first request
             self._write_lora_info()
+
+    def _sync_cache_counters(self) -> None:
+        """Prefix-cache lookups (counted at admission, as vLLM's scheduler does) and
+        preemptions, from the engine's running totals."""
+        engine, seen = self.engine, self._cache_seen
+        totals = {"queries": engine.prefix_queries, "hits": engine.prefix_hits,
+                  "preemptions": engine.preemptions}  # fmt: skip
+        targets = {"queries": (self.prefix_queries,), "preemptions": (self.preemptions,),
+                   "hits": (self.prefix_hits, self.cached_on_device)}  # fmt: skip
+        for key, total in totals.items():
+            if total > seen[key]:
+                for counter in targets[key]:
+                    counter.inc(total - seen[key])
+                seen[key] = total
 
     def _write_lora_info(self) -> None:
         engine = self.engine
@@ -328,7 +352,8 @@ def cache_config_labels(engine: SlotEngine) -> dict[str, str]:
     return {
         "_block_size_resolved": "True", "block_size": block, "cache_dtype": "auto",
         "cache_hit_alignment_tokens": "None", "effective_attention_block_size": block,
-        "enable_mamba_shared_prefix_checkpoint": "False", "enable_prefix_caching": "True",
+        "enable_mamba_shared_prefix_checkpoint": "False",
+        "enable_prefix_caching": str(cfg.enable_prefix_caching),
         "engine": "0", "gpu_memory_utilization": "0.92", "hash_block_size": "None",
         "is_attention_free": "False", "kv_cache_dtype_skip_layers": "[]",
         "kv_cache_layout": "None",

@@ -1,11 +1,20 @@
-"""The engine model: adapter registry, GPU/CPU adapter slots and the batch scheduler.
+"""The engine model: requests, the batch scheduler, the KV cache and engine time.
 
 No HTTP here. It follows vLLM v1's scheduler in the ways a router can observe: a
-request runs when the batch has room (``max_num_seqs``) and, if it uses an adapter,
-that adapter is already in the running batch or fewer than ``max_loras`` distinct
-adapters are running; otherwise it waits (requests behind it may overtake it, as
-vLLM skips LoRA-blocked requests). An adapter entering a GPU slot evicts the least
-recently used idle one and costs ``lora_load_s`` before its requests produce tokens.
+request runs when the batch has room (``max_num_seqs``), the KV cache has blocks for
+its uncached prompt tokens, and, if it uses an adapter, that adapter is already in
+the running batch or fewer than ``max_loras`` distinct adapters are running;
+otherwise it waits (requests behind it may overtake a LoRA-blocked one, as vLLM skips
+them; a request short of KV blocks stops admission, first come first served).
+
+Engine time: the engine is one device, so an adapter load (``lora_load_s``, plus
+``lora_disk_load_s`` when it is not in host memory) and a prefill (uncached prompt
+tokens x ``prefill_s_per_token``) each stall every running request, and a request
+admitted while the engine is busy starts when it is free. A request's first token is
+due ``ttft_s`` after its prefill, then one per ``itl_s``, each pushed back by the
+stalls since. KV blocks grow with generated tokens; when none is left, the newest
+running request is preempted (its blocks freed, recomputed from the prefix cache
+when it runs again), as vLLM v1 does.
 """
 
 from __future__ import annotations
@@ -13,43 +22,18 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-from collections import Counter, OrderedDict
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from http import HTTPStatus
-from pathlib import Path
 from typing import Literal
 
+from mol_testkit.simulator.adapters import AdapterInfo, AdapterRegistry, EngineError
 from mol_testkit.simulator.config import SimConfig
+from mol_testkit.simulator.kvcache import BlockHash, PrefixCache, block_hashes
+
+__all__ = ["AdapterInfo", "EngineError", "FinishReason", "ReplicaState", "SimRequest", "SlotEngine"]
 
 FinishReason = Literal["stop", "length", "abort", "error"]
-
-
-class EngineError(Exception):
-    """A request the engine refuses; carries vLLM's error fields."""
-
-    def __init__(
-        self,
-        message: str,
-        status: HTTPStatus,
-        err_type: str,
-        param: str | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.err_type = err_type
-        self.param = param
-
-
-@dataclass(frozen=True)
-class AdapterInfo:
-    """A registered adapter, as vLLM's ``LoRARequest`` would hold it."""
-
-    name: str
-    path: str
-    int_id: int
-    dynamic: bool = False
 
 
 @dataclass(eq=False)
@@ -61,15 +45,30 @@ class SimRequest:
     adapter: str | None
     arrival: float
     admitted: asyncio.Future[float]
-    """Resolves, when the request is scheduled, to the loop time its slot is ready."""
+    """Resolves, when the request is scheduled, to the loop time its prefill is done
+    (replaced by a new future when it is preempted)."""
     prompt_tokens: int = 1
     planned_tokens: int = 1
-    """Tokens it will generate: its KV-cache blocks are reserved for all of them."""
+    """Tokens it means to generate (the ``max_tokens`` histogram's, not reserved)."""
+    hashes: list[BlockHash] = field(default_factory=list)
+    """Hash chain of the prompt's full blocks."""
     generated: int = 0
     emitting: bool = False
-    """Has produced its first token (from then on vLLM lists its adapter as running)."""
-    blocks: int = 0
+    """Has produced its first token since it was (re)scheduled (from then on vLLM lists
+    its adapter as running)."""
+    block_ids: list[int] = field(default_factory=list)
+    cached_tokens: int = 0
+    """Prompt tokens found in the prefix cache when it was first scheduled."""
+    preemptions: int = 0
+    ready: float = 0.0
+    resumed_at: int = 0
+    """``generated`` when it was last scheduled."""
+    stall_base: float = 0.0
     state: Literal["waiting", "running", "finished"] = "waiting"
+
+    @property
+    def blocks(self) -> int:
+        return len(self.block_ids)
 
 
 @dataclass(frozen=True)
@@ -99,137 +98,75 @@ class ReplicaState:
     requests_by_model: dict[str, int]
     finished_by_reason: dict[str, int]
     slot_loads: dict[str, int]
-    """How often each adapter entered a GPU slot."""
+    """How often each adapter entered a GPU slot (a copy from host memory)."""
     cpu_loads: dict[str, int]
-    """How often each adapter was read into host memory (first load or after eviction)."""
+    """How often each adapter was read from disk into host memory."""
     kv_blocks_used: int = 0
-    """KV-cache blocks holding the tokens of running requests."""
+    """KV-cache blocks held by running requests."""
+    cached_blocks: int = 0
+    """Blocks holding a cached prefix (held or free)."""
+    prefix_cache_queries: int = 0
+    """Prompt tokens looked up in the prefix cache (``vllm:prefix_cache_queries``)."""
+    prefix_cache_hits: int = 0
+    """Of those, tokens found (``vllm:prefix_cache_hits``)."""
+    preemptions: int = 0
     received: tuple[ReceivedRequest, ...] = field(default=())
 
 
-class SlotEngine:
+class SlotEngine(AdapterRegistry):
     """Registry plus scheduler of one replica; runs inside that replica's event loop."""
 
     def __init__(self, config: SimConfig) -> None:
-        self.config = config
-        self.adapters: dict[str, AdapterInfo] = {}
         self.waiting: list[SimRequest] = []
         self.running: list[SimRequest] = []
-        self.gpu_slots: OrderedDict[str, float] = OrderedDict()
-        self.cpu_cache: OrderedDict[str, None] = OrderedDict()
         self.lora_requests: dict[str, int] = {}
         """Adapter -> requests producing tokens, in order of their first token."""
-        self.reserved_blocks = 0
+        self.cache = PrefixCache(config.kv_cache_blocks, config.block_size)
         self.requests_by_model: Counter[str] = Counter()
         self.finished_by_reason: Counter[str] = Counter()
-        self.slot_loads: Counter[str] = Counter()
-        self.cpu_loads: Counter[str] = Counter()
-        self.total_loads = {"gpu": 0, "cpu": 0}
-        """All slot (gpu) and host-memory (cpu) loads, for ``mol_sim_adapter_loads_total``."""
-        self.listeners: list[Callable[[], None]] = []
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+        self.computed_tokens = 0
+        """Prompt tokens prefilled (not found in the cache), preempted ones' included."""
+        self.preemptions = 0
+        self.busy_until = 0.0
+        self.stall_total = 0.0
+        """Seconds of stalls so far: a running request's tokens move back by those
+        since it was scheduled."""
         self._ids = itertools.count(1)
-        self._lora_ids = itertools.count(1)
-        for name, path in config.lora_modules.items():
-            try:
-                self.load_adapter(name, path)
-            except EngineError as exc:
-                raise ValueError(f"lora_modules: {exc.message}") from None
+        super().__init__(config)
 
-    # Registry (vLLM's OpenAIServingModels).
-
-    def resolve_model(self, model: str | None) -> str | None:
-        """The adapter a request's ``model`` names (None: the base model).
-
-        Unknown names are registered on the fly when ``dynamic_loras`` is set, as
-        vLLM does when a resolver plugin finds them; otherwise 404 like vLLM.
-        """
-        if not model or model == self.config.model:
-            return None
-        if model in self.adapters:
-            return model
-        if self.config.dynamic_loras:
-            self.adapters[model] = AdapterInfo(
-                model, f"/sim/lora-cache/{model}", next(self._lora_ids), dynamic=True
-            )
-            self._touch_cpu(model)
-            return model
-        raise EngineError(
-            f"The model `{model}` does not exist. Valid aliases: {self.config.model}.",
-            HTTPStatus.NOT_FOUND,
-            "NotFoundError",
-            param="model",
-        )
-
-    def load_adapter(self, name: str, path: str, load_inplace: bool = False) -> str:
-        """``POST /v1/load_lora_adapter``: same checks, messages and codes as vLLM."""
-        if not name or not path:
-            raise EngineError(
-                "Both 'lora_name' and 'lora_path' must be provided.",
-                HTTPStatus.BAD_REQUEST,
-                "InvalidUserInput",
-            )
-        if name == self.config.model:
-            raise EngineError(
-                f"The lora adapter '{name}' conflicts with a served base model.",
-                HTTPStatus.BAD_REQUEST,
-                "InvalidUserInput",
-            )
-        previous = self.adapters.get(name)
-        if previous is not None and not load_inplace:
-            raise EngineError(
-                f"The lora adapter '{name}' has already been loaded. If you want to load "
-                "the adapter in place, set 'load_inplace' to True.",
-                HTTPStatus.BAD_REQUEST,
-                "InvalidUserInput",
-            )
-        if self.config.check_adapter_paths and not (Path(path) / "adapter_config.json").is_file():
-            raise EngineError(
-                f"Loading lora {name} failed: No adapter found for {path}",
-                HTTPStatus.NOT_FOUND,
-                "NotFoundError",
-            )
-        int_id = previous.int_id if previous else next(self._lora_ids)
-        self.adapters[name] = AdapterInfo(name, path, int_id)
-        if previous is not None:  # new weights: the old copy in a slot is stale
-            self.cpu_cache.pop(name, None)
-            if name not in self._running_adapters():
-                self.gpu_slots.pop(name, None)
-        self._touch_cpu(name)
-        self._notify()
-        return f"Success: LoRA adapter '{name}' added successfully."
-
-    def unload_adapter(self, name: str) -> str:
-        """``POST /v1/unload_lora_adapter``."""
-        if not name:
-            raise EngineError(
-                "'lora_name' needs to be provided to unload a LoRA adapter.",
-                HTTPStatus.BAD_REQUEST,
-                "InvalidUserInput",
-            )
-        if name not in self.adapters:
-            raise EngineError(
-                f"The lora adapter '{name}' cannot be found.",
-                HTTPStatus.NOT_FOUND,
-                "NotFoundError",
-            )
-        del self.adapters[name]
-        self.cpu_cache.pop(name, None)
-        if name not in self._running_adapters():
-            self.gpu_slots.pop(name, None)
-        self._notify()
-        return f"Success: LoRA adapter '{name}' removed successfully."
-
-    # Scheduler.
+    # Requests.
 
     def submit(
-        self, model: str, adapter: str | None, prompt_tokens: int = 1, planned_tokens: int = 1
+        self,
+        model: str,
+        adapter: str | None,
+        prompt_tokens: int = 1,
+        planned_tokens: int = 1,
+        *,
+        token_ids: Sequence[int] | None = None,
+        cache_salt: str | None = None,
+        hashes: list[BlockHash] | None = None,
     ) -> SimRequest:
-        """Queue a request; await ``request.admitted`` for its start time."""
+        """Queue a request; await ``request.admitted`` for its start time.
+
+        The prompt's block hashes come from ``hashes`` (computed by the caller with
+        :func:`~mol_testkit.simulator.kvcache.block_hashes`), else from ``token_ids``
+        (``prompt_tokens`` is then their count); with neither, the prompt shares no
+        block with any other.
+        """
         loop = asyncio.get_running_loop()
+        rid = f"{next(self._ids)}"
+        if hashes is None and token_ids is not None:
+            prompt_tokens = len(token_ids)
+            hashes = block_hashes(
+                token_ids, self.config.block_size, self.lora_key(adapter), cache_salt
+            )
         request = SimRequest(
-            id=f"{next(self._ids)}", model=model, adapter=adapter,
-            arrival=loop.time(), admitted=loop.create_future(),
-            prompt_tokens=prompt_tokens, planned_tokens=planned_tokens,
+            id=rid, model=model, adapter=adapter, arrival=loop.time(),
+            admitted=loop.create_future(), prompt_tokens=prompt_tokens,
+            planned_tokens=planned_tokens, hashes=hashes or [],
         )  # fmt: skip
         self.requests_by_model[model] += 1
         self.waiting.append(request)
@@ -246,22 +183,29 @@ class SlotEngine:
             if not request.admitted.done():
                 request.admitted.cancel()
         else:
-            self.running.remove(request)
-            self.reserved_blocks -= request.blocks
+            self._leave_batch(request)
         request.state = "finished"
         self.finished_by_reason[reason] += 1
-        if request.adapter is not None and request.emitting:
-            left = self.lora_requests[request.adapter] - 1
-            if left:
-                self.lora_requests[request.adapter] = left
-            else:
-                del self.lora_requests[request.adapter]
         self._schedule(asyncio.get_running_loop().time())
         self._notify()
 
     def token(self, request: SimRequest) -> None:
-        """Record one generated token (the first one makes its adapter show as running)."""
+        """Record one generated token (the first one makes its adapter show as running).
+
+        A token that needs a new KV block and finds none preempts the newest running
+        request (possibly this one) until one is free.
+        """
+        if request.state != "running":
+            return
         request.generated += 1
+        tokens = request.prompt_tokens + request.generated
+        if tokens > request.blocks * self.config.block_size:
+            while (got := self.cache.allocate(1)) is None:
+                victim = self.running[-1]
+                self._preempt(victim)
+                if victim is request:
+                    return
+            request.block_ids.extend(got)
         if request.emitting:
             return
         request.emitting = True
@@ -269,77 +213,116 @@ class SlotEngine:
             self.lora_requests[request.adapter] = self.lora_requests.get(request.adapter, 0) + 1
             self._notify()
 
+    def due(self, request: SimRequest) -> float:
+        """When the request's next token is due (it must be running)."""
+        cfg = self.config
+        steps = request.generated - request.resumed_at
+        return (
+            request.ready + cfg.ttft_s + steps * cfg.itl_s + self.stall_total - request.stall_base
+        )
+
+    async def wait_due(self, request: SimRequest, extra_tokens: int = 0) -> bool:
+        """Sleep until the next token (plus ``extra_tokens`` more) is due, following
+        stalls and preemptions; False if the request finished meanwhile."""
+        loop = asyncio.get_running_loop()
+        while True:
+            if request.state == "finished":
+                return False
+            if request.state == "waiting":
+                await request.admitted
+                continue
+            wait = self.due(request) + extra_tokens * self.config.itl_s - loop.time()
+            if wait <= 1e-9:
+                return True
+            await asyncio.sleep(wait)
+
+    # KV cache.
+
     def blocks_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.config.block_size)
 
     @property
     def usable_blocks(self) -> int:
-        return self.config.kv_cache_blocks - 1  # vLLM keeps one null block
+        return self.cache.usable
 
     def kv_blocks_used(self) -> int:
-        """Blocks holding the prompt and generated tokens of running requests."""
-        held = (self.blocks_for(r.prompt_tokens + r.generated) for r in self.running)
-        return min(self.usable_blocks, sum(held))
+        """Blocks held by running requests (a shared prefix block counts once)."""
+        return self.cache.usable - self.cache.num_free()
 
     def kv_cache_usage(self) -> float:
         """``vllm:kv_cache_usage_perc``: the share of usable blocks in use."""
-        return self.kv_blocks_used() / self.usable_blocks
+        return self.cache.usage()
+
+    # Scheduler.
 
     def _running_adapters(self) -> Counter[str]:
         return Counter(r.adapter for r in self.running if r.adapter is not None)
 
+    def _stall(self, now: float, seconds: float) -> None:
+        if seconds > 0:
+            self.busy_until = max(now, self.busy_until) + seconds
+            self.stall_total += seconds
+
     def _schedule(self, now: float) -> None:
         active = self._running_adapters()
+        cfg = self.config
         for request in list(self.waiting):
-            if len(self.running) >= self.config.max_num_seqs:
+            if len(self.running) >= cfg.max_num_seqs:
                 break
             adapter = request.adapter
-            budget_full = len(active) >= self.config.max_loras
+            budget_full = len(active) >= cfg.max_loras
             if adapter is not None and adapter not in active and budget_full:
                 continue  # skipped, as vLLM does: later requests may still run
-            need = min(
-                self.usable_blocks,
-                self.blocks_for(request.prompt_tokens + request.planned_tokens),
-            )
-            if self.reserved_blocks + need > self.usable_blocks:
+            tokens = request.prompt_tokens + request.generated
+            hit = self.cache.lookup(request.hashes, tokens) if cfg.enable_prefix_caching else []
+            new = self.blocks_for(tokens) - len(hit)
+            if not self.cache.can_allocate(hit, new):
                 break  # no room in the KV cache: first come, first served
-            self.reserved_blocks += need
-            request.blocks = need
+            self.cache.take(hit)
+            fresh = self.cache.allocate(new)
+            assert fresh is not None
+            request.block_ids = hit + fresh
+            if cfg.enable_prefix_caching:
+                self.cache.store(request.block_ids, request.hashes)
+                if request.preemptions == 0:  # vLLM counts a preempted one apart
+                    request.cached_tokens = len(hit) * cfg.block_size
+                    self.prefix_queries += request.prompt_tokens
+                    self.prefix_hits += request.cached_tokens
+            computed = tokens - len(hit) * cfg.block_size
+            self.computed_tokens += computed
             self.waiting.remove(request)
             self.running.append(request)
             request.state = "running"
-            ready = now
             if adapter is not None:
-                ready = self._activate(adapter, now, active)
+                self._stall(now, self.activate(adapter, active))
                 active[adapter] += 1
-            request.admitted.set_result(ready)
+            self._stall(now, computed * cfg.prefill_s_per_token)
+            request.ready = max(now, self.busy_until)
+            request.stall_base = self.stall_total
+            request.resumed_at = request.generated
+            request.admitted.set_result(request.ready)
 
-    def _activate(self, adapter: str, now: float, active: Counter[str]) -> float:
-        """Put ``adapter`` in a GPU slot (LRU eviction of an idle one); its ready time."""
-        if adapter in self.gpu_slots:
-            self.gpu_slots.move_to_end(adapter)
-            return max(self.gpu_slots[adapter], now)
-        if len(self.gpu_slots) >= self.config.max_loras:
-            idle = next(name for name in self.gpu_slots if name not in active)
-            del self.gpu_slots[idle]
-        self._touch_cpu(adapter)
-        ready = now + self.config.lora_load_s
-        self.gpu_slots[adapter] = ready
-        self.slot_loads[adapter] += 1
-        self.total_loads["gpu"] += 1
-        return ready
+    def _leave_batch(self, request: SimRequest) -> None:
+        self.running.remove(request)
+        self.cache.release(request.block_ids)
+        request.block_ids = []
+        if request.adapter is not None and request.emitting:
+            left = self.lora_requests[request.adapter] - 1
+            if left:
+                self.lora_requests[request.adapter] = left
+            else:
+                del self.lora_requests[request.adapter]
+        request.emitting = False
 
-    def _touch_cpu(self, adapter: str) -> None:
-        if adapter in self.cpu_cache:
-            self.cpu_cache.move_to_end(adapter)
-            return
-        if len(self.cpu_cache) >= self.config.cpu_capacity:
-            victim = next((n for n in self.cpu_cache if n not in self.gpu_slots), None)
-            if victim is not None:
-                del self.cpu_cache[victim]
-        self.cpu_cache[adapter] = None
-        self.cpu_loads[adapter] += 1
-        self.total_loads["cpu"] += 1
+    def _preempt(self, request: SimRequest) -> None:
+        """Back to the head of the queue; it recomputes its tokens when rescheduled."""
+        self._leave_batch(request)
+        request.state = "waiting"
+        request.preemptions += 1
+        self.preemptions += 1
+        request.admitted = asyncio.get_running_loop().create_future()
+        self.waiting.insert(0, request)
+        self._notify()
 
     # Observation.
 
@@ -364,8 +347,8 @@ class SlotEngine:
             slot_loads=dict(self.slot_loads),
             cpu_loads=dict(self.cpu_loads),
             kv_blocks_used=self.kv_blocks_used(),
+            cached_blocks=len(self.cache.cached),
+            prefix_cache_queries=self.prefix_queries,
+            prefix_cache_hits=self.prefix_hits,
+            preemptions=self.preemptions,
         )
-
-    def _notify(self) -> None:
-        for listener in self.listeners:
-            listener()

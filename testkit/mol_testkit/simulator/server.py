@@ -273,15 +273,15 @@ class SimServer:
                         "least one message.", HTTPStatus.BAD_REQUEST, "BadRequestError",
                     )  # fmt: skip
                 prompt = chat_prompt(parsed.messages)
-                prompt_tokens = self.tokens.chat(parsed.messages, prompt)
+                token_ids = self.tokens.chat(parsed.messages, prompt)
             else:
                 if not parsed.prompt:
                     raise bad_request(
                         "Either prompt or prompt_embeds must be provided and non-empty.", "prompt"
                     )
                 prompt = completion_prompt(parsed.prompt)
-                prompt_tokens = self.tokens.completion(prompt)
-            checked = check_request(parsed, self.config, prompt_tokens)
+                token_ids = self.tokens.completion(prompt)
+            checked = check_request(parsed, self.config, len(token_ids))
             rule = self.scripts.take(model, prompt, offered_tools(body), chat=chat)
             plan = make_plan(self.config, model, prompt, body, rule, checked)
         except EngineError as exc:
@@ -295,7 +295,7 @@ class SimServer:
         if failure is not None and (not stream or failure.after_tokens == 0):
             drop_connection(request)
         cut_after = failure.after_tokens if failure is not None else None
-        job = Job(self, request, body, model, prompt_tokens, plan, chat, checked)
+        job = Job(self, request, body, model, token_ids, plan, chat, checked)
         return await job.run(adapter, stream=stream, cut_after=cut_after)
 
 

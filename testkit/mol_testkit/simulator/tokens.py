@@ -1,16 +1,18 @@
-"""Prompt length in tokens: the model's own tokenizer and chat template when the
-replica is given a model folder, else one token per word.
+"""Prompt token ids: the model's own tokenizer and chat template when the replica is
+given a model folder, else one token per word (its CRC-32 as the id).
 
 vLLM counts a chat prompt after rendering the chat template (with the generation
 prompt) and a completion prompt with the tokenizer's special tokens; token budgets,
 ``max_model_len`` checks and rate limits all depend on that count, so a replica with
-a model folder counts the same way. ``tokenizers`` and ``jinja2`` are imported only
-then, so a word-counting replica stays light.
+a model folder counts the same way; the ids key the prefix cache's blocks.
+``tokenizers`` and ``jinja2`` are imported only then, so a word-counting replica
+stays light.
 """
 
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -19,18 +21,19 @@ from mol_testkit.simulator.textgen import PromptError
 
 
 class TokenCounter(Protocol):
-    def completion(self, prompt: str) -> int: ...
+    def completion(self, prompt: str) -> list[int]: ...
 
-    def chat(self, messages: list[dict[str, Any]], prompt: str) -> int: ...
+    def chat(self, messages: list[dict[str, Any]], prompt: str) -> list[int]: ...
 
 
 class WordCounter:
-    """One token per whitespace-separated word, at least 1."""
+    """One token per whitespace-separated word, at least 1 (an empty prompt is one
+    token, id 0)."""
 
-    def completion(self, prompt: str) -> int:
-        return max(1, len(prompt.split()))
+    def completion(self, prompt: str) -> list[int]:
+        return [zlib.crc32(word.encode()) for word in prompt.split()] or [0]
 
-    def chat(self, messages: list[dict[str, Any]], prompt: str) -> int:
+    def chat(self, messages: list[dict[str, Any]], prompt: str) -> list[int]:
         return self.completion(prompt)
 
 
@@ -60,17 +63,17 @@ class ModelTokenCounter:
             env.globals["raise_exception"] = _raise_template_error
             self._render = env.from_string(template).render
 
-    def completion(self, prompt: str) -> int:
-        return len(self._tokenizer.encode(prompt, add_special_tokens=True).ids)
+    def completion(self, prompt: str) -> list[int]:
+        return list(self._tokenizer.encode(prompt, add_special_tokens=True).ids)
 
-    def chat(self, messages: list[dict[str, Any]], prompt: str) -> int:
+    def chat(self, messages: list[dict[str, Any]], prompt: str) -> list[int]:
         if self._render is None:
             return self.completion(prompt)
         try:
             text = self._render(messages=messages, add_generation_prompt=True, **self._specials)
         except self._template_error as exc:  # vLLM answers 400 with the template's reason
             raise PromptError(f"the chat template cannot render these messages: {exc}") from None
-        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+        return list(self._tokenizer.encode(text, add_special_tokens=False).ids)
 
 
 def _raise_template_error(message: str) -> None:

@@ -43,6 +43,7 @@ class _Common(BaseModel):
     seed: int | None = None
     ignore_eos: bool = False
     structured_outputs: dict[str, Any] | None = None
+    cache_salt: str | None = None
 
 
 class ChatBody(_Common):
@@ -64,6 +65,8 @@ class Checked:
     """The client's limit, if any (the simulator's reply length otherwise)."""
     stop: tuple[str, ...]
     ignore_eos: bool
+    cache_salt: str | None = None
+    """Keys the prompt's first KV block: prefixes are shared only with the same salt."""
 
 
 def bad_request(message: str, param: str | None = None, value: object = None) -> EngineError:
@@ -157,9 +160,18 @@ def check_request(
             "input_tokens",
             max_len + 1,
         )
+    salt = body.cache_salt
+    if salt is not None and not salt:
+        raise bad_request("Parameter 'cache_salt' must be a non-empty string if provided.",
+                          "cache_salt")  # fmt: skip
+    if salt is not None and (len(salt) > 128 or any(c in salt for c in "@/\\\0")):
+        raise bad_request(
+            "Parameter 'cache_salt' must be at most 128 characters and must not contain "
+            "'@', '/', '\\\\', or NUL.", "cache_salt",
+        )  # fmt: skip
     stop = _check_sampling(body, limit)
     _check_structured(body.structured_outputs)
-    return Checked(max_tokens=limit, stop=stop, ignore_eos=body.ignore_eos)
+    return Checked(max_tokens=limit, stop=stop, ignore_eos=body.ignore_eos, cache_salt=salt)
 
 
 def _check_sampling(body: _Common, limit: int | None) -> tuple[str, ...]:

@@ -1,0 +1,152 @@
+"""The KV cache of one replica: fixed-size blocks, prefix caching and LRU eviction.
+
+It follows vLLM v1's ``BlockPool`` and ``KVCacheManager`` (``vllm/v1/core/``) in what a
+router can observe:
+
+- Only full blocks are cached. A block's hash covers its parent block's hash, its
+  token ids and the request's extra keys (:func:`extra_keys`): the adapter's name and
+  path, so that KV computed with one adapter, or one version of it, is never reused by
+  another, and ``cache_salt`` in the first block only, which isolates tenants (every
+  later block chains from the salted first one).
+- A lookup returns the longest run of cached blocks from the start of the prompt,
+  capped so that at least the last prompt token is computed (vLLM needs its logits).
+- Blocks no request holds stay cached but free. Free blocks are reused least recently
+  freed first; reusing a cached one evicts it. A request's blocks are freed tail first,
+  so its last blocks are evicted before its first ones (the shared prefixes).
+
+Hashes are SHA-256 over a compact encoding, not vLLM's pickle/CBOR bytes: equal
+inputs give equal hashes within and across simulator processes, which is all the
+simulator needs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+
+BlockHash = bytes
+NONE_HASH: BlockHash = hashlib.sha256(b"mol-sim-none-hash").digest()
+ExtraKeys = tuple[tuple[str, ...], ...] | None
+
+
+def extra_keys(
+    lora: tuple[str, str] | None, cache_salt: str | None, first_block: bool
+) -> ExtraKeys:
+    """vLLM's ``generate_block_hash_extra_keys`` for text prompts: the adapter as
+    ``("lora", name, path)``, then ``("cache_salt", salt)`` on the first block."""
+    keys: list[tuple[str, ...]] = []
+    if lora is not None:
+        keys.append(("lora", *lora))
+    if cache_salt and first_block:
+        keys.append(("cache_salt", cache_salt))
+    return tuple(keys) or None
+
+
+def hash_block(parent: BlockHash | None, tokens: Sequence[int], extra: ExtraKeys) -> BlockHash:
+    """vLLM's ``hash_block_tokens``: the chain link of one full block."""
+    h = hashlib.sha256(parent or NONE_HASH)
+    h.update(array("q", tokens).tobytes())
+    if extra is not None:
+        h.update(repr(extra).encode())
+    return h.digest()
+
+
+def block_hashes(
+    token_ids: Sequence[int],
+    block_size: int,
+    lora: tuple[str, str] | None = None,
+    cache_salt: str | None = None,
+) -> list[BlockHash]:
+    """The hash chain of a prompt's full blocks (a partial last block has none)."""
+    out: list[BlockHash] = []
+    parent: BlockHash | None = None
+    for start in range(0, len(token_ids) - block_size + 1, block_size):
+        parent = hash_block(
+            parent, token_ids[start : start + block_size], extra_keys(lora, cache_salt, start == 0)
+        )
+        out.append(parent)
+    return out
+
+
+class PrefixCache:
+    """The block pool of one replica (block 0 is vLLM's reserved null block)."""
+
+    def __init__(self, num_blocks: int, block_size: int) -> None:
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.refs = [0] * num_blocks
+        """Requests holding each block."""
+        self.hashes: list[BlockHash | None] = [None] * num_blocks
+        """The cached content of each block, if any."""
+        self.free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
+        """Free blocks, the next to reuse first."""
+        self.cached: dict[BlockHash, int] = {}
+        """Block hash -> the block holding it (held or free)."""
+        self.evictions = 0
+
+    @property
+    def usable(self) -> int:
+        return self.num_blocks - 1
+
+    def num_free(self) -> int:
+        return len(self.free)
+
+    def usage(self) -> float:
+        """``vllm:kv_cache_usage_perc``: the share of usable blocks a request holds."""
+        return (self.usable - len(self.free)) / self.usable
+
+    def lookup(self, hashes: Sequence[BlockHash], num_tokens: int) -> list[int]:
+        """Blocks of the longest cached prefix, leaving at least one token to compute."""
+        limit = max(num_tokens - 1, 0) // self.block_size
+        hit: list[int] = []
+        for h in hashes[:limit]:
+            block = self.cached.get(h)
+            if block is None:
+                break
+            hit.append(block)
+        return hit
+
+    def can_allocate(self, hit: Sequence[int], new: int) -> bool:
+        """Room for ``new`` fresh blocks after taking the free ones among ``hit``."""
+        free_hits = sum(1 for b in hit if self.refs[b] == 0)
+        return new + free_hits <= len(self.free)
+
+    def take(self, hit: Sequence[int]) -> None:
+        """Hold cached blocks (a prefix hit): free ones leave the free queue."""
+        for b in hit:
+            if self.refs[b] == 0:
+                del self.free[b]
+            self.refs[b] += 1
+
+    def allocate(self, n: int) -> list[int] | None:
+        """``n`` fresh blocks, evicting the cached content of reused ones; None if short."""
+        if n > len(self.free):
+            return None
+        out = []
+        for _ in range(n):
+            b, _ = self.free.popitem(last=False)
+            old = self.hashes[b]
+            if old is not None:
+                del self.cached[old]
+                self.hashes[b] = None
+                self.evictions += 1
+            self.refs[b] = 1
+            out.append(b)
+        return out
+
+    def store(self, block_ids: Sequence[int], hashes: Sequence[BlockHash]) -> None:
+        """Cache full blocks under their hashes (a hash already cached keeps its block,
+        as vLLM does when two requests computed the same block at once)."""
+        for b, h in zip(block_ids, hashes, strict=False):
+            if self.hashes[b] is None and h not in self.cached:
+                self.hashes[b] = h
+                self.cached[h] = b
+
+    def release(self, block_ids: Sequence[int]) -> None:
+        """A request lets go of its blocks, tail first (evicted before its prefix)."""
+        for b in reversed(block_ids):
+            self.refs[b] -= 1
+            if self.refs[b] == 0:
+                self.free[b] = None
