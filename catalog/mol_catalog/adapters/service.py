@@ -67,11 +67,11 @@ async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[Prof
         existing = await repo.version_by_number(conn, found.id, found.existing)
         assert existing is not None
         applied, changed = await _apply_to_existing(uow, req, existing)
-        body = await _published_body(conn, req.full_name, existing, created=False)
+        same = await _published_body(conn, req.full_name, existing, created=False)
         refusal = applied.pop("alias_refused", None)
         if refusal is not None:
             applied.pop("alias")  # asked for, not in effect
-        return {**body, "applied": applied, "changed": changed,
+        return {**same, "applied": applied, "changed": changed,
                 "alias_refused": refusal}, False
     # A new version references the blobs: none may have been removed by gc since the
     # publish stored them, and none may be until this commits.

@@ -54,8 +54,8 @@ def signature(secret: str, timestamp: int, body: bytes) -> str:
 
 def backoff(settings: CatalogSettings, attempts: int) -> float:
     """Seconds before the next attempt after ``attempts`` failed ones."""
-    return min(settings.webhook_backoff_seconds * 2 ** (attempts - 1),
-               settings.webhook_backoff_max_seconds)
+    delay: float = settings.webhook_backoff_seconds * 2.0 ** (attempts - 1)
+    return min(delay, settings.webhook_backoff_max_seconds)
 
 
 class WebhookSender:
