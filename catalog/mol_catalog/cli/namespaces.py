@@ -35,7 +35,7 @@ def protected_list(
     with catalog(ctx) as client:
         record = client.protected_aliases(namespace)
     emit(output, record, lambda: typer.echo(
-        " ".join(record.protected_aliases) or "(none)"
+        (" ".join(record.protected_aliases) or "(none)")
         + (" (default)" if record.default else "")))
 
 
