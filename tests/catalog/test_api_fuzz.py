@@ -119,7 +119,8 @@ def _seed(url: str) -> dict[str, str]:
         assert [h.status_code for h in hooks] == [201, 201], hooks[0].text
         DISPOSABLE["DELETE /v1/namespaces/{ns}/webhooks/{webhook_id}"]["webhook_id"] = str(
             hooks[1].json()["id"])
-    return {"webhook_id": str(hooks[0].json()["id"]),"ns": "acme", "name": "coding", "alias": "stable", "version": "1",
+    return {"webhook_id": str(hooks[0].json()["id"]), "ns": "acme", "name": "coding",
+            "alias": "stable", "version": "1",
             "name_ref": "coding@stable", "profile": "small", "hexdigest": files[0]["digest"][7:],
             "token_id": "1", "manifest": digest, "base": model.name}
 

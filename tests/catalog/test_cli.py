@@ -510,18 +510,21 @@ def test_protected_alias_refused_by_publish_and_alias_set_then_forced(
     assert "published pa/coding v1" in pub.stdout
     assert "alias stable -> v1" not in pub.stdout
     assert "alias stable was not moved to v1 (the version is stored)" in pub.stderr
-    assert "[incompatible]" in pub.stderr and "'small'" in pub.stderr
+    assert "[incompatible]" in pub.stderr
+    assert "'small'" in pub.stderr
     assert "aliases: -" in mol(server, "show", "pa/coding").stdout
     refused = mol(server, "alias", "set", "pa/coding@stable", "v1")
     assert refused.exit_code == 1
-    assert "HTTP 409" in refused.stderr and "[incompatible]" in refused.stderr
+    assert "HTTP 409" in refused.stderr
+    assert "[incompatible]" in refused.stderr
     forced = mol(server, "alias", "set", "pa/coding@stable", "v1", "--force")
     assert forced.exit_code == 0, forced.stderr
     assert forced.stdout == "pa/coding@stable -> v1\n"
     assert "forced past 1 refusal reason(s)" in forced.stderr
     history = mol(server, "alias", "history", "pa/coding@stable").stdout.splitlines()
     assert history[0].split()[-1] == "FORCED"
-    assert history[1].split()[0] == "v1" and history[1].split()[-1] == "incompatible"
+    assert history[1].split()[0] == "v1"
+    assert history[1].split()[-1] == "incompatible"
     # Not protected any more: the same move goes ahead without force.
     out = mol(server, "protected", "set", "pa", "prod", "canary")
     assert out.stdout == "pa: protected canary prod\n"

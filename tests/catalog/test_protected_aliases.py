@@ -27,7 +27,8 @@ async def _setup(http: httpx.AsyncClient, model: Model) -> None:
         assert r.status_code == 201, r.text
     r = await http.post(f"{ADAPTER}/versions", files=model.files(model.adapter(rank=8)),
                         data={"alias": "stable"})
-    assert r.status_code == 201 and r.json()["alias_refused"] is None, r.text
+    assert r.status_code == 201, r.text
+    assert r.json()["alias_refused"] is None
     r = await http.post(f"{ADAPTER}/versions", files=model.files(model.adapter(rank=16, seed=1)))
     assert r.status_code == 201, r.text
 
@@ -47,7 +48,8 @@ def test_refusals_is_a_pure_function_of_facts_and_policy() -> None:
     facts = MoveFacts("acme/coding", "stable", 2, "ready", None, (good, bad), "resolves")
     reasons = refusals(facts, Policy(frozenset({"stable"})))
     assert [(r["code"], r.get("profile")) for r in reasons] == [("incompatible", "small")]
-    assert "rank 16" in reasons[0]["message"] and "publish a version" in reasons[0]["message"]
+    assert "rank 16" in reasons[0]["message"]
+    assert "publish a version" in reasons[0]["message"]
     assert refusals(facts, Policy(frozenset({"prod"}))) == []
     yanked = MoveFacts("acme/coding", "canary", 3, "yanked", "leaks", (), "base profiles")
     assert [r["code"] for r in refusals(yanked, Policy(frozenset()))] == ["yanked"]
@@ -56,13 +58,15 @@ def test_refusals_is_a_pure_function_of_facts_and_policy() -> None:
 async def test_default_stable_is_protected_and_refuses_an_incompatible_version(
         client: AppClient, model: Model) -> None:
     got = (await client.get("/v1/namespaces/acme/protected-aliases")).json()
-    assert got["protected_aliases"] == ["stable"] and got["default"] is True
+    assert got["protected_aliases"] == ["stable"]
+    assert got["default"] is True
     await _setup(client, model)
     r = await client.put(f"{ADAPTER}/aliases/stable", json={"version": 2})
     assert r.status_code == 409, r.text
     body = r.json()
     assert [(x["code"], x["profile"]) for x in body["reasons"]] == [("incompatible", "small")]
-    assert "small" in body["detail"] and "force" in body["detail"]
+    assert "small" in body["detail"]
+    assert "force" in body["detail"]
     assert await _aliases(client) == {"stable": 1}
     # An alias that is not protected moves to it.
     assert (await client.put(f"{ADAPTER}/aliases/candidate", json={"version": 2})
@@ -71,7 +75,8 @@ async def test_default_stable_is_protected_and_refuses_an_incompatible_version(
     put = await client.put("/v1/namespaces/acme/protected-aliases",
                            json={"protected_aliases": ["prod", "canary", "prod"]})
     assert put.status_code == 200
-    assert put.json()["protected_aliases"] == ["canary", "prod"] and not put.json()["default"]
+    assert put.json()["protected_aliases"] == ["canary", "prod"]
+    assert not put.json()["default"]
     assert (await client.put(f"{ADAPTER}/aliases/stable", json={"version": 2})
             ).status_code == 200
     assert (await client.put(f"{ADAPTER}/aliases/prod", json={"version": 2})
@@ -129,7 +134,8 @@ async def test_admin_force_is_recorded_in_history_and_events(client: AppClient,
     assert top["changed_by"] == "anonymous"
     assert top["overridden"][0]["profile"] == "small"
     moved = (await _events(client, "alias.moved"))[-1]
-    assert moved["data"]["forced"] is True and moved["data"]["by"] == "anonymous"
+    assert moved["data"]["forced"] is True
+    assert moved["data"]["by"] == "anonymous"
     assert moved["data"]["overridden"][0]["code"] == "incompatible"
     # A force that overrides nothing is a plain move.
     plain = await client.put(f"{ADAPTER}/aliases/stable", json={"version": 1, "force": True})
@@ -137,7 +143,8 @@ async def test_admin_force_is_recorded_in_history_and_events(client: AppClient,
     # Publish with force: the alias moves past the reasons, on record.
     r = await client.post(f"{ADAPTER}/versions", files=model.files(model.adapter(rank=16, seed=9)),
                           data={"alias": "stable", "force": "true"})
-    assert r.status_code == 201 and r.json()["alias_refused"] is None
+    assert r.status_code == 201
+    assert r.json()["alias_refused"] is None
     assert (await _aliases(client))["stable"] == 3
     assert (await client.get(f"{ADAPTER}/aliases/stable/history")).json()["items"][0]["forced"]
 
@@ -152,7 +159,8 @@ async def test_only_an_admin_may_force(make_client: MakeClient, model: Model) ->
     publisher = {"Authorization": f"Bearer {token}"}
     r = await http.put(f"{ADAPTER}/aliases/stable", json={"version": 2, "force": True},
                        headers=publisher)
-    assert r.status_code == 403 and "admin" in r.json()["detail"]
+    assert r.status_code == 403
+    assert "admin" in r.json()["detail"]
     r = await http.put(f"{ADAPTER}/aliases/stable", json={"version": 2}, headers=publisher)
     assert r.status_code == 409
     r = await http.post(f"{ADAPTER}/versions", files=model.files(model.adapter(rank=16, seed=4)),
@@ -164,7 +172,7 @@ async def test_only_an_admin_may_force(make_client: MakeClient, model: Model) ->
     assert await _aliases(http) == {"stable": 1}
 
 
-@pytest.mark.parametrize("profile, allowed", [("big", True), ("small", False)])
+@pytest.mark.parametrize(("profile", "allowed"), [("big", True), ("small", False)])
 async def test_served_under_the_profiles_resolves_name(
         client: AppClient, model: Model, profile: str, allowed: bool) -> None:
     """Once ``stable`` is resolved under one profile, only that profile's verdict counts."""

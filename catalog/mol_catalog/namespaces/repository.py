@@ -63,7 +63,9 @@ async def record_binding(conn: AsyncConnection, adapter: str, alias: str, profil
                                               "profile": profile, "last_seen": now})
 
 
-async def forget_bindings(conn: AsyncConnection, before: datetime) -> int:
-    """Drop bindings not seen since ``before`` (past the retention window)."""
-    result = await conn.execute(delete(BINDINGS).where(BINDINGS.c.last_seen < before))
-    return int(result.rowcount or 0)
+async def forget_bindings(conn: AsyncConnection, adapter: str, alias: str,
+                          before: datetime) -> None:
+    """Drop the alias's bindings not seen since ``before`` (past the retention window)."""
+    await conn.execute(delete(BINDINGS).where(BINDINGS.c.adapter == adapter,
+                                              BINDINGS.c.alias == alias,
+                                              BINDINGS.c.last_seen < before))

@@ -63,7 +63,8 @@ class BindingRecorder:
     async def _write(self, key: tuple[str, str, str]) -> None:
         assert self.db is not None
         try:
-            await self.db.transact(lambda uow: _record(uow, *key), attempts=3, pause=0.01)
+            await self.db.transact(lambda uow: _record(uow, *key, self.retention),
+                                   attempts=3, pause=0.01)
         except Exception:  # the next resolve after the memo expires tries again
             self._written.pop(key, None)
             log.warning("could not record alias binding %s", key, exc_info=True)
@@ -73,15 +74,13 @@ class BindingRecorder:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
 
 
-async def _record(uow: UnitOfWork, adapter: str, alias: str, profile: str) -> None:
+async def _record(uow: UnitOfWork, adapter: str, alias: str, profile: str,
+                  retention: float) -> None:
+    """The binding seen now; the alias's bindings past the window go with it."""
     now = utcnow()
     await repository.record_binding(uow.conn, adapter, alias, profile, now)
-
-
-async def forget_old(uow: UnitOfWork, retention_seconds: float) -> int:
-    """Drop bindings past the retention window (gc calls it)."""
-    return await repository.forget_bindings(
-        uow.conn, utcnow() - timedelta(seconds=retention_seconds))
+    await repository.forget_bindings(uow.conn, adapter, alias,
+                                     now - timedelta(seconds=retention))
 
 
 def _record_body(namespace: str, found: Any) -> dict[str, Any]:
