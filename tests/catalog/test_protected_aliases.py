@@ -82,8 +82,8 @@ async def test_default_stable_is_protected_and_refuses_an_incompatible_version(
     assert (await client.put(f"{ADAPTER}/aliases/prod", json={"version": 2})
             ).status_code == 409
     bad = await client.put("/v1/namespaces/acme/protected-aliases",
-                           json={"protected_aliases": ["latest"]})
-    assert bad.status_code == 400
+                           json={"protected_aliases": ["Stable"]})
+    assert bad.status_code == 422
 
 
 async def test_yanked_version_is_refused_with_its_reason(client: AppClient,

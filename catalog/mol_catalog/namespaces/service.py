@@ -20,7 +20,7 @@ from typing import Any
 from mol_catalog.db import Database, ReadConn, UnitOfWork
 from mol_catalog.models import utcnow
 from mol_catalog.namespaces import repository
-from mol_catalog.util import valid_alias, valid_name
+from mol_catalog.util import valid_name
 
 log = logging.getLogger("mol_catalog.bindings")
 DEFAULT_PROTECTED = ["stable"]
@@ -99,9 +99,10 @@ async def get_protected(conn: ReadConn, namespace: str) -> dict[str, Any]:
 
 async def set_protected(uow: UnitOfWork, namespace: str, aliases: list[str],
                         who: str | None) -> dict[str, Any]:
-    """Replace the namespace's protected aliases (an empty list protects none)."""
+    """Replace the namespace's protected aliases (an empty list protects none; the body's
+    schema checked each name)."""
     valid_name(namespace, "namespace")
-    protected = sorted({valid_alias(a) for a in aliases})
+    protected = sorted(set(aliases))
     now = utcnow()
     await repository.set_policy(uow.conn, namespace, protected, who, now)
     uow.emit("policy.set", data={"namespace": namespace, "protected_aliases": protected,
