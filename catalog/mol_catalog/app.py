@@ -32,12 +32,16 @@ from mol_catalog.errors import ERROR_RESPONSES, RETRY_AFTER_SECONDS, ErrorBody, 
 from mol_catalog.events.endpoints import router as events_router
 from mol_catalog.metrics import CatalogMetrics
 from mol_catalog.middleware import CatalogMiddleware
+from mol_catalog.namespaces.endpoints import router as namespaces_router
+from mol_catalog.namespaces.service import BindingRecorder
 from mol_catalog.profiles.endpoints import router as profiles_router
 from mol_catalog.resolve.endpoints import lean_routes as resolve_routes
 from mol_catalog.resolve.endpoints import router as resolve_router
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens.endpoints import router as tokens_router
 from mol_catalog.util import ResponseBody
+from mol_catalog.webhooks.delivery import WebhookSender
+from mol_catalog.webhooks.endpoints import router as webhooks_router
 
 ops = APIRouter(tags=["operations"])
 READY_TIMEOUT = 5.0  # seconds each backend may take to answer a readiness probe
@@ -112,11 +116,19 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                                 settings.presign_seconds, settings.s3_timeout)
         await leftovers.clean_at_start(blobs, settings.leftover_grace_seconds)
         names = NameSample(settings.search_sample)
+        bindings = BindingRecorder(db, settings.alias_binding_retention_seconds,
+                                   settings.alias_binding_refresh_seconds)
+        sender = WebhookSender(db, settings, metrics_obj) if settings.webhooks else None
         app.state.catalog = Catalog(settings=settings, db=db, blobs=blobs, metrics=metrics_obj,
-                                    names=names)
+                                    names=names, bindings=bindings, webhooks=sender)
+        if sender is not None:
+            sender.start()
         try:
             yield
         finally:
+            if sender is not None:
+                await sender.close()
+            await bindings.drain()
             await names.close()
             await blobs.close()
             await db.dispose()
@@ -129,7 +141,8 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                      docs_url=None, redoc_url=None,  # served with local assets (apidocs)
                      redirect_slashes=False)  # a redirect's Location comes from Host
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
-                   events_router, tokens_router, ops, admin_router):
+                   events_router, namespaces_router, webhooks_router, tokens_router, ops,
+                   admin_router):
         app.include_router(router, responses=ERROR_RESPONSES)
     for router in (apidocs.router, console.pages, console.calls, stack_pages.pages,
                    stack_pages.calls):

@@ -24,8 +24,10 @@ from mol_catalog.blobs.store import BlobStore
 from mol_catalog.db import Database
 from mol_catalog.errors import Unauthorized
 from mol_catalog.metrics import CatalogMetrics
+from mol_catalog.namespaces.service import BindingRecorder
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens import service as tokens
+from mol_catalog.webhooks.delivery import WebhookSender
 
 
 @dataclass
@@ -38,6 +40,11 @@ class Catalog:
     tokens: TokenCache = field(default_factory=TokenCache)
     metrics: CatalogMetrics = field(default_factory=CatalogMetrics)
     names: NameSample = field(default_factory=NameSample)  # picks a search's first step
+    # Which profiles each alias is resolved under (protected alias checks).
+    bindings: BindingRecorder = field(
+        default_factory=lambda: BindingRecorder(None, 7 * 86400.0, 600.0))
+    # The background sender of webhook deliveries (None: MOL_CATALOG_WEBHOOKS=off).
+    webhooks: WebhookSender | None = None
     # What publishes remember (adapters/publish.py), bounded there: base revisions by
     # name@revision and namespace ids by name; neither changes once stored.
     bases: dict[str, KnownBase] = field(default_factory=dict)

@@ -29,6 +29,10 @@ class CatalogMetrics:
         self.compat_rejections = Counter("mol_catalog_compat_rejections_total", "Compatibility "
                                          "reasons found (publish rejections and false verdicts)",
                                          ["reason"], registry=self.registry)
+        self.webhook_deliveries = Counter(
+            "mol_catalog_webhook_deliveries_total", "Webhook delivery attempts by result "
+            "(delivered, retry: failed and rescheduled, failed: out of attempts)", ["result"],
+            registry=self.registry)
         self._req_children: dict[tuple[str, int], Any] = {}
         self._dur_children: dict[str, Any] = {}
 

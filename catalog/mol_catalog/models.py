@@ -219,6 +219,9 @@ class AliasHistory(Base):
     previous: Mapped[int | None] = mapped_column(Integer, nullable=True)
     changed_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
     changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # An admin moved a protected alias despite refusal reasons (kept in ``overridden``).
+    forced: Mapped[bool] = mapped_column(Boolean, default=False)
+    overridden: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
 
 
 class Verdict(Base):
@@ -261,3 +264,75 @@ class Token(Base):
     scopes: Mapped[list[Any]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class NamespacePolicy(Base):
+    """What a namespace's admin decided: its protected aliases (no row: ``stable`` only).
+    Keyed by name: a policy may be set before the namespace's first publish."""
+
+    __tablename__ = "namespace_policies"
+
+    namespace: Mapped[str] = mapped_column(String(63), primary_key=True)
+    protected_aliases: Mapped[list[Any]] = mapped_column(JSON)
+    updated_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class AliasBinding(Base):
+    """A serving profile an alias was resolved under, and when last (see
+    ``mol_catalog.namespaces.bindings``): the profiles a protected alias is "served under"."""
+
+    __tablename__ = "alias_bindings"
+
+    adapter: Mapped[str] = mapped_column(String(127), primary_key=True)
+    alias: Mapped[str] = mapped_column(String(63), primary_key=True)
+    profile: Mapped[str] = mapped_column(String(63), primary_key=True)
+    last_seen: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Webhook(Base):
+    """A receiver of a namespace's events. ``after_event``: the newest event id when it was
+    registered (it gets only later events). The secret signs deliveries; never served."""
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(63), index=True)
+    url: Mapped[str] = mapped_column(String(2048))
+    secret: Mapped[str] = mapped_column(String(256))
+    events: Mapped[list[Any]] = mapped_column(JSON)
+    after_event: Mapped[int] = mapped_column(BigInteger, default=0)
+    created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class WebhookDelivery(Base):
+    """One event for one webhook: pending until the receiver answers 2xx (delivered) or
+    the attempts run out (failed). ``delivery_id`` is sent with every attempt (dedupe)."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        UniqueConstraint("webhook_id", "event_id", name="uq_webhook_deliveries_webhook_event"),
+        Index("ix_webhook_deliveries_status_next_attempt_at", "status", "next_attempt_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    delivery_id: Mapped[str] = mapped_column(String(36), unique=True)
+    webhook_id: Mapped[int] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"))
+    event_id: Mapped[int] = mapped_column(BigInteger)
+    status: Mapped[str] = mapped_column(String(16), default="pending")  # |delivered|failed
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    next_attempt_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    last_status: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
+
+
+class WebhookCursor(Base):
+    """One row: the newest event id fanned out to webhook deliveries."""
+
+    __tablename__ = "webhook_cursor"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    last_event: Mapped[int] = mapped_column(BigInteger, default=0)

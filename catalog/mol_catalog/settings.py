@@ -52,6 +52,22 @@ class CatalogSettings(BaseSettings):
     # this router (its /status, /metrics and chat API); the key when its API keys are on.
     router_url: str | None = None
     router_api_key: str | None = None
+    # A protected alias is "served under" the profiles it was resolved under within this
+    # many seconds (else every profile of its base); a process records a binding at most
+    # once per refresh.
+    alias_binding_retention_seconds: float = Field(default=7 * 86400.0, gt=0)
+    alias_binding_refresh_seconds: float = Field(default=600.0, ge=0)
+    # Webhook deliveries: off stops the background sender (deliveries wait in the
+    # database); concurrent requests, seconds per request, attempts before a delivery
+    # fails, first retry delay (doubled per attempt, at most backoff_max), and how often
+    # the sender looks for new events when idle.
+    webhooks: bool = True
+    webhook_concurrency: int = Field(default=8, ge=1, le=256)
+    webhook_timeout: float = Field(default=10.0, gt=0)
+    webhook_max_attempts: int = Field(default=10, ge=1, le=100)
+    webhook_backoff_seconds: float = Field(default=5.0, gt=0)
+    webhook_backoff_max_seconds: float = Field(default=3600.0, gt=0)
+    webhook_poll_seconds: float = Field(default=1.0, gt=0)
 
     @field_validator("auth", mode="before")
     @classmethod

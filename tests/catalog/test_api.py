@@ -147,9 +147,11 @@ async def test_versions_aliases_yank(client: httpx.AsyncClient, model: Model) ->
     assert page2["next_cursor"] is None
 
     r = await client.put(f"{ADAPTER}/aliases/stable", json={"version": 2})
-    assert r.json() == {"alias": "stable", "version": 2, "previous": None}
+    assert r.json() == {"alias": "stable", "version": 2, "previous": None,
+                        "forced": False, "overridden": None}
     r = await client.put(f"{ADAPTER}/aliases/stable", json={"version": 3})
-    assert r.json() == {"alias": "stable", "version": 3, "previous": 2}
+    assert r.json() == {"alias": "stable", "version": 3, "previous": 2, "forced": False,
+                        "overridden": None}
     hist = (await client.get(f"{ADAPTER}/aliases/stable/history")).json()["items"]
     assert [(h["version"], h["previous"]) for h in hist] == [(3, 2), (2, None)]
     reserved = await client.put(f"{ADAPTER}/aliases/latest", json={"version": 1})

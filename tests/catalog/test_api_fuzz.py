@@ -66,7 +66,10 @@ def checks_for(label: str) -> list[Any]:
 
 
 def _settings(backend: str, tmp: Path, request: pytest.FixtureRequest) -> CatalogSettings:
-    values: dict[str, Any] = {"auth": "on", "admin_token": ADMIN, "pool_size": 4}
+    # No webhook sender: the fuzzer registers webhooks to whatever URLs it makes up, and
+    # sending to them is not what this test checks (tests/catalog/test_webhooks.py is).
+    values: dict[str, Any] = {"auth": "on", "admin_token": ADMIN, "pool_size": 4,
+                              "webhooks": False}
     if backend == "sqlite":
         values |= {"db_url": f"sqlite:///{tmp / 'catalog.db'}",
                    "blob_url": f"file://{tmp / 'blobs'}"}
@@ -88,7 +91,11 @@ def _settings(backend: str, tmp: Path, request: pytest.FixtureRequest) -> Catalo
 
 # Operations that remove what they are pointed at get rows of their own, so the rows the
 # other operations' success bodies are checked on stay.
-DISPOSABLE = {"DELETE /v1/adapters/{ns}/{name}/versions/{version}": {"ns": "scratch"}}
+DISPOSABLE: dict[str, dict[str, str]] = {
+    "DELETE /v1/adapters/{ns}/{name}/versions/{version}": {"ns": "scratch"},
+    "DELETE /v1/namespaces/{ns}/webhooks/{webhook_id}": {"ns": "scratch"}}
+HOOK = {"url": "http://127.0.0.1:9/hook", "secret": "fuzz-secret-0123456789",
+        "events": ["alias.moved"]}
 
 
 def _seed(url: str) -> dict[str, str]:
@@ -109,7 +116,13 @@ def _seed(url: str) -> dict[str, str]:
         r = http.post("/v1/adapters/scratch/coding/versions", files=model.files(model.adapter()),
                       data={"alias": "stable"})
         assert r.status_code == 201, r.text
-    return {"ns": "acme", "name": "coding", "alias": "stable", "version": "1",
+        hooks = [http.post(f"/v1/namespaces/{ns}/webhooks", json=HOOK) for ns in
+                 ("acme", "scratch")]
+        assert [h.status_code for h in hooks] == [201, 201], hooks[0].text
+        DISPOSABLE["DELETE /v1/namespaces/{ns}/webhooks/{webhook_id}"]["webhook_id"] = str(
+            hooks[1].json()["id"])
+    return {"webhook_id": str(hooks[0].json()["id"]), "ns": "acme", "name": "coding",
+            "alias": "stable", "version": "1",
             "name_ref": "coding@stable", "profile": "small", "hexdigest": files[0]["digest"][7:],
             "token_id": "1", "manifest": digest, "base": model.name}
 

@@ -376,9 +376,9 @@ def _sha256(path: Path) -> str:
 def test_pull_writes_a_verified_peft_folder_once(server: str, demo: Path, base: str,
                                                  tmp_path: Path) -> None:
     assert mol(server, "publish", demo / "adapters" / "coding", "--name", "pl/coding",
-               "--base", base, "--alias", "stable").exit_code == 0
+               "--base", base, "--alias", "candidate").exit_code == 0
     target = tmp_path / "coding"
-    first = mol(server, "pull", "pl/coding@stable", "--local-dir", target)
+    first = mol(server, "pull", "pl/coding@candidate", "--local-dir", target)
     assert first.exit_code == 0, first.stderr
     assert first.stdout.strip() == str(target.resolve())
     resolved = json.loads(mol(server, "resolve", "pl/coding@v1", "-o", "json").stdout)
@@ -497,3 +497,39 @@ def test_events_follow_streams_until_ctrl_c(server: str, demo: Path, base: str) 
     page = mol(server, "events", "--after", str(last))
     assert page.exit_code == 0
     assert "version.published  ev/ui v1" in page.stdout
+
+
+def test_protected_alias_refused_by_publish_and_alias_set_then_forced(
+        server: str, demo: Path, base: str) -> None:
+    """The demo's coding adapter does not fit profile ``small`` (rank 8): ``stable``,
+    protected by default, does not move to it; an admin's --force moves it on record."""
+    assert mol(server, "protected", "list", "pa").stdout == "stable (default)\n"
+    pub = mol(server, "publish", demo / "adapters" / "coding", "--name", "pa/coding",
+              "--base", base, "--alias", "stable")
+    assert pub.exit_code == 3, pub.output
+    assert "published pa/coding v1" in pub.stdout
+    assert "alias stable -> v1" not in pub.stdout
+    assert "alias stable was not moved to v1 (the version is stored)" in pub.stderr
+    assert "[incompatible]" in pub.stderr
+    assert "'small'" in pub.stderr
+    assert "aliases: -" in mol(server, "show", "pa/coding").stdout
+    refused = mol(server, "alias", "set", "pa/coding@stable", "v1")
+    assert refused.exit_code == 1
+    assert "HTTP 409" in refused.stderr
+    assert "[incompatible]" in refused.stderr
+    forced = mol(server, "alias", "set", "pa/coding@stable", "v1", "--force")
+    assert forced.exit_code == 0, forced.stderr
+    assert forced.stdout == "pa/coding@stable -> v1\n"
+    assert "forced past 1 refusal reason(s)" in forced.stderr
+    history = mol(server, "alias", "history", "pa/coding@stable").stdout.splitlines()
+    assert history[0].split()[-1] == "FORCED"
+    assert history[1].split()[0] == "v1"
+    assert history[1].split()[-1] == "incompatible"
+    # Not protected any more: the same move goes ahead without force.
+    out = mol(server, "protected", "set", "pa", "prod", "canary")
+    assert out.stdout == "pa: protected canary prod\n"
+    assert mol(server, "alias", "set", "pa/coding@stable", "v1").exit_code == 0
+    assert mol(server, "alias", "set", "pa/coding@prod", "v1").exit_code == 1
+    assert mol(server, "protected", "set", "pa").exit_code == 1  # neither aliases nor --none
+    assert mol(server, "protected", "set", "pa", "--none").stdout == "pa: protected (none)\n"
+    assert mol(server, "alias", "set", "pa/coding@prod", "v1").exit_code == 0

@@ -39,6 +39,12 @@ ENDPOINTS: list[tuple[str, str, str, type[BaseModel]]] = [
     ("/v1/tokens", "post", "201", m.TokenCreated),
     ("/v1/tokens", "get", "200", m.TokenList),
     ("/v1/events", "get", "200", m.EventPage),
+    ("/v1/namespaces/{ns}/protected-aliases", "get", "200", m.ProtectedAliases),
+    ("/v1/namespaces/{ns}/protected-aliases", "put", "200", m.ProtectedAliases),
+    ("/v1/namespaces/{ns}/webhooks", "post", "201", m.Webhook),
+    ("/v1/namespaces/{ns}/webhooks", "get", "200", m.WebhookList),
+    ("/v1/namespaces/{ns}/webhooks/{webhook_id}/deliveries", "get", "200",
+     m.WebhookDeliveryList),
     ("/v1/admin/gc", "post", "200", m.GcReport),
     ("/v1/admin/verify", "post", "200", m.VerifyReport),
 ]
@@ -103,21 +109,36 @@ def test_the_comparison_sees_a_drift() -> None:
         alias: str
         version: int
         prior: int | None
+        forced: bool = False
+        overridden: list[m.Refusal] | None = None
 
     class Retyped(m.CatalogModel):
         alias: str
         version: str
         previous: int | None
+        forced: bool = False
+        overridden: list[m.Refusal] | None = None
 
     class Optional(m.CatalogModel):
         alias: str
         version: int
         previous: int | None = None
+        forced: bool = False
+        overridden: list[m.Refusal] | None = None
+
+    class Same(m.CatalogModel):
+        alias: str
+        version: int
+        previous: int | None
+        forced: bool = False
+        overridden: list[m.Refusal] | None = None
 
     expected = m.AliasSet.model_json_schema()
+    want = shape(expected, expected["$defs"])
     for other in (Renamed, Retyped, Optional):
         schema = other.model_json_schema()
-        assert shape(schema, {}) != shape(expected, {}), other.__name__
+        assert shape(schema, schema["$defs"]) != want, other.__name__
+    assert shape(Same.model_json_schema(), expected["$defs"]) == want
 
 
 def test_an_answer_of_another_shape_is_a_catalog_error() -> None:

@@ -38,5 +38,6 @@ async def test_republish_applies_alias_tags_labels(client: httpx.AsyncClient,
     assert (await client.post("/v1/adapters/acme/a/versions/1/yank",
                               json={"reason": "bad"})).status_code == 200
     refused = await client.post(url, files=model.files(pair), data={"alias": "stable"})
-    assert refused.status_code == 409, refused.text
-    assert "yanked" in refused.json()["detail"]
+    assert refused.status_code == 200, refused.text
+    assert [r["code"] for r in refused.json()["alias_refused"]["reasons"]] == ["yanked"]
+    assert "alias" not in refused.json()["applied"]

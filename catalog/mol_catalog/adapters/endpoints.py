@@ -60,7 +60,7 @@ async def publish_version(ns: str, name: str, request: Request, catalog: Catalog
                           who: PrincipalDep) -> Response:
     """Publish a version (multipart). 201 new, 200 identical content already published."""
     who.require_publish(ns)
-    body, created = await pipeline.publish_form(catalog, ns, name, request, who.name)
+    body, created = await pipeline.publish_form(catalog, ns, name, request, who)
     return json_response(body, 201 if created else 200)
 
 
@@ -133,10 +133,14 @@ async def get_version(ns: str, name: str, version: str, catalog: CatalogDep,
 @router.put("/v1/adapters/{ns}/{name}/aliases/{alias}", response_model=AliasOut)
 async def set_alias(ns: str, name: str, alias: str, body: AliasPut, catalog: CatalogDep,
                     who: PrincipalDep) -> Response:
-    """Move an alias (history kept); 409 when the version is yanked."""
+    """Move an alias (history kept). 409 with ``reasons`` when refused: the version is
+    yanked, or the alias is protected and the version is incompatible with a serving
+    profile the alias is served under; ``force`` (admin) moves it anyway, on record."""
     who.require_publish(ns)
     async with catalog.db.unit() as uow:
-        out = await service.set_alias(uow, _full(ns, name), alias, body.version, who.name)
+        out = await service.set_alias(uow, _full(ns, name), alias, body.version, who,
+                                      force=body.force,
+                                      bindings_since=catalog.bindings.since())
     return json_response(out)
 
 

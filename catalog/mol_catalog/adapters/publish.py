@@ -23,6 +23,7 @@ from mol_catalog.adapters.uploads import (
     Upload,
     receive_upload,
 )
+from mol_catalog.auth import Principal
 from mol_catalog.base_models import service as base_service
 from mol_catalog.base_models.service import KnownBase
 from mol_catalog.blobs.orphans import BlobsGone
@@ -55,6 +56,8 @@ from mol_platform.contract.safetensors_header import (
 RETRIES = 8
 GONE_PAUSE = 0.01  # seconds, times the attempt, before a publish stores gc'd blobs again
 MAX_SOURCE_CHARS = 2000
+FORCE_WORDS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False,
+               "": False}
 
 
 def _read_config(upload: Upload) -> dict[str, Any]:
@@ -73,6 +76,11 @@ def _options(fields: dict[str, str]) -> dict[str, Any]:
         out["alias"] = valid_alias(fields["alias"])
     if fields.get("parent"):
         out["parent"] = version_number(fields["parent"], "parent")
+    if "force" in fields:
+        force = fields["force"].strip().lower()
+        if force not in FORCE_WORDS:
+            raise BadRequest(f"force must be true or false, got {fields['force'][:20]!r}")
+        out["force"] = FORCE_WORDS[force]
     if fields.get("source"):
         if len(fields["source"]) > MAX_SOURCE_CHARS:
             raise ValidationFailed(f"source is {len(fields['source'])} characters; at most "
@@ -165,7 +173,7 @@ async def _store_docs(catalog: Catalog, config: dict[str, Any],
 
 
 async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
-                  created_by: str | None) -> tuple[dict[str, Any], bool]:
+                  who: Principal) -> tuple[dict[str, Any], bool]:
     """Check, store blobs, insert the version; returns (body, created)."""
     valid_name(namespace, "namespace")
     valid_name(name, "adapter name")
@@ -199,8 +207,8 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
     req = PublishRequest(namespace=namespace, name=name, upload=upload, info=info, config=config,
                          tensors=tensors, base_model_id=base.id, base_ref=base.ref,
                          config_digest=digests[0], tensors_digest=digests[1],
-                         created_by=created_by, blobs_after=pre.deletions,
-                         **options)
+                         created_by=who.name, admin=who.admin, blobs_after=pre.deletions,
+                         bindings_since=catalog.bindings.since(), **options)
     for attempt in range(RETRIES):
         try:
             # A concurrent publish to the same adapter may win a race on a unique key
@@ -228,13 +236,13 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
 
 
 async def publish_form(catalog: Catalog, namespace: str, name: str, request: Request,
-                       created_by: str | None) -> tuple[dict[str, Any], bool]:
+                       who: Principal) -> tuple[dict[str, Any], bool]:
     """A publish from a request's multipart body, counted in the publishes metric by
     result: the REST API and the console publish through here alike."""
     try:
         upload = await receive_upload(request, catalog.settings.max_upload_bytes)
         try:
-            body, created = await publish(catalog, namespace, name, upload, created_by)
+            body, created = await publish(catalog, namespace, name, upload, who)
         finally:
             upload.cleanup()
     except ApiError as exc:

@@ -110,7 +110,7 @@ _ALIASES_AT = Prepared(select(Alias.name).where(
     .order_by(Alias.name))
 _ALIAS_HISTORY = Prepared(
     select(AliasHistory.version, AliasHistory.previous, AliasHistory.changed_by,
-           AliasHistory.changed_at)
+           AliasHistory.changed_at, AliasHistory.forced, AliasHistory.overridden)
     .where(AliasHistory.adapter_id == _ADAPTER_ID,
            AliasHistory.alias == bindparam("name", type_=String))
     .order_by(AliasHistory.id.desc()).limit(bindparam("limit", type_=Integer)))
@@ -158,9 +158,12 @@ async def aliases_at(conn: ReadConn, adapter_id: int, number: int) -> list[str]:
 
 async def alias_history(conn: ReadConn, adapter_id: int, name: str,
                         limit: int,
-                        ) -> list[tuple[int | None, int | None, str | None, datetime | None]]:
-    """(version, previous, changed_by, changed_at), newest first; version None: removed."""
-    return [(r[0], r[1], r[2], datetime_value(r[3]))
+                        ) -> list[dict[str, Any]]:
+    """Moves (version, previous, changed_by, changed_at, forced, overridden), newest
+    first; version None: removed."""
+    return [{"version": r[0], "previous": r[1], "changed_by": r[2],
+             "changed_at": datetime_value(r[3]), "forced": bool(r[4]),
+             "overridden": json_value(r[5])}
             for r in await _ALIAS_HISTORY.all(conn, adapter_id=adapter_id, name=name,
                                               limit=limit)]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -15,6 +16,8 @@ from mol_platform.contract.refs import MAX_VERSION
 
 class AliasPut(BaseModel):
     version: int = Field(ge=1, le=MAX_VERSION)
+    force: bool = Field(False, description="Admin only: move a protected alias despite the "
+                        "refusal reasons (recorded in the alias history and the event)")
 
 
 class YankBody(BaseModel):
@@ -41,7 +44,11 @@ class PublishRequest:
     source: str | None = None
     tags: list[str] | None = None
     labels: dict[str, str] | None = None
+    force: bool = False  # the form's force=true (admin only)
     created_by: str | None = None
+    admin: bool = False  # whether the publisher may force
+    # Bindings seen since this count as the profiles an alias is served under.
+    bindings_since: datetime | None = None
     # The newest blob deletion id seen before the blobs were stored (blobs.orphans.guard).
     blobs_after: int = 0
     verdict_reasons: dict[str, list[str]] = field(default_factory=dict)
@@ -61,6 +68,17 @@ class VerdictOut(ResponseBody):
     reasons: list[ReasonOut]
 
 
+class RefusalOut(ResponseBody):
+    code: str = Field(description="yanked | incompatible")
+    message: str
+    profile: str | None = Field(None, description="The serving profile (incompatible)")
+
+
+class AliasRefusedOut(ResponseBody):
+    alias: str
+    reasons: list[RefusalOut]
+
+
 class PublishOut(ResponseBody):
     adapter: str
     version: int
@@ -69,6 +87,8 @@ class PublishOut(ResponseBody):
     status: str
     base: str
     verdicts: dict[str, VerdictOut]
+    alias_refused: AliasRefusedOut | None = Field(None, description=(
+        "The form's alias did not move (the version is stored): the reasons"))
 
 
 class AdapterItemOut(ResponseBody):
@@ -132,6 +152,8 @@ class AliasOut(ResponseBody):
     alias: str
     version: int
     previous: int | None
+    forced: bool = Field(False, description="An admin forced the move past ``overridden``")
+    overridden: list[RefusalOut] | None = None
 
 
 class AliasMoveOut(ResponseBody):
@@ -140,6 +162,8 @@ class AliasMoveOut(ResponseBody):
     previous: int | None
     changed_by: str | None
     changed_at: str | None
+    forced: bool
+    overridden: list[RefusalOut] | None
 
 
 class AliasHistoryOut(ResponseBody):

@@ -6,8 +6,8 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
+from mol_catalog.adapters import protection, writes
 from mol_catalog.adapters import repository as repo
-from mol_catalog.adapters import writes
 from mol_catalog.adapters.repository import AdapterRow, VersionRow
 from mol_catalog.adapters.schemas import PublishRequest
 from mol_catalog.auth import Principal
@@ -67,8 +67,12 @@ async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[Prof
         existing = await repo.version_by_number(conn, found.id, found.existing)
         assert existing is not None
         applied, changed = await _apply_to_existing(uow, req, existing)
-        body = await _published_body(conn, req.full_name, existing, created=False)
-        return {**body, "applied": applied, "changed": changed}, False
+        same = await _published_body(conn, req.full_name, existing, created=False)
+        refusal = applied.pop("alias_refused", None)
+        if refusal is not None:
+            applied.pop("alias")  # asked for, not in effect
+        return {**same, "applied": applied, "changed": changed,
+                "alias_refused": refusal}, False
     # A new version references the blobs: none may have been removed by gc since the
     # publish stored them, and none may be until this commits.
     await orphans.guard(uow, req.upload.digests(), req.blobs_after)
@@ -118,13 +122,37 @@ async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[Prof
     verdicts = await _judge_new_version(uow, req, base_profiles, version_id, now)
     uow.emit("version.published", adapter=req.full_name, version=number,
              data={"digest": digest, "base": req.base_ref})
+    body: dict[str, Any] = {"adapter": req.full_name, "version": number, "digest": digest,
+                            "created": True, "status": "ready", "base": req.base_ref,
+                            "verdicts": verdicts, "alias_refused": None}
     if req.alias is not None:
+        row = AdapterRow(adapter_id, req.full_name, req.base_model_id, base_name, [], {})
+        target = protection.MoveTarget(version_id, number, "ready", None)
         previous = found.alias_version if found is not None else None
-        await writes.move_alias(conn, adapter_id, req.alias, number, previous, req.created_by, now)
-        uow.emit("alias.moved", adapter=req.full_name, version=number, alias=req.alias,
-                 data={"previous": previous, "digest": digest})
-    return {"adapter": req.full_name, "version": number, "digest": digest, "created": True,
-            "status": "ready", "base": req.base_ref, "verdicts": verdicts}, True
+        body["alias_refused"] = await _publish_alias(uow, req, row, target, digest, previous)
+    return body, True
+
+
+async def _publish_alias(uow: UnitOfWork, req: PublishRequest, row: AdapterRow,
+                         target: protection.MoveTarget, digest: str,
+                         previous: int | None) -> dict[str, Any] | None:
+    """Move the form's alias to the published version unless refused: then the version
+    stays stored, the alias where it was, and the answer carries the reasons."""
+    assert req.alias is not None
+    assert req.bindings_since is not None
+    reasons = await _refusals(uow, row, req.alias, target, req.bindings_since)
+    decision = protection.decide(reasons, req.force, req.admin)
+    if not decision.allowed:
+        return {"alias": req.alias, "reasons": reasons}
+    await _move_alias(uow, row, req.alias, target, digest, req.created_by, previous, decision)
+    return None
+
+
+async def _refusals(uow: UnitOfWork, row: AdapterRow, alias: str,
+                    target: protection.MoveTarget, since: datetime) -> list[dict[str, Any]]:
+    policy = await protection.policy_of(uow, row.full_name.split("/", 1)[0])
+    facts = await protection.gather(uow, row, alias, target, since, policy)
+    return protection.refusals(facts, policy)
 
 
 async def _judge_new_version(uow: UnitOfWork, req: PublishRequest,
@@ -162,11 +190,12 @@ async def _apply_to_existing(uow: UnitOfWork, req: PublishRequest,
         applied["alias"] = req.alias
         current = await repo.alias(uow.conn, row.id, req.alias)
         if current != v.number:
-            if v.status == "yanked":
-                raise Conflict(f"{req.full_name} v{v.number} (same content) is yanked "
-                               f"({v.yank_reason}): alias {req.alias!r} may not point at it")
-            await _move_alias(uow, row, req.alias, v, req.created_by, current)
-            changed.append("alias")
+            refusal = await _publish_alias(uow, req, row, protection.MoveTarget.of(v),
+                                           v.digest, current)
+            if refusal is not None:
+                applied["alias_refused"] = refusal
+            else:
+                changed.append("alias")
     if req.tags is not None:
         applied["tags"] = req.tags
         if row.tags != req.tags:
@@ -192,25 +221,37 @@ async def _published_body(conn: ReadConn, full_name: str, v: VersionRow,
             "verdicts": await repo.verdicts_for_version(conn, v.id)}
 
 
-async def _move_alias(uow: UnitOfWork, row: AdapterRow, name: str, v: VersionRow,
-                      who: str | None, previous: int | None) -> None:
-    """Point the alias at ``v`` (``previous``: where it points now, None when new)."""
-    await writes.move_alias(uow.conn, row.id, name, v.number, previous, who, utcnow())
-    uow.emit("alias.moved", adapter=row.full_name, version=v.number, alias=name,
-             data={"previous": previous, "digest": v.digest})
+async def _move_alias(uow: UnitOfWork, row: AdapterRow, name: str,
+                      v: protection.MoveTarget, digest: str, who: str | None,
+                      previous: int | None, decision: protection.Decision) -> None:
+    """Point the alias at ``v`` (``previous``: where it points now, None when new); a
+    forced move records who forced it past which reasons, in the history and the event."""
+    overridden = decision.reasons if decision.forced else None
+    await writes.move_alias(uow.conn, row.id, name, v.number, previous, who, utcnow(),
+                            overridden)
+    data: dict[str, Any] = {"previous": previous, "digest": digest, "by": who}
+    if overridden:
+        data.update(forced=True, overridden=overridden)
+    uow.emit("alias.moved", adapter=row.full_name, version=v.number, alias=name, data=data)
 
 
 async def set_alias(uow: UnitOfWork, full_name: str, name: str, number: int,
-                    who: str | None) -> dict[str, Any]:
+                    who: Principal, *, force: bool = False,
+                    bindings_since: datetime) -> dict[str, Any]:
+    """Move an alias; 409 with the reasons when the namespace's rules refuse it (see
+    ``protection``), unless an admin forces it."""
     valid_alias(name)
     row = await get_adapter(uow.conn, full_name, lock=uow.postgres)
     v = await get_version(uow.conn, row, number)
-    if v.status == "yanked":
-        raise Conflict(f"{full_name} v{number} is yanked ({v.yank_reason}): an alias may not "
-                       "point at a yanked version")
+    target = protection.MoveTarget.of(v)
+    reasons = await _refusals(uow, row, name, target, bindings_since)
+    decision = protection.decide(reasons, force, who.admin)
+    if not decision.allowed:
+        raise protection.refused(full_name, name, number, reasons)
     previous = await repo.alias(uow.conn, row.id, name)
-    await _move_alias(uow, row, name, v, who, previous)
-    return {"alias": name, "version": number, "previous": previous}
+    await _move_alias(uow, row, name, target, v.digest, who.name, previous, decision)
+    return {"alias": name, "version": number, "previous": previous,
+            "forced": decision.forced, "overridden": reasons if decision.forced else None}
 
 
 async def alias_history(conn: ReadConn, full_name: str, name: str,
@@ -219,8 +260,7 @@ async def alias_history(conn: ReadConn, full_name: str, name: str,
     items = await repo.alias_history(conn, row.id, name, limit)
     if not items and await repo.alias(conn, row.id, name) is None:
         raise NotFound(f"adapter {full_name!r} has no alias {name!r}")
-    return [{"version": version, "previous": previous, "changed_by": who,
-             "changed_at": at} for version, previous, who, at in items]
+    return items
 
 
 async def yank(uow: UnitOfWork, full_name: str, number: int, reason: str) -> dict[str, Any]:

@@ -161,9 +161,11 @@ async def set_tags(conn: AsyncConnection, adapter_id: int, tags: list[str], base
 
 
 async def move_alias(conn: AsyncConnection, adapter_id: int, name: str, number: int,
-                     previous: int | None, who: str | None, now: Any) -> None:
+                     previous: int | None, who: str | None, now: Any,
+                     overridden: list[dict[str, Any]] | None = None) -> None:
     """Point the alias at ``number`` (``previous``: where it pointed, None when it is
-    new) and append the move to its history."""
+    new) and append the move to its history; ``overridden``: the refusal reasons an admin
+    forced it past."""
     if previous is not None:
         await conn.execute(_UPDATE_ALIAS, {"b_adapter_id": adapter_id, "b_name": name,
                                            "version": number, "updated_at": now})
@@ -172,7 +174,8 @@ async def move_alias(conn: AsyncConnection, adapter_id: int, name: str, number: 
                                            "version": number, "updated_at": now}])
     await insert_rows(conn, ALIAS_HISTORY, [{
         "adapter_id": adapter_id, "alias": name, "version": number, "previous": previous,
-        "changed_by": who, "changed_at": now}])
+        "changed_by": who, "changed_at": now, "forced": bool(overridden),
+        "overridden": overridden or None}])
 
 
 async def delete_version(conn: AsyncConnection, adapter_id: int, version_id: int,

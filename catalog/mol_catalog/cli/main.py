@@ -29,6 +29,7 @@ from mol_catalog.cli.common import (
     print_reasons,
     print_table,
 )
+from mol_catalog.cli.namespaces import register_namespaces
 from mol_catalog.cli.versions import register_versions
 from mol_catalog.logs import LogFormat, LogLevel
 from mol_platform.contract.catalog_models import AdapterDetail, Published, VersionItem
@@ -41,6 +42,7 @@ app = typer.Typer(
     no_args_is_help=True,
     rich_markup_mode=None,
 )
+ALIAS_REFUSED_EXIT = 3  # publish: the version is stored, its --alias was refused
 alias_app = typer.Typer(help="Move aliases (stable, candidate, ...) and show their history.",
                         no_args_is_help=True, rich_markup_mode=None)
 
@@ -124,6 +126,9 @@ def publish(
     label: Annotated[list[str] | None, typer.Option(
         metavar="KEY=VALUE", help="A label of the adapter, e.g. team=search; repeat for more "
         "(the adapter's labels become these).")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Admin: move a protected --alias even when refused (recorded).")]
+    = False,
     output: OutputOption = Output.text,
 ) -> None:
     """Publish an adapter folder as a new immutable version.
@@ -131,6 +136,10 @@ def publish(
     The catalog checks it against its base model and every serving profile of that base
     and prints the verdicts. Publishing identical content again returns the existing
     version.
+
+    When the catalog refuses to move a protected --alias (the version is incompatible
+    with a serving profile the alias is served under), the version is still stored, the
+    alias stays where it was, the reasons go to stderr and the exit code is 3.
 
     Example: mol catalog publish ./out/coding --name acme/coding --alias stable --tag code
     --label team=search
@@ -157,8 +166,14 @@ def publish(
 
         result = client.publish(folder, name, base=base, alias=alias, tags=tag or (),
                                 parent=parent, source=source, labels=labels,
-                                progress=progress)
+                                progress=progress, force=force)
     emit(output, result, lambda: _print_published(name, alias, result))
+    refused = result.alias_refused
+    if refused is not None:
+        typer.echo(f"mol catalog: alias {refused.alias} was not moved to v{result.version} "
+                   "(the version is stored):", err=True)
+        print_reasons(refused.reasons, err=True)
+        raise typer.Exit(ALIAS_REFUSED_EXIT)
 
 
 def _print_published(name: str, alias: str | None, result: Published) -> None:
@@ -167,7 +182,7 @@ def _print_published(name: str, alias: str | None, result: Published) -> None:
         typer.echo(f"published {name} v{version} ({digest})")
     else:
         typer.echo(f"already published: {name} v{version} ({digest}) has the same content")
-    if alias:
+    if alias and result.alias_refused is None:
         typer.echo(f"alias {alias} -> v{version}")
     if not result.verdicts:
         typer.echo("no serving profile for this base yet")
@@ -276,9 +291,16 @@ def alias_set(
         metavar="REF", help="namespace/name@alias, e.g. acme/coding@stable.")],
     version: Annotated[str, typer.Argument(
         metavar="VERSION", help="The version to point at: 3 or v3.")],
+    force: Annotated[bool, typer.Option(
+        "--force", help="Admin: move a protected alias even when refused (recorded in the "
+        "alias history and the event feed).")] = False,
     output: OutputOption = Output.text,
 ) -> None:
     """Point an alias at a version (the move is recorded in the alias history).
+
+    A protected alias (see 'mol catalog protected') does not move to a yanked version or
+    to one incompatible with a serving profile it is served under: the reasons are
+    printed and the exit code is 1.
 
     Example: mol catalog alias set acme/coding@stable v4
     """
@@ -287,8 +309,11 @@ def alias_set(
         fail(f"{ref}: expected namespace/name@alias, got a version or digest")
     number = parse_version(version)
     with catalog(ctx) as client:
-        result = client.set_alias(parsed.adapter, parsed.ref, number)
+        result = client.set_alias(parsed.adapter, parsed.ref, number, force=force)
     was = f" (was v{result.previous})" if result.previous is not None else ""
+    if result.forced:
+        typer.echo(f"forced past {len(result.overridden or [])} refusal reason(s):", err=True)
+        print_reasons(result.overridden or [], err=True)
     emit(output, result, lambda: typer.echo(
         f"{parsed.adapter}@{parsed.ref} -> v{result.version}{was}"))
 
@@ -306,9 +331,12 @@ def alias_history(
     parsed = _parse_ref(ref)
     with catalog(ctx) as client:
         items = client.alias_history(parsed.adapter, parsed.ref)
-    emit(output, items, lambda: print_table(["VERSION", "PREVIOUS", "CHANGED_BY", "CHANGED_AT"], [
-        [f"v{i.version}" if i.version else "(removed)",
-         f"v{i.previous}" if i.previous else "-", i.changed_by, i.changed_at] for i in items]))
+    emit(output, items, lambda: print_table(
+        ["VERSION", "PREVIOUS", "CHANGED_BY", "CHANGED_AT", "FORCED"], [
+            [f"v{i.version}" if i.version else "(removed)",
+             f"v{i.previous}" if i.previous else "-", i.changed_by, i.changed_at,
+             "; ".join(r.code for r in i.overridden or []) if i.forced else ""]
+            for i in items]))
 
 
 @app.command()
@@ -339,6 +367,7 @@ def yank(
 app.add_typer(alias_app, name="alias")
 register_admin(app)
 register_versions(app)
+register_namespaces(app)
 
 
 def _parse_ref(ref: str) -> AdapterRef:

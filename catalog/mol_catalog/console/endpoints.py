@@ -171,7 +171,7 @@ async def alias_move(request: Request, ns: str, name: str, alias: FormText, vers
         since = await events.latest_id(conn)
     async with catalog.db.unit() as uow:
         await adapters.set_alias(uow, _full(ns, name), alias, version_number(version),
-                                 who.name)
+                                 who, bindings_since=catalog.bindings.since())
     return RedirectResponse(f"/ui/adapters/{ns}/{name}?since={since}", 303)
 
 
@@ -206,7 +206,7 @@ async def publish(request: Request, ns: str, name: str) -> Response:
     who = await session.principal(request)
     who.require_publish(ns)
     body, created = await pipeline.publish_form(session.catalog_of(request), ns, name,
-                                                request, who.name)
+                                                request, who)
     return json_response(body, 201 if created else 200)
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, cast
 
-from sqlalchemy import String, Table, bindparam, delete, insert, select, update
+from sqlalchemy import BigInteger, String, Table, bindparam, delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from mol_catalog.db import Prepared, ReadConn, datetime_value, json_value
@@ -43,6 +43,9 @@ _GET = Prepared(select(*PROFILE_COLUMNS).where(
 _ALL = Prepared(select(*PROFILE_COLUMNS, BaseLLM.name, BaseLLM.revision)
                 .join(BaseLLM, BaseLLM.id == PROFILES.c.base_model_id)
                 .order_by(PROFILES.c.name))
+_OF_BASE = Prepared(select(*PROFILE_COLUMNS).where(
+    PROFILES.c.base_model_id == bindparam("base_model_id", type_=BigInteger))
+    .order_by(PROFILES.c.name))
 _INSERT = insert(PROFILES).returning(PROFILES.c.id)
 _INSERT_VERDICTS = insert(VERDICTS)
 
@@ -55,6 +58,11 @@ async def get(conn: ReadConn, name: str) -> ProfileRow | None:
 async def list_all(conn: ReadConn) -> list[tuple[ProfileRow, str]]:
     """Every profile with its base's ``name@revision``, by name."""
     return [(ProfileRow.of(r), f"{r[9]}@{r[10]}") for r in await _ALL.all(conn)]
+
+
+async def of_base(conn: ReadConn, base_model_id: int) -> list[ProfileRow]:
+    """The profiles declared for a base revision, by name."""
+    return [ProfileRow.of(r) for r in await _OF_BASE.all(conn, base_model_id=base_model_id)]
 
 
 async def insert_profile(conn: AsyncConnection, values: dict[str, Any]) -> int:

@@ -51,6 +51,28 @@ def judge(info: AdapterInfo, profile: ProfileRow, version_base_id: int,
     return not reasons, [{"code": r.code, "message": r.message} for r in reasons]
 
 
+async def judge_stored(uow: UnitOfWork, version_id: int,
+                       profile: ProfileRow) -> tuple[bool, list[dict[str, str]]]:
+    """Judge a stored version under ``profile`` from what its row keeps and store the
+    verdict (a profile new or changed since the version was published)."""
+    from mol_catalog.resolve import repository as resolve_repo
+
+    facts = await resolve_repo.version_facts(uow.conn, version_id)
+    if facts is None:
+        raise NotFound(f"version id {version_id} is gone")
+    base_model_id, adapter_config, tensors = facts
+    profile_base = None
+    if profile.base_model_id != base_model_id:
+        base_row = await base_repo.get_by_id(uow.conn, profile.base_model_id)
+        assert base_row is not None
+        profile_base = base_service.shapes_of(base_row)
+    ok, reasons = judge(adapter_info(adapter_config, tensors), profile, base_model_id,
+                        profile_base)
+    await repository.store_verdict(uow.conn, repository.verdict_row(
+        version_id, profile, ok, reasons, utcnow()))
+    return ok, reasons
+
+
 async def put(uow: UnitOfWork, name: str, body: ProfilePut) -> tuple[dict[str, Any], bool]:
     valid_name(name, "serving profile name")
     base = await base_service.find(uow.conn, body.base_model)

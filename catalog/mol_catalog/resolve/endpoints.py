@@ -34,6 +34,8 @@ async def resolve(request: Request) -> bytes:
         valid_name(profile, "serving profile name")
     who.require_read(ref.namespace)
     out = await service.resolve(catalog.db, ref, profile)
+    if profile is not None and not ref.immutable and ref.ref != "latest":
+        catalog.bindings.seen(ref.adapter, ref.ref, profile)
     blobs = catalog.blobs
     base = catalog.download_base if blobs.serves_downloads else ""
     out["files"] = [{**f, "url": blobs.download_url(f["digest"], base)} for f in out["files"]]

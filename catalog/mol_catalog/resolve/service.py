@@ -5,11 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from mol_catalog.auth import Principal
-from mol_catalog.base_models import repository as base_repo
-from mol_catalog.base_models import service as base_service
 from mol_catalog.db import Database
 from mol_catalog.errors import BadRequest, NotFound
-from mol_catalog.models import utcnow
 from mol_catalog.profiles import repository as profiles_repo
 from mol_catalog.profiles import service as profiles
 from mol_catalog.resolve import repository
@@ -55,20 +52,10 @@ async def resolve(db: Database, ref: AdapterRef, profile: str | None) -> dict[st
 
 async def _compute_verdict(db: Database, version_id: int, profile_name: str) -> dict[str, Any]:
     async with db.unit() as uow:
-        facts = await repository.version_facts(uow.conn, version_id)
         profile = await profiles_repo.get(uow.conn, profile_name)
-        if facts is None or profile is None:
+        if profile is None:
             raise NotFound(f"unknown serving profile {profile_name!r}")
-        base_model_id, adapter_config, tensors = facts
-        profile_base = None
-        if profile.base_model_id != base_model_id:
-            base_row = await base_repo.get_by_id(uow.conn, profile.base_model_id)
-            assert base_row is not None
-            profile_base = base_service.shapes_of(base_row)
-        ok, reasons = profiles.judge(profiles.adapter_info(adapter_config, tensors), profile,
-                                     base_model_id, profile_base)
-        await profiles_repo.store_verdict(uow.conn, profiles_repo.verdict_row(
-            version_id, profile, ok, reasons, utcnow()))
+        ok, reasons = await profiles.judge_stored(uow, version_id, profile)
     return {"compatible": ok, "reasons": reasons}
 
 

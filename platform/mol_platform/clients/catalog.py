@@ -145,7 +145,7 @@ class CatalogClient:
     def publish(self, folder: Path, adapter: str, *, base: str | None = None,
                 alias: str | None = None, tags: Sequence[str] = (), parent: int | None = None,
                 source: str | None = None, labels: Mapping[str, str] | None = None,
-                progress: Progress | None = None) -> m.Published:
+                progress: Progress | None = None, force: bool = False) -> m.Published:
         """Publish a PEFT folder as a new version (or get the identical existing one).
 
         The multipart body is streamed from disk; ``progress(sent, total)`` sees each chunk.
@@ -160,7 +160,8 @@ class CatalogClient:
         for key, value in (("base", base), ("alias", alias), ("source", source),
                            ("parent", None if parent is None else str(parent)),
                            ("tags", ",".join(tags) if tags else None),
-                           ("labels", json.dumps(dict(labels)) if labels else None)):
+                           ("labels", json.dumps(dict(labels)) if labels else None),
+                           ("force", "true" if force else None)):
             if value is not None:
                 fields.append((key, value))
         body = MultipartBody(fields, files, progress)
@@ -200,10 +201,48 @@ class CatalogClient:
         return typed(m.VersionDetail, self._json(
             "GET", f"/v1/adapters/{namespace}/{name}/versions/{int(version)}"))
 
-    def set_alias(self, adapter: str, alias: str, version: int) -> m.AliasSet:
-        """Point ``alias`` at ``version`` (``previous``: where it pointed before)."""
-        return typed(m.AliasSet, self._json("PUT", alias_path(adapter, alias),
-                                            json={"version": int(version)}))
+    def set_alias(self, adapter: str, alias: str, version: int,
+                  force: bool = False) -> m.AliasSet:
+        """Point ``alias`` at ``version`` (``previous``: where it pointed before); a
+        refused move of a protected alias is a CatalogError 409 with its reasons, unless an
+        admin ``force``s it."""
+        body: dict[str, Any] = {"version": int(version)}
+        if force:
+            body["force"] = True
+        return typed(m.AliasSet, self._json("PUT", alias_path(adapter, alias), json=body))
+
+    # --- namespaces: protected aliases, webhooks ----------------------------------------
+
+    def protected_aliases(self, namespace: str) -> m.ProtectedAliases:
+        return typed(m.ProtectedAliases, self._json(
+            "GET", f"/v1/namespaces/{quote_segment(namespace)}/protected-aliases"))
+
+    def set_protected_aliases(self, namespace: str,
+                              aliases: Sequence[str]) -> m.ProtectedAliases:
+        """Replace the namespace's protected aliases (admin)."""
+        return typed(m.ProtectedAliases, self._json(
+            "PUT", f"/v1/namespaces/{quote_segment(namespace)}/protected-aliases",
+            json={"protected_aliases": list(aliases)}))
+
+    def create_webhook(self, namespace: str, url: str, secret: str,
+                       events: Sequence[str]) -> m.Webhook:
+        return typed(m.Webhook, self._json(
+            "POST", f"/v1/namespaces/{quote_segment(namespace)}/webhooks",
+            json={"url": url, "secret": secret, "events": list(events)}))
+
+    def list_webhooks(self, namespace: str) -> list[m.Webhook]:
+        return typed(m.WebhookList, self._json(
+            "GET", f"/v1/namespaces/{quote_segment(namespace)}/webhooks")).items
+
+    def delete_webhook(self, namespace: str, webhook_id: int) -> None:
+        self.request("DELETE",
+                     f"/v1/namespaces/{quote_segment(namespace)}/webhooks/{int(webhook_id)}")
+
+    def webhook_deliveries(self, namespace: str, webhook_id: int,
+                           limit: int = 50) -> list[m.WebhookDelivery]:
+        return typed(m.WebhookDeliveryList, self._json(
+            "GET", f"/v1/namespaces/{quote_segment(namespace)}/webhooks/{int(webhook_id)}"
+            "/deliveries", params={"limit": limit})).items
 
     def alias_history(self, adapter: str, alias: str) -> list[m.AliasMove]:
         """Every move of the alias, newest first."""

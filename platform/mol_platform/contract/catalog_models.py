@@ -55,8 +55,20 @@ class Resolved(CatalogModel):
     verdict: Verdict | None  # None without ``profile``
 
 
+class Refusal(Reason):
+    """Why an alias may not move: ``yanked`` or ``incompatible`` (with its ``profile``)."""
+
+    profile: str | None = None
+
+
+class AliasRefused(CatalogModel):
+    alias: str
+    reasons: list[Refusal]
+
+
 class Published(CatalogModel):
-    """``POST .../versions``; ``created`` is False for content already published."""
+    """``POST .../versions``; ``created`` is False for content already published;
+    ``alias_refused``: the form's alias did not move (the version is stored)."""
 
     adapter: str
     version: int
@@ -65,6 +77,7 @@ class Published(CatalogModel):
     status: str
     base: str
     verdicts: dict[str, Verdict]
+    alias_refused: AliasRefused | None = None
 
 
 class AdapterItem(CatalogModel):
@@ -130,6 +143,8 @@ class AliasSet(CatalogModel):
     alias: str
     version: int
     previous: int | None
+    forced: bool = False  # an admin forced it past ``overridden``
+    overridden: list[Refusal] | None = None
 
 
 class AliasMove(CatalogModel):
@@ -137,6 +152,47 @@ class AliasMove(CatalogModel):
     previous: int | None
     changed_by: str | None
     changed_at: str | None
+    forced: bool
+    overridden: list[Refusal] | None
+
+
+class ProtectedAliases(CatalogModel):
+    """``/v1/namespaces/{ns}/protected-aliases``."""
+
+    namespace: str
+    protected_aliases: list[str]
+    default: bool
+    updated_by: str | None
+    updated_at: str | None
+
+
+class Webhook(CatalogModel):
+    id: int
+    namespace: str
+    url: str
+    events: list[str]
+    created_by: str | None
+    created_at: str | None
+
+
+class WebhookList(CatalogModel):
+    items: list[Webhook]
+
+
+class WebhookDelivery(CatalogModel):
+    delivery_id: str
+    event_id: int
+    status: str
+    attempts: int
+    next_attempt_at: str | None
+    last_status: int | None
+    last_error: str | None
+    created_at: str | None
+    delivered_at: str | None
+
+
+class WebhookDeliveryList(CatalogModel):
+    items: list[WebhookDelivery]
 
 
 class AliasHistory(CatalogModel):

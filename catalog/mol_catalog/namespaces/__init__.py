@@ -1,0 +1,1 @@
+"""namespaces: per-namespace policy (protected aliases) and where aliases are served."""
