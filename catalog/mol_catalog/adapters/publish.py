@@ -32,9 +32,11 @@ from mol_catalog.errors import (
     BadRequest,
     Incompatible,
     InvalidFile,
+    SignatureRejected,
     Unavailable,
     ValidationFailed,
 )
+from mol_catalog.signing import service as signing
 from mol_catalog.util import (
     checked,
     clean_text,
@@ -182,6 +184,10 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
         raise InvalidFile(f"{CONFIG_FILE}: {exc}") from None
     base_ref = clean_text(upload.fields.get("base"), "base") or _default_base(info)
     base = await _find_base(catalog, base_ref)
+    signature = upload.fields.get("signature") or None
+    async with catalog.db.read() as conn:
+        signed_by = await signing.check_publish(
+            conn, namespace, {p: f.digest for p, f in upload.files.items()}, signature)
     reasons = check_base(info, base.shapes)
     if reasons:
         for r in reasons:
@@ -200,6 +206,7 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
                          tensors=tensors, base_model_id=base.id, base_ref=base.ref,
                          config_digest=digests[0], tensors_digest=digests[1],
                          created_by=created_by, blobs_after=pre.deletions,
+                         signature=signature if signed_by else None, signed_by=signed_by,
                          **options)
     for attempt in range(RETRIES):
         try:
@@ -239,6 +246,7 @@ async def publish_form(catalog: Catalog, namespace: str, name: str, request: Req
             upload.cleanup()
     except ApiError as exc:
         result = ("incompatible" if isinstance(exc, Incompatible)
+                  else "bad_signature" if isinstance(exc, SignatureRejected)
                   else {413: "too_large"}.get(exc.status, "invalid"))
         catalog.metrics.publishes.labels(result).inc()
         raise

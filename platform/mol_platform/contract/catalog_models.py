@@ -53,6 +53,14 @@ class Resolved(CatalogModel):
     base: str
     files: list[ResolvedFile]
     verdict: Verdict | None  # None without ``profile``
+    # The model-signing signature checked at publish (a Sigstore bundle, JSON), the id of
+    # the key that signed it, that key's PEM and whether it was revoked since.
+    signature: str | None = None
+    signed_by: str | None = None
+    signer_key: str | None = None
+    signer_revoked: bool = False
+    # Whether ``profile`` requires its engines to verify the signature.
+    signature_required: bool = False
 
 
 class Published(CatalogModel):
@@ -169,6 +177,7 @@ class Profile(CatalogModel):
     max_lora_rank: int
     max_loras: int | None
     supported_modules: list[str] | None
+    require_signatures: bool = False
     generation: int
     updated_at: str | None
 
