@@ -29,6 +29,7 @@ from mol_catalog.cli.common import (
     print_reasons,
     print_table,
 )
+from mol_catalog.cli.signing import read_signature, register_signing, sign_folder
 from mol_catalog.cli.versions import register_versions
 from mol_catalog.logs import LogFormat, LogLevel
 from mol_platform.contract.catalog_models import AdapterDetail, Published, VersionItem
@@ -124,18 +125,30 @@ def publish(
     label: Annotated[list[str] | None, typer.Option(
         metavar="KEY=VALUE", help="A label of the adapter, e.g. team=search; repeat for more "
         "(the adapter's labels become these).")] = None,
+    sign_key: Annotated[Path | None, typer.Option(
+        "--sign-key", metavar="KEY.pem", help="Sign the two adapter files with this "
+        "elliptic-curve private key (OpenSSF model-signing) and upload the signature with "
+        "the version; its public key must be registered (mol catalog keys add).")] = None,
+    signature: Annotated[Path | None, typer.Option(
+        "--signature", metavar="FILE", help="Upload this model-signing signature (made "
+        "elsewhere, e.g. with `model_signing sign key`) instead of signing here.")] = None,
     output: OutputOption = Output.text,
 ) -> None:
     """Publish an adapter folder as a new immutable version.
 
     The catalog checks it against its base model and every serving profile of that base
     and prints the verdicts. Publishing identical content again returns the existing
-    version.
+    version. With --sign-key (or --signature) the catalog verifies the signature against
+    the namespace's keys before it stores anything.
 
     Example: mol catalog publish ./out/coding --name acme/coding --alias stable --tag code
-    --label team=search
+    --label team=search --sign-key ./release.pem
     """
     labels = parse_labels(label or [])
+    if sign_key is not None and signature is not None:
+        fail("pass --sign-key or --signature, not both", code=2)
+    signed = (sign_folder(folder, sign_key) if sign_key is not None
+              else read_signature(signature) if signature is not None else None)
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -157,7 +170,7 @@ def publish(
 
         result = client.publish(folder, name, base=base, alias=alias, tags=tag or (),
                                 parent=parent, source=source, labels=labels,
-                                progress=progress)
+                                progress=progress, signature=signed)
     emit(output, result, lambda: _print_published(name, alias, result))
 
 
@@ -339,6 +352,7 @@ def yank(
 app.add_typer(alias_app, name="alias")
 register_admin(app)
 register_versions(app)
+register_signing(app)
 
 
 def _parse_ref(ref: str) -> AdapterRef:
