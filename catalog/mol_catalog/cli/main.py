@@ -277,8 +277,9 @@ def _print_adapter(info: AdapterDetail, versions: list[VersionItem]) -> None:
                              or "-"))
     typer.echo("aliases: " + (", ".join(f"{a} -> v{v}" for a, v in sorted(info.aliases.items()))
                               or "-"))
-    print_table(["VERSION", "STATUS", "RANK", "SIZE", "DIGEST", "CREATED"], [
-        [f"v{v.version}", v.status, v.rank, human_size(v.size), v.digest, v.created_at]
+    print_table(["VERSION", "STATUS", "RANK", "SIZE", "DIGEST", "SIGNED_BY", "CREATED"], [
+        [f"v{v.version}", v.status, v.rank, human_size(v.size), v.digest,
+         v.signed_by[:16] if v.signed_by else "-", v.created_at]
         for v in versions])
 
 
