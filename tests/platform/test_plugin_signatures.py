@@ -8,6 +8,8 @@ from __future__ import annotations
 import hashlib
 import logging
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -251,3 +253,15 @@ async def test_env_requirement_and_pinned_signers(
         await pinned_elsewhere.aclose()
     assert "untrusted_key" in caplog.text
     shutil.rmtree(tmp_path / "a")
+
+
+def test_the_plugin_never_imports_model_signing() -> None:
+    """The engine image installs no model-signing or sigstore: the plugin's modules must
+    load without them."""
+    code = ("import sys; import mol_platform.apps.vllm_plugin.resolver; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('model_signing', 'sigstore', 'sigstore_models', 'tuf', 'in_toto_attestation')); "
+            "print(bad); sys.exit(1 if bad else 0)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
