@@ -27,8 +27,10 @@ from mol_platform.apps.vllm_plugin.signatures import (
     check_signature,
     verify_folder,
 )
-from mol_platform.clients.catalog import CatalogClient
+from mol_platform.clients.catalog import CatalogClient, CatalogError
+from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.contract import model_signature as ms
+from mol_platform.contract.catalog_models import Resolved
 from mol_testkit.catalog import LiveCatalog, running_catalog
 from mol_testkit.signing import (
     KeyPair,
@@ -265,3 +267,36 @@ def test_the_plugin_never_imports_model_signing() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=False)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+class Unreachable(AsyncCatalogClient):
+    """The catalog down: every resolve fails as a refused connection does."""
+
+    async def resolve(self, ref: str, profile: str | None = None) -> Resolved:
+        raise CatalogError(0, "Unreachable", "connection refused")
+
+
+async def test_offline_loads_are_verified_too(
+        catalog: SignedCatalog, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """While the catalog is unreachable, a cached adapter is checked against the signature
+    kept in the cache entry: intact it loads, altered it is refused."""
+    cache = tmp_path / "cache"
+    online = make(catalog.live.url, cache)
+    try:
+        found = await online.resolve(f"{NS}/chat@v1")
+        assert found is not None
+    finally:
+        await online.aclose()
+    offline_settings = ResolverSettings(catalog_url=catalog.live.url,
+                                        serving_profile=SIGNED_PROFILE,
+                                        adapter_cache_dir=cache, require_signatures=True)
+    offline = MolResolver(offline_settings, client=Unreachable(catalog.live.url))
+    try:
+        assert await offline.resolve(f"{NS}/chat@v1") is not None
+        config = found.path / "adapter_config.json"
+        config.write_bytes(config.read_bytes() + b" ")
+        with caplog.at_level(logging.INFO):
+            assert await offline.resolve(f"{NS}/chat@v1") is None
+    finally:
+        await offline.aclose()
+    assert "adapter_config.json differs from the signed file" in caplog.text
