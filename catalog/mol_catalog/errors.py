@@ -85,6 +85,15 @@ class Incompatible(ApiError):
     error = "Incompatible"
 
 
+class SignatureRejected(ApiError):
+    """A publish whose model-signing signature is missing (when the namespace requires
+    one), malformed, by an unknown or revoked key, or not over the uploaded files;
+    ``reason`` is a stable code."""
+
+    status = 422
+    error = "SignatureRejected"
+
+
 class ValidationFailed(ApiError):
     status = 422
     error = "ValidationError"
@@ -153,7 +162,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
         (404, "No such adapter, version, alias, blob, profile or path"),
         (409, "Conflicts with the current state (yanked version, alias target, content)"),
         (413, "Upload larger than MAX_UPLOAD_BYTES"),
-        (422, "Request validation failed, or the adapter does not fit its base"),
+        (422, "Request validation failed, the adapter does not fit its base, or its "
+              "signature was rejected"),
         (500, "Unexpected failure (logged by the catalog)"),
     )
 }

@@ -24,7 +24,8 @@ class CatalogMetrics:
                                   "by route template", ["route"], buckets=BUCKETS,
                                   registry=self.registry)
         self.publishes = Counter("mol_catalog_publishes_total", "Publish attempts by result "
-                                 "(created, existing, invalid, incompatible, too_large, error)",
+                                 "(created, existing, invalid, incompatible, bad_signature, "
+                                 "too_large, error)",
                                  ["result"], registry=self.registry)
         self.compat_rejections = Counter("mol_catalog_compat_rejections_total", "Compatibility "
                                          "reasons found (publish rejections and false verdicts)",

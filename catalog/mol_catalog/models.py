@@ -27,6 +27,7 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.sql.expression import false
 
 # BIGINT ids on Postgres, INTEGER PRIMARY KEY (rowid) on SQLite.
 BigId = BigInteger().with_variant(Integer(), "sqlite")
@@ -46,6 +47,30 @@ class Namespace(Base):
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     name: Mapped[str] = mapped_column(String(63), unique=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # Signature policy: publishes must carry a model-signing signature by one of the
+    # namespace's registered, unrevoked keys (only those in ``signature_keys`` when set).
+    require_signatures: Mapped[bool] = mapped_column(Boolean, default=False,
+                                                     server_default=false())
+    signature_keys: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+
+
+class SigningKey(Base):
+    """A public key that may sign a namespace's adapters; revoked keys stay listed."""
+
+    __tablename__ = "signing_keys"
+    __table_args__ = (
+        UniqueConstraint("namespace_id", "key_id", name="uq_signing_keys_namespace_id_key_id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    namespace_id: Mapped[int] = mapped_column(ForeignKey("namespaces.id"))
+    # sha256 hex of the PEM public key: the hint model-signing writes into a signature.
+    key_id: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(63))
+    public_key: Mapped[str] = mapped_column(Text)
+    created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True), nullable=True)
 
 
 class BaseLLM(Base):
@@ -79,6 +104,9 @@ class ServingProfile(Base):
     max_lora_rank: Mapped[int] = mapped_column(Integer)
     max_loras: Mapped[int | None] = mapped_column(Integer, nullable=True)
     supported_modules: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
+    # Engines serving this profile load only adapters with a valid signature.
+    require_signatures: Mapped[bool] = mapped_column(Boolean, default=False,
+                                                     server_default=false())
     # Bumped on every change; verdicts computed for an older generation are stale.
     generation: Mapped[int] = mapped_column(Integer, default=1)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -159,6 +187,10 @@ class Version(Base):
         ForeignKey("shared_docs.digest", name="fk_versions_tensors_digest_shared_docs"))
     created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    # The model-signing signature (a Sigstore bundle, JSON) checked at publish, and the
+    # id of the key it verified with; both NULL for an unsigned version.
+    signature: Mapped[str | None] = mapped_column(Text, nullable=True)
+    signed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class SharedDoc(Base):

@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from mol_catalog.errors import ERROR_RESPONSES
 from mol_catalog.util import MAX_BIGINT
+from mol_platform.contract.model_signature import KEY_ID_PATTERN
 from mol_platform.contract.refs import (
     ALIAS_PATTERN,
     DIGEST_PATTERN,
@@ -50,6 +51,8 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "version": {"pattern": f"^{VERSION_NUMBER_PATTERN}$",
                 "description": f"A version number, 1 to {MAX_VERSION} (3 or v3)"},
     "hexdigest": {"pattern": "^[0-9a-f]{64}$"},
+    "key_id": {"pattern": f"^{KEY_ID_PATTERN}$",
+               "description": "sha256 hex of the key's PEM (as `mol catalog keys ls` shows)"},
     "limit": {"minimum": 1, "maximum": 500},
 }
 

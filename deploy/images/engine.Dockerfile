@@ -29,9 +29,11 @@ COPY catalog /tmp/mol-platform/catalog
 COPY operator /tmp/mol-platform/operator
 COPY router /tmp/mol-platform/router
 COPY migrations /tmp/mol-platform/migrations
-# No extras: the plugin needs only pydantic, httpx and prometheus-client, which vLLM has.
+# No extras: the plugin needs only pydantic, httpx, prometheus-client and cryptography (its
+# signature check), which vLLM has; model-signing and sigstore are never installed here.
 RUN python3 -m pip install --no-cache-dir --no-deps /tmp/mol-platform \
     && python3 -m pip install --no-cache-dir "pydantic-settings>=2.6,<3" "typer>=0.15,<1" \
+       "cryptography>=42" \
     && rm -rf /tmp/mol-platform
 COPY --from=demo /demo/tiny-llama /models/demo/tiny-llama
 # vLLM's image runs as root; this one as uid 10001 (the operator's runAsUser).

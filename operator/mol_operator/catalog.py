@@ -137,7 +137,8 @@ async def declare_and_resolve(client: AsyncCatalogClient, obj: MoLDeployment, pr
         await client.set_profile(profile, base_model=f"{base.name}@{revision}",
                                  max_lora_rank=spec.engine.max_lora_rank,
                                  max_loras=spec.engine.max_loras,
-                                 engine=engine_label(spec.engine.image))
+                                 engine=engine_label(spec.engine.image),
+                                 require_signatures=spec.engine.require_signatures)
     except CatalogError as exc:
         pinned = f"@{base.revision}" if base.revision else ""
         raise _failure(client, exc, delay, "CatalogError",

@@ -26,6 +26,8 @@ import httpx
 import pytest
 import schemathesis
 import uvicorn
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
 from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode, checks
@@ -51,7 +53,8 @@ CHECKS = checks.CHECKS.get_all()
 # with its config, a profile's base that must be registered), so a schema-valid body is
 # refused with 400 for its content, not its shape.
 CONTENT_CHECKED = {"POST /v1/adapters/{ns}/{name}/versions", "POST /v1/base-models",
-                   "PUT /v1/serving-profiles/{profile}"}
+                   "PUT /v1/serving-profiles/{profile}", "POST /v1/namespaces/{ns}/keys",
+                   "PUT /v1/namespaces/{ns}/signature-policy"}
 # The storage-breaking strings are meant to be refused: acceptance is not expected.
 NASTY_CHECKS = [c for c in CHECKS if c is not checks.positive_data_acceptance]
 # Any number 0..2^63-1 is a valid cursor (``encode_cursor``); a generated string is not:
@@ -113,6 +116,11 @@ def _seed(url: str) -> dict[str, str]:
         assert r.status_code == 201, r.text
         digest = r.json()["digest"]
         files = http.get("/v1/resolve/acme/coding@v1").json()["files"]
+        pem = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
+            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        r = http.post("/v1/namespaces/acme/keys", json={"name": "ci", "public_key": pem.decode()})
+        assert r.status_code == 201, r.text
+        key_id = r.json()["key_id"]
         r = http.post("/v1/adapters/scratch/coding/versions", files=model.files(model.adapter()),
                       data={"alias": "stable"})
         assert r.status_code == 201, r.text
@@ -124,7 +132,7 @@ def _seed(url: str) -> dict[str, str]:
     return {"webhook_id": str(hooks[0].json()["id"]), "ns": "acme", "name": "coding",
             "alias": "stable", "version": "1",
             "name_ref": "coding@stable", "profile": "small", "hexdigest": files[0]["digest"][7:],
-            "token_id": "1", "manifest": digest, "base": model.name}
+            "token_id": "1", "manifest": digest, "base": model.name, "key_id": key_id}
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])

@@ -533,3 +533,48 @@ def test_protected_alias_refused_by_publish_and_alias_set_then_forced(
     assert mol(server, "protected", "set", "pa").exit_code == 1  # neither aliases nor --none
     assert mol(server, "protected", "set", "pa", "--none").stdout == "pa: protected (none)\n"
     assert mol(server, "alias", "set", "pa/coding@prod", "v1").exit_code == 0
+
+
+def test_signed_publish_with_openssl_keys(server: str, demo: Path, base: str,
+                                          tmp_path: Path) -> None:
+    """The documented flow: an openssl key pair, keys add, policy set, publish
+    --sign-key; unsigned and wrongly signed publishes are refused with the reason."""
+    key, pub = tmp_path / "release.pem", tmp_path / "release.pub"
+    subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out",
+                    str(key)], check=True)
+    subprocess.run(["openssl", "ec", "-in", str(key), "-pubout", "-out", str(pub)], check=True,
+                   capture_output=True)
+    added = mol(server, "keys", "add", "sig", "release-2026", pub)
+    assert added.exit_code == 0, added.stderr
+    kid = added.stdout.split()[1]
+    assert len(kid) == 64
+    listed = mol(server, "keys", "ls", "sig")
+    assert kid in listed.stdout
+    assert "release-2026" in listed.stdout
+    assert mol(server, "keys", "policy", "set", "sig", "--require", "--key", kid).exit_code == 0
+    shown = mol(server, "keys", "policy", "show", "sig")
+    assert shown.stdout.strip() == f"sig: signatures required, by {kid}"
+    chat = demo / "adapters" / "chat"
+    unsigned = mol(server, "publish", chat, "--name", "sig/chat", "--base", base)
+    assert unsigned.exit_code == 1
+    assert "missing_signature" in unsigned.stderr or "requires a model-signing" in (
+        unsigned.stderr)
+    other = tmp_path / "other.pem"
+    subprocess.run(["openssl", "ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out",
+                    str(other)], check=True)
+    wrong = mol(server, "publish", chat, "--name", "sig/chat", "--base", base,
+                "--sign-key", other)
+    assert wrong.exit_code == 1
+    assert "is not registered in namespace 'sig'" in wrong.stderr
+    signed = mol(server, "publish", chat, "--name", "sig/chat", "--base", base,
+                 "--sign-key", key)
+    assert signed.exit_code == 0, signed.stderr
+    shown_version = json.loads(mol(server, "show", "sig/chat", "-o", "json").stdout)
+    assert [(v["signed"], v["signed_by"]) for v in shown_version["versions"]] == [(True, kid)]
+    assert kid[:16] in mol(server, "show", "sig/chat").stdout
+    revoked = mol(server, "keys", "revoke", "sig", kid)
+    assert revoked.exit_code == 0
+    assert "revoked at" in revoked.stdout
+    both = mol(server, "publish", chat, "--name", "sig/chat", "--sign-key", key,
+               "--signature", key)
+    assert both.exit_code == 2

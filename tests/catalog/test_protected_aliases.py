@@ -53,6 +53,17 @@ def test_refusals_is_a_pure_function_of_facts_and_policy() -> None:
     assert refusals(facts, Policy(frozenset({"prod"}))) == []
     yanked = MoveFacts("acme/coding", "canary", 3, "yanked", "leaks", (), "base profiles")
     assert [r["code"] for r in refusals(yanked, Policy(frozenset()))] == ["yanked"]
+    # a namespace that requires signatures: a protected alias moves to signed versions only
+    signing = Policy(frozenset({"stable"}), require_signatures=True)
+    unsigned = MoveFacts("acme/coding", "stable", 2, "ready", None, (good,), "resolves")
+    reasons = refusals(unsigned, signing)
+    assert [r["code"] for r in reasons] == ["unsigned"]
+    assert "--sign-key" in reasons[0]["message"]
+    signed = MoveFacts("acme/coding", "stable", 2, "ready", None, (good,), "resolves", "k" * 64)
+    assert refusals(signed, signing) == []
+    assert refusals(unsigned, Policy(frozenset({"stable"}))) == []  # not required
+    assert refusals(unsigned.__class__("acme/coding", "canary", 2, "ready", None, (good,),
+                                       "resolves"), signing) == []  # not protected
 
 
 async def test_default_stable_is_protected_and_refuses_an_incompatible_version(

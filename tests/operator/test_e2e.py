@@ -81,6 +81,7 @@ def test_create_update_restart_delete(kube: Any, kube_client: KubeClient, catalo
     with catalog.client() as admin:
         profile = admin.request("GET", "/v1/serving-profiles/default.macaron").json()
     assert profile["max_lora_rank"] == 16
+    assert profile["require_signatures"] is False  # spec.engine.requireSignatures unset
 
     # update -> only what changed is written (the engine Deployment), nothing else touched
     write_log.mark()

@@ -35,6 +35,7 @@ from mol_catalog.util import (
     valid_name,
     version_number,
 )
+from mol_platform.contract.model_signature import MAX_SIGNATURE_BYTES
 
 router = APIRouter(tags=["adapters"])
 PAGE_LIMIT = 50  # items per page of a listing when the request sets no limit
@@ -46,6 +47,8 @@ PUBLISH_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
         **{p: {"type": "string", "format": "binary"} for p in FILE_PARTS},
         **{f: {"type": "string"} for f in FIELDS},
         "source": {"type": "string", "maxLength": pipeline.MAX_SOURCE_CHARS},
+        "signature": {"type": "string", "maxLength": MAX_SIGNATURE_BYTES, "description": (
+            "the model-signing signature (Sigstore bundle JSON) over the two files")},
     }}}}}}
 
 

@@ -25,6 +25,7 @@ from mol_catalog.errors import Conflict, Forbidden
 from mol_catalog.namespaces import repository as ns_repo
 from mol_catalog.profiles import repository as profiles_repo
 from mol_catalog.profiles import service as profiles
+from mol_catalog.signing import repository as signing_repo
 
 DEFAULT_PROTECTED: tuple[str, ...] = ("stable",)
 
@@ -48,6 +49,8 @@ class MoveFacts:
     yank_reason: str | None
     served: tuple[ServedVerdict, ...]
     served_by: str
+    signed_by: str | None = None
+    """The key id the version's signature verified with at publish (None: unsigned)."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class Policy:
     """The namespace's rules for alias moves."""
 
     protected: frozenset[str]
+    require_signatures: bool = False
 
 
 Reason = dict[str, Any]
@@ -85,9 +89,21 @@ def _incompatible(facts: MoveFacts, policy: Policy) -> list[Reason]:
     return out
 
 
+def _unsigned(facts: MoveFacts, policy: Policy) -> list[Reason]:
+    """Where the namespace requires signatures, a protected alias only moves to a signed
+    version (one published before the requirement may be unsigned)."""
+    if facts.alias not in policy.protected or not policy.require_signatures or facts.signed_by:
+        return []
+    return [{"code": "unsigned", "message": (
+        f"{facts.adapter} v{facts.version} is unsigned and namespace "
+        f"{facts.adapter.split('/', 1)[0]!r} requires signatures: publish it again with "
+        "--sign-key")}]
+
+
 CHECKS: tuple[Callable[[MoveFacts, Policy], list[Reason]], ...] = (
     _yanked,
     _incompatible,
+    _unsigned,
 )
 
 
@@ -98,7 +114,9 @@ def refusals(facts: MoveFacts, policy: Policy) -> list[Reason]:
 
 async def policy_of(uow: UnitOfWork, namespace: str) -> Policy:
     found = await ns_repo.policy(uow.conn, namespace)
-    return Policy(frozenset(found[0] if found is not None else DEFAULT_PROTECTED))
+    signing = await signing_repo.policy(uow.conn, namespace)
+    return Policy(frozenset(found[0] if found is not None else DEFAULT_PROTECTED),
+                  require_signatures=bool(signing is not None and signing.required))
 
 
 @dataclass(frozen=True)
@@ -109,10 +127,11 @@ class MoveTarget:
     number: int
     status: str
     yank_reason: str | None
+    signed_by: str | None = None
 
     @classmethod
     def of(cls, v: VersionRow) -> MoveTarget:
-        return cls(v.id, v.number, v.status, v.yank_reason)
+        return cls(v.id, v.number, v.status, v.yank_reason, v.signed_by)
 
 
 async def gather(uow: UnitOfWork, row: AdapterRow, alias: str, v: MoveTarget,
@@ -139,7 +158,7 @@ async def gather(uow: UnitOfWork, row: AdapterRow, alias: str, v: MoveTarget,
                 ok, reasons = verdict["compatible"], verdict["reasons"]
             served.append(ServedVerdict(p.name, bool(ok), tuple(reasons)))
     return MoveFacts(row.full_name, alias, v.number, v.status, v.yank_reason, tuple(served),
-                     served_by)
+                     served_by, v.signed_by)
 
 
 @dataclass(frozen=True)

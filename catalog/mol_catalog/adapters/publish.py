@@ -33,9 +33,11 @@ from mol_catalog.errors import (
     BadRequest,
     Incompatible,
     InvalidFile,
+    SignatureRejected,
     Unavailable,
     ValidationFailed,
 )
+from mol_catalog.signing import service as signing
 from mol_catalog.util import (
     checked,
     clean_text,
@@ -190,6 +192,10 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
         raise InvalidFile(f"{CONFIG_FILE}: {exc}") from None
     base_ref = clean_text(upload.fields.get("base"), "base") or _default_base(info)
     base = await _find_base(catalog, base_ref)
+    signature = upload.fields.get("signature") or None
+    async with catalog.db.read() as conn:
+        signed_by = await signing.check_publish(
+            conn, namespace, {p: f.digest for p, f in upload.files.items()}, signature)
     reasons = check_base(info, base.shapes)
     if reasons:
         for r in reasons:
@@ -208,7 +214,9 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
                          tensors=tensors, base_model_id=base.id, base_ref=base.ref,
                          config_digest=digests[0], tensors_digest=digests[1],
                          created_by=who.name, admin=who.admin, blobs_after=pre.deletions,
-                         bindings_since=catalog.bindings.since(), **options)
+                         bindings_since=catalog.bindings.since(),
+                         signature=signature if signed_by else None, signed_by=signed_by,
+                         **options)
     for attempt in range(RETRIES):
         try:
             # A concurrent publish to the same adapter may win a race on a unique key
@@ -247,6 +255,7 @@ async def publish_form(catalog: Catalog, namespace: str, name: str, request: Req
             upload.cleanup()
     except ApiError as exc:
         result = ("incompatible" if isinstance(exc, Incompatible)
+                  else "bad_signature" if isinstance(exc, SignatureRejected)
                   else {413: "too_large"}.get(exc.status, "invalid"))
         catalog.metrics.publishes.labels(result).inc()
         raise

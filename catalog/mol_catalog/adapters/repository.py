@@ -73,12 +73,14 @@ class VersionRow:
     yank_reason: str | None
     files: list[dict[str, Any]]
     base_model_id: int
+    signed_by: str | None = None  # the key id the signature verified with at publish
+    signature: str | None = None  # the model-signing bundle (JSON)
 
     @classmethod
     def of(cls, r: Sequence[Any]) -> VersionRow:
         return cls(int(r[0]), int(r[1]), r[2], r[3], int(r[4]), float(r[5]), json_value(r[6]),
                    int(r[7]), r[8], r[9], r[10], datetime_value(r[11]), r[12],
-                   json_value(r[13]), int(r[14]))
+                   json_value(r[13]), int(r[14]), r[15], r[16])
 
 
 _FULL_NAME = Adapter.full_name == bindparam("full_name", type_=String)
@@ -91,7 +93,8 @@ _ADAPTER_LOCKED = Prepared(_ADAPTER_ROW.with_for_update())
 _VERSION_ROW = select(Version.id, Version.number, Version.digest, Version.status, Version.rank,
                       Version.alpha, Version.target_modules, Version.size, Version.parent,
                       Version.source, Version.created_by, Version.created_at,
-                      Version.yank_reason, Version.files, Version.base_model_id)
+                      Version.yank_reason, Version.files, Version.base_model_id,
+                      Version.signed_by, Version.signature)
 _VERSION_BY_NUMBER = _VERSION_ROW.where(Version.adapter_id == _ADAPTER_ID,
                                         Version.number == bindparam("number", type_=Integer))
 _VERSION = Prepared(_VERSION_BY_NUMBER)

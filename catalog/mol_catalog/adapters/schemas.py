@@ -49,6 +49,9 @@ class PublishRequest:
     admin: bool = False  # whether the publisher may force
     # Bindings seen since this count as the profiles an alias is served under.
     bindings_since: datetime | None = None
+    # The model-signing signature checked before the blobs were stored, and its key's id.
+    signature: str | None = None
+    signed_by: str | None = None
     # The newest blob deletion id seen before the blobs were stored (blobs.orphans.guard).
     blobs_after: int = 0
     verdict_reasons: dict[str, list[str]] = field(default_factory=dict)
@@ -124,6 +127,8 @@ class VersionItemOut(ResponseBody):
     created_by: str | None
     created_at: str | None
     yank_reason: str | None
+    signed: bool = Field(description="a model-signing signature verified at publish")
+    signed_by: str | None = Field(description="the id of the key that signed it")
 
 
 class VersionPageOut(ResponseBody):
@@ -141,6 +146,8 @@ class VersionOut(VersionItemOut):
     adapter: str
     base: str
     files: list[FileOut]
+    signature: str | None = Field(description="the model-signing signature (a Sigstore "
+                                  "bundle, JSON) over the files")
     verdicts: dict[str, VerdictOut]
 
 

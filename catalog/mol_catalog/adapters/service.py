@@ -28,7 +28,8 @@ def version_item(v: VersionRow) -> dict[str, Any]:
     return {"version": v.number, "digest": v.digest, "status": v.status, "rank": v.rank,
             "alpha": v.alpha, "target_modules": list(v.target_modules), "size": v.size,
             "parent": v.parent, "source": v.source, "created_by": v.created_by,
-            "created_at": v.created_at, "yank_reason": v.yank_reason}
+            "created_at": v.created_at, "yank_reason": v.yank_reason,
+            "signed": v.signed_by is not None, "signed_by": v.signed_by}
 
 
 async def get_adapter(conn: ReadConn, full_name: str, lock: bool = False) -> AdapterRow:
@@ -115,7 +116,8 @@ async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[Prof
                                                                req.upload.files.values()),
         "files": files, "config_digest": req.config_digest,
         "tensors_digest": req.tensors_digest,
-        "created_by": req.created_by, "created_at": now})
+        "created_by": req.created_by, "created_at": now, "signature": req.signature,
+        "signed_by": req.signed_by})
     await writes.insert_rows(conn, writes.VERSION_BLOBS, [
         {"digest": d, "version_id": version_id} for d in sorted({f.digest for f in
                                                                  req.upload.files.values()})])
@@ -304,7 +306,8 @@ async def version_detail(conn: ReadConn, full_name: str, number: int) -> dict[st
     v = await get_version(conn, row, number)
     return {"adapter": full_name, **version_item(v),
             "base": await base_repo.base_ref(conn, v.base_model_id),
-            "files": list(v.files), "verdicts": await repo.verdicts_for_version(conn, v.id)}
+            "files": list(v.files), "signature": v.signature,
+            "verdicts": await repo.verdicts_for_version(conn, v.id)}
 
 
 async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,

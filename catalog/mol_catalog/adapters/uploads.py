@@ -28,7 +28,7 @@ from mol_catalog.errors import BadRequest, PayloadTooLarge
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
 FILE_PARTS = (CONFIG_FILE, WEIGHTS_FILE)
-FIELDS = ("base", "alias", "parent", "source", "tags", "labels", "force")
+FIELDS = ("base", "alias", "parent", "source", "tags", "labels", "force", "signature")
 MAX_CONFIG_BYTES = 1024 * 1024
 MAX_FIELD_BYTES = 64 * 1024
 # Files up to this size are kept in memory; larger ones spill to a temp file.

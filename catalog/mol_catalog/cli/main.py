@@ -30,6 +30,7 @@ from mol_catalog.cli.common import (
     print_table,
 )
 from mol_catalog.cli.namespaces import register_namespaces
+from mol_catalog.cli.signing import read_signature, register_signing, sign_folder
 from mol_catalog.cli.versions import register_versions
 from mol_catalog.logs import LogFormat, LogLevel
 from mol_platform.contract.catalog_models import AdapterDetail, Published, VersionItem
@@ -129,22 +130,34 @@ def publish(
     force: Annotated[bool, typer.Option(
         "--force", help="Admin: move a protected --alias even when refused (recorded).")]
     = False,
+    sign_key: Annotated[Path | None, typer.Option(
+        "--sign-key", metavar="KEY.pem", help="Sign the two adapter files with this "
+        "elliptic-curve private key (OpenSSF model-signing) and upload the signature with "
+        "the version; its public key must be registered (mol catalog keys add).")] = None,
+    signature: Annotated[Path | None, typer.Option(
+        "--signature", metavar="FILE", help="Upload this model-signing signature (made "
+        "elsewhere, e.g. with `model_signing sign key`) instead of signing here.")] = None,
     output: OutputOption = Output.text,
 ) -> None:
     """Publish an adapter folder as a new immutable version.
 
     The catalog checks it against its base model and every serving profile of that base
     and prints the verdicts. Publishing identical content again returns the existing
-    version.
+    version. With --sign-key (or --signature) the catalog verifies the signature against
+    the namespace's keys before it stores anything.
 
     When the catalog refuses to move a protected --alias (the version is incompatible
     with a serving profile the alias is served under), the version is still stored, the
     alias stays where it was, the reasons go to stderr and the exit code is 3.
 
     Example: mol catalog publish ./out/coding --name acme/coding --alias stable --tag code
-    --label team=search
+    --label team=search --sign-key ./release.pem
     """
     labels = parse_labels(label or [])
+    if sign_key is not None and signature is not None:
+        fail("pass --sign-key or --signature, not both", code=2)
+    signed = (sign_folder(folder, sign_key) if sign_key is not None
+              else read_signature(signature) if signature is not None else None)
     from rich.console import Console
     from rich.progress import (
         BarColumn,
@@ -166,7 +179,7 @@ def publish(
 
         result = client.publish(folder, name, base=base, alias=alias, tags=tag or (),
                                 parent=parent, source=source, labels=labels,
-                                progress=progress, force=force)
+                                progress=progress, force=force, signature=signed)
     emit(output, result, lambda: _print_published(name, alias, result))
     refused = result.alias_refused
     if refused is not None:
@@ -279,8 +292,9 @@ def _print_adapter(info: AdapterDetail, versions: list[VersionItem]) -> None:
                              or "-"))
     typer.echo("aliases: " + (", ".join(f"{a} -> v{v}" for a, v in sorted(info.aliases.items()))
                               or "-"))
-    print_table(["VERSION", "STATUS", "RANK", "SIZE", "DIGEST", "CREATED"], [
-        [f"v{v.version}", v.status, v.rank, human_size(v.size), v.digest, v.created_at]
+    print_table(["VERSION", "STATUS", "RANK", "SIZE", "DIGEST", "SIGNED_BY", "CREATED"], [
+        [f"v{v.version}", v.status, v.rank, human_size(v.size), v.digest,
+         v.signed_by[:16] if v.signed_by else "-", v.created_at]
         for v in versions])
 
 
@@ -368,6 +382,7 @@ app.add_typer(alias_app, name="alias")
 register_admin(app)
 register_versions(app)
 register_namespaces(app)
+register_signing(app)
 
 
 def _parse_ref(ref: str) -> AdapterRef:

@@ -17,7 +17,8 @@ VERDICTS = cast(Table, Verdict.__table__)
 # The columns of a ProfileRow, in its order (other statements select them too).
 PROFILE_COLUMNS = (PROFILES.c.id, PROFILES.c.name, PROFILES.c.base_model_id, PROFILES.c.engine,
                    PROFILES.c.max_lora_rank, PROFILES.c.max_loras,
-                   PROFILES.c.supported_modules, PROFILES.c.generation, PROFILES.c.updated_at)
+                   PROFILES.c.supported_modules, PROFILES.c.generation, PROFILES.c.updated_at,
+                   PROFILES.c.require_signatures)
 
 
 @dataclass(frozen=True)
@@ -31,11 +32,12 @@ class ProfileRow:
     supported_modules: list[str] | None
     generation: int
     updated_at: datetime | None
+    require_signatures: bool = False
 
     @classmethod
     def of(cls, row: Any) -> ProfileRow:
         return cls(int(row[0]), row[1], int(row[2]), row[3], int(row[4]), row[5],
-                   json_value(row[6]), int(row[7]), datetime_value(row[8]))
+                   json_value(row[6]), int(row[7]), datetime_value(row[8]), bool(row[9]))
 
 
 _GET = Prepared(select(*PROFILE_COLUMNS).where(
@@ -57,7 +59,7 @@ async def get(conn: ReadConn, name: str) -> ProfileRow | None:
 
 async def list_all(conn: ReadConn) -> list[tuple[ProfileRow, str]]:
     """Every profile with its base's ``name@revision``, by name."""
-    return [(ProfileRow.of(r), f"{r[9]}@{r[10]}") for r in await _ALL.all(conn)]
+    return [(ProfileRow.of(r), f"{r[10]}@{r[11]}") for r in await _ALL.all(conn)]
 
 
 async def of_base(conn: ReadConn, base_model_id: int) -> list[ProfileRow]:

@@ -13,6 +13,9 @@ class ProfilePut(BaseModel):
     max_lora_rank: int = Field(ge=1, le=65536)
     max_loras: int | None = Field(default=None, ge=1, le=2**31 - 1)
     supported_modules: list[Text] | None = Field(default=None, max_length=1000)
+    require_signatures: bool = Field(default=False, description=(
+        "engines serving this profile load only adapters whose model-signing signature "
+        "verifies (resolve answers signature_required)"))
 
 
 class ProfileOut(ResponseBody):
@@ -22,6 +25,7 @@ class ProfileOut(ResponseBody):
     max_lora_rank: int
     max_loras: int | None
     supported_modules: list[str] | None
+    require_signatures: bool
     generation: int
     updated_at: str | None
 

@@ -26,7 +26,8 @@ from mol_platform.contract.safetensors_header import TensorInfo
 def record(row: ProfileRow, base: str) -> dict[str, Any]:
     return {"name": row.name, "base_model": base, "engine": row.engine,
             "max_lora_rank": row.max_lora_rank, "max_loras": row.max_loras,
-            "supported_modules": row.supported_modules, "generation": row.generation,
+            "supported_modules": row.supported_modules,
+            "require_signatures": row.require_signatures, "generation": row.generation,
             "updated_at": row.updated_at}
 
 
@@ -79,7 +80,8 @@ async def put(uow: UnitOfWork, name: str, body: ProfilePut) -> tuple[dict[str, A
     row = await repository.get(uow.conn, name)
     values: dict[str, Any] = {"base_model_id": base.id, "engine": body.engine,
                               "max_lora_rank": body.max_lora_rank, "max_loras": body.max_loras,
-                              "supported_modules": body.supported_modules}
+                              "supported_modules": body.supported_modules,
+                              "require_signatures": body.require_signatures}
     now = utcnow()
     if row is None:
         values.update(name=name, generation=1, updated_at=now)

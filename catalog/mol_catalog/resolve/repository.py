@@ -15,23 +15,29 @@ from mol_catalog.models import (
     Namespace,
     ServingProfile,
     SharedDoc,
+    SigningKey,
     Verdict,
     Version,
     VersionBlob,
 )
 
 RESOLVE_COLUMNS = ("id", "number", "digest", "status", "yank_reason", "files", "base_model_id",
-                   "base_name", "revision", "profile_id", "profile_generation", "compatible",
-                   "reasons", "verdict_generation")
+                   "base_name", "revision", "signature", "signed_by", "signer_key",
+                   "signer_revoked_at", "profile_id", "require_signatures",
+                   "profile_generation", "compatible", "reasons", "verdict_generation")
 
 
 def _resolve_statement(kind: str, profile: bool) -> Prepared:
     """One indexed statement per ref kind (alias, number, digest, latest) x profile or not."""
     cols: list[Any] = [Version.id, Version.number, Version.digest, Version.status,
                        Version.yank_reason, Version.files, Version.base_model_id,
-                       BaseLLM.name.label("base_name"), BaseLLM.revision]
+                       BaseLLM.name.label("base_name"), BaseLLM.revision,
+                       Version.signature, Version.signed_by,
+                       SigningKey.public_key.label("signer_key"),
+                       SigningKey.revoked_at.label("signer_revoked_at")]
     if profile:
         cols += [ServingProfile.id.label("profile_id"),
+                 ServingProfile.require_signatures,
                  ServingProfile.generation.label("profile_generation"),
                  Verdict.compatible, Verdict.reasons,
                  Verdict.profile_generation.label("verdict_generation")]
@@ -49,7 +55,9 @@ def _resolve_statement(kind: str, profile: bool) -> Prepared:
     else:
         stmt = stmt.join(Version, and_(Version.adapter_id == Adapter.id,
                                        Version.number == Adapter.latest_version))
-    stmt = stmt.join(BaseLLM, BaseLLM.id == Version.base_model_id)
+    stmt = stmt.join(BaseLLM, BaseLLM.id == Version.base_model_id).outerjoin(
+        SigningKey, and_(SigningKey.namespace_id == Adapter.namespace_id,
+                         SigningKey.key_id == Version.signed_by))
     if profile:
         stmt = stmt.outerjoin(
             ServingProfile, ServingProfile.name == bindparam("profile", type_=String)
@@ -87,9 +95,10 @@ async def resolve(conn: ReadConn, full_name: str, *, number: int | None = None,
         if out["compatible"] is not None:
             out["compatible"] = bool(out["compatible"])
         out["reasons"] = json_value(out["reasons"])
+        out["require_signatures"] = bool(out["require_signatures"])
     else:
-        out.update(profile_id=None, profile_generation=None, compatible=None, reasons=None,
-                   verdict_generation=None)
+        out.update(profile_id=None, require_signatures=False, profile_generation=None,
+                   compatible=None, reasons=None, verdict_generation=None)
     return out
 
 

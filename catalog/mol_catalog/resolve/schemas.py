@@ -22,3 +22,10 @@ class ResolveOut(ResponseBody):
     base: str
     files: list[ResolvedFileOut]
     verdict: VerdictOut | None
+    signature: str | None = Field(description="the model-signing signature (a Sigstore "
+                                  "bundle, JSON) checked at publish; null: unsigned")
+    signed_by: str | None = Field(description="the id of the key that signed it")
+    signer_key: str | None = Field(description="that key's PEM public key")
+    signer_revoked: bool = Field(description="the key was revoked after the publish")
+    signature_required: bool = Field(description="the profile's engines load only "
+                                     "signed adapters (false without profile)")

@@ -47,7 +47,10 @@ async def resolve(db: Database, ref: AdapterRef, profile: str | None) -> dict[st
     return {"adapter": ref.adapter, "version": row["number"], "digest": row["digest"],
             "status": row["status"], "yank_reason": row["yank_reason"],
             "base": f"{row['base_name']}@{row['revision']}", "files": row["files"],
-            "verdict": verdict}
+            "verdict": verdict, "signature": row["signature"], "signed_by": row["signed_by"],
+            "signer_key": row["signer_key"],
+            "signer_revoked": row["signer_revoked_at"] is not None,
+            "signature_required": row["require_signatures"]}
 
 
 async def _compute_verdict(db: Database, version_id: int, profile_name: str) -> dict[str, Any]:

@@ -128,9 +128,11 @@ class CatalogClient:
 
     def set_profile(self, name: str, *, base_model: str, max_lora_rank: int, max_loras: int,
                     engine: str | None = None,
-                    supported_modules: Sequence[str] | None = None) -> m.Profile:
+                    supported_modules: Sequence[str] | None = None,
+                    require_signatures: bool = False) -> m.Profile:
         """Declare or change a serving profile."""
-        body = profile_body(base_model, max_lora_rank, max_loras, engine, supported_modules)
+        body = profile_body(base_model, max_lora_rank, max_loras, engine, supported_modules,
+                            require_signatures)
         return typed(m.Profile, self._json("PUT", f"/v1/serving-profiles/{quote_segment(name)}",
                                            json=body))
 
@@ -145,10 +147,12 @@ class CatalogClient:
     def publish(self, folder: Path, adapter: str, *, base: str | None = None,
                 alias: str | None = None, tags: Sequence[str] = (), parent: int | None = None,
                 source: str | None = None, labels: Mapping[str, str] | None = None,
-                progress: Progress | None = None, force: bool = False) -> m.Published:
+                progress: Progress | None = None, force: bool = False,
+                signature: str | None = None) -> m.Published:
         """Publish a PEFT folder as a new version (or get the identical existing one).
 
         The multipart body is streamed from disk; ``progress(sent, total)`` sees each chunk.
+        ``signature``: a model-signing signature (Sigstore bundle JSON) over the two files.
         """
         namespace, name = split_adapter(adapter)
         if alias is not None:
@@ -161,7 +165,8 @@ class CatalogClient:
                            ("parent", None if parent is None else str(parent)),
                            ("tags", ",".join(tags) if tags else None),
                            ("labels", json.dumps(dict(labels)) if labels else None),
-                           ("force", "true" if force else None)):
+                           ("force", "true" if force else None),
+                           ("signature", signature)):
             if value is not None:
                 fields.append((key, value))
         body = MultipartBody(fields, files, progress)
@@ -300,6 +305,33 @@ class CatalogClient:
 
     def revoke_token(self, token_id: str) -> None:
         self.request("DELETE", f"/v1/tokens/{quote_segment(str(token_id))}")
+
+    def add_key(self, namespace: str, name: str, public_key: str) -> m.SigningKey:
+        """Register a PEM public key that may sign the namespace's adapters."""
+        return typed(m.SigningKey, self._json(
+            "POST", f"/v1/namespaces/{quote_segment(namespace)}/keys",
+            json={"name": name, "public_key": public_key}))
+
+    def list_keys(self, namespace: str) -> list[m.SigningKey]:
+        return typed(m.SigningKeyList, self._json(
+            "GET", f"/v1/namespaces/{quote_segment(namespace)}/keys")).items
+
+    def revoke_key(self, namespace: str, key_id: str) -> m.SigningKey:
+        return typed(m.SigningKey, self._json(
+            "POST", f"/v1/namespaces/{quote_segment(namespace)}/keys/"
+            f"{quote_segment(key_id)}/revoke"))
+
+    def signature_policy(self, namespace: str) -> m.SignaturePolicy:
+        return typed(m.SignaturePolicy, self._json(
+            "GET", f"/v1/namespaces/{quote_segment(namespace)}/signature-policy"))
+
+    def set_signature_policy(self, namespace: str, *, require: bool,
+                             keys: Sequence[str] | None = None) -> m.SignaturePolicy:
+        """Require (or not) signatures on the namespace's publishes, by ``keys`` only
+        when given (else by any of its active keys)."""
+        body = {"require_signatures": require, "keys": None if keys is None else list(keys)}
+        return typed(m.SignaturePolicy, self._json(
+            "PUT", f"/v1/namespaces/{quote_segment(namespace)}/signature-policy", json=body))
 
     def gc(self, grace_seconds: int = 3600) -> m.GcReport:
         """Delete blobs no version references, older than the grace period."""

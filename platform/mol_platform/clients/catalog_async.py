@@ -113,9 +113,11 @@ class AsyncCatalogClient:
 
     async def set_profile(self, name: str, *, base_model: str, max_lora_rank: int,
                           max_loras: int, engine: str | None = None,
-                          supported_modules: Sequence[str] | None = None) -> m.Profile:
+                          supported_modules: Sequence[str] | None = None,
+                          require_signatures: bool = False) -> m.Profile:
         """Declare or change a serving profile."""
-        body = profile_body(base_model, max_lora_rank, max_loras, engine, supported_modules)
+        body = profile_body(base_model, max_lora_rank, max_loras, engine, supported_modules,
+                            require_signatures)
         path = f"/v1/serving-profiles/{quote_segment(name)}"
         return typed(m.Profile, await self._json("PUT", path, json=body))
 

@@ -133,9 +133,10 @@ def resolve_call(ref: str, profile: str | None) -> tuple[str, dict[str, str] | N
 
 
 def profile_body(base_model: str, max_lora_rank: int, max_loras: int, engine: str | None,
-                  supported_modules: Sequence[str] | None) -> dict[str, Any]:
+                 supported_modules: Sequence[str] | None,
+                 require_signatures: bool = False) -> dict[str, Any]:
     body: dict[str, Any] = {"base_model": base_model, "max_lora_rank": max_lora_rank,
-                            "max_loras": max_loras}
+                            "max_loras": max_loras, "require_signatures": require_signatures}
     if engine is not None:
         body["engine"] = engine
     if supported_modules is not None:

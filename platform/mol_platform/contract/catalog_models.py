@@ -53,6 +53,14 @@ class Resolved(CatalogModel):
     base: str
     files: list[ResolvedFile]
     verdict: Verdict | None  # None without ``profile``
+    # The model-signing signature checked at publish (a Sigstore bundle, JSON), the id of
+    # the key that signed it, that key's PEM and whether it was revoked since.
+    signature: str | None
+    signed_by: str | None
+    signer_key: str | None
+    signer_revoked: bool
+    # Whether ``profile`` requires its engines to verify the signature.
+    signature_required: bool
 
 
 class Refusal(Reason):
@@ -113,6 +121,8 @@ class VersionItem(CatalogModel):
     created_by: str | None
     created_at: str | None
     yank_reason: str | None
+    signed: bool  # a model-signing signature was verified at publish
+    signed_by: str | None  # the id of the key that signed it
 
 
 class VersionPage(CatalogModel):
@@ -123,6 +133,7 @@ class VersionPage(CatalogModel):
 class VersionDetail(VersionItem):
     adapter: str
     base: str
+    signature: str | None
     files: list[FileEntry]
     verdicts: dict[str, Verdict]
 
@@ -225,12 +236,38 @@ class Profile(CatalogModel):
     max_lora_rank: int
     max_loras: int | None
     supported_modules: list[str] | None
+    require_signatures: bool
     generation: int
     updated_at: str | None
 
 
 class ProfileList(CatalogModel):
     items: list[Profile]
+
+
+class SigningKey(CatalogModel):
+    """A public key that may sign a namespace's adapters (``key_id``: sha256 hex of its
+    PEM, the hint model-signing writes into a signature)."""
+
+    namespace: str
+    key_id: str
+    name: str
+    public_key: str
+    created_by: str | None
+    created_at: str | None
+    revoked_at: str | None
+
+
+class SigningKeyList(CatalogModel):
+    items: list[SigningKey]
+
+
+class SignaturePolicy(CatalogModel):
+    """``keys`` None: any registered, unrevoked key of the namespace may sign."""
+
+    namespace: str
+    require_signatures: bool
+    keys: list[str] | None
 
 
 class TokenInfo(CatalogModel):

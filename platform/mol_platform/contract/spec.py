@@ -166,6 +166,9 @@ class EngineSpec(_Model):
     extra_args: list[Annotated[str, ARG_RULES]] = Field(default_factory=list,
                                                         max_length=MAX_EXTRA_ARGS)
     """More vLLM flags, passed after the ones above."""
+    require_signatures: bool = False
+    """Load only adapters whose model-signing signature verifies (the serving profile's
+    ``require_signatures``: the resolver plugin checks the files before vLLM loads them)."""
 
     @field_validator("max_lora_rank")
     @classmethod

@@ -12,10 +12,18 @@ its first weights); the catalog resolves it under ``MOL_SERVING_PROFILE`` and it
 verdict must be compatible; the files are fetched into the cache by digest. While the
 catalog is unreachable, an adapter already in the cache still loads, if it was
 compatible with this profile when it was cached.
+
+When signatures are required (``MOL_REQUIRE_SIGNATURES`` or the profile's
+``require_signatures``, which resolve answers as ``signature_required``), the version's
+model-signing signature is checked against the catalog's file list before the download
+and against the files on disk after it, every time the adapter is handed to vLLM (also
+from the cache, also offline): a file changed in the blob store, in transit or in the
+cache is never loaded.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -23,11 +31,18 @@ from pathlib import Path
 
 from mol_platform.apps.vllm_plugin.cache import AdapterCache, CacheError
 from mol_platform.apps.vllm_plugin.settings import ResolverSettings
+from mol_platform.apps.vllm_plugin.signatures import (
+    SignatureRefused,
+    SignedBy,
+    check_signature,
+    verify_folder,
+)
 from mol_platform.clients.catalog import CatalogError
 from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.contract import catalog_models
 from mol_platform.contract.blob_files import BlobFile, BlobFileError, digest_hex
 from mol_platform.contract.catalog_models import Verdict
+from mol_platform.contract.model_signature import SignatureError, check_files
 from mol_platform.contract.refs import AdapterRef, RefError
 
 log = logging.getLogger("vllm.mol_platform.resolver")
@@ -122,18 +137,48 @@ class MolResolver:
             reasons = "; ".join(r.message for r in verdict.reasons) or "no reason given"
             raise Refused(f"incompatible with serving profile {self.profile!r}: {reasons}")
 
+    def _signed_files(self, signed: SignedBy, digest: str) -> dict[str, str]:
+        try:
+            return check_signature(signed, self.settings.trusted_keys)
+        except SignatureRefused as exc:
+            raise Refused(f"signature required, and {digest} fails it ({exc.code}): {exc}; "
+                          "publish it with `mol catalog publish --sign-key`") from None
+
+    @staticmethod
+    def _check_listed(signed_files: dict[str, str], files: list[catalog_models.ResolvedFile],
+                      digest: str) -> None:
+        try:
+            check_files(signed_files, {f.path: digest_hex(f.digest) for f in files})
+        except (SignatureError, BlobFileError) as exc:
+            raise Refused(f"signature required, and the catalog's file list of {digest} "
+                          f"fails it: {exc}") from None
+
+    async def _verify_on_disk(self, path: Path, digest: str, signed_files: dict[str, str],
+                              listed: list[str]) -> None:
+        try:
+            await asyncio.to_thread(verify_folder, path, signed_files, listed)
+        except SignatureRefused as exc:
+            raise Refused(f"signature required, and the files of {digest} in {path} fail "
+                          f"it ({exc.code}): {exc}") from None
+
     async def _fetch(self, lora_name: str, ref: AdapterRef,
                      answer: catalog_models.Resolved) -> Resolved:
         self._check_verdict(answer.verdict)
         digest, version = answer.digest, answer.version
         if ref.digest is not None and ref.digest != digest:
             raise Refused(f"the catalog answered digest {digest} for {ref.digest}")
+        signed = SignedBy.of(answer.model_dump())
+        required = self.settings.require_signatures or answer.signature_required
+        signed_files: dict[str, str] = {}
+        if required:  # refused before any download when the catalog's list does not match
+            signed_files = self._signed_files(signed, digest)
+            self._check_listed(signed_files, answer.files, digest)
         try:
             files = [BlobFile.parse(f) for f in answer.files]
             if not files:
                 raise CacheError("the version lists no files")
             meta = {"adapter": ref.adapter, "version": version, "digest": digest,
-                    "base": answer.base,
+                    "base": answer.base, **signed.as_meta(), "signature_required": required,
                     "profiles": {} if self.profile is None else {self.profile: True}}
             client = self._catalog()
 
@@ -143,6 +188,8 @@ class MolResolver:
             path = await self.cache.ensure(digest, files, fetch, meta)
         except (CacheError, BlobFileError, CatalogError) as exc:
             raise Refused(f"cannot fetch {digest}: {exc}") from None
+        if required:
+            await self._verify_on_disk(path, digest, signed_files, [f.path for f in files])
         self.cache.remember_ref(ref.adapter, version, digest)
         if self.profile is not None:
             await self.cache.mark_compatible(digest, self.profile)
@@ -164,5 +211,8 @@ class MolResolver:
         path = await self.cache.pin(digest)
         if path is None:
             raise Refused(f"the catalog is unreachable and {digest} left the cache")
+        if self.settings.require_signatures or meta.get("signature_required") is True:
+            signed_files = self._signed_files(SignedBy.of(meta), digest)
+            await self._verify_on_disk(path, digest, signed_files, list(signed_files))
         log.warning("MoL resolver: catalog unreachable, serving %s from the cache", ref)
         return Resolved(str(ref), lora_id(digest), path, digest)

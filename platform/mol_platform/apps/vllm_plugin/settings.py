@@ -27,3 +27,12 @@ class ResolverSettings(BaseSettings):
     adapter_cache_bytes: int = Field(default=DEFAULT_CACHE_BYTES, gt=0)
     # Seconds for one catalog call (downloads stream with the same idle timeout).
     catalog_timeout: float = Field(default=30.0, gt=0)
+    # Load only adapters whose model-signing signature verifies (also when the serving
+    # profile says so); MOL_TRUSTED_SIGNERS: comma-separated key ids accepted (empty: the
+    # key the catalog names).
+    require_signatures: bool = False
+    trusted_signers: str = ""
+
+    @property
+    def trusted_keys(self) -> frozenset[str]:
+        return frozenset(k.strip() for k in self.trusted_signers.split(",") if k.strip())

@@ -1,0 +1,1 @@
+"""Signing keys, the namespace signature policy and checking signatures at publish."""
