@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -37,9 +38,12 @@ from mol_catalog.resolve.endpoints import lean_routes as resolve_routes
 from mol_catalog.resolve.endpoints import router as resolve_router
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens.endpoints import router as tokens_router
+from mol_catalog.usage.endpoints import router as usage_router
+from mol_catalog.usage.service import UNUSED_DAYS, UnusedGauge
 from mol_catalog.util import ResponseBody
 
 ops = APIRouter(tags=["operations"])
+log = logging.getLogger("mol.catalog")
 READY_TIMEOUT = 5.0  # seconds each backend may take to answer a readiness probe
 
 
@@ -95,7 +99,11 @@ async def readyz(catalog: CatalogDep) -> Response:
     "description": "Prometheus text exposition",
     "content": {"text/plain": {"schema": {"type": "string"}}}}})
 async def metrics(catalog: CatalogDep) -> Response:
-    body, ctype = catalog.metrics.render()
+    try:
+        await catalog.unused.refresh(catalog.db)
+    except Exception as exc:  # an outage must not take the other metrics with it
+        log.warning("counting unused adapters failed: %r", exc)
+    body, ctype = catalog.metrics.render(catalog.unused)
     return Response(body, media_type=ctype)
 
 
@@ -113,7 +121,8 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
         await leftovers.clean_at_start(blobs, settings.leftover_grace_seconds)
         names = NameSample(settings.search_sample)
         app.state.catalog = Catalog(settings=settings, db=db, blobs=blobs, metrics=metrics_obj,
-                                    names=names)
+                                    names=names, unused=UnusedGauge(
+                                        UNUSED_DAYS, settings.usage_gauge_seconds))
         try:
             yield
         finally:
@@ -129,7 +138,7 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                      docs_url=None, redoc_url=None,  # served with local assets (apidocs)
                      redirect_slashes=False)  # a redirect's Location comes from Host
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
-                   events_router, tokens_router, ops, admin_router):
+                   events_router, tokens_router, usage_router, ops, admin_router):
         app.include_router(router, responses=ERROR_RESPONSES)
     for router in (apidocs.router, console.pages, console.calls, stack_pages.pages,
                    stack_pages.calls):

@@ -26,6 +26,7 @@ from mol_catalog.errors import Unauthorized
 from mol_catalog.metrics import CatalogMetrics
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens import service as tokens
+from mol_catalog.usage.service import UNUSED_DAYS, UnusedGauge
 
 
 @dataclass
@@ -38,6 +39,7 @@ class Catalog:
     tokens: TokenCache = field(default_factory=TokenCache)
     metrics: CatalogMetrics = field(default_factory=CatalogMetrics)
     names: NameSample = field(default_factory=NameSample)  # picks a search's first step
+    unused: UnusedGauge = field(default_factory=lambda: UnusedGauge(UNUSED_DAYS, 300.0))
     # What publishes remember (adapters/publish.py), bounded there: base revisions by
     # name@revision and namespace ids by name; neither changes once stored.
     bases: dict[str, KnownBase] = field(default_factory=dict)
