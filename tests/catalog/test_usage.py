@@ -42,13 +42,15 @@ async def test_batches_count_once_and_read_back(client: httpx.AsyncClient, model
                             "expired": 0, "unknown": ["acme/gone@v4"]}
     again = await client.post("/v1/usage", json=body)  # a retry of the same batch
     assert again.status_code == 200
-    assert again.json()["duplicate"] is True and again.json()["counted"] == 0
+    assert again.json()["duplicate"] is True
+    assert again.json()["counted"] == 0
 
     r = await client.get("/v1/adapters/acme/used/usage", params={"days": 7})
     assert r.status_code == 200, r.text
     usage = r.json()
     assert usage["total"]["requests"] == 5  # counted once, not twice
-    assert usage["total"]["input_tokens"] == 50 and usage["total"]["output_tokens"] == 15
+    assert usage["total"]["input_tokens"] == 50
+    assert usage["total"]["output_tokens"] == 15
     assert [v["version"] for v in usage["versions"]] == [1]
     assert len(usage["daily"]) == 1
     assert usage["daily"][0]["day"] == datetime.now(UTC).date().isoformat()
@@ -61,9 +63,11 @@ async def test_batches_count_once_and_read_back(client: httpx.AsyncClient, model
         ("acme/busy", 7), ("acme/used", 5), ("acme/idle", 0)]
     assert by_usage["items"][0]["version"] is None
     page = (await client.get("/v1/usage", params={"limit": 2})).json()
-    assert len(page["items"]) == 2 and page["next_offset"] == 2
+    assert len(page["items"]) == 2
+    assert page["next_offset"] == 2
     rest = (await client.get("/v1/usage", params={"limit": 2, "offset": 2})).json()
-    assert len(rest["items"]) == 1 and rest["next_offset"] is None
+    assert len(rest["items"]) == 1
+    assert rest["next_offset"] is None
 
     metrics = (await client.get("/metrics")).text
     assert 'mol_catalog_unused_adapters{window="30d"} 1.0' in metrics
@@ -83,15 +87,18 @@ async def test_usage_scope(make_client: Any, model: Any) -> None:
 
     batch = _batch(_entry("acme/coding"))
     r = await admin.post("/v1/usage", json=batch, headers=tokens["reader"])
-    assert r.status_code == 403 and "usage:acme" in r.json()["detail"]
+    assert r.status_code == 403
+    assert "usage:acme" in r.json()["detail"]
     r = await admin.post("/v1/usage", json=batch, headers=tokens["publisher"])
     assert r.status_code == 403
     r = await admin.post("/v1/usage", json=_batch(_entry("other/x")), headers=tokens["router"])
     assert r.status_code == 403
     r = await admin.post("/v1/usage", json=batch, headers=tokens["router"])
-    assert r.status_code == 200 and r.json()["counted"] == 1
+    assert r.status_code == 200
+    assert r.json()["counted"] == 1
     r = await admin.post("/v1/usage", json=_batch(_entry("other/x")), headers=tokens["everyone"])
-    assert r.status_code == 200 and r.json()["unknown"] == ["other/x@v1"]
+    assert r.status_code == 200
+    assert r.json()["unknown"] == ["other/x@v1"]
 
     for who in ("router", "everyone"):  # usage scopes read and publish nothing
         assert (await admin.get("/v1/adapters/acme/coding", headers=tokens[who])
@@ -106,9 +113,11 @@ async def test_usage_scope(make_client: Any, model: Any) -> None:
                              files=model.files(model.adapter(seed=9)))
         assert r.status_code == 403
     r = await admin.get("/v1/adapters/acme/coding/usage", headers=tokens["reader"])
-    assert r.status_code == 200 and r.json()["total"]["requests"] == 2
+    assert r.status_code == 200
+    assert r.json()["total"]["requests"] == 2
     r = await admin.get("/v1/usage", headers=tokens["reader"])  # one namespace: implied
-    assert r.status_code == 200 and r.json()["items"][0]["adapter"] == "acme/coding"
+    assert r.status_code == 200
+    assert r.json()["items"][0]["adapter"] == "acme/coding"
 
 
 @pytest.mark.parametrize(("change", "status"), [
@@ -146,7 +155,8 @@ async def test_bad_batches_and_windows(client: httpx.AsyncClient, model: Any) ->
                  {"batch_id": uuid.uuid4().hex, "entries": [_entry("acme/coding")] * 1001}):
         assert (await client.post("/v1/usage", json=body)).status_code == 422
     r = await client.get("/v1/usage", params={"days": 91})  # retention is 90 days
-    assert r.status_code == 400 and "90 days" in r.json()["detail"]
+    assert r.status_code == 400
+    assert "90 days" in r.json()["detail"]
     assert (await client.get("/v1/usage", params={"days": 0})).status_code == 422
     assert (await client.get("/v1/usage", params={"namespace": "a..b"})).status_code == 400
     assert (await client.get("/v1/adapters/acme/nope/usage")).status_code == 404
