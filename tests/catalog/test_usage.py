@@ -181,3 +181,25 @@ async def test_retention_pruned_by_gc(make_client: Any, model: Any) -> None:
     daily = (await long.get("/v1/adapters/acme/coding/usage", params={"days": 400})
              ).json()["daily"]
     assert [d["requests"] for d in daily] == [1]  # today's row stays
+
+
+def test_mol_up_mints_the_router_a_read_and_usage_token(catalog_server_auth: Any) -> None:
+    """``mol up`` gives its router ``read`` + ``usage``, not the admin token; a second run
+    revokes the first run's token."""
+    from mol_platform.apps.up.stack import ROUTER_TOKEN_NAME, mint_router_token
+    from mol_platform.clients.catalog import CatalogClient
+
+    url, admin = catalog_server_auth.url, catalog_server_auth.admin_token
+    first = mint_router_token(url, admin)
+    second = mint_router_token(url, admin)
+    with CatalogClient(url, admin) as client:
+        live = client.list_tokens(ROUTER_TOKEN_NAME, active=True)
+    assert [(t.name, t.scopes) for t in live] == [(ROUTER_TOKEN_NAME, ["read", "usage"])]
+    with httpx.Client(base_url=url) as http:
+        batch = _batch(_entry("acme/none"))
+        r = http.post("/v1/usage", json=batch, headers={"Authorization": f"Bearer {first}"})
+        assert r.status_code == 401  # revoked
+        r = http.post("/v1/usage", json=batch, headers={"Authorization": f"Bearer {second}"})
+        assert r.status_code == 200, r.text
+        assert http.post("/v1/admin/gc", headers={"Authorization": f"Bearer {second}"}
+                         ).status_code == 403
