@@ -24,7 +24,8 @@ from mol_platform.contract.refs import EXACT_NAME_PATTERN
 router = APIRouter(tags=["usage"])
 MAX_DAYS = 3650
 Days = Annotated[int, Query(ge=1, le=MAX_DAYS, description=(
-    "Window in days ending today (UTC), at most USAGE_RETENTION_DAYS"))]
+    "Window in days ending today (UTC); cut to USAGE_RETENTION_DAYS (the answer's "
+    "``days`` says the window it covers)"))]
 
 
 @router.post("/v1/usage", response_model=UsageBatchOut)
@@ -53,7 +54,7 @@ async def list_usage(
     offset: Annotated[int, Query(ge=0, le=1_000_000)] = 0,
 ) -> Response:
     """Versions (or adapters) with their use in the window and their last use."""
-    service.check_window(days, catalog.settings.usage_retention_days)
+    days = service.window(days, catalog.settings.usage_retention_days)
     if namespace is not None:
         valid_name(namespace, "namespace")
     async with catalog.db.read() as conn:
@@ -72,7 +73,7 @@ async def adapter_usage(ns: str, name: str, catalog: CatalogDep, who: PrincipalD
     """One adapter's use in the window: totals, per version and per day."""
     who.require_read(ns)
     full = f"{valid_name(ns, 'namespace')}/{valid_name(name, 'adapter name')}"
-    service.check_window(days, catalog.settings.usage_retention_days)
+    days = service.window(days, catalog.settings.usage_retention_days)
     async with catalog.db.read() as conn:
         row = await adapters.get_adapter(conn, full)
         out = await service.adapter_usage(conn, row.id, full, days, daily_limit)

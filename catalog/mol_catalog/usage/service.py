@@ -20,7 +20,6 @@ from mol_catalog.usage.repository import Totals
 from mol_catalog.usage.schemas import UsageBatchIn
 
 BATCH_ID_DAYS = 2  # how long a batch id is remembered (a retry comes within minutes)
-FUTURE_SLACK = timedelta(hours=1)  # clock skew allowed between router and catalog
 MAX_UNKNOWN_LISTED = 100
 EPOCH = date(1970, 1, 1)
 UNUSED_DAYS = 30  # the window of the mol_catalog_unused_adapters gauge
@@ -39,10 +38,10 @@ def window_start(days: int, now: datetime | None = None) -> int:
     return day_of(now or utcnow()) - days + 1
 
 
-def check_window(days: int, retention: int) -> None:
-    if days > retention:
-        raise BadRequest(f"usage is kept for {retention} days (USAGE_RETENTION_DAYS); ask "
-                         f"for {retention} days or fewer, not {days}")
+def window(days: int, retention: int) -> int:
+    """The window asked for, cut to the retention (older days are not kept); answers say
+    the window they cover."""
+    return min(days, retention)
 
 
 async def record(uow: UnitOfWork, who: Principal, batch: UsageBatchIn, retention: int
@@ -51,11 +50,6 @@ async def record(uow: UnitOfWork, who: Principal, batch: UsageBatchIn, retention
     for ns in sorted({e.adapter.split("/", 1)[0] for e in batch.entries}):
         who.require_usage(ns)
     now = utcnow()
-    late = [e for e in batch.entries if e.last_used > now + FUTURE_SLACK]
-    if late:
-        raise BadRequest(f"entry for {late[0].adapter}@v{late[0].version} has last_used "
-                         f"{late[0].last_used.isoformat()}, in the future (catalog time "
-                         f"{now.isoformat()}); check the reporter's clock")
     if not await repo.claim_batch(uow.conn, batch.batch_id, now):
         return {"batch_id": batch.batch_id, "duplicate": True, "counted": 0, "expired": 0,
                 "unknown": []}
@@ -65,7 +59,9 @@ async def record(uow: UnitOfWork, who: Principal, batch: UsageBatchIn, retention
     unknown: list[str] = []
     expired = counted = 0
     for e in batch.entries:
-        day = day_of(e.last_used)
+        # A reporter's clock ahead of ours: its use happened now, as far as we know.
+        last_used = min(e.last_used, now)
+        day = day_of(last_used)
         version_id = ids.get((e.adapter, e.version))
         if version_id is None:
             unknown.append(f"{e.adapter}@v{e.version}")
@@ -79,12 +75,12 @@ async def record(uow: UnitOfWork, who: Principal, batch: UsageBatchIn, retention
             sums[(version_id, day)] = {"version_id": version_id, "day": day,
                                        "requests": e.requests, "input_tokens": e.input_tokens,
                                        "output_tokens": e.output_tokens,
-                                       "last_used": e.last_used}
+                                       "last_used": last_used}
         else:  # the same version twice in a batch: one row (an upsert touches a row once)
             row["requests"] += e.requests
             row["input_tokens"] += e.input_tokens
             row["output_tokens"] += e.output_tokens
-            row["last_used"] = max(row["last_used"], e.last_used)
+            row["last_used"] = max(row["last_used"], last_used)
     await repo.add(uow.conn, list(sums.values()))
     return {"batch_id": batch.batch_id, "duplicate": False, "counted": counted,
             "expired": expired, "unknown": sorted(set(unknown))[:MAX_UNKNOWN_LISTED]}
