@@ -68,7 +68,8 @@ def test_create_update_restart_delete(kube: Any, kube_client: KubeClient, catalo
     secret = kube_client.get("Secret", "macaron-catalog")
     token = base64.b64decode(secret["data"]["token"]).decode()
     status = obj["status"]
-    assert status["catalogToken"]["scopes"] == ["read:acme", "read:demo", "usage:acme", "usage:demo"]
+    assert status["catalogToken"]["scopes"] == ["read:acme", "read:demo", "usage:acme",
+                                                "usage:demo"]
     with CatalogClient(catalog.url, token) as reader:
         assert reader.resolve("demo/chat@stable").version == 1
     experts = {e["name"]: e for e in status["experts"]}

@@ -15,8 +15,8 @@ from mol_catalog.adapters import service as adapters
 from mol_catalog.auth import Principal
 from mol_catalog.console import session
 from mol_catalog.console.render import PageRoute, render
-from mol_catalog.errors import ApiError, BadRequest, json_response
 from mol_catalog.db import ReadConn
+from mol_catalog.errors import ApiError, BadRequest, json_response
 from mol_catalog.events import service as events
 from mol_catalog.profiles import service as profiles
 from mol_catalog.usage import service as usage
