@@ -27,7 +27,8 @@ class UsageSize:
     days: int  # days inserted (the time box may stop before the days asked for)
     rows: int
     table_bytes: int
-    index_bytes: int  # Postgres: the primary key; SQLite: none (WITHOUT ROWID: the key is the table)
+    # Postgres: the primary key; SQLite: none (WITHOUT ROWID: the key is the table)
+    index_bytes: int
     seconds: float
 
     @property

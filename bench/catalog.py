@@ -386,7 +386,8 @@ def usage_section(bench: Bench, argv: list[str]) -> str:
              "of use by 1M versions costs 1M times the per-row figure; retention "
              "(`MOL_CATALOG_USAGE_RETENTION_DAYS`, default 90) bounds the days kept.", "",
              "| backend | rows loaded | table B/row | index B/row | **bytes per version per "
-             "day** | 1M versions, one day | 1M versions, 90 days |", "|---|---|---|---|---|---|---|"]
+             "day** | 1M versions, one day | 1M versions, 90 days |",
+             "|---|---|---|---|---|---|---|"]
     for u in bench.usage:
         lines.append(f"| {u.backend} | {u.rows:,} ({u.versions:,} x {u.days} d) | "
                      f"{u.table_bytes / u.rows:,.1f} | {u.index_bytes / u.rows:,.1f} | "
