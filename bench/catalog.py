@@ -383,7 +383,8 @@ def usage_section(bench: Bench, argv: list[str]) -> str:
              f"{time.strftime('%Y-%m-%d', time.gmtime())}, PostgreSQL {pg_version()}. One "
              "`version_usage` row per version per UTC day (requests, input and output "
              "tokens, last use), its key `(version_id, day)`; measured after VACUUM. A day "
-             "of use by 1M versions costs 1M times the per-row figure; retention "
+             "of use by 1M versions costs 1M times the per-row figure (a version unused on a day "
+             "has no row that day); retention "
              "(`MOL_CATALOG_USAGE_RETENTION_DAYS`, default 90) bounds the days kept.", "",
              "| backend | rows loaded | table B/row | index B/row | **bytes per version per "
              "day** | 1M versions, one day | 1M versions, 90 days |",
