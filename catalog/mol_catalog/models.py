@@ -269,7 +269,7 @@ class VersionUsage(Base):
     without a rowid on SQLite: the key is the whole index."""
 
     __tablename__ = "version_usage"
-    __table_args__: ClassVar[dict[str, Any]] = {"sqlite_with_rowid": False}
+    __table_args__ = ({"sqlite_with_rowid": False},)
 
     version_id: Mapped[int] = mapped_column(
         ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True)

@@ -8,8 +8,8 @@ deleted deployment's children go with it.
 from __future__ import annotations
 
 import base64
-from datetime import UTC, datetime
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest

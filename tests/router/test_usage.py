@@ -175,7 +175,7 @@ async def test_reporter_bounds_and_refusals(catalog: Catalog) -> None:
     """Seven versions through a reporter holding 2 keys and 2 batches while the catalog
     cannot be reached: the oldest batch goes (counted), the rest arrive once it can; a
     token without the usage scope gets its batch refused and dropped."""
-    sink: list[AsyncCatalogClient | None] = [
+    sink: list[AsyncCatalogClient] = [
         AsyncCatalogClient(f"http://127.0.0.1:{free_port()}", "mol_x", timeout=2.0)]
     registry = CollectorRegistry()
     rep = UsageReporter(lambda: sink[0], registry, max_versions=2, max_batches=2)
@@ -189,7 +189,7 @@ async def test_reporter_bounds_and_refusals(catalog: Catalog) -> None:
     assert registry.get_sample_value("mol_router_usage_dropped_entries_total",
                                      {"reason": "overflow"}) == 4
     assert rep.held_entries() == 3
-    await sink[0].aclose()  # type: ignore[union-attr]
+    await sink[0].aclose()
 
     sink[0] = AsyncCatalogClient(catalog.url, catalog.read_token, timeout=5.0)
     assert await rep.flush() is True  # 403: nothing could make these succeed
