@@ -230,7 +230,7 @@ class Group(StrEnum):
 
 
 def _days(text: str, what: str) -> int:
-    """Whole days of a duration option (``30d``, ``2w`` is not a unit; ``720h`` is 30)."""
+    """Whole days of a duration option: ``30d`` (or ``720h``) -> 30."""
     seconds = parse_duration(text)
     if seconds < 86_400 or seconds % 86_400:
         raise typer.BadParameter(f"{what} {text!r}: use whole days, e.g. 7d or 30d")
@@ -248,7 +248,7 @@ def list_adapters(
     unused_for: Annotated[str | None, typer.Option(
         "--unused-for", metavar="DAYS", help="Only versions (with --by adapter: adapters) "
         "no router reported a request for in this window, never used ones included, "
-        "e.g. 30d. At most the catalog's USAGE_RETENTION_DAYS.")] = None,
+        "e.g. 30d. Longer than the catalog's USAGE_RETENTION_DAYS: cut to it.")] = None,
     sort: Annotated[Sort, typer.Option(help="name, or usage: most requests in --window "
                                        "first.")] = Sort.name,
     window: Annotated[str, typer.Option(metavar="DAYS", help="The usage window of --sort "
