@@ -261,8 +261,11 @@ def list_adapters(
 ) -> None:
     """List adapters, filtered by base, tag, namespace or text; or by usage.
 
-    Examples: mol catalog ls --base tiny-llama --tag code;
-    mol catalog ls --unused-for 30d; mol catalog ls --sort usage --window 7d --by adapter
+    With --unused-for or --sort usage it lists versions (or adapters) with their use as
+    routers reported it, e.g. mol catalog ls --unused-for 30d, or mol catalog ls --sort
+    usage --window 7d --by adapter.
+
+    Example: mol catalog ls --base tiny-llama --tag code
     """
     if unused_for is not None or sort is Sort.usage:
         if base or tag or search:
