@@ -33,6 +33,7 @@ import _mlflow
 import _ours
 import _seed
 import _shapes
+import _usage
 from _load import LoadResult, PublishResult, publish_loop, require_wrk, run_wrk
 from _machine import Proc, busy_seconds, own_seconds, quiet_check, tree_cpu
 from _pg import BenchPostgres, Storage, data_size, progress, storage
@@ -68,6 +69,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="refuse to run when other processes use more cores than this")
     p.add_argument("--allow-busy", action="store_true",
                    help="run anyway on a busy machine (the report says so)")
+    p.add_argument("--usage-versions", type=int, default=200_000,
+                   help="versions whose daily usage rows are inserted to size version_usage")
+    p.add_argument("--usage-days", type=int, default=7, help="days of usage rows per version")
+    p.add_argument("--usage-seconds", type=float, default=120.0,
+                   help="time box of each backend's usage load (stops after the day in flight)")
+    p.add_argument("--usage-only", action="store_true",
+                   help="only size the usage roll-ups (Postgres and SQLite), a minute or two")
     p.add_argument("--no-report", action="store_true", help="do not write docs/benchmarks.md")
     p.add_argument("--report", type=Path, default=DOCS)
     args = p.parse_args(argv)
@@ -91,6 +99,7 @@ class Bench:
         self.results: dict[str, LoadResult] = {}
         self.publish: PublishResult | None = None
         self.notes: list[str] = []
+        self.usage: list[_usage.UsageSize] = []
         self.versions: dict[str, str] = {}
         self.seed_seconds: dict[str, float] = {}
         self.sizes: dict[str, str] = {}
@@ -178,6 +187,28 @@ class Bench:
 
     # -- ours --------------------------------------------------------------------
 
+    def run_usage(self, pg: BenchPostgres, url: str | None = None) -> None:
+        """Size the usage roll-ups on Postgres (``url``: the seeded catalog, else a new
+        database) and on SQLite."""
+        from mol_catalog.db import migrate
+
+        a = self.args
+        if url is None:
+            pg.create_database("usage", extensions=["pg_trgm"])
+            url = pg.url("usage", driver="asyncpg")
+            migrate(url)
+        progress(f"usage: {a.usage_versions:,} versions x {a.usage_days} days "
+                 f"(time box {a.usage_seconds:.0f} s per backend)")
+        self.usage.append(_usage.measure_postgres(url, a.usage_versions, a.usage_days,
+                                                  a.usage_seconds))
+        lite = self.workdir / "usage.db"
+        migrate(f"sqlite:///{lite}")
+        self.usage.append(_usage.measure_sqlite(lite, a.usage_versions, a.usage_days,
+                                                a.usage_seconds))
+        lite.unlink()
+        for size in self.usage:
+            progress("usage: " + size.line())
+
     def run_ours(self, pg: BenchPostgres) -> None:
         from mol_catalog.db import migrate
 
@@ -207,6 +238,7 @@ class Bench:
         used = self.storage["ours"]
         progress(f"ours: {used.table_per_version:,.0f} bytes of table data and "
                  f"{used.index_per_version:,.0f} of indexes per version ({used.largest(9)})")
+        self.run_usage(pg, url)
 
         server = _ours.start_catalog(url, s3_port, port, a.workers, token, self.workdir, cores)
         self.procs.append(server)
@@ -275,6 +307,8 @@ class Bench:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    if args.usage_only:
+        return usage_only(args)
     require_wrk()
     ok, seen = quiet_check(args.busy_limit)
     progress(f"machine check: {seen}")
@@ -313,8 +347,54 @@ def main(argv: list[str] | None = None) -> int:
     print(render_table(rows))
     if not args.no_report:
         write_section(args.report, "catalog", section(bench, rows, argv, elapsed, pg_version()))
+        write_section(args.report, "catalog-usage", usage_section(bench, argv))
         progress(f"wrote {args.report}")
     return 0
+
+
+def usage_only(args: argparse.Namespace) -> int:
+    """``--usage-only``: size the usage roll-ups on a fresh Postgres and SQLite."""
+    workdir = Path(tempfile.mkdtemp(prefix="mol-bench-usage-"))
+    pg = BenchPostgres()
+    bench = Bench(args, workdir)
+    try:
+        pg.start()
+        bench.run_usage(pg)
+    finally:
+        pg.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    if not args.no_report:
+        write_section(args.report, "catalog-usage",
+                      usage_section(bench, usage_argv(args)))
+        progress(f"wrote {args.report}")
+    return 0
+
+
+def usage_argv(args: argparse.Namespace) -> list[str]:
+    return ["--usage-only", "--usage-versions", str(args.usage_versions), "--usage-days",
+            str(args.usage_days)]
+
+
+def usage_section(bench: Bench, argv: list[str]) -> str:
+    from _machine import machine_info
+
+    lines = ["## Catalog: usage roll-ups on disk (`bench/catalog.py`)", "",
+             f"`python bench/catalog.py {' '.join(argv)}` on {machine_info().markdown()}, "
+             f"{time.strftime('%Y-%m-%d', time.gmtime())}, PostgreSQL {pg_version()}. One "
+             "`version_usage` row per version per UTC day (requests, input and output "
+             "tokens, last use), its key `(version_id, day)`; measured after VACUUM. A day "
+             "of use by 1M versions costs 1M times the per-row figure (a version unused on a day "
+             "has no row that day); retention "
+             "(`MOL_CATALOG_USAGE_RETENTION_DAYS`, default 90) bounds the days kept.", "",
+             "| backend | rows loaded | table B/row | index B/row | **bytes per version per "
+             "day** | 1M versions, one day | 1M versions, 90 days |",
+             "|---|---|---|---|---|---|---|"]
+    for u in bench.usage:
+        lines.append(f"| {u.backend} | {u.rows:,} ({u.versions:,} x {u.days} d) | "
+                     f"{u.table_bytes / u.rows:,.1f} | {u.index_bytes / u.rows:,.1f} | "
+                     f"**{u.per_row:,.1f}** | {u.per_row * 1e6 / 2**20:,.0f} MiB | "
+                     f"{u.per_row * 90e6 / 2**30:,.1f} GiB |")
+    return "\n".join(lines)
 
 
 def postmaster(pg: BenchPostgres) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -40,11 +41,14 @@ from mol_catalog.resolve.endpoints import router as resolve_router
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.signing.endpoints import router as signing_router
 from mol_catalog.tokens.endpoints import router as tokens_router
+from mol_catalog.usage.endpoints import router as usage_router
+from mol_catalog.usage.service import UNUSED_DAYS, UnusedGauge
 from mol_catalog.util import ResponseBody
 from mol_catalog.webhooks.delivery import WebhookSender
 from mol_catalog.webhooks.endpoints import router as webhooks_router
 
 ops = APIRouter(tags=["operations"])
+log = logging.getLogger("mol.catalog")
 READY_TIMEOUT = 5.0  # seconds each backend may take to answer a readiness probe
 
 
@@ -100,7 +104,11 @@ async def readyz(catalog: CatalogDep) -> Response:
     "description": "Prometheus text exposition",
     "content": {"text/plain": {"schema": {"type": "string"}}}}})
 async def metrics(catalog: CatalogDep) -> Response:
-    body, ctype = catalog.metrics.render()
+    try:
+        await catalog.unused.refresh(catalog.db)
+    except Exception as exc:  # an outage must not take the other metrics with it
+        log.warning("counting unused adapters failed: %r", exc)
+    body, ctype = catalog.metrics.render(catalog.unused)
     return Response(body, media_type=ctype)
 
 
@@ -121,7 +129,8 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                                    settings.alias_binding_refresh_seconds)
         sender = WebhookSender(db, settings, metrics_obj) if settings.webhooks else None
         app.state.catalog = Catalog(settings=settings, db=db, blobs=blobs, metrics=metrics_obj,
-                                    names=names, bindings=bindings, webhooks=sender)
+                                    names=names, bindings=bindings, webhooks=sender,
+                                    unused=UnusedGauge(UNUSED_DAYS, settings.usage_gauge_seconds))
         if sender is not None:
             sender.start()
         try:
@@ -143,7 +152,7 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                      redirect_slashes=False)  # a redirect's Location comes from Host
     for router in (adapters_router, resolve_router, base_models_router, profiles_router,
                    events_router, namespaces_router, webhooks_router, tokens_router,
-                   signing_router, ops, admin_router):
+                   signing_router, usage_router, ops, admin_router):
         app.include_router(router, responses=ERROR_RESPONSES)
     for router in (apidocs.router, console.pages, console.calls, stack_pages.pages,
                    stack_pages.calls):

@@ -66,6 +66,17 @@ class Principal:
             raise Forbidden(f"token {self.name!r} may not publish to namespace {namespace!r}: "
                             f"needs scope 'publish:{namespace}' or 'admin'")
 
+    def can_report_usage(self, namespace: str) -> bool:
+        """``usage`` / ``usage:<ns>`` (or admin): the one thing a router's usage scope
+        grants; read and publish scopes do not include it."""
+        return self.admin or "usage" in self.scopes or f"usage:{namespace}" in self.scopes
+
+    def require_usage(self, namespace: str) -> None:
+        if not self.can_report_usage(namespace):
+            raise Forbidden(f"token {self.name!r} may not report usage for namespace "
+                            f"{namespace!r}: needs scope 'usage', 'usage:{namespace}' or "
+                            "'admin'")
+
     def require_admin(self) -> None:
         if not self.admin:
             raise Forbidden(f"token {self.name!r} lacks the 'admin' scope")

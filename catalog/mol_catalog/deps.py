@@ -27,6 +27,7 @@ from mol_catalog.metrics import CatalogMetrics
 from mol_catalog.namespaces.service import BindingRecorder
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens import service as tokens
+from mol_catalog.usage.service import UNUSED_DAYS, UnusedGauge
 from mol_catalog.webhooks.delivery import WebhookSender
 
 
@@ -45,6 +46,7 @@ class Catalog:
         default_factory=lambda: BindingRecorder(None, 7 * 86400.0, 600.0))
     # The background sender of webhook deliveries (None: MOL_CATALOG_WEBHOOKS=off).
     webhooks: WebhookSender | None = None
+    unused: UnusedGauge = field(default_factory=lambda: UnusedGauge(UNUSED_DAYS, 300.0))
     # What publishes remember (adapters/publish.py), bounded there: base revisions by
     # name@revision and namespace ids by name; neither changes once stored.
     bases: dict[str, KnownBase] = field(default_factory=dict)

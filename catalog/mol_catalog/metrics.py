@@ -7,12 +7,19 @@ and a histogram observation.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class UnusedCount(Protocol):
+    """What the unused-adapter gauge shows (mol_catalog.usage.service.UnusedGauge)."""
+
+    days: int
+    value: int | None
 
 
 class CatalogMetrics:
@@ -34,6 +41,12 @@ class CatalogMetrics:
             "mol_catalog_webhook_deliveries_total", "Webhook delivery attempts by result "
             "(delivered, retry: failed and rescheduled, failed: out of attempts)", ["result"],
             registry=self.registry)
+        self.usage_batches = Counter("mol_catalog_usage_batches_total", "Usage batches "
+                                     "received, by result (counted, duplicate)", ["result"],
+                                     registry=self.registry)
+        self.unused_adapters = Gauge("mol_catalog_unused_adapters", "Adapters none of whose "
+                                     "versions was used in the window (never used included)",
+                                     ["window"], registry=self.registry)
         self._req_children: dict[tuple[str, int], Any] = {}
         self._dur_children: dict[str, Any] = {}
 
@@ -48,5 +61,7 @@ class CatalogMetrics:
             dur = self._dur_children[route] = self.duration.labels(route)
         dur.observe(seconds)
 
-    def render(self) -> tuple[bytes, str]:
+    def render(self, unused: UnusedCount | None = None) -> tuple[bytes, str]:
+        if unused is not None and unused.value is not None:
+            self.unused_adapters.labels(f"{unused.days}d").set(unused.value)
         return generate_latest(self.registry), CONTENT_TYPE_LATEST

@@ -368,3 +368,30 @@ class WebhookCursor(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     last_event: Mapped[int] = mapped_column(BigInteger, default=0)
+
+
+class VersionUsage(Base):
+    """One version's use on one UTC day (days since 1970-01-01), summed from the routers'
+    batches; rows older than USAGE_RETENTION_DAYS are pruned by gc. Keyed (version, day)
+    without a rowid on SQLite: the key is the whole index."""
+
+    __tablename__ = "version_usage"
+    __table_args__ = ({"sqlite_with_rowid": False},)
+
+    version_id: Mapped[int] = mapped_column(
+        ForeignKey("versions.id", ondelete="CASCADE"), primary_key=True)
+    day: Mapped[int] = mapped_column(Integer, primary_key=True)
+    requests: Mapped[int] = mapped_column(BigInteger)
+    input_tokens: Mapped[int] = mapped_column(BigInteger)
+    output_tokens: Mapped[int] = mapped_column(BigInteger)
+    last_used: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+
+
+class UsageBatch(Base):
+    """The id of a usage batch already counted: a retried batch is answered, not counted
+    again. Kept two days (gc prunes older ones)."""
+
+    __tablename__ = "usage_batches"
+
+    batch_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -48,6 +48,11 @@ class CatalogSettings(BaseSettings):
     log_level: LogLevel = "info"
     access_log: bool = False
     log_format: LogFormat = "text"
+    # Days of per-version usage kept (daily roll-ups routers report); gc prunes older
+    # days. `ls --unused-for` can look back this far at most.
+    usage_retention_days: int = Field(default=90, ge=1, le=3650)
+    # Seconds the unused-adapter gauge (mol_catalog_unused_adapters) is cached.
+    usage_gauge_seconds: float = Field(default=300.0, gt=0, le=86_400)
     # The console's stack page and playground (/ui/stack, /ui/playground) show and call
     # this router (its /status, /metrics and chat API); the key when its API keys are on.
     router_url: str | None = None

@@ -267,6 +267,11 @@ def adapters() -> dashboard.Dashboard:
            Query(f'sum by (tenant) (rate(mol_router_tenant_requests_total{{{DEP},code!~"2.."}}'
                  f"[{RATE}])) / sum by (tenant) (rate(mol_router_tenant_requests_total"
                  f"{{{DEP}}}[{RATE}]))", "{{tenant}}")),
+        # The catalog serves every deployment (and may run in another namespace): its
+        # gauge is not filtered by the dashboard's variables.
+        ts("Adapters unused for 30 days (catalog; never used included)", "short",
+           Query('max by (window) (mol_catalog_unused_adapters{window="30d"})',
+                 "unused {{window}}")),
     ]
     return _with_panels(d, panels)
 

@@ -83,13 +83,15 @@ def engine_label(image: str) -> str:
 
 
 def token_scopes(obj: MoLDeployment) -> tuple[str, ...]:
-    """Read scopes for every catalog namespace the deployment's engines and router use."""
+    """Read scopes for every catalog namespace the deployment's engines and router use,
+    and the matching ``usage:<ns>`` scopes: the router reports per-version usage with
+    the same token (a usage scope writes usage and nothing else)."""
     spaces = set(obj.spec.adapter_namespaces)
     for e in obj.spec.experts:
         spaces.add(AdapterRef.parse(e.adapter).namespace)
         if e.canary is not None:
             spaces.add(AdapterRef.parse(e.canary.adapter).namespace)
-    return tuple(sorted(f"read:{ns}" for ns in spaces))
+    return tuple(sorted(f"{kind}:{ns}" for ns in spaces for kind in ("read", "usage")))
 
 
 def _unreachable(client: AsyncCatalogClient, exc: CatalogError, delay: float) -> Retry:

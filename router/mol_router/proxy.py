@@ -143,6 +143,9 @@ class GenerationProxy:
             if served is not None:
                 rt.metrics.request_done(served.choice.expert, served.resolved.adapter,
                                         served.version, tenant_name, code, elapsed, trace)
+                if rt.usage is not None:
+                    rt.usage.record(served.resolved.adapter, served.resolved.version,
+                                    served.prompt, served.completion)
             else:
                 rt.metrics.request_done("none", "", "", tenant_name, code, elapsed, trace)
 

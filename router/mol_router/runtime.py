@@ -32,6 +32,7 @@ from mol_router.semantic import SemanticSignal
 from mol_router.settings import RouterSettings
 from mol_router.tenants import KeyTable
 from mol_router.tracker import EngineTracker
+from mol_router.usage import UsageReporter
 
 log = logging.getLogger("mol.router")
 
@@ -124,6 +125,10 @@ class Runtime:
         self._endpoints_key = ""
         self._file_state: tuple[float, int, str] | None = None
         self._reload_task: asyncio.Task[None] | None = None
+        self.usage: UsageReporter | None = (UsageReporter(
+            lambda: self._catalog, self.metrics.registry, interval=settings.usage_interval,
+            max_versions=settings.usage_max_versions, max_batches=settings.usage_max_batches,
+            backoff_max=settings.usage_backoff_max) if settings.usage_report else None)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -141,6 +146,8 @@ class Runtime:
             await self.stop()
             raise
         await self.tracker.start()
+        if self.usage is not None:
+            self.usage.start()
         self.metrics.ready_child.set_function(lambda: len(self.tracker.ready_endpoints())
                                               if self.tracker is not None else 0)
         with contextlib.suppress(OSError):
@@ -148,6 +155,8 @@ class Runtime:
         self._reload_task = asyncio.create_task(self._watch_file(), name="mol-config-reload")
 
     async def stop(self) -> None:
+        if self.usage is not None:  # before the catalog client closes: a last delivery
+            await self.usage.stop()
         if self._reload_task is not None:
             self._reload_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -33,6 +33,17 @@ class RouterSettings(BaseSettings):
     top_adapters: int = Field(default=100, ge=0, le=10_000)
     top_adapters_half_life: float = Field(default=300.0, gt=0, le=86_400)
 
+    # Usage reported to the catalog (POST /v1/usage; the catalog token needs the
+    # `usage` or `usage:<ns>` scope): on when the config names a catalogUrl.
+    usage_report: bool = True
+    usage_interval: float = Field(default=10.0, gt=0, le=3600)  # seconds between batches
+    # Distinct (version, day) keys counted in memory before they are sealed into batches,
+    # and sealed batches (up to 1000 entries each) held while the catalog is unreachable;
+    # past that the oldest batch is dropped (mol_router_usage_dropped_entries_total).
+    usage_max_versions: int = Field(default=10_000, ge=1, le=1_000_000)
+    usage_max_batches: int = Field(default=100, ge=1, le=10_000)
+    usage_backoff_max: float = Field(default=60.0, gt=0, le=3600)  # retry pause cap, seconds
+
     def kube_url(self) -> str | None:
         """Explicit URL, else the in-cluster one from the service environment."""
         if self.kube_api_url:

@@ -52,6 +52,9 @@ ENDPOINTS: list[tuple[str, str, str, type[BaseModel]]] = [
      m.WebhookDeliveryList),
     ("/v1/admin/gc", "post", "200", m.GcReport),
     ("/v1/admin/verify", "post", "200", m.VerifyReport),
+    ("/v1/usage", "post", "200", m.UsageRecorded),
+    ("/v1/usage", "get", "200", m.UsagePage),
+    (f"{ADAPTER}/usage", "get", "200", m.AdapterUsage),
 ]
 
 

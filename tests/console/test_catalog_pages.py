@@ -199,3 +199,22 @@ def test_logout_ends_the_login(admin: Page, stack: ConsoleStack) -> None:
     assert "mol_console" not in {c["name"] for c in page.context.cookies()}
     page.goto(f"{stack.url}/ui/adapters")
     expect(page).to_have_url(re.compile(r"/ui/login\?next=/ui/adapters$"))
+
+
+def test_adapter_and_version_pages_show_usage(admin: Page, stack: ConsoleStack) -> None:
+    from datetime import UTC, datetime
+
+    with httpx.Client(base_url=stack.url, timeout=30,
+                      headers={"Authorization": f"Bearer {ADMIN_TOKEN}"}) as c:
+        r = c.post("/v1/usage", json={"batch_id": "console-usage-1", "entries": [
+            {"adapter": "demo/chat", "version": 1, "requests": 7, "input_tokens": 70,
+             "output_tokens": 21, "last_used": datetime.now(UTC).isoformat()}]})
+        assert r.status_code == 200, r.text
+    page = admin
+    page.goto(f"{stack.url}/ui/adapters/demo/chat")
+    expect(page.locator(".facts")).to_contain_text("7 requests, 70 input / 21 output tokens")
+    row = page.get_by_role("table", name="Versions, newest first").locator("tr", has_text="v1")
+    expect(row.first).to_contain_text("7")
+    page.get_by_role("link", name="v1", exact=True).click()
+    expect(page.locator(".facts")).to_contain_text("Use (30 days)")
+    expect(page.locator(".facts")).to_contain_text("7 requests")

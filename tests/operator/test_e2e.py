@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -68,9 +69,19 @@ def test_create_update_restart_delete(kube: Any, kube_client: KubeClient, catalo
     secret = kube_client.get("Secret", "macaron-catalog")
     token = base64.b64decode(secret["data"]["token"]).decode()
     status = obj["status"]
-    assert status["catalogToken"]["scopes"] == ["read:acme", "read:demo"]
+    assert status["catalogToken"]["scopes"] == ["read:acme", "read:demo", "usage:acme",
+                                                "usage:demo"]
     with CatalogClient(catalog.url, token) as reader:
         assert reader.resolve("demo/chat@stable").version == 1
+        # ... and the router reports usage with it (usage:demo), for those namespaces only
+        entry = {"adapter": "demo/chat", "version": 1, "requests": 1, "input_tokens": 1,
+                 "output_tokens": 1, "last_used": datetime.now(UTC).isoformat()}
+        assert reader.report_usage({"batch_id": "e2e-usage-1", "entries": [entry]}
+                                   ).duplicate is False
+        with pytest.raises(CatalogError) as refused:
+            reader.report_usage({"batch_id": "e2e-usage-2", "entries": [
+                {**entry, "adapter": "other/x"}]})
+        assert refused.value.status == 403
     experts = {e["name"]: e for e in status["experts"]}
     assert experts["coding"]["version"] == 1
     assert experts["coding"]["digest"].startswith("sha256:")

@@ -68,7 +68,8 @@ def _obj(**spec: Any) -> MoLDeployment:
 
 
 def test_token_scopes_cover_every_namespace_once() -> None:
-    assert token_scopes(_obj()) == ("read:acme", "read:beta", "read:zeta")
+    assert token_scopes(_obj()) == (
+        "read:acme", "read:beta", "read:zeta", "usage:acme", "usage:beta", "usage:zeta")
 
 
 def test_parse_names_every_field_to_fix() -> None:

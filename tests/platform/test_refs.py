@@ -115,13 +115,15 @@ def test_valid_aliases(alias: str) -> None:
     assert check_alias(alias) == alias
 
 
-@pytest.mark.parametrize("scope", ["read", "admin", "read:acme", "publish:a.b"])
+@pytest.mark.parametrize("scope", ["read", "admin", "read:acme", "publish:a.b", "usage",
+                                   "usage:acme"])
 def test_valid_scopes(scope: str) -> None:
     assert check_scope(scope) == scope
 
 
 @pytest.mark.parametrize("scope", ["write", "admin:acme", "read:", "publish", "publish:A",
-                                   "read:a..b", "read:acme:x", ":acme"])
+                                   "read:a..b", "read:acme:x", ":acme", "usage:", "usage:A",
+                                   "write:acme"])
 def test_invalid_scopes(scope: str) -> None:
     with pytest.raises(RefError, match="invalid scope"):
         check_scope(scope)

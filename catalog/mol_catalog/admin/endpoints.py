@@ -11,6 +11,7 @@ from mol_catalog.admin.schemas import GcOut, VerifyReport
 from mol_catalog.blobs import orphans, verify
 from mol_catalog.deps import CatalogDep, PrincipalDep
 from mol_catalog.errors import json_response
+from mol_catalog.usage import service as usage
 
 router = APIRouter(tags=["operations"])
 MAX_GRACE_SECONDS = 10 * 365 * 86400.0
@@ -19,9 +20,13 @@ MAX_GRACE_SECONDS = 10 * 365 * 86400.0
 @router.post("/v1/admin/gc", response_model=GcOut)
 async def run_gc(catalog: CatalogDep, who: PrincipalDep,
                  grace_seconds: float = Query(3600.0, ge=0, le=MAX_GRACE_SECONDS)) -> Response:
-    """Delete blobs no version references that are older than the grace period (admin)."""
+    """Delete blobs no version references that are older than the grace period, and usage
+    roll-ups older than USAGE_RETENTION_DAYS (admin)."""
     who.require_admin()
-    return json_response(await orphans.collect(catalog.db, catalog.blobs, grace_seconds))
+    out = await orphans.collect(catalog.db, catalog.blobs, grace_seconds)
+    async with catalog.db.unit() as uow:
+        out |= await usage.prune(uow, catalog.settings.usage_retention_days)
+    return json_response(out)
 
 
 @router.post("/v1/admin/verify", responses={200: {"model": VerifyReport}})

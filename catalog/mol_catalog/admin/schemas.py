@@ -11,6 +11,8 @@ class GcOut(ResponseBody):
     deleted: list[str]
     kept: int
     leftovers_removed: int
+    usage_rows_pruned: int  # daily usage roll-ups older than the retention window
+    usage_batches_pruned: int  # usage batch ids older than two days
 
 
 class BadBlob(BaseModel):

@@ -147,7 +147,8 @@ def token_create(
         metavar="NAME", help="Who or what uses the token, e.g. ci-acme.")],
     scope: Annotated[list[str], typer.Option(
         "--scope", metavar="SCOPE",
-        help="read, read:<ns>, publish:<ns> or admin; repeat for more.")],
+        help="read, read:<ns>, publish:<ns>, usage, usage:<ns> or admin; repeat for "
+        "more (usage: what routers need to report usage).")],
     output: OutputOption = Output.text,
 ) -> None:
     """Create a token. The token is printed once, on stdout; store it now.

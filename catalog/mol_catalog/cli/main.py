@@ -9,6 +9,7 @@ stderr and exit 1.
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
 
@@ -23,6 +24,7 @@ from mol_catalog.cli.common import (
     emit,
     fail,
     human_size,
+    parse_duration,
     parse_labels,
     parse_version,
     plain,
@@ -33,7 +35,12 @@ from mol_catalog.cli.namespaces import register_namespaces
 from mol_catalog.cli.signing import read_signature, register_signing, sign_folder
 from mol_catalog.cli.versions import register_versions
 from mol_catalog.logs import LogFormat, LogLevel
-from mol_platform.contract.catalog_models import AdapterDetail, Published, VersionItem
+from mol_platform.contract.catalog_models import (
+    AdapterDetail,
+    AdapterUsage,
+    Published,
+    VersionItem,
+)
 from mol_platform.contract.refs import AdapterRef
 
 app = typer.Typer(
@@ -240,6 +247,24 @@ def resolve(
         raise typer.Exit(1)
 
 
+class Sort(StrEnum):
+    name = "name"
+    usage = "usage"
+
+
+class Group(StrEnum):
+    version = "version"
+    adapter = "adapter"
+
+
+def _days(text: str, what: str) -> int:
+    """Whole days of a duration option: ``30d`` (or ``720h``) -> 30."""
+    seconds = parse_duration(text)
+    if seconds < 86_400 or seconds % 86_400:
+        raise typer.BadParameter(f"{what} {text!r}: use whole days, e.g. 7d or 30d")
+    return seconds // 86_400
+
+
 @app.command("ls")
 def list_adapters(
     ctx: typer.Context,
@@ -248,14 +273,50 @@ def list_adapters(
     tag: Annotated[str | None, typer.Option(help="Only adapters with this tag.")] = None,
     search: Annotated[str | None, typer.Option(help="Text search in names.")] = None,
     namespace: Annotated[str | None, typer.Option(help="Only this namespace.")] = None,
+    unused_for: Annotated[str | None, typer.Option(
+        "--unused-for", metavar="DAYS", help="Only versions (with --by adapter: adapters) "
+        "no router reported a request for in this window, never used ones included, "
+        "e.g. 30d. Longer than the catalog's USAGE_RETENTION_DAYS: cut to it.")] = None,
+    sort: Annotated[Sort, typer.Option(help="name, or usage: most requests in --window "
+                                       "first.")] = Sort.name,
+    window: Annotated[str, typer.Option(metavar="DAYS", help="The usage window of --sort "
+                                        "usage and the usage columns, e.g. 7d.")] = "30d",
+    by: Annotated[Group, typer.Option(help="With --unused-for or --sort usage: one row per "
+                                      "version, or per adapter.")] = Group.version,
     quiet: Annotated[bool, typer.Option("-q", "--quiet", help="Print names only.")] = False,
     limit: Annotated[int, typer.Option(help="At most this many adapters.", min=1)] = 50,
     output: OutputOption = Output.text,
 ) -> None:
-    """List adapters, filtered by base, tag, namespace or text.
+    """List adapters, filtered by base, tag, namespace or text; or by usage.
+
+    With --unused-for or --sort usage it lists versions (or adapters) with their use as
+    routers reported it, e.g. mol catalog ls --unused-for 30d, or mol catalog ls --sort
+    usage --window 7d --by adapter.
 
     Example: mol catalog ls --base tiny-llama --tag code
     """
+    if unused_for is not None or sort is Sort.usage:
+        if base or tag or search:
+            fail("--base, --tag and --search do not combine with --unused-for or "
+                 "--sort usage")
+        days = _days(unused_for, "--unused-for") if unused_for else _days(window, "--window")
+        with catalog(ctx) as client:
+            used = list(client.usage(days=days, unused=unused_for is not None,
+                                     group=by.value, sort=sort.value, namespace=namespace,
+                                     limit=limit))
+        if output is not Output.text:
+            emit(output, used, lambda: None)
+            return
+        names = [u.adapter if u.version is None else f"{u.adapter}@v{u.version}" for u in used]
+        if quiet:
+            for name in names:
+                typer.echo(name)
+            return
+        print_table([by.value.upper(), f"REQUESTS ({days}d)", "INPUT TOKENS", "OUTPUT TOKENS",
+                     "LAST USED"], [
+            [n, u.requests, u.input_tokens, u.output_tokens, u.last_used or "never"]
+            for n, u in zip(names, used, strict=True)])
+        return
     with catalog(ctx) as client:
         items = list(client.list_adapters(base=base, tag=tag, q=search, namespace=namespace,
                                           limit=limit))
@@ -274,27 +335,40 @@ def list_adapters(
 def show(
     ctx: typer.Context,
     adapter: Annotated[str, typer.Argument(metavar="NS/NAME", help="namespace/name.")],
+    window: Annotated[str, typer.Option(metavar="DAYS", help="The usage window, e.g. 7d.")]
+    = "30d",
     output: OutputOption = Output.text,
 ) -> None:
-    """Show one adapter: base, tags, aliases and its versions.
+    """Show one adapter: base, tags, aliases, its versions and their use in --window.
 
-    Example: mol catalog show acme/coding
+    Example: mol catalog show acme/coding --window 7d
     """
+    days = _days(window, "--window")
     with catalog(ctx) as client:
         info = client.get_adapter(adapter)
         versions = list(client.versions(adapter))
-    emit(output, {**plain(info), "versions": versions}, lambda: _print_adapter(info, versions))
+        usage = client.adapter_usage(adapter, days)
+    emit(output, {**plain(info), "versions": versions, "usage": usage},
+         lambda: _print_adapter(info, versions, usage))
 
 
-def _print_adapter(info: AdapterDetail, versions: list[VersionItem]) -> None:
+def _print_adapter(info: AdapterDetail, versions: list[VersionItem],
+                   usage: AdapterUsage) -> None:
     typer.echo(f"{info.adapter}  base: {info.base}  tags: {','.join(info.tags) or '-'}")
     typer.echo("labels: " + (", ".join(f"{k}={v}" for k, v in sorted(info.labels.items()))
                              or "-"))
     typer.echo("aliases: " + (", ".join(f"{a} -> v{v}" for a, v in sorted(info.aliases.items()))
                               or "-"))
-    print_table(["VERSION", "STATUS", "RANK", "SIZE", "DIGEST", "SIGNED_BY", "CREATED"], [
+    used = {u.version: u for u in usage.versions}
+    t = usage.total
+    typer.echo(f"usage ({usage.days}d): {t.requests} requests, {t.input_tokens} input and "
+               f"{t.output_tokens} output tokens, last used {t.last_used or 'never'}")
+    print_table(["VERSION", "STATUS", "RANK", "SIZE", "DIGEST", "SIGNED_BY", "CREATED",
+                 f"REQUESTS ({usage.days}d)", "LAST USED"], [
         [f"v{v.version}", v.status, v.rank, human_size(v.size), v.digest,
-         v.signed_by[:16] if v.signed_by else "-", v.created_at]
+         v.signed_by[:16] if v.signed_by else "-", v.created_at,
+         used[v.version].requests if v.version in used else 0,
+         used[v.version].last_used if v.version in used else "-"]
         for v in versions])
 
 

@@ -15,9 +15,11 @@ from mol_catalog.adapters import service as adapters
 from mol_catalog.auth import Principal
 from mol_catalog.console import session
 from mol_catalog.console.render import PageRoute, render
+from mol_catalog.db import ReadConn
 from mol_catalog.errors import ApiError, BadRequest, json_response
 from mol_catalog.events import service as events
 from mol_catalog.profiles import service as profiles
+from mol_catalog.usage import service as usage
 from mol_catalog.util import (
     decode_cursor,
     encode_cursor,
@@ -30,6 +32,7 @@ pages = APIRouter(route_class=PageRoute, include_in_schema=False)
 calls = APIRouter(include_in_schema=False)  # script requests: JSON answers and errors
 PAGE_SIZE = 25  # adapters per search page
 VERSIONS_SHOWN = 100  # newest versions on an adapter's page
+USAGE_DAYS = 30  # the usage window the adapter and version pages show
 FEED_LIMIT = 200  # events the live feed reads per poll (other adapters' included)
 FormText = Annotated[str, Form()]
 OptionalText = Annotated[str | None, Query()]
@@ -109,8 +112,17 @@ async def _adapter_context(request: Request, who: Principal, ns: str,
         history = {alias: await adapters.alias_history(conn, full, alias, 20)
                    for alias in sorted(adapter["aliases"])}
         feed_after = await events.latest_id(conn)
+        used = await _usage(conn, full)
     return {"adapter": adapter, "versions": versions, "history": history,
-            "feed_after": feed_after, "may_publish": _may_publish(who, ns)}
+            "feed_after": feed_after, "may_publish": _may_publish(who, ns), "usage": used}
+
+
+async def _usage(conn: ReadConn, full: str) -> dict[str, Any]:
+    """The adapter's use in the last USAGE_DAYS days, with its versions' by number."""
+    row = await adapters.get_adapter(conn, full)
+    out = await usage.adapter_usage(conn, row.id, full, USAGE_DAYS, 0)
+    out["by_version"] = {v["version"]: v for v in out["versions"]}
+    return out
 
 
 def _may_publish(who: Principal, ns: str) -> bool:
@@ -133,7 +145,11 @@ async def _version(request: Request, who: Principal, ns: str, name: str,
                    version: str) -> dict[str, Any]:
     who.require_read(ns)
     async with session.catalog_of(request).db.read() as conn:
-        return await adapters.version_detail(conn, _full(ns, name), version_number(version))
+        detail = await adapters.version_detail(conn, _full(ns, name), version_number(version))
+        used = await _usage(conn, _full(ns, name))
+    detail["usage"] = used["by_version"].get(detail["version"])
+    detail["usage_days"] = used["days"]
+    return detail
 
 
 @pages.get("/ui/adapters/{ns}/{name}/versions/{version}")

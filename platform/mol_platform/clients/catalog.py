@@ -338,6 +338,35 @@ class CatalogClient:
         return typed(m.GcReport, self._json("POST", "/v1/admin/gc",
                                             params={"grace_seconds": grace_seconds}))
 
+    def usage(self, *, days: int = 30, unused: bool = False, group: str = "version",
+              sort: str = "name", namespace: str | None = None, limit: int = 100
+              ) -> Iterator[m.UsageItem]:
+        """Versions (``group="adapter"``: adapters) with their use in the last ``days``
+        days; ``unused``: only those with none; ``sort="usage"``: most requests first."""
+        params: dict[str, Any] = {"days": days, "unused": "true" if unused else "false",
+                                  "group": group, "sort": sort}
+        if namespace is not None:
+            params["namespace"] = namespace
+        offset: int | None = 0
+        left = limit
+        while offset is not None and left > 0:
+            page = typed(m.UsagePage, self._json("GET", "/v1/usage", params={
+                **params, "limit": min(left, 1000), "offset": offset}))
+            yield from page.items[:left]
+            left -= len(page.items)
+            offset = page.next_offset
+
+    def adapter_usage(self, adapter: str, days: int = 30) -> m.AdapterUsage:
+        """One adapter's use in the last ``days`` days, per version and per day."""
+        ns, name = split_adapter(adapter)
+        return typed(m.AdapterUsage, self._json(
+            "GET", f"/v1/adapters/{quote_segment(ns)}/{quote_segment(name)}/usage",
+            params={"days": days}))
+
+    def report_usage(self, batch: Mapping[str, Any]) -> m.UsageRecorded:
+        """Post a usage batch (``{"batch_id", "entries": [...]}``); safe to retry."""
+        return typed(m.UsageRecorded, self._json("POST", "/v1/usage", json=dict(batch)))
+
     def verify(self, sample: int | None = None, content: bool = True) -> m.VerifyReport:
         """Check that referenced blobs are stored whole (admin): ``{"referenced",
         "checked", "ok", "missing", "corrupt"}``; ``sample`` checks that many at random."""

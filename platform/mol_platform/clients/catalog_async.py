@@ -8,7 +8,7 @@ only awaits them); see docs/client.md.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -139,6 +139,11 @@ class AsyncCatalogClient:
 
     async def revoke_token(self, token_id: str) -> None:
         await self.request("DELETE", f"/v1/tokens/{quote_segment(str(token_id))}")
+
+    async def report_usage(self, batch: Mapping[str, Any]) -> m.UsageRecorded:
+        """Post a usage batch (``{"batch_id", "entries": [...]}``); safe to retry: the
+        catalog counts a batch id once."""
+        return typed(m.UsageRecorded, await self._json("POST", "/v1/usage", json=dict(batch)))
 
     async def download(self, url: str, dest: Path, *, chunk: int = 1 << 20) -> str:
         """Stream one file to ``dest`` (absolute or catalog-relative URL); its sha256 hex.

@@ -309,6 +309,8 @@ class GcReport(CatalogModel):
     deleted: list[str]
     kept: int
     leftovers_removed: int  # temp folders and partial blobs of interrupted publishes
+    usage_rows_pruned: int  # daily usage roll-ups older than the retention window
+    usage_batches_pruned: int  # usage batch ids older than two days
 
 
 class BadBlob(CatalogModel):
@@ -324,3 +326,48 @@ class VerifyReport(CatalogModel):
     ok: bool
     missing: list[BadBlob]
     corrupt: list[BadBlob]
+
+
+class UsageRecorded(CatalogModel):
+    """The answer to a usage batch (``POST /v1/usage``)."""
+
+    batch_id: str
+    duplicate: bool
+    counted: int
+    expired: int
+    unknown: list[str]
+
+
+class UsageTotals(CatalogModel):
+    requests: int
+    input_tokens: int
+    output_tokens: int
+    last_used: str | None
+
+
+class VersionUsage(UsageTotals):
+    version: int
+
+
+class DailyUsage(UsageTotals):
+    version: int
+    day: str
+
+
+class AdapterUsage(CatalogModel):
+    adapter: str
+    days: int
+    total: UsageTotals
+    versions: list[VersionUsage]
+    daily: list[DailyUsage]
+
+
+class UsageItem(UsageTotals):
+    adapter: str
+    version: int | None
+
+
+class UsagePage(CatalogModel):
+    days: int
+    items: list[UsageItem]
+    next_offset: int | None

@@ -32,7 +32,9 @@ REVISION_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}"
 # The whole name rule in one pattern (the lookahead refuses ".."), for schemas that
 # document it (OpenAPI); ``is_valid_name`` is the same rule.
 EXACT_NAME_PATTERN = rf"(?!.*\.\.){NAME_PATTERN}"
-SCOPE_PATTERN = rf"(?:read|admin|(?:read|publish):{EXACT_NAME_PATTERN})"
+# ``usage`` / ``usage:<ns>``: report usage (what routers send) for those namespaces, nothing
+# else; neither reads nor publishes.
+SCOPE_PATTERN = rf"(?:read|admin|usage|(?:read|publish|usage):{EXACT_NAME_PATTERN})"
 
 # Compiled without anchors: every check below uses ``fullmatch`` (``$`` would accept a
 # trailing newline, and "acme\n" is a name nothing can resolve).
@@ -103,11 +105,12 @@ def check_alias(value: str) -> str:
 
 
 def check_scope(value: str) -> str:
-    """A token scope: ``read``, ``admin``, ``read:<namespace>`` or ``publish:<namespace>``."""
+    """A token scope: ``read``, ``admin``, ``usage``, ``read:<namespace>``,
+    ``publish:<namespace>`` or ``usage:<namespace>``."""
     if _SCOPE.fullmatch(value) is not None:
         return value
     raise RefError(f"invalid scope {value!r}: use read, read:<namespace>, "
-                   "publish:<namespace> or admin")
+                   "publish:<namespace>, usage, usage:<namespace> or admin")
 
 
 def parse_version(text: str, what: str = "version") -> int:

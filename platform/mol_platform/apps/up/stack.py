@@ -34,6 +34,7 @@ from mol_platform.apps.up.supervisor import (
     say,
     wait_healthy,
 )
+from mol_platform.clients.catalog import CatalogClient
 from mol_platform.contract.engine_args import PluginSettings, embedding_args, engine_args
 from mol_platform.contract.router_config import profile_name, router_config_from_spec
 from mol_platform.contract.spec import MoLDeployment
@@ -228,12 +229,26 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     config_path = data_dir / "router.yaml"
     config_path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True,
                                                             exclude_none=True), sort_keys=False))
-    env = {"MOL_CATALOG_TOKEN": token} if token else {}
+    router_token = mint_router_token(url, token) if token else None
+    env = {"MOL_CATALOG_TOKEN": router_token} if router_token else {}
     sup.start(Service("router", mol_argv("router", "serve", "--config", str(config_path),
                                          "--host", host, "--port", str(ports.router)),
                       f"{router_url}/healthz", env=env, log_path=logs / "router.log"))
     return stack_banner(obj, router_url, engine_url, url, data_dir, token, seeded.adapters,
                         embeddings_url)
+
+
+ROUTER_TOKEN_NAME = "mol-up/router"
+
+
+def mint_router_token(catalog_url: str, admin: str) -> str:
+    """The router's catalog token: ``read`` (resolve, events) and ``usage`` (its usage
+    reports), never the admin token. Tokens of earlier runs are revoked first."""
+    with CatalogClient(catalog_url, admin) as client:
+        for old in client.list_tokens(ROUTER_TOKEN_NAME, active=True):
+            if old.name == ROUTER_TOKEN_NAME:
+                client.revoke_token(str(old.id))
+        return client.create_token(ROUTER_TOKEN_NAME, ["read", "usage"]).token
 
 
 def embedding_model_dir() -> Path:

@@ -1,0 +1,1 @@
+"""usage: endpoints, service, repository, schemas (what routers report, daily roll-ups)."""
