@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from mol_catalog.errors import ERROR_RESPONSES
 from mol_catalog.util import MAX_BIGINT
+from mol_platform.contract.evals import SUITE_PATTERN, SUITE_VERSION_PATTERN
 from mol_platform.contract.refs import (
     ALIAS_PATTERN,
     DIGEST_PATTERN,
@@ -50,6 +51,8 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "version": {"pattern": f"^{VERSION_NUMBER_PATTERN}$",
                 "description": f"A version number, 1 to {MAX_VERSION} (3 or v3)"},
     "hexdigest": {"pattern": "^[0-9a-f]{64}$"},
+    "suite": {"pattern": f"^{SUITE_PATTERN}$", "maxLength": 63},
+    "suite_version": {"pattern": f"^{SUITE_VERSION_PATTERN}$", "maxLength": 63},
     "limit": {"minimum": 1, "maximum": 500},
 }
 
@@ -71,6 +74,10 @@ LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, str]]]] = 
             **FROM_PATH, "version": "$response.body#/items/0/version"}),
         "yank": (f"{ADAPTER}/versions/{{version}}/yank", "post", {
             **FROM_PATH, "version": "$response.body#/items/0/version"}),
+    },
+    (f"{ADAPTER}/versions/{{version}}/evals", "post", "201"): {
+        "list": (f"{ADAPTER}/versions/{{version}}/evals", "get",
+                 {**FROM_PATH, "version": "$request.path.version"}),
     },
     (f"{ADAPTER}/versions", "post", "201"): {
         "version": (f"{ADAPTER}/versions/{{version}}", "get", {
