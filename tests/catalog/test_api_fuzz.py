@@ -92,7 +92,8 @@ DISPOSABLE = {"DELETE /v1/adapters/{ns}/{name}/versions/{version}": {"ns": "scra
 
 
 def _seed(url: str) -> dict[str, str]:
-    """A base, a profile and acme/coding v1 (alias stable): rows the fuzzer can reach;
+    """A base, a profile and acme/coding v1 (alias stable, a humaneval eval report): rows
+    the fuzzer can reach;
     scratch/coding v1 (alias stable) for the operations in ``DISPOSABLE``."""
     model = Model()
     with httpx.Client(base_url=url, headers=AUTH, timeout=30) as http:
@@ -105,13 +106,18 @@ def _seed(url: str) -> dict[str, str]:
                       data={"alias": "stable", "tags": "code"})
         assert r.status_code == 201, r.text
         digest = r.json()["digest"]
+        r = http.post("/v1/adapters/acme/coding/versions/1/evals", json={
+            "suite": "humaneval", "suite_version": "1", "metrics": {"pass@1": 0.5},
+            "report": "# humaneval\n"})
+        assert r.status_code == 201, r.text
         files = http.get("/v1/resolve/acme/coding@v1").json()["files"]
         r = http.post("/v1/adapters/scratch/coding/versions", files=model.files(model.adapter()),
                       data={"alias": "stable"})
         assert r.status_code == 201, r.text
     return {"ns": "acme", "name": "coding", "alias": "stable", "version": "1",
             "name_ref": "coding@stable", "profile": "small", "hexdigest": files[0]["digest"][7:],
-            "token_id": "1", "manifest": digest, "base": model.name}
+            "token_id": "1", "manifest": digest, "base": model.name, "suite": "humaneval",
+            "suite_version": "1"}
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])

@@ -54,7 +54,9 @@ class EvalAttach(BaseModel):
         "replaces the report"))
     metrics: dict[MetricName, MetricValue] = Field(
         min_length=1, max_length=evals.MAX_METRICS,
-        description="Metric name -> value (finite numbers)")
+        description="Metric name -> value (finite numbers)",
+        json_schema_extra={"additionalProperties": False, "propertyNames": {
+            "pattern": f"^{evals.METRIC_PATTERN}$", "maxLength": 64}})
     dataset_digest: Digest | None = Field(default=None, description=(
         "sha256:<hex> of the evaluation data set"))
     judge_model: Text | None = Field(default=None, min_length=1,
