@@ -32,7 +32,8 @@ def test_attach_list_and_show(server: str, demo: Path, base: str, tmp_path: Path
     shown = mol(server, "show", "ev/chat")
     assert shown.exit_code == 0, shown.stderr
     assert "evals:" in shown.stdout
-    assert "chat-suite" in shown.stdout and "win_rate=0.6" in shown.stdout
+    assert "chat-suite" in shown.stdout
+    assert "win_rate=0.6" in shown.stdout
     data = json.loads(mol(server, "show", "ev/chat", "-o", "json").stdout)
     assert data["versions"][0]["evals"][0]["suite_version"] == "3"
     with CatalogClient(server, ADMIN) as client:
@@ -54,7 +55,8 @@ def test_attach_refuses_bad_input_with_one_line(server: str, demo: Path, base: s
     assert r.exit_code == 1
     assert "invalid suite name 'Bad Suite'" in r.stderr
     r = mol(server, "eval", "attach", "ev/bad@v9", "--suite", "s", "--metrics", '{"m": 1}')
-    assert r.exit_code == 1 and "no version 9" in r.stderr
+    assert r.exit_code == 1
+    assert "no version 9" in r.stderr
 
 
 def test_publish_parent_takes_a_reference(server: str, demo: Path, base: str) -> None:
@@ -68,7 +70,8 @@ def test_publish_parent_takes_a_reference(server: str, demo: Path, base: str) ->
     with CatalogClient(server, ADMIN) as client:
         assert client.get_version("ev/line", 2).parent == 1
     shown = mol(server, "show", "ev/line").stdout
-    assert "PARENT" in shown and "v1" in shown.split("v2", 1)[1].splitlines()[0]
+    assert "PARENT" in shown
+    assert "v1" in shown.split("v2", 1)[1].splitlines()[0]
     other = mol(server, "publish", demo / "adapters" / "chat", "--name", "ev/line", "--base",
                 base, "--parent", "ev/other@v1")
     assert other.exit_code == 1

@@ -31,17 +31,22 @@ async def test_attach_list_replace_and_feed(client: Any, model: Model) -> None:
     r = await client.post(EVALS, json={**BODY, "report": "# HumanEval\n61/100 solved\n"})
     assert r.status_code == 201, r.text
     out = r.json()
-    assert out["created"] is True and out["replaced"] is False
+    assert out["created"] is True
+    assert out["replaced"] is False
     assert out["metrics"] == {"pass@1": 0.61, "pass@10": 0.8}
     digest = "sha256:" + hashlib.sha256(b"# HumanEval\n61/100 solved\n").hexdigest()
-    assert out["report_digest"] == digest and out["report_size"] == 26
+    assert out["report_digest"] == digest
+    assert out["report_size"] == 26
     same = await client.post(EVALS, json={**BODY, "report": "# HumanEval\n61/100 solved\n"})
-    assert same.status_code == 200 and same.json()["created"] is False
+    assert same.status_code == 200
+    assert same.json()["created"] is False
     assert same.json()["replaced"] is False
     moved = await client.post(EVALS, json={**BODY, "metrics": {"pass@1": 0.7}})
-    assert moved.status_code == 200 and moved.json()["replaced"] is True
+    assert moved.status_code == 200
+    assert moved.json()["replaced"] is True
     other = await client.post(EVALS, json={"suite": "mmlu", "metrics": {"acc": 55}})
-    assert other.status_code == 201 and other.json()["suite_version"] == "1"
+    assert other.status_code == 201
+    assert other.json()["suite_version"] == "1"
     listed = (await client.get(EVALS)).json()["items"]
     assert [(i["suite"], i["metrics"]) for i in listed] == [
         ("humaneval", {"pass@1": 0.7}), ("mmlu", {"acc": 55.0})]
@@ -64,7 +69,8 @@ async def test_report_blob_is_served_kept_by_gc_and_goes_with_the_version(
     assert r.status_code == 201
     path = f"{EVALS}/humaneval/2024.06/report"
     got = await client.get(path)
-    assert got.status_code == 200 and got.text == text
+    assert got.status_code == 200
+    assert got.text == text
     gc = await client.post("/v1/admin/gc", params={"grace_seconds": 0})
     assert r.json()["report_digest"] not in gc.json()["deleted"]
     assert (await client.get(path)).text == text
@@ -124,6 +130,7 @@ async def test_reports_per_version_are_bounded(client: Any, model: Model,
     for suite in ("a", "b"):
         assert (await client.post(EVALS, json={**BODY, "suite": suite})).status_code == 201
     r = await client.post(EVALS, json={**BODY, "suite": "c"})
-    assert r.status_code == 409 and "replace one" in r.json()["detail"]
+    assert r.status_code == 409
+    assert "replace one" in r.json()["detail"]
     assert (await client.post(EVALS, json={**BODY, "suite": "a",
                                            "metrics": {"x": 1}})).status_code == 200

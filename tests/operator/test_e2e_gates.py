@@ -63,4 +63,5 @@ def test_canary_waits_for_its_gates_then_is_promoted(
         assert admin.resolve("demo/coding@stable").version == 2
     events = kube_client.list("Event")
     reasons = [e.get("reason") for e in events]
-    assert "CanaryPaused" in reasons and "CanaryPromoted" in reasons
+    assert "CanaryPaused" in reasons
+    assert "CanaryPromoted" in reasons

@@ -94,7 +94,8 @@ def test_first_problem_prefers_a_failing_gate() -> None:
                                    report("loss", {"nll": 1.2})], 1, 2)
     assert [r.reason for r in results] == [MISSING, FAILED, ""]
     problem = first_problem(results)
-    assert problem is not None and problem.reason == FAILED
+    assert problem is not None
+    assert problem.reason == FAILED
     assert first_problem([results[2]]) is None
 
 
@@ -163,7 +164,8 @@ def test_gates_in_the_canary_step(current: CanaryStatus, measurement: CanaryMeas
     if event is None:
         assert message is None
     else:
-        assert message is not None and event in message
+        assert message is not None
+        assert event in message
     assert status_from_dict(status_to_dict(after)) == after
 
 

@@ -55,7 +55,8 @@ def test_two_checkpoints_become_two_versions_with_lineage(catalog_server: str,
     assert (tmp_path / "run" / "checkpoint-2" / "adapter_model.safetensors").is_file()
     with CatalogClient(catalog_server) as client:
         first, second = client.get_version("lab/tune", 1), client.get_version("lab/tune", 2)
-        assert first.parent is None and second.parent == 1
+        assert first.parent is None
+        assert second.parent == 1
         assert first.digest != second.digest  # training moved the weights
         for v in (first, second):
             assert v.base == f"tiny-llama@{revision}"
@@ -63,12 +64,14 @@ def test_two_checkpoints_become_two_versions_with_lineage(catalog_server: str,
                                                  "adapter_model.safetensors"}
             assert v.verdicts["cpu"].compatible, v.verdicts["cpu"].reasons
             verdict = client.resolve(f"lab/tune@v{v.version}", "cpu").verdict
-            assert verdict is not None and verdict.compatible
+            assert verdict is not None
+            assert verdict.compatible
         lineage = [parse_source(v.source or "") for v in (first, second)]
         assert [x["step"] for x in lineage] == ["2", "4"]
         assert {x["dataset"] for x in lineage} == {DATASET}
         assert lineage[0]["args"] == lineage[1]["args"]
-        assert lineage[0]["args"].startswith("sha256:") and lineage[0]["run"] == "run"
+        assert lineage[0]["args"].startswith("sha256:")
+        assert lineage[0]["run"] == "run"
         assert client.resolve("lab/tune@candidate").version == 2
         assert (second.rank, sorted(second.target_modules)) == (
             8, ["self_attn.q_proj", "self_attn.v_proj"])

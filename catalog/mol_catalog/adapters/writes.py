@@ -179,9 +179,9 @@ async def move_alias(conn: AsyncConnection, adapter_id: int, name: str, number: 
 
 async def delete_version(conn: AsyncConnection, adapter_id: int, version_id: int,
                          number: int) -> None:
-    """Remove a version with its verdicts, eval reports, blob references and the aliases at it (their
-    removals go to the alias history through ``move_alias``'s table). Its blobs stay for
-    gc."""
+    """Remove a version with its verdicts, eval reports, blob references and the aliases
+    at it (their removals go to the alias history through ``move_alias``'s table). Its
+    blobs stay for gc."""
     await conn.execute(delete(ALIASES).where(ALIASES.c.adapter_id == adapter_id,
                                              ALIASES.c.version == number))
     await conn.execute(delete(VERDICTS).where(VERDICTS.c.version_id == version_id))

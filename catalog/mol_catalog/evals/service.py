@@ -118,9 +118,10 @@ async def attach(uow: UnitOfWork, full_name: str, number: int, body: EvalAttach,
 
 
 def _same(r: EvalRow, values: dict[str, Any]) -> bool:
-    return (r.metrics == values["metrics"] and r.dataset_digest == values["dataset_digest"]
-            and r.judge_model == values["judge_model"]
-            and r.report_digest == values["report_digest"])
+    return bool(r.metrics == values["metrics"]
+                and r.dataset_digest == values["dataset_digest"]
+                and r.judge_model == values["judge_model"]
+                and r.report_digest == values["report_digest"])
 
 
 async def attach_with_blob(catalog: Catalog, full_name: str, number: int, body: EvalAttach,
@@ -129,11 +130,14 @@ async def attach_with_blob(catalog: Catalog, full_name: str, number: int, body: 
     blob in between, or a concurrent attach of the same suite won the insert)."""
     stored = await store_report(catalog, body.report) if body.report is not None else None
     for attempt in range(RETRIES):
+        blob = stored
+
+        async def work(uow: UnitOfWork, blob: StoredReport | None = blob,
+                       ) -> tuple[dict[str, Any], int]:
+            return await attach(uow, full_name, number, body, blob, who)
+
         try:
-            current = stored
-            return await catalog.db.transact(
-                lambda uow: attach(uow, full_name, number, body, current, who),
-                attempts=3, pause=0.01)
+            return await catalog.db.transact(work, attempts=3, pause=0.01)
         except orphans.BlobsGone as gone:
             if stored is None or attempt == RETRIES - 1:
                 raise Unavailable(f"gc deleted the report blob {RETRIES} times while it was "

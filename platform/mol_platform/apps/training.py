@@ -28,16 +28,13 @@ import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from urllib.parse import parse_qsl, quote, urlsplit
 
 from mol_platform.clients.catalog import CatalogClient, CatalogError
 from mol_platform.contract.catalog_models import Published
 from mol_platform.contract.evals import DIGEST_RE
 from mol_platform.contract.refs import AdapterRef, RefError, check_alias, check_name
-
-if TYPE_CHECKING:
-    from transformers import TrainerCallback
 
 log = logging.getLogger(__name__)
 SOURCE_SCHEME = "mol-train"
@@ -96,7 +93,7 @@ class CheckpointPublisher:
         AdapterRef.parse(f"{self.adapter}@latest")
         if self.alias is not None:
             check_alias(self.alias)
-        name, _, revision = self.base.partition("@")
+        name, _, _revision = self.base.partition("@")
         check_name(name, "base model name")
         if self.dataset_digest is not None and DIGEST_RE.fullmatch(self.dataset_digest) is None:
             raise RefError(f"dataset digest {self.dataset_digest!r}: expected sha256:<64 hex>")
@@ -144,8 +141,8 @@ class CheckpointPublisher:
 def catalog_callback(adapter: str, *, base: str, catalog_url: str | None = None,
                      token: str | None = None, parent: str | int | None = None,
                      dataset_digest: str | None = None, alias: str | None = None,
-                     tags: Sequence[str] = (), strict: bool = True) -> TrainerCallback:
-    """A ``TrainerCallback`` that publishes every saved checkpoint's adapter (see the
+                     tags: Sequence[str] = (), strict: bool = True) -> Any:
+    """A ``transformers.TrainerCallback`` that publishes every saved checkpoint's adapter (see the
     module docstring); its ``publisher`` attribute holds what was published. Needs
     transformers (and PEFT for the adapter files); raises ImportError saying so."""
     try:

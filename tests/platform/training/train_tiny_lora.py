@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from typing import Any
 
 import torch
 from peft import LoraConfig, get_peft_model
@@ -18,7 +19,7 @@ from transformers import LlamaForCausalLM, Trainer, TrainingArguments
 from mol_platform.apps.training import catalog_callback
 
 
-class Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+class Tokens(torch.utils.data.Dataset):  # type: ignore[misc]
     def __init__(self, count: int, length: int, vocab: int) -> None:
         generator = torch.Generator().manual_seed(0)
         self.rows = torch.randint(3, vocab, (count, length), generator=generator)
@@ -26,7 +27,7 @@ class Tokens(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def __len__(self) -> int:
         return len(self.rows)
 
-    def __getitem__(self, i: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, i: int) -> dict[str, Any]:
         return {"input_ids": self.rows[i], "labels": self.rows[i].clone()}
 
 
