@@ -30,6 +30,7 @@ from mol_catalog.db import Database
 from mol_catalog.db_urls import Timeouts
 from mol_catalog.deps import Catalog, CatalogDep
 from mol_catalog.errors import ERROR_RESPONSES, RETRY_AFTER_SECONDS, ErrorBody, json_response
+from mol_catalog.evals.endpoints import router as evals_router
 from mol_catalog.events.endpoints import router as events_router
 from mol_catalog.metrics import CatalogMetrics
 from mol_catalog.middleware import CatalogMiddleware
@@ -150,9 +151,9 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                      routes=[*resolve_routes, *adapters_routes], telemetry=NO_TELEMETRY,
                      docs_url=None, redoc_url=None,  # served with local assets (apidocs)
                      redirect_slashes=False)  # a redirect's Location comes from Host
-    for router in (adapters_router, resolve_router, base_models_router, profiles_router,
-                   events_router, namespaces_router, webhooks_router, tokens_router,
-                   signing_router, usage_router, ops, admin_router):
+    for router in (adapters_router, evals_router, resolve_router, base_models_router,
+                   profiles_router, events_router, namespaces_router, webhooks_router,
+                   tokens_router, signing_router, usage_router, ops, admin_router):
         app.include_router(router, responses=ERROR_RESPONSES)
     for router in (apidocs.router, console.pages, console.calls, stack_pages.pages,
                    stack_pages.calls):

@@ -193,6 +193,29 @@ class Version(Base):
     signed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
+class EvalReport(Base):
+    """One evaluation suite's results for one version: metric values, what produced them
+    and an optional free-form report (a blob, by digest). One row per (version, suite,
+    suite version): attaching the same suite version again replaces it."""
+
+    __tablename__ = "eval_reports"
+    __table_args__ = (UniqueConstraint("version_id", "suite", "suite_version",
+                                       name="uq_eval_reports_version_id_suite_suite_version"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    version_id: Mapped[int] = mapped_column(ForeignKey("versions.id", ondelete="CASCADE"))
+    suite: Mapped[str] = mapped_column(String(63))
+    suite_version: Mapped[str] = mapped_column(String(63))
+    # {"metric name": finite float}
+    metrics: Mapped[dict[str, Any]] = mapped_column(JSON)
+    dataset_digest: Mapped[str | None] = mapped_column(String(71), nullable=True)
+    judge_model: Mapped[str | None] = mapped_column(String(256), nullable=True)
+    report_digest: Mapped[str | None] = mapped_column(String(71), nullable=True, index=True)
+    report_size: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
 class SharedDoc(Base):
     """A JSON document many versions share (an adapter_config, a tensor-shape map), stored
     once under the sha256 of its canonical JSON (see mol_catalog.shared_docs). Rows are

@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from mol_catalog.errors import ERROR_RESPONSES
 from mol_catalog.util import MAX_BIGINT
+from mol_platform.contract.evals import SUITE_PATTERN, SUITE_VERSION_PATTERN
 from mol_platform.contract.model_signature import KEY_ID_PATTERN
 from mol_platform.contract.refs import (
     ALIAS_PATTERN,
@@ -53,6 +54,8 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "hexdigest": {"pattern": "^[0-9a-f]{64}$"},
     "key_id": {"pattern": f"^{KEY_ID_PATTERN}$",
                "description": "sha256 hex of the key's PEM (as `mol catalog keys ls` shows)"},
+    "suite": {"pattern": f"^{SUITE_PATTERN}$", "maxLength": 63},
+    "suite_version": {"pattern": f"^{SUITE_VERSION_PATTERN}$", "maxLength": 63},
     "limit": {"minimum": 1, "maximum": 500},
 }
 
@@ -74,6 +77,10 @@ LINKS: dict[tuple[str, str, str], dict[str, tuple[str, str, dict[str, str]]]] = 
             **FROM_PATH, "version": "$response.body#/items/0/version"}),
         "yank": (f"{ADAPTER}/versions/{{version}}/yank", "post", {
             **FROM_PATH, "version": "$response.body#/items/0/version"}),
+    },
+    (f"{ADAPTER}/versions/{{version}}/evals", "post", "201"): {
+        "list": (f"{ADAPTER}/versions/{{version}}/evals", "get",
+                 {**FROM_PATH, "version": "$request.path.version"}),
     },
     (f"{ADAPTER}/versions", "post", "201"): {
         "version": (f"{ADAPTER}/versions/{{version}}", "get", {

@@ -12,7 +12,10 @@ over at the first step; a finished rollout (``Promoted``/``RolledBack``) stays a
 is; a measurement over the limits rolls back at once (weight 0), whether or not a step
 is due; when a step is due, a measurement with canary traffic advances to the next
 step, and without traffic (or without a measurement) the weight holds (``Paused``):
-no data never promotes. After the last step the canary is ``Promoted`` (weight 100).
+no data never promotes. After the last step the canary is ``Promoted`` (weight 100),
+unless a promotion gate (``mol_operator.gates``) does not hold: then the weight holds at
+the last step (``Paused``, ``gate`` saying GateMissing or GateFailed) and the gates are
+checked again on every look until they hold or the spec changes.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any, Final
 
 import aiohttp
 
+from mol_operator.gates import FAILED, MISSING, GateResult
 from mol_platform.contract.spec import CanarySpec
 
 PHASES: Final = ("Progressing", "Paused", "Promoted", "RolledBack")
@@ -44,6 +48,7 @@ class CanaryStatus:
     step: int
     last_step_at: str | None
     message: str = ""
+    gate: str = ""  # GateMissing | GateFailed while a promotion gate holds the canary
 
 
 @dataclass(frozen=True)
@@ -79,8 +84,9 @@ def parse_time(text: str) -> datetime:
 
 
 def status_to_dict(status: CanaryStatus) -> dict[str, Any]:
-    """The JSON written under ``status.experts[].canary`` (camelCase, like the CRD)."""
-    return {
+    """The JSON written under ``status.experts[].canary`` (camelCase, like the CRD);
+    ``gate`` only while a promotion gate holds the canary."""
+    out: dict[str, Any] = {
         "version": status.version,
         "weight": status.weight,
         "phase": status.phase,
@@ -88,6 +94,9 @@ def status_to_dict(status: CanaryStatus) -> dict[str, Any]:
         "lastStepAt": status.last_step_at,
         "message": status.message,
     }
+    if status.gate:
+        out["gate"] = status.gate
+    return out
 
 
 def status_from_dict(data: Mapping[str, Any] | None) -> CanaryStatus | None:
@@ -105,8 +114,10 @@ def status_from_dict(data: Mapping[str, Any] | None) -> CanaryStatus | None:
             parse_time(str(last))
     except (KeyError, TypeError, ValueError):
         return None
+    gate = str(data.get("gate") or "")
     if (
-        phase not in PHASES
+        gate not in ("", MISSING, FAILED)
+        or phase not in PHASES
         or not 0.0 <= weight <= 100.0
         or step < 0
         or (version is not None and (not isinstance(version, int) or version < 1))
@@ -119,6 +130,7 @@ def status_from_dict(data: Mapping[str, Any] | None) -> CanaryStatus | None:
         step=step,
         last_step_at=None if last is None else str(last),
         message=str(data.get("message") or ""),
+        gate=gate,
     )
 
 
@@ -147,6 +159,14 @@ def _due(spec: CanarySpec, current: CanaryStatus, now: datetime) -> bool:
     return elapsed >= spec.interval_seconds
 
 
+def next_promotes(canary_spec: CanarySpec, current: CanaryStatus | None) -> bool:
+    """Whether the next healthy step of ``current`` is the promotion (the gates matter)."""
+    if current is None or current.phase in TERMINAL:
+        return False
+    nxt = current.step + 1
+    return nxt >= len(canary_spec.steps) or canary_spec.steps[nxt] >= 100
+
+
 def canary_step(
     canary_spec: CanarySpec,
     current: CanaryStatus | None,
@@ -154,9 +174,12 @@ def canary_step(
     measurement: CanaryMeasurement | None,
     now: datetime,
     missing: str = "no measurement from Prometheus",
+    gate: GateResult | None = None,
 ) -> tuple[CanaryStatus, str | None]:
     """The next canary state and, when something was decided, an Event message
-    (``missing``: why there is no measurement, shown while the rollout holds)."""
+    (``missing``: why there is no measurement, shown while the rollout holds; ``gate``:
+    the promotion gate that does not hold, None when every gate holds or there are
+    none)."""
     name = f"{canary_spec.adapter} (v{canary_version})"
     steps = canary_spec.steps
     stamp = format_time(now)
@@ -173,7 +196,8 @@ def canary_step(
             return CanaryStatus(canary_version, 0.0, "RolledBack", current.step, stamp,
                                 message), f"canary {name} {message}"  # fmt: skip
     if not _due(canary_spec, current, now):
-        if current.phase == "Paused" and measurement is not None and measurement.requests > 0:
+        if (current.phase == "Paused" and not current.gate and measurement is not None
+                and measurement.requests > 0):
             return replace(current, phase="Progressing", message=_at_step(current, steps)), None
         return current, None
     if measurement is None or measurement.requests <= 0:
@@ -181,10 +205,16 @@ def canary_step(
             missing if measurement is None
             else "no canary requests in the analysis window"
         )  # fmt: skip
-        held = replace(current, phase="Paused", message=f"holding at {current.weight:g}%: {reason}")
+        held = replace(current, phase="Paused", gate="",
+                       message=f"holding at {current.weight:g}%: {reason}")
         event = None if current.phase == "Paused" else f"canary {name} {held.message}"
         return held, event
     nxt = current.step + 1
+    if (nxt >= len(steps) or steps[nxt] >= 100) and gate is not None and not gate.holds:
+        held = replace(current, phase="Paused", gate=gate.reason,
+                       message=f"holding at {current.weight:g}%: {gate.message}")
+        changed = current.phase != "Paused" or current.message != held.message
+        return held, f"canary {name} {held.message}" if changed else None
     if nxt >= len(steps) or steps[nxt] >= 100:
         done = CanaryStatus(canary_version, 100.0, "Promoted", min(nxt, len(steps) - 1),
                             stamp, f"promoted after {nxt} healthy step(s)")  # fmt: skip

@@ -42,6 +42,7 @@ from mol_operator.catalog import (
     revoke_token,
     token_scopes,
 )
+from mol_operator.gates import FAILED, MISSING
 from mol_operator.informer import ChildCache
 from mol_operator.metrics import OperatorMetrics
 from mol_operator.planner import OPTIONAL_APIS, Key, Plan, plan
@@ -379,14 +380,21 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
 
 def canary_condition(experts: list[dict[str, Any]], rolled_back: list[str], paused: list[str],
                      any_canary: bool) -> dict[str, Any]:
-    """``CanaryHealthy``: False once a canary rolled back; Unknown while one is held for want
-    of a measurement (Prometheus unset or unreachable, or no canary traffic yet), since
-    nothing has shown it healthy; True otherwise. The message names each expert and why."""
+    """``CanaryHealthy``: False once a canary rolled back, or while a promotion gate fails
+    (``GateFailed``); Unknown while a gate's eval report is missing (``GateMissing``) or
+    a canary is held for want of a measurement (Prometheus unset or unreachable, or no
+    canary traffic yet), since nothing has shown it healthy; True otherwise. The message
+    names each expert, the gate and why."""
     def why(names: list[str]) -> str:
         return "; ".join(f"{e['name']}: {e['canary'].get('message', '')}".strip(": ")
                          for e in experts if e["name"] in names)
     if rolled_back:
         return condition("CanaryHealthy", False, "RolledBack", why(rolled_back))
+    for reason, status in ((FAILED, False), (MISSING, None)):
+        held = [e["name"] for e in experts
+                if e["name"] in paused and (e.get("canary") or {}).get("gate") == reason]
+        if held:
+            return condition("CanaryHealthy", status, reason, why(held))
     if paused:
         return condition("CanaryHealthy", None, "NoMeasurement", why(paused))
     return condition("CanaryHealthy", True, "Healthy" if any_canary else "NoCanary")

@@ -5,7 +5,8 @@ on. Promotion makes the canary version the stable one: when the expert's stable 
 an alias the operator moves that alias in the catalog (the catalog keeps its history);
 when it is pinned (``@vN``/``@sha256:``) the promotion is rendered into the
 RouterConfig (the stable adapter becomes the canary's immutable version) and stays in
-status until the spec changes.
+status until the spec changes. Before a step that would promote, the canary's promotion
+gates are checked against both versions' eval reports, read from the catalog then.
 """
 
 from __future__ import annotations
@@ -21,16 +22,18 @@ from mol_operator.canary import (
     CanaryMeasurement,
     canary_step,
     measure_canary,
+    next_promotes,
     status_from_dict,
     status_to_dict,
     transition_result,
 )
 from mol_operator.catalog import CatalogFacts, Retry
+from mol_operator.gates import MISSING, GateResult, check_gates, first_problem
 from mol_operator.metrics import OperatorMetrics
 from mol_platform.clients.catalog import CatalogError
 from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.contract.refs import AdapterRef
-from mol_platform.contract.spec import MoLDeployment
+from mol_platform.contract.spec import CanarySpec, MoLDeployment
 
 
 @dataclass
@@ -83,8 +86,13 @@ async def step_canaries(
                 before.phase not in TERMINAL):
             measurement, missing = await _measure(prometheus_url, name, e.name, stable.version,
                                                   resolved.version, e.canary.interval)
+        gate = None
+        if e.canary.gates and next_promotes(e.canary, before) and (
+                before is not None and before.version == resolved.version):
+            gate = await _gate_problem(catalog, e.canary, stable.ref, stable.version,
+                                       resolved.version)
         after, message = canary_step(e.canary, before, resolved.version, measurement, now,
-                                     missing)
+                                     missing, gate)
         ref = AdapterRef.parse(e.adapter)
         if after.phase == "Promoted":
             if ref.immutable or ref.ref == "latest":  # no alias to move
@@ -103,6 +111,21 @@ async def step_canaries(
         if metrics is not None:
             metrics.canary(name, e.name, out.weights[e.name], transition_result(before, after))
     return out
+
+
+async def _gate_problem(catalog: AsyncCatalogClient, spec: CanarySpec, stable_ref: str,
+                        stable: int, canary: int) -> GateResult | None:
+    """The promotion gate that does not hold (None: all hold), from both versions' eval
+    reports; reports the catalog cannot give count as missing (no data never promotes)."""
+    stable_adapter = AdapterRef.parse(stable_ref).adapter
+    canary_adapter = AdapterRef.parse(spec.adapter).adapter
+    try:
+        theirs = await catalog.evals(stable_adapter, stable)
+        mine = await catalog.evals(canary_adapter, canary)
+    except CatalogError as exc:
+        return GateResult("*", MISSING, f"eval reports for the promotion gates could not be "
+                                        f"read from the catalog: {str(exc)[:300]}")
+    return first_problem(check_gates(spec.gates, theirs, mine, stable, canary))
 
 
 async def _move_alias(catalog: AsyncCatalogClient, ref: AdapterRef, version: int,

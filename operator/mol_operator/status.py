@@ -56,6 +56,9 @@ class CanaryState(_Model):
     """When the current step began."""
     message: str = ""
     """The last decision, for people."""
+    gate: str = ""
+    """GateMissing or GateFailed while a promotion gate holds the canary (the message
+    names the gate and why); empty otherwise."""
 
 
 class ExpertStatus(_Model):

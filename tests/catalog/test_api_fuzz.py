@@ -102,7 +102,8 @@ HOOK = {"url": "http://127.0.0.1:9/hook", "secret": "fuzz-secret-0123456789",
 
 
 def _seed(url: str) -> dict[str, str]:
-    """A base, a profile and acme/coding v1 (alias stable): rows the fuzzer can reach;
+    """A base, a profile and acme/coding v1 (alias stable, a humaneval eval report): rows
+    the fuzzer can reach;
     scratch/coding v1 (alias stable) for the operations in ``DISPOSABLE``."""
     model = Model()
     with httpx.Client(base_url=url, headers=AUTH, timeout=30) as http:
@@ -115,6 +116,10 @@ def _seed(url: str) -> dict[str, str]:
                       data={"alias": "stable", "tags": "code"})
         assert r.status_code == 201, r.text
         digest = r.json()["digest"]
+        r = http.post("/v1/adapters/acme/coding/versions/1/evals", json={
+            "suite": "humaneval", "suite_version": "1", "metrics": {"pass@1": 0.5},
+            "report": "# humaneval\n"})
+        assert r.status_code == 201, r.text
         files = http.get("/v1/resolve/acme/coding@v1").json()["files"]
         pem = ec.generate_private_key(ec.SECP256R1()).public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
@@ -132,7 +137,8 @@ def _seed(url: str) -> dict[str, str]:
     return {"webhook_id": str(hooks[0].json()["id"]), "ns": "acme", "name": "coding",
             "alias": "stable", "version": "1",
             "name_ref": "coding@stable", "profile": "small", "hexdigest": files[0]["digest"][7:],
-            "token_id": "1", "manifest": digest, "base": model.name, "key_id": key_id}
+            "token_id": "1", "manifest": digest, "base": model.name, "key_id": key_id,
+            "suite": "humaneval", "suite_version": "1"}
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])

@@ -313,7 +313,7 @@ COMMANDS = [["serve"], ["publish"], ["resolve"], ["ls"], ["show"], ["alias", "se
             ["alias", "history"], ["yank"], ["base", "register"], ["base", "show"],
             ["profile", "set"], ["profile", "list"], ["profile", "show"], ["token", "create"],
             ["token", "list"], ["token", "revoke"], ["gc"], ["verify"], ["pull"], ["delete"],
-            ["events"]]
+            ["events"], ["eval", "attach"], ["eval", "list"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=[" ".join(c) for c in COMMANDS])

@@ -29,6 +29,8 @@ ENDPOINTS: list[tuple[str, str, str, type[BaseModel]]] = [
     (f"{ADAPTER}/versions/{{version}}", "get", "200", m.VersionDetail),
     (f"{ADAPTER}/versions/{{version}}", "delete", "200", m.Deleted),
     (f"{ADAPTER}/versions/{{version}}/yank", "post", "200", m.Yanked),
+    (f"{ADAPTER}/versions/{{version}}/evals", "post", "201", m.EvalAttached),
+    (f"{ADAPTER}/versions/{{version}}/evals", "get", "200", m.EvalList),
     (f"{ADAPTER}/aliases/{{alias}}", "put", "200", m.AliasSet),
     (f"{ADAPTER}/aliases/{{alias}}/history", "get", "200", m.AliasHistory),
     ("/v1/base-models", "post", "201", m.BaseRegistered),

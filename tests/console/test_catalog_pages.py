@@ -71,6 +71,27 @@ def test_version_page_shows_files_verdicts_and_lineage(admin: Page,
     expect(page.locator(".facts")).to_contain_text("s3://runs/coding-1")
 
 
+def test_version_page_lists_eval_reports_and_the_feed_shows_them(admin: Page,
+                                                                 stack: ConsoleStack) -> None:
+    page = admin
+    page.goto(f"{stack.url}/ui/adapters/acme/support/versions/1")
+    expect(page.locator("main")).to_contain_text("No eval reports yet")
+    page.goto(f"{stack.url}/ui/adapters/acme/support")
+    expect(page.locator("#feed")).to_be_attached()
+    with stack.api() as api:
+        r = api.post("/v1/adapters/acme/support/versions/1/evals", json={
+            "suite": "ui-bench", "suite_version": "2", "metrics": {"pass@1": 0.75},
+            "judge_model": "judge-7b", "report": "fine"})
+        assert r.status_code == 201, r.text
+    expect(page.locator("#feed")).to_contain_text("eval.attached v1 ui-bench 2")
+    page.goto(f"{stack.url}/ui/adapters/acme/support/versions/1")
+    reports = page.get_by_role("table", name="Eval reports of v1")
+    expect(reports).to_contain_text("ui-bench")
+    expect(reports).to_contain_text("pass@1=0.75")
+    expect(reports).to_contain_text("judge-7b")
+    expect(reports.locator("code").first).to_have_text(re.compile(r"^sha256:[0-9a-f]{64}$"))
+
+
 def test_publish_a_folder_and_see_the_verdicts(admin: Page, stack: ConsoleStack,
                                                tmp_path: Path) -> None:
     page = admin

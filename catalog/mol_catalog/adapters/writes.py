@@ -34,6 +34,7 @@ from mol_catalog.models import (
     AdapterTag,
     Alias,
     AliasHistory,
+    EvalReport,
     Namespace,
     Version,
     VersionBlob,
@@ -43,6 +44,7 @@ from mol_catalog.profiles.repository import PROFILE_COLUMNS, PROFILES, VERDICTS,
 ADAPTERS = cast(Table, Adapter.__table__)
 VERSIONS = cast(Table, Version.__table__)
 VERSION_BLOBS = cast(Table, VersionBlob.__table__)
+EVAL_REPORTS = cast(Table, EvalReport.__table__)
 ADAPTER_TAGS = cast(Table, AdapterTag.__table__)
 ALIASES = cast(Table, Alias.__table__)
 ALIAS_HISTORY = cast(Table, AliasHistory.__table__)
@@ -180,13 +182,14 @@ async def move_alias(conn: AsyncConnection, adapter_id: int, name: str, number: 
 
 async def delete_version(conn: AsyncConnection, adapter_id: int, version_id: int,
                          number: int) -> None:
-    """Remove a version with its verdicts, blob references and the aliases at it (their
-    removals go to the alias history through ``move_alias``'s table). Its blobs stay for
-    gc."""
+    """Remove a version with its verdicts, eval reports, blob references and the aliases
+    at it (their removals go to the alias history through ``move_alias``'s table). Its
+    blobs stay for gc."""
     await conn.execute(delete(ALIASES).where(ALIASES.c.adapter_id == adapter_id,
                                              ALIASES.c.version == number))
     await conn.execute(delete(VERDICTS).where(VERDICTS.c.version_id == version_id))
     await conn.execute(delete(VERSION_BLOBS).where(VERSION_BLOBS.c.version_id == version_id))
+    await conn.execute(delete(EVAL_REPORTS).where(EVAL_REPORTS.c.version_id == version_id))
     await conn.execute(delete(VERSIONS).where(VERSIONS.c.id == version_id))
 
 

@@ -1,5 +1,5 @@
-"""SQL about blobs: which versions reference them (gc, verify, downloads), gc's
-deletions and the advisory locks gc and publish meet on (see ``blobs.orphans``)."""
+"""SQL about blobs: which versions (and eval reports) reference them (gc, verify,
+downloads), gc's deletions and the advisory locks gc and publish meet on (see ``blobs.orphans``)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from sqlalchemy import BigInteger, Integer, String, Table, bindparam, exists, fu
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from mol_catalog.db import Prepared, ReadConn, json_value
-from mol_catalog.models import Adapter, BlobDeletion, Version, VersionBlob
+from mol_catalog.models import Adapter, BlobDeletion, EvalReport, Version, VersionBlob
 
 BATCH = 500  # digests per statement: one IN list of this many parameters
 # The advisory lock class of blob digests ("molb"); the second key is from the digest.
@@ -20,6 +20,7 @@ MAX_VERSIONS_LISTED = 100
 
 DELETIONS = cast(Table, BlobDeletion.__table__)
 VERSION_BLOBS = cast(Table, VersionBlob.__table__)
+EVAL_REPORTS = cast(Table, EvalReport.__table__)
 # The newest deletion id: what a publish reads before it stores its blobs.
 WATERMARK = select(func.coalesce(func.max(DELETIONS.c.id), 0)).scalar_subquery()
 
@@ -36,10 +37,15 @@ def _padded(values: Sequence[str], width: int) -> dict[str, Any]:
     return {f"d{i}": values[i] if i < len(values) else None for i in range(width)}
 
 
-_REFERENCED = Prepared(select(exists().where(
-    VERSION_BLOBS.c.digest == bindparam("digest", type_=String))))
-_REFERENCED_AMONG = Prepared(select(VERSION_BLOBS.c.digest).distinct()
-                             .where(_in_list(VERSION_BLOBS.c.digest, BATCH)))
+# gc keeps a blob a version's files or an eval report reference.
+_REFERENCED = Prepared(select(
+    exists().where(VERSION_BLOBS.c.digest == bindparam("digest", type_=String))
+    | exists().where(EVAL_REPORTS.c.report_digest == bindparam("digest", type_=String))))
+_REFERENCED_AMONG = Prepared(
+    select(VERSION_BLOBS.c.digest).where(_in_list(VERSION_BLOBS.c.digest, BATCH))
+    .union(select(EVAL_REPORTS.c.report_digest)
+           .where(_in_list(EVAL_REPORTS.c.report_digest, BATCH))))
+_WATERMARK = Prepared(select(WATERMARK))
 _GONE = Prepared(select(DELETIONS.c.digest, DELETIONS.c.id)
                  .where(DELETIONS.c.id > bindparam("after", type_=BigInteger),
                         _in_list(DELETIONS.c.digest, 2)))
@@ -94,6 +100,12 @@ async def deleted_since(conn: ReadConn, after: int,
     return [(r[0], int(r[1])) for r in rows]
 
 
+async def deletion_watermark(conn: ReadConn) -> int:
+    """The newest deletion id: read before storing a blob a later transaction references
+    (``orphans.guard`` then tells whether gc deleted it in between)."""
+    return int((await _WATERMARK.all(conn))[0][0])
+
+
 async def record_deletion(conn: AsyncConnection, digest: str, now: datetime) -> None:
     await conn.execute(_RECORD, {"digest": digest, "deleted_at": now})
 
@@ -104,7 +116,7 @@ async def is_referenced(conn: ReadConn, digest: str) -> bool:
 
 
 async def referenced_among(conn: ReadConn, digests: Sequence[str]) -> set[str]:
-    """Which of the digests (at most BATCH) a version references."""
+    """Which of the digests (at most BATCH) a version or an eval report references."""
     return {r[0] for r in await _REFERENCED_AMONG.all(conn, **_padded(digests, BATCH))}
 
 

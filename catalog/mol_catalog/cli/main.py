@@ -31,13 +31,16 @@ from mol_catalog.cli.common import (
     print_reasons,
     print_table,
 )
+from mol_catalog.cli.evals import eval_app, format_metrics, version_of
 from mol_catalog.cli.namespaces import register_namespaces
 from mol_catalog.cli.signing import read_signature, register_signing, sign_folder
 from mol_catalog.cli.versions import register_versions
 from mol_catalog.logs import LogFormat, LogLevel
+from mol_platform.clients.catalog import CatalogClient
 from mol_platform.contract.catalog_models import (
     AdapterDetail,
     AdapterUsage,
+    EvalReport,
     Published,
     VersionItem,
 )
@@ -128,7 +131,10 @@ def publish(
         "latest revision).")] = None,
     tag: Annotated[list[str] | None, typer.Option(
         metavar="TAG", help="A tag; repeat for more.")] = None,
-    parent: Annotated[int | None, typer.Option(help="Version this one derives from.")] = None,
+    parent: Annotated[str | None, typer.Option(
+        metavar="REF", help="The version this one derives from (its lineage parent): "
+        "NS/NAME@REF of the same adapter (an alias is resolved now) or a version, 3 or "
+        "v3.")] = None,
     source: Annotated[str | None, typer.Option(
         help="Where it came from (URI of the training run or repository).")] = None,
     label: Annotated[list[str] | None, typer.Option(
@@ -184,8 +190,9 @@ def publish(
         def progress(sent: int, total: int) -> None:
             bar.update(task, completed=sent, total=total)
 
+        parent_version = None if parent is None else _parent_version(client, name, parent)
         result = client.publish(folder, name, base=base, alias=alias, tags=tag or (),
-                                parent=parent, source=source, labels=labels,
+                                parent=parent_version, source=source, labels=labels,
                                 progress=progress, force=force, signature=signed)
     emit(output, result, lambda: _print_published(name, alias, result))
     refused = result.alias_refused
@@ -194,6 +201,17 @@ def publish(
                    "(the version is stored):", err=True)
         print_reasons(refused.reasons, err=True)
         raise typer.Exit(ALIAS_REFUSED_EXIT)
+
+
+def _parent_version(client: CatalogClient, name: str, parent: str) -> int:
+    """``--parent``: a version number, or a reference of the adapter being published."""
+    if "@" not in parent:
+        return parse_version(parent)
+    adapter, version = version_of(client, parent)
+    if adapter != name:
+        fail(f"--parent {parent}: a lineage parent is a version of {name} itself; name where "
+             "a different adapter came from with --source")
+    return version
 
 
 def _print_published(name: str, alias: str | None, result: Published) -> None:
@@ -331,6 +349,9 @@ def list_adapters(
              ",".join(i.tags), i.updated_at] for i in items])
 
 
+EVALS_SHOWN = 10  # newest versions whose eval reports `show` fetches
+
+
 @app.command()
 def show(
     ctx: typer.Context,
@@ -339,7 +360,8 @@ def show(
     = "30d",
     output: OutputOption = Output.text,
 ) -> None:
-    """Show one adapter: base, tags, aliases, its versions and their use in --window.
+    """Show one adapter: base, tags, aliases, its versions with their lineage and their
+    use in --window, and the eval reports of the newest versions.
 
     Example: mol catalog show acme/coding --window 7d
     """
@@ -348,12 +370,16 @@ def show(
         info = client.get_adapter(adapter)
         versions = list(client.versions(adapter))
         usage = client.adapter_usage(adapter, days)
-    emit(output, {**plain(info), "versions": versions, "usage": usage},
-         lambda: _print_adapter(info, versions, usage))
+        reports = {v.version: client.evals(adapter, v.version)
+                   for v in versions[:EVALS_SHOWN]}
+    data = {**plain(info), "versions": [
+        {**plain(v), "evals": plain(reports.get(v.version, []))} for v in versions],
+        "usage": usage}
+    emit(output, data, lambda: _print_adapter(info, versions, usage, reports))
 
 
-def _print_adapter(info: AdapterDetail, versions: list[VersionItem],
-                   usage: AdapterUsage) -> None:
+def _print_adapter(info: AdapterDetail, versions: list[VersionItem], usage: AdapterUsage,
+                   reports: dict[int, list[EvalReport]]) -> None:
     typer.echo(f"{info.adapter}  base: {info.base}  tags: {','.join(info.tags) or '-'}")
     typer.echo("labels: " + (", ".join(f"{k}={v}" for k, v in sorted(info.labels.items()))
                              or "-"))
@@ -363,13 +389,20 @@ def _print_adapter(info: AdapterDetail, versions: list[VersionItem],
     t = usage.total
     typer.echo(f"usage ({usage.days}d): {t.requests} requests, {t.input_tokens} input and "
                f"{t.output_tokens} output tokens, last used {t.last_used or 'never'}")
-    print_table(["VERSION", "STATUS", "RANK", "SIZE", "DIGEST", "SIGNED_BY", "CREATED",
-                 f"REQUESTS ({usage.days}d)", "LAST USED"], [
-        [f"v{v.version}", v.status, v.rank, human_size(v.size), v.digest,
+    print_table(["VERSION", "STATUS", "RANK", "SIZE", "PARENT", "DIGEST", "SIGNED_BY",
+                 "CREATED", f"REQUESTS ({usage.days}d)", "LAST USED"], [
+        [f"v{v.version}", v.status, v.rank, human_size(v.size),
+         f"v{v.parent}" if v.parent else "-", v.digest,
          v.signed_by[:16] if v.signed_by else "-", v.created_at,
          used[v.version].requests if v.version in used else 0,
          used[v.version].last_used if v.version in used else "-"]
         for v in versions])
+    shown = [(v, r) for v, items in sorted(reports.items(), reverse=True) for r in items]
+    if shown:
+        typer.echo("evals:")
+        print_table(["VERSION", "SUITE", "SUITE_VERSION", "METRICS", "DATASET"], [
+            [f"v{v}", r.suite, r.suite_version, format_metrics(r), r.dataset_digest or "-"]
+            for v, r in shown])
 
 
 @alias_app.command("set")
@@ -453,6 +486,7 @@ def yank(
 
 
 app.add_typer(alias_app, name="alias")
+app.add_typer(eval_app, name="eval")
 register_admin(app)
 register_versions(app)
 register_namespaces(app)

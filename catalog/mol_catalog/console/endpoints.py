@@ -17,6 +17,7 @@ from mol_catalog.console import session
 from mol_catalog.console.render import PageRoute, render
 from mol_catalog.db import ReadConn
 from mol_catalog.errors import ApiError, BadRequest, json_response
+from mol_catalog.evals import service as evals
 from mol_catalog.events import service as events
 from mol_catalog.profiles import service as profiles
 from mol_catalog.usage import service as usage
@@ -154,10 +155,13 @@ async def _version(request: Request, who: Principal, ns: str, name: str,
 
 @pages.get("/ui/adapters/{ns}/{name}/versions/{version}")
 async def version_page(request: Request, ns: str, name: str, version: str) -> Response:
-    """Files with digests and sizes, the verdict per serving profile, lineage, yank."""
+    """Files with digests and sizes, the verdict per serving profile, lineage, eval
+    reports, yank."""
     who = await session.principal(request)
     detail = await _version(request, who, ns, name, version)
-    return render(request, "version.html", who, v=detail, ns=ns, name=name,
+    async with session.catalog_of(request).db.read() as conn:
+        reports = await evals.reports_of(conn, detail["adapter"], detail["version"])
+    return render(request, "version.html", who, v=detail, ns=ns, name=name, evals=reports,
                   may_publish=_may_publish(who, ns))
 
 

@@ -34,6 +34,8 @@ from mol_platform.clients.catalog_http import (
     decoded,
     download_failed,
     download_request,
+    eval_body,
+    evals_path,
     events_params,
     join_url,
     page_query,
@@ -265,6 +267,26 @@ class CatalogClient:
         namespace, name = split_adapter(adapter)
         return typed(m.Deleted, self._json(
             "DELETE", f"/v1/adapters/{namespace}/{name}/versions/{int(version)}"))
+
+    def attach_eval(self, adapter: str, version: int, suite: str,
+                    metrics: Mapping[str, float], *, suite_version: str = "1",
+                    dataset_digest: str | None = None, judge_model: str | None = None,
+                    report: str | None = None) -> m.EvalAttached:
+        """Attach an eval report to a version (the same suite version again replaces it)."""
+        body = eval_body(suite, metrics, suite_version, dataset_digest, judge_model, report)
+        return typed(m.EvalAttached, self._json("POST", evals_path(adapter, version),
+                                                json=body))
+
+    def evals(self, adapter: str, version: int) -> list[m.EvalReport]:
+        """The version's eval reports, by suite and suite version."""
+        return typed(m.EvalList, self._json("GET", evals_path(adapter, version))).items
+
+    def eval_report_text(self, adapter: str, version: int, suite: str,
+                         suite_version: str) -> str:
+        """The free-form report attached with a suite version's results."""
+        path = (f"{evals_path(adapter, version)}/{quote_segment(suite)}/"
+                f"{quote_segment(suite_version)}/report")
+        return self.request("GET", path).text
 
     def download(self, url: str, dest: Path, *, progress: Callable[[int], None] | None = None,
                  chunk: int = 1 << 20) -> str:

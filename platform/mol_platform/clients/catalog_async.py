@@ -25,6 +25,7 @@ from mol_platform.clients.catalog_http import (
     decoded,
     download_failed,
     download_request,
+    evals_path,
     events_params,
     join_url,
     profile_body,
@@ -106,6 +107,10 @@ class AsyncCatalogClient:
         """One page of the change feed: ``items`` after ``after``, and ``last``."""
         return typed(m.EventPage, await self._json("GET", "/v1/events",
                                                    params=events_params(after, limit)))
+
+    async def evals(self, adapter: str, version: int) -> list[m.EvalReport]:
+        """The version's eval reports, by suite and suite version."""
+        return typed(m.EvalList, await self._json("GET", evals_path(adapter, version))).items
 
     async def get_base(self, name: str) -> m.BaseDetail:
         path = f"/v1/base-models/{quote_segment(name)}"

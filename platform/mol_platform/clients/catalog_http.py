@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mol_platform.contract import catalog_models as m
+from mol_platform.contract import evals
 from mol_platform.contract.refs import (
     AdapterRef,
     check_alias,
@@ -166,6 +167,25 @@ def download_request(http: httpx.Client | httpx.AsyncClient, catalog_url: str,
     if origin(target) != origin(catalog_url):
         request.headers.pop("Authorization", None)
     return request
+
+
+def evals_path(adapter: str, version: int) -> str:
+    namespace, name = split_adapter(adapter)
+    return f"/v1/adapters/{namespace}/{name}/versions/{int(version)}/evals"
+
+
+def eval_body(suite: str, metrics: Mapping[str, float], suite_version: str,
+              dataset_digest: str | None, judge_model: str | None,
+              report: str | None) -> dict[str, Any]:
+    """The body of an eval attach, checked here first (the catalog checks it again)."""
+    body: dict[str, Any] = {"suite": evals.check_suite(suite),
+                            "suite_version": evals.check_suite_version(suite_version),
+                            "metrics": evals.check_metrics(metrics)}
+    for key, value in (("dataset_digest", dataset_digest), ("judge_model", judge_model),
+                       ("report", report)):
+        if value is not None:
+            body[key] = value
+    return body
 
 
 def alias_path(adapter: str, alias: str) -> str:

@@ -290,6 +290,34 @@ class TokenCreated(CatalogModel):
     token: str  # the bearer token, shown only in this answer
 
 
+class EvalReport(CatalogModel):
+    """One eval suite's results for one version (``GET .../versions/{v}/evals``)."""
+
+    adapter: str
+    version: int
+    suite: str
+    suite_version: str
+    metrics: dict[str, float]
+    dataset_digest: str | None
+    judge_model: str | None
+    report_digest: str | None  # the free-form report's blob, when one was attached
+    report_size: int | None
+    created_by: str | None
+    created_at: str | None
+
+
+class EvalAttached(EvalReport):
+    """``POST .../versions/{v}/evals``: ``replaced`` when it overwrote the same suite
+    version's report; neither flag when it was identical to it."""
+
+    created: bool
+    replaced: bool
+
+
+class EvalList(CatalogModel):
+    items: list[EvalReport]
+
+
 class Event(CatalogModel):
     id: int
     type: str

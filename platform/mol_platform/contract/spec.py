@@ -31,6 +31,7 @@ from mol_platform.contract.spec_rules import (
     MAX_CANARY_STEPS,
     MAX_EXPERTS,
     MAX_EXTRA_ARGS,
+    MAX_GATES,
     MAX_NAMESPACES,
     MAX_NODE_SELECTOR,
     MAX_TOLERATIONS,
@@ -48,6 +49,9 @@ from mol_platform.contract.spec_rules import (
     TEXT_MAX,
     CatalogName,
     Duration,
+    EvalMetric,
+    EvalSuite,
+    EvalSuiteVersion,
     ExpertName,
     ImageRef,
     LabelValue,
@@ -243,6 +247,26 @@ class CanaryAnalysis(_Model):
     """The most canary mean latency per stable mean latency."""
 
 
+class PromotionGate(_Model):
+    """An offline check a canary must pass before promotion: the canary version's eval
+    report of ``suite`` must score ``metric`` at least ``minDelta`` above the stable
+    version's (both reports from the catalog, ``mol catalog eval attach``)."""
+
+    suite: EvalSuite
+    """The eval suite both versions' reports must have."""
+    metric: EvalMetric
+    """The metric compared, e.g. pass@1."""
+    min_delta: float = Field(default=0.0, ge=-1e6, le=1e6)
+    """The least canary - stable difference that passes (0: no worse; negative: allows
+    that much regression; a lower-is-better metric takes ``higherIsBetter: false``)."""
+    higher_is_better: bool = True
+    """False for metrics where less is better (loss, latency): the delta is then
+    stable - canary."""
+    suite_version: EvalSuiteVersion | None = None
+    """Compare reports of this suite version only; default: the newest suite version
+    both versions have."""
+
+
 class CanarySpec(_Model):
     """A progressive rollout of another version of the expert's adapter."""
 
@@ -257,6 +281,9 @@ class CanarySpec(_Model):
     """Time on each step: a number and s, m or h."""
     analysis: CanaryAnalysis = _defaulted(CanaryAnalysis)
     """The health limits checked on every look."""
+    gates: list[PromotionGate] = Field(default_factory=list, max_length=MAX_GATES)
+    """Eval-report gates: the canary is promoted only when the live metrics are healthy
+    and every gate holds; a missing or failing report pauses it before its last step."""
 
     @field_validator("steps")
     @classmethod

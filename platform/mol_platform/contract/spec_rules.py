@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, Field
 
+from mol_platform.contract import evals
 from mol_platform.contract.refs import (
     ALIAS_PATTERN,
     DIGEST_PATTERN,
@@ -172,6 +173,20 @@ WeightsUri = Annotated[str, matching(URI_PATTERN, "baseModel.uri", "s3://bucket/
 ImageRef = Annotated[str, matching(IMAGE_PATTERN, "engine.image", "an image reference "
                                    "without blanks, at most 512 characters", 512),
                      schema(pattern=IMAGE_PATTERN, max_length=512)]
+
+EvalSuite = Annotated[str, matching(evals.SUITE_PATTERN, "gate suite",
+                                    evals.SUITE_RULE.removeprefix("use "), LABEL_MAX),
+                      schema(pattern=evals.SUITE_PATTERN, max_length=LABEL_MAX)]
+"""An eval suite's name, as ``mol catalog eval attach --suite`` takes it."""
+EvalSuiteVersion = Annotated[str, matching(evals.SUITE_VERSION_PATTERN, "gate suiteVersion",
+                                           evals.SUITE_VERSION_RULE.removeprefix("use "),
+                                           LABEL_MAX),
+                             schema(pattern=evals.SUITE_VERSION_PATTERN, max_length=LABEL_MAX)]
+EvalMetric = Annotated[str, matching(evals.METRIC_PATTERN, "gate metric",
+                                     evals.METRIC_RULE.removeprefix("use "), 64),
+                       schema(pattern=evals.METRIC_PATTERN, max_length=64)]
+"""A metric of an eval report."""
+MAX_GATES = 16  # promotion gates of one canary
 
 MetricName = Annotated[str, matching(METRIC_PATTERN, "autoscaling.metric",
                                      "a Prometheus metric name", 200),

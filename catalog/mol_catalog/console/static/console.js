@@ -107,7 +107,9 @@ function initFeed(list) {
       if (r.ok) {
         const body = await r.json();
         for (const e of body.items) {
-          const what = e.type === "alias.moved" ? `@${e.alias} → v${e.version}` : `v${e.version}`;
+          const what = e.type === "alias.moved" ? `@${e.alias} → v${e.version}`
+            : e.type === "eval.attached" ? `v${e.version} ${e.data.suite} ${e.data.suite_version}`
+            : `v${e.version}`;
           list.prepend(el("li", {}, el("code", {}, e.type), ` ${what} at ${e.created_at}`));
         }
         after = body.last;

@@ -1,0 +1,1 @@
+"""Eval reports attached to adapter versions."""
