@@ -26,8 +26,8 @@ from mol_operator.builders.engine import (
 from mol_operator.builders.extras import (
     KSERVE_API_VERSION,
     catalog_secret,
-    network_policy,
     llm_inference_service,
+    network_policy,
     service_monitor,
 )
 from mol_operator.builders.router import endpoint, router_config, router_objects
