@@ -122,7 +122,7 @@ def start_classifier_engine(obj: MoLDeployment, work: Path) -> tuple[subprocess.
     return _launch(launch, work / "classifier.log"), f"http://127.0.0.1:{CLASSIFIER_PORT}"
 
 
-async def wait_up(url: str, within: float = 600.0) -> None:
+async def wait_up(url: str, within: float = 1200.0) -> None:
     deadline = time.monotonic() + within
     async with aiohttp.ClientSession() as s:
         while time.monotonic() < deadline:
@@ -171,8 +171,9 @@ class Timer:
 async def run(args: argparse.Namespace, cfg: RouterConfig,
               classifier_url: str | None) -> dict[str, Any]:
     assert cfg.semantic is not None
+    # The examples' one call may take long on a loaded CPU; each turn's gets 10 s.
     signal = SemanticSignal(cfg.semantic.model_copy(update={"cache_size": 0}),
-                            timeout=10.0)
+                            timeout=300.0)
     rows = load_prompts(args.prompts)
     routing = Routing.build(cfg)
     experts = [e.name for e in cfg.experts if e.name != cfg.classifier]
@@ -181,6 +182,7 @@ async def run(args: argparse.Namespace, cfg: RouterConfig,
     out: dict[str, Any] = {"rows": rows, "experts": experts, "modes": {}}
     async with aiohttp.ClientSession() as session:
         await signal.index(session)
+        signal.timeout = 10.0
         await signal.verdict(session, "warm up")
         sem_t, semantic, undecided = Timer(), [], []
         for row in rows:

@@ -166,7 +166,7 @@ def engine_args(
 
 
 EMBEDDING_FLAGS = ("--enforce-eager", "--distributed-executor-backend", "uni",
-                   "--max-num-seqs", "8", "--disable-log-stats", "--disable-uvicorn-access-log")
+                   "--disable-log-stats", "--disable-uvicorn-access-log")
 
 
 def embedding_args(
