@@ -47,10 +47,7 @@ def _operator_manifests(example: Path, mode: str) -> list[dict[str, Any]]:
     data["metadata"]["name"] += f"-{mode}"
     data["metadata"]["namespace"] = "team-a"  # not default: kubectl apply -n team-a
     data["spec"]["serving"] = {"mode": mode}
-    semantic = data["spec"].get("router", {}).get("semantic")
-    if semantic is not None and "embeddingsUrl" not in semantic:
-        # mol up runs its own embedding engine; on a cluster the deployment names one.
-        semantic["embeddingsUrl"] = "http://embeddings.team-a:8000"
+    # A semantic router without embeddingsUrl: the operator's embedding engine is scanned.
     facts = Facts(obj=MoLDeployment.model_validate(data), uid="0f4e2c1a-uid", token="t",
                   token_id=1, token_scopes=("read:demo",),
                   defaults=Defaults(prometheus_url="http://prometheus:9090",

@@ -79,6 +79,14 @@ VALID: dict[str, dict[str, Any]] = {
                                 "spec.baseModel.secretRef": "s3-credentials"}),
     "handoff": _with({"spec.router.handoff": {"enabled": True, "maxHops": 8},
                       "spec.experts.0.description": "small talk " * 50}),
+    "semantic-operator-engine": _with({"spec.router": {
+        "mode": "semantic", "default": "chat", "semantic": {
+            "engine": {"uri": "hf://BAAI/bge-small-en-v1.5", "cpu": "500m", "memory": "1.5Gi"},
+            "experts": [{"name": "coding", "examples": ["fix my bug"]}]}}}),
+    "semantic-own-server": _with({"spec.router": {
+        "mode": "semantic", "default": "chat", "semantic": {
+            "embeddingsUrl": "http://embeddings.ml.svc:8000",
+            "experts": [{"name": "coding", "examples": ["fix my bug"]}]}}}),
     "explicit-null-optional": _with({"spec.router.default": None, "spec.autoscaling": None}),
     **{f"example-{p.stem}": yaml.safe_load(p.read_text()) for p in EXAMPLES},
 }
@@ -143,6 +151,16 @@ INVALID: dict[str, tuple[dict[str, Any], str, str]] = {
     "name-of-64": ({"metadata.name": "a" * 64}, "metadata.name", "DNS-1035 label"),
     "name-starts-with-digit": ({"metadata.name": "9lives"}, "metadata.name",
                                "DNS-1035 label"),
+    "embedding-server-and-engine": ({"spec.router": {
+        "mode": "semantic", "default": "chat", "semantic": {
+            "embeddingsUrl": "http://embeddings.ml.svc:8000", "engine": {},
+            "experts": [{"name": "coding", "examples": ["fix my bug"]}]}}},
+        "spec.router.semantic.engine", "not both"),
+    "embedding-cpu-not-a-quantity": ({"spec.router": {
+        "mode": "semantic", "default": "chat", "semantic": {
+            "engine": {"cpu": "two cores"},
+            "experts": [{"name": "coding", "examples": ["fix my bug"]}]}}},
+        "spec.router.semantic.engine.cpu", "Kubernetes quantity"),
     "too-many-steps": ({"spec.experts.1.canary.steps": list(range(1, 22))},
                        "spec.experts[1].canary.steps", "at most 20 items"),
 }

@@ -54,6 +54,17 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "cpu": {"nodePool": {"gpusPerReplica": 0}},
     "cpu-hf-weights": {"nodePool": {"gpusPerReplica": 0},
                        "baseModel": {"name": "tiny-llama", "uri": "hf://org/tiny"}},
+    "semantic": {"router": {"mode": "semantic", "default": "chat", "semantic": {
+        "experts": [{"name": "coding", "examples": ["fix my bug"]}]}}},
+    "semantic-kserve-hf": {"serving": {"mode": "kserve"}, "router": {
+        "mode": "semantic-then-classifier", "classifier": {"expert": "router"},
+        "default": "chat", "semantic": {
+            "engine": {"uri": "hf://BAAI/bge-small-en-v1.5", "secretRef": "hf",
+                       "cpu": "500m", "memory": "1Gi", "replicas": 2},
+            "experts": [{"name": "coding", "examples": ["fix my bug"]}]}}},
+    "semantic-s3": {"router": {"mode": "semantic", "default": "chat", "semantic": {
+        "engine": {"uri": "s3://models/minilm/", "secretRef": "s3-creds"},
+        "experts": [{"name": "coding", "examples": ["fix my bug"]}]}}},
 }
 # What the chart passes: a NetworkPolicy per deployment, monitors for kube-prometheus-stack.
 CHART_DEFAULTS = Defaults(prometheus_url="http://prometheus:9090", network_policy=True,
@@ -132,7 +143,7 @@ def test_every_rendered_pod_passes_pod_security_restricted(variant: str) -> None
             assert {"cpu", "memory"} <= set(c["resources"]["requests"]), c["name"]
             written = {m["mountPath"] for m in c.get("volumeMounts", [])}
             assert "/tmp" in written, c["name"]
-    assert pods == 2
+    assert pods == (3 if variant.startswith("semantic") else 2)
 
 
 def test_a_cpu_engine_runs_the_cpu_build_and_surges() -> None:
@@ -328,17 +339,100 @@ def test_monitors_name_their_job_and_label_vllm_metrics_with_the_deployment() ->
     assert service["metadata"]["labels"]["app.kubernetes.io/instance"] == "macaron"
 
 
-def test_semantic_routing_uses_the_named_embeddings_server_or_says_to_name_one() -> None:
-    semantic = {"experts": [{"name": "coding", "examples": ["fix my bug"],
-                             "keywords": ["python"]}]}
-    router = {"mode": "semantic-then-classifier", "classifier": {"expert": "router"},
-              "default": "chat"}
-    with pytest.raises(BuildError, match=r"set router\.semantic\.embeddingsUrl"):
-        router_config(_facts(_obj(router={**router, "semantic": semantic})))
-    obj = _obj(router={**router, "semantic": {
-        **semantic, "embeddingsUrl": "http://embeddings.ml.svc:8000"}})
+SEMANTIC = {"experts": [{"name": "coding", "examples": ["fix my bug"], "keywords": ["python"]}]}
+SEMANTIC_ROUTER = {"mode": "semantic-then-classifier", "classifier": {"expert": "router"},
+                   "default": "chat"}
+
+
+def test_semantic_routing_uses_the_named_embeddings_server_and_renders_no_engine() -> None:
+    obj = _obj(router={**SEMANTIC_ROUTER, "semantic": {
+        **SEMANTIC, "embeddingsUrl": "http://embeddings.ml.svc:8000"}})
     config = router_config(_facts(obj))
     assert config.mode == "semantic-then-classifier"
     assert config.semantic is not None
     assert config.semantic.embeddings_url == "http://embeddings.ml.svc:8000"
     assert config.semantic.experts[0].keywords == ["python"]
+    objects = build_all(_facts(obj, defaults=CHART_DEFAULTS))
+    assert not [o for o in objects if o["metadata"]["name"] == "macaron-embedding"]
+
+
+def test_semantic_routing_without_a_server_renders_the_embedding_engine() -> None:
+    obj = _obj(router={**SEMANTIC_ROUTER, "semantic": {**SEMANTIC, "model": "minilm"}})
+    objects = _by_kind(build_all(_facts(obj, defaults=CHART_DEFAULTS)))
+    config = yaml.safe_load(objects[("ConfigMap", "macaron-router")]["data"]["router.yaml"])
+    service = objects[("Service", "macaron-embedding")]
+    (port,) = service["spec"]["ports"]
+    assert config["semantic"]["embeddingsUrl"] == (
+        f"http://macaron-embedding.default.svc:{port['port']}")
+    assert config["semantic"]["model"] == "minilm"
+    dep = objects[("Deployment", "macaron-embedding")]
+    assert service["spec"]["selector"].items() <= (
+        dep["spec"]["template"]["metadata"]["labels"].items())
+    assert dep["spec"]["replicas"] == 1
+    pod = dep["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    assert c["image"] == "ghcr.io/mol-platform/vllm-mol-cpu:0.32.0"
+    args = c["args"]
+    assert args[:2] == ["serve", "/models/embedding/all-minilm-l6-v2"]
+    assert args[args.index("--runner") + 1] == "pooling"
+    assert args[args.index("--served-model-name") + 1] == "minilm"
+    assert args[args.index("--port") + 1] == str(port["port"])
+    assert "--enable-lora" not in args
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["HF_HUB_OFFLINE"] == "1"
+    assert env["VLLM_PLUGINS"] == ""
+    assert "MOL_CATALOG_TOKEN" not in env  # no catalog access
+    assert c["resources"] == {"requests": {"cpu": "1", "memory": "2Gi"},
+                              "limits": {"memory": "2Gi"}}
+    assert pod["automountServiceAccountToken"] is False
+    # Only the deployment's router (and Prometheus) may call it.
+    policy = objects[("NetworkPolicy", "macaron-embedding")]["spec"]
+    assert policy["podSelector"]["matchLabels"] == service["spec"]["selector"]
+    own_router, prometheus = policy["ingress"][0]["from"]
+    assert own_router["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "mol-router"
+    assert prometheus["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "prometheus"}
+
+
+def test_embedding_engine_settings_and_weights() -> None:
+    objects = _by_kind(build_all(_facts(_obj(**VARIANTS["semantic-kserve-hf"]))))
+    # KServe serves the LLM; the embedding engine is the same CPU Deployment.
+    assert ("LLMInferenceService", "macaron") in objects
+    config = yaml.safe_load(objects[("ConfigMap", "macaron-router")]["data"]["router.yaml"])
+    assert config["semantic"]["embeddingsUrl"].startswith("http://macaron-embedding.")
+    dep = objects[("Deployment", "macaron-embedding")]
+    assert dep["spec"]["replicas"] == 2
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert c["args"][1] == "BAAI/bge-small-en-v1.5"
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert "HF_HUB_OFFLINE" not in env  # hf:// weights download
+    assert c["envFrom"] == [{"secretRef": {"name": "hf"}}]
+    assert c["resources"]["requests"] == {"cpu": "500m", "memory": "1Gi"}
+    s3 = _by_kind(build_all(_facts(_obj(**VARIANTS["semantic-s3"]))))
+    pod = s3[("Deployment", "macaron-embedding")]["spec"]["template"]["spec"]
+    (init,) = pod["initContainers"]
+    assert "s3://models/minilm/" in init["command"]
+
+
+def test_embedding_engine_goes_when_semantic_routing_goes() -> None:
+    from mol_operator.builders import managed_objects
+    from mol_operator.planner import Key, plan
+    semantic = build_all(_facts(_obj(**VARIANTS["semantic"])))
+    observed: dict[Key, Any] = {Key.of(o): o for o in semantic}
+    explicit = build_all(_facts(_obj()))
+    for kind, name in managed_objects(_facts(_obj()).names):
+        observed.setdefault(Key(kind.api_version, kind.kind, name), None)
+    deletes = {str(a.key) for a in plan(explicit, observed, owner_uid="0f4e2c1a-uid").actions
+               if a.verb == "delete"}
+    assert deletes == {"Deployment macaron-embedding", "Service macaron-embedding"}
+
+
+@pytest.mark.parametrize(("semantic", "message"), [
+    ({"embeddingsUrl": "http://e:8000", "engine": {}}, "not both"),
+    ({"engine": {"cpu": "lots"}}, "Kubernetes quantity"),
+    ({"engine": {"replicas": 0}}, "greater than or equal to 1"),
+    ({"engine": {"uri": "pvc:///x"}}, r"semantic\.engine\.uri\n.*pvc://<claim>"),
+])
+def test_bad_embedding_engine_specs_are_refused(semantic: dict[str, Any], message: str) -> None:
+    with pytest.raises(ValidationError, match=message):
+        _obj(router={"mode": "semantic", "default": "chat",
+                     "semantic": {**SEMANTIC, **semantic}})

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from mol_operator.builders.common import Defaults, Facts, Names
+from mol_operator.builders.embedding import (
+    embedding_deployment,
+    embedding_service,
+    wants_embedding_engine,
+)
 from mol_operator.builders.engine import (
     BuildError,
     engine_deployment,
@@ -21,8 +26,8 @@ from mol_operator.builders.engine import (
 from mol_operator.builders.extras import (
     KSERVE_API_VERSION,
     catalog_secret,
-    engine_network_policy,
     llm_inference_service,
+    network_policy,
     service_monitor,
 )
 from mol_operator.builders.router import endpoint, router_config, router_objects
@@ -50,11 +55,14 @@ MANAGED: tuple[ManagedKind, ...] = (
     ManagedKind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", "router"),
     ManagedKind("v1", "ConfigMap", "configmaps", "router"),
     ManagedKind("v1", "Service", "services", "engine"),
+    ManagedKind("v1", "Service", "services", "embedding"),
     ManagedKind("v1", "Service", "services", "router"),
     ManagedKind("apps/v1", "Deployment", "deployments", "engine"),
+    ManagedKind("apps/v1", "Deployment", "deployments", "embedding"),
     ManagedKind("apps/v1", "Deployment", "deployments", "router"),
     ManagedKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", "engine"),
     ManagedKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", "engine"),
+    ManagedKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", "embedding"),
     ManagedKind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects", "engine"),
     ManagedKind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", "engine"),
     ManagedKind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", "router"),
@@ -75,13 +83,18 @@ def build_all(facts: Facts) -> list[dict[str, Any]]:
     if spec.serving.mode == "raw":
         engine = [engine_service(facts), engine_deployment(facts), engine_pdb(facts)]
         if facts.defaults.network_policy:
-            engine.append(engine_network_policy(facts))
+            engine.append(network_policy(facts, "engine"))
         scaler = scaled_object(facts)
         monitors = [service_monitor(facts, "engine"), service_monitor(facts, "router")]
         workload = [*engine, *([scaler] if scaler else [])]
     else:
         workload = [llm_inference_service(facts)]
         monitors = [service_monitor(facts, "router")]
+    # The semantic signal's embedding engine: a CPU Deployment in both serving modes.
+    if wants_embedding_engine(facts):
+        workload += [embedding_service(facts), embedding_deployment(facts)]
+        if facts.defaults.network_policy:
+            workload.append(network_policy(facts, "embedding"))
     out += [*router, *workload, *monitors]
     order = {(m.api_version, m.kind, str(getattr(facts.names, m.name))): i
              for i, m in enumerate(MANAGED)}

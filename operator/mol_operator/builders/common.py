@@ -60,6 +60,11 @@ class Names:
         return child_name(self.deployment, "-router")
 
     @property
+    def embedding(self) -> str:
+        """The semantic signal's embedding engine (Deployment and Service)."""
+        return child_name(self.deployment, "-embedding")
+
+    @property
     def catalog_secret(self) -> str:
         return child_name(self.deployment, "-catalog")
 

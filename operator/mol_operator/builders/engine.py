@@ -85,17 +85,20 @@ class Weights:
 
 
 def base_weights(facts: Facts) -> Weights:
+    """The base model's weights (``baseModel``)."""
+    base = facts.obj.spec.base_model
+    return weights(base.uri, base.secret_ref, facts.defaults.s3_sync_image, "baseModel.uri")
+
+
+def weights(uri: str, secret: str | None, s3_sync_image: str, field_name: str) -> Weights:
     """``pvc://claim/path`` mounts the claim; ``s3://`` syncs into a volume first;
     ``hf://org/model`` passes through; a path or ``file://`` is used as is."""
-    base = facts.obj.spec.base_model
-    uri = base.uri
-    secret = base.secret_ref
     env_from = [V1EnvFromSource(secret_ref=V1SecretEnvSource(name=secret))] if secret else []
     parsed = urlparse(uri)
     if parsed.scheme == "pvc":
         claim, path = parsed.netloc, parsed.path.strip("/")
         if not claim:
-            raise BuildError(f"baseModel.uri {uri!r}: write pvc://<claim>/<path in the claim>")
+            raise BuildError(f"{field_name} {uri!r}: write pvc://<claim>/<path in the claim>")
         return Weights(
             model=f"{MODEL_DIR}/{path}".rstrip("/"),
             volumes=[V1Volume(name="model", persistent_volume_claim=(
@@ -104,10 +107,10 @@ def base_weights(facts: Facts) -> Weights:
         )
     if parsed.scheme == "s3":
         if not parsed.netloc:
-            raise BuildError(f"baseModel.uri {uri!r}: write s3://<bucket>/<prefix>")
+            raise BuildError(f"{field_name} {uri!r}: write s3://<bucket>/<prefix>")
         sync = V1Container(
             name="fetch-model",
-            image=facts.defaults.s3_sync_image,
+            image=s3_sync_image,
             command=["aws", "s3", "sync", "--only-show-errors", uri, MODEL_DIR],
             env=[V1EnvVar(name="HOME", value="/tmp")],
             env_from=env_from or None,
@@ -125,7 +128,7 @@ def base_weights(facts: Facts) -> Weights:
     if parsed.scheme == "hf":
         repo = (parsed.netloc + parsed.path).strip("/")
         if not repo:
-            raise BuildError(f"baseModel.uri {uri!r}: write hf://<org>/<model>")
+            raise BuildError(f"{field_name} {uri!r}: write hf://<org>/<model>")
         return Weights(
             model=repo,
             volumes=[V1Volume(name="model", empty_dir=V1EmptyDirVolumeSource())],
@@ -136,7 +139,7 @@ def base_weights(facts: Facts) -> Weights:
     if parsed.scheme in ("", "file"):
         return Weights(model=parsed.path if parsed.scheme == "file" else uri, env_from=env_from)
     raise BuildError(
-        f"baseModel.uri {uri!r}: unsupported scheme {parsed.scheme!r}; use s3://, pvc://, hf://,"
+        f"{field_name} {uri!r}: unsupported scheme {parsed.scheme!r}; use s3://, pvc://, hf://,"
         " file:// or a path inside the image"
     )
 

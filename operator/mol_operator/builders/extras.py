@@ -1,4 +1,4 @@
-"""ServiceMonitors, the engines' NetworkPolicy, the catalog-token Secret and KServe's
+"""ServiceMonitors, the engines' NetworkPolicies, the catalog-token Secret and KServe's
 LLMInferenceService."""
 
 from __future__ import annotations
@@ -71,26 +71,28 @@ def service_monitor(facts: Facts, component: str) -> dict[str, Any]:
     }
 
 
-def engine_network_policy(facts: Facts) -> dict[str, Any]:
+def network_policy(facts: Facts, component: str) -> dict[str, Any]:
     """Engines admit their own router, the operator's pods (adapter warm-up) and
     Prometheus (``/metrics``), on the engine port only: vLLM's runtime LoRA-load API
-    is not open to the cluster."""
+    is not open to the cluster. The embedding engine admits its router and Prometheus."""
     d = facts.defaults
     peers = [
         V1NetworkPolicyPeer(pod_selector=V1LabelSelector(match_labels=selector(facts, "router"))),
-        V1NetworkPolicyPeer(
+        *([V1NetworkPolicyPeer(
             namespace_selector=V1LabelSelector(
                 match_labels={"kubernetes.io/metadata.name": d.operator_namespace}),
-            pod_selector=V1LabelSelector(match_labels=dict(d.operator_pod_labels))),
+            pod_selector=V1LabelSelector(match_labels=dict(d.operator_pod_labels)))]
+          if component == "engine" else []),
         V1NetworkPolicyPeer(namespace_selector=V1LabelSelector(),
                             pod_selector=V1LabelSelector(
                                 match_labels=dict(d.prometheus_pod_labels))),
     ]
+    name = facts.names.engine if component == "engine" else facts.names.embedding
     obj = V1NetworkPolicy(
         api_version="networking.k8s.io/v1", kind="NetworkPolicy",
-        metadata=meta(facts, facts.names.engine, "engine"),
+        metadata=meta(facts, name, component),
         spec=V1NetworkPolicySpec(
-            pod_selector=V1LabelSelector(match_labels=selector(facts, "engine")),
+            pod_selector=V1LabelSelector(match_labels=selector(facts, component)),
             policy_types=["Ingress"],
             # By its API name: the client's Python name (var_from) is dropped on output.
             ingress=[V1NetworkPolicyIngressRule.model_validate(

@@ -51,7 +51,7 @@ from mol_operator.builders.common import (
     serialize,
     token_env,
 )
-from mol_operator.builders.engine import BuildError
+from mol_operator.builders.embedding import embedding_url, wants_embedding_engine
 from mol_platform.contract.router_config import (
     DEFAULT_API_KEYS_FILE,
     EndpointSliceSelector,
@@ -70,11 +70,6 @@ def router_config(facts: Facts) -> RouterConfig:
     names = facts.names
     service = (names.kserve_workload_service if facts.obj.spec.serving.mode == "kserve"
                else names.engine)
-    semantic = facts.obj.spec.router.semantic
-    if semantic is not None and semantic.embeddings_url is None:
-        raise BuildError("router.semantic: set router.semantic.embeddingsUrl to an "
-                         "OpenAI-compatible embeddings server (the operator does not run "
-                         "one for the deployment)")
     config = router_config_from_spec(
         facts.obj,
         endpoint_slice=EndpointSliceSelector(namespace=facts.namespace, service_name=service,
@@ -82,6 +77,8 @@ def router_config(facts: Facts) -> RouterConfig:
                                              else "https"),
         catalog_url=facts.defaults.catalog_url,
         canary_weights=dict(facts.canary_weights),
+        # router.semantic.embeddingsUrl wins; else the engine the operator renders
+        embeddings_url=embedding_url(facts) if wants_embedding_engine(facts) else None,
     )
     if not facts.stable_overrides:
         return config

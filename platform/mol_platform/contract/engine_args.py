@@ -165,6 +165,10 @@ def engine_args(
     return EngineLaunch(model=model or spec.base_model.uri, flags=flags, env=env)
 
 
+EMBEDDING_FLAGS = ("--enforce-eager", "--distributed-executor-backend", "uni",
+                   "--disable-log-stats", "--disable-uvicorn-access-log")
+
+
 def embedding_args(
     model: str,
     *,
@@ -175,16 +179,26 @@ def embedding_args(
 ) -> EngineLaunch:
     """The embedding engine of the semantic routing signal: vLLM's pooling runner on a
     sentence-embedding model (OpenAI ``/v1/embeddings``); no LoRA, no plugin (``mol up``,
-    the operator's embedding Deployment and ``bench/auto_routing.py`` all run this)."""
-    flags = ["--runner", "pooling", "--served-model-name", served_model_name]
+    the operator's embedding Deployment and ``bench/auto_routing.py`` all run this).
+
+    The flags are for one short input at a time, the routing step's shape (measured in
+    docs/benchmarks.md): eager mode (torch.compile took minutes to start on a loaded
+    CPU), one process for the engine core and its worker (the multiprocess executor's
+    shared-memory queue spins in ``sched_yield``), no per-request access log or stats
+    logging; on CPU float32 (half precision is emulated without AVX-512 and costs twice
+    the CPU)."""
+    flags = ["--runner", "pooling", "--served-model-name", served_model_name,
+             *EMBEDDING_FLAGS]
     if host is not None:
         flags += ["--host", host]
     if port is not None:
         if not 0 < port < 65536:
             raise ValueError(f"port must be in 1..65535, got {port}")
         flags += ["--port", str(port)]
-    env = {"VLLM_PLUGINS": ""}  # the resolver plugin has nothing to resolve here
+    # The resolver plugin has nothing to resolve here; the worker runs in the engine core.
+    env = {"VLLM_PLUGINS": "", "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     if cpu:
+        flags += ["--dtype", "float32"]
         env.update(cpu_env(1))
     return EngineLaunch(model=model, flags=flags, env=env)
 

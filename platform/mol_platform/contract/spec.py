@@ -39,6 +39,7 @@ from mol_platform.contract.spec_rules import (
     MSG_CLASSIFIER,
     MSG_CPU_LORAS,
     MSG_DEFAULT,
+    MSG_EMBEDDING,
     MSG_GPUS,
     MSG_MIN_MAX,
     MSG_NAME,
@@ -57,6 +58,7 @@ from mol_platform.contract.spec_rules import (
     LabelValue,
     MetricName,
     ObjectName,
+    Quantity,
     Revision,
     WeightsUri,
     cel,
@@ -360,19 +362,57 @@ class SemanticExpertSpec(_Model):
         "expert's score.")
 
 
+EMBEDDING_MODEL_DIR = "/models/embedding/all-minilm-l6-v2"
+"""Where the CPU engine image (deploy/images/engine.Dockerfile) holds all-MiniLM-L6-v2."""
+EMBEDDING_IMAGE = "ghcr.io/mol-platform/vllm-mol-cpu:0.32.0"
+
+
+class EmbeddingEngineSpec(_Model):
+    """The embedding engine the operator runs for the semantic signal when
+    ``embeddingsUrl`` is not set: a CPU Deployment and Service with vLLM's pooling
+    runner (the flags ``mol up`` uses), beside the LLM engines."""
+
+    uri: WeightsUri = Field(
+        default=EMBEDDING_MODEL_DIR,
+        description="The sentence-embedding model's weights: a path in the image (default: "
+        "all-MiniLM-L6-v2, packaged in the CPU engine image), hf://org/model, "
+        "pvc://claim/path or s3://bucket/prefix.")
+    secret_ref: ObjectName | None = Field(
+        default=None, description="A Secret with credentials for the weights (env).")
+    image: ImageRef = Field(default=EMBEDDING_IMAGE,
+                            description="The vLLM CPU image (the project's CPU engine image).")
+    replicas: int = Field(default=1, ge=1, le=100, description="Embedding engine replicas.")
+    cpu: Quantity = Field(default="1", description="CPU request (no CPU limit: a throttled "
+                          "engine answers late).")
+    memory: Quantity = Field(default="2Gi", description="Memory request and limit.")
+
+
 class SemanticSpec(_Model):
+    model_config = ConfigDict(json_schema_extra=_rules(
+        cel("!(has(self.embeddingsUrl) && has(self.engine))", MSG_EMBEDDING,
+            field_path=".engine", reason="FieldValueForbidden")))
+
     model: str = Field(default="all-minilm-l6-v2", max_length=253,
                        description="The embedding model's served name.")
     embeddings_url: str | None = Field(
         default=None, max_length=2048, pattern=r"^https?://",
         description="An OpenAI-compatible embeddings server to use (its base URL); unset, "
-        "mol up runs one on the packaged all-MiniLM-L6-v2.")
+        "mol up (and the operator, see engine) runs one on all-MiniLM-L6-v2.")
+    engine: EmbeddingEngineSpec | None = Field(
+        default=None, description="The embedding engine the operator runs when "
+        "embeddingsUrl is unset (unset: its defaults).")
     threshold: float = Field(default=0.3, ge=-1.0, le=2.0,
                              description="The lowest winning score that decides.")
     margin: float = Field(default=0.0, ge=0.0, le=2.0,
                           description="How far the best score must lead the second.")
     experts: list[SemanticExpertSpec] = Field(
         min_length=1, max_length=64, description="Example utterances and keywords per expert.")
+
+    @model_validator(mode="after")
+    def _one_server(self) -> SemanticSpec:
+        if self.embeddings_url is not None and self.engine is not None:
+            raise ValueError(MSG_EMBEDDING)
+        return self
 
 
 class RouterSpec(_Model):

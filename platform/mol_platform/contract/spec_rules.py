@@ -42,6 +42,8 @@ URI_PATTERN = r"\S(?:.*\S)?"
 URI_SCHEME_PATTERN = r"^[a-zA-Z][a-zA-Z0-9+.-]*:"
 URI_KNOWN_PATTERN = r"^(?:(?i:s3|pvc)://[^/?#]|(?i:hf)://.*[^/]|(?i:file):)"
 DURATION_PATTERN = r"[0-9]{1,9}(?:s|m|h)"
+# A Kubernetes resource quantity as people write CPU and memory: 500m, 2, 1.5, 2Gi, 512M.
+QUANTITY_PATTERN = r"[0-9]{1,9}(?:\.[0-9]{1,9})?(?:m|k|Ki|M|Mi|G|Gi|T|Ti)?"
 VERSION_REF_PATTERN = "v" + number_pattern(MAX_VERSION)
 REF_PATTERN = (rf"{NAME_PATTERN}/{NAME_PATTERN}"
                rf"@(?:{DIGEST_PATTERN}|{VERSION_REF_PATTERN}|{ALIAS_PATTERN})")
@@ -69,6 +71,8 @@ MSG_SEMANTIC = ("spec.router.mode semantic and semantic-then-classifier need "
 MSG_GPUS = ("spec.nodePool.gpusPerReplica must be >= spec.engine.tensorParallelSize "
             "(0, a CPU engine, needs tensorParallelSize 1)")
 MSG_CPU_LORAS = "spec.engine.maxCpuLoras must be >= spec.engine.maxLoras"
+MSG_EMBEDDING = ("set either spec.router.semantic.embeddingsUrl (a server of your own) or "
+                 "spec.router.semantic.engine (the one the operator runs), not both")
 MSG_MIN_MAX = "spec.autoscaling.minReplicas must be <= spec.autoscaling.maxReplicas"
 MSG_URI = ("baseModel.uri: use s3://<bucket>/<prefix>, pvc://<claim>/<path>, "
            "hf://<org>/<model>, file://<path> or a path in the image")
@@ -169,6 +173,11 @@ WeightsUri = Annotated[str, matching(URI_PATTERN, "baseModel.uri", "s3://bucket/
                        schema(pattern=URI_PATTERN, max_length=TEXT_MAX, rules=(cel(
                            f"!self.matches('{URI_SCHEME_PATTERN}') || "
                            f"self.matches('{URI_KNOWN_PATTERN}')", MSG_URI),))]
+
+Quantity = Annotated[str, matching(QUANTITY_PATTERN, "resource quantity",
+                                   "a Kubernetes quantity such as 500m, 2, 512Mi or 2Gi", 32),
+                     schema(pattern=QUANTITY_PATTERN, max_length=32)]
+"""A CPU or memory amount of a rendered container."""
 
 ImageRef = Annotated[str, matching(IMAGE_PATTERN, "engine.image", "an image reference "
                                    "without blanks, at most 512 characters", 512),
