@@ -94,22 +94,29 @@ def register_bases(api: Api, count: int) -> list[tuple[str, str, str]]:
 
 def deep_cursors(api: Api, bases: list[str], depth: int, limit: int) -> list[tuple[str, int]]:
     """Walk base+tag listings `depth` items deep; (path of a deep page, its depth) pairs."""
-    out: list[tuple[str, int]] = []
-    for base in bases:
-        for tag in TAGS[:4]:
-            seen, cursor, last = 0, None, None
-            while seen < depth:
-                query = {"base": base, "tag": tag, "limit": 500}
-                if cursor:
-                    query["cursor"] = cursor
-                page = api.call("GET", "/v1/adapters?" + urllib.parse.urlencode(query))
-                seen += len(page["items"])
-                cursor = page.get("next_cursor")
-                if not cursor:
-                    break
-                last = (cursor, seen)
-            if last is not None:
-                qs = urllib.parse.urlencode({"base": base, "tag": tag, "limit": limit,
-                                             "cursor": last[0]})
-                out.append((f"/v1/adapters?{qs}", last[1]))
+    queries = [{"base": base, "tag": tag} for base in bases for tag in TAGS[:4]]
+    return [(f"/v1/adapters?{urllib.parse.urlencode({**q, 'limit': limit})}", seen)
+            for q, seen in deep_pages(api, queries, depth)]
+
+
+def deep_pages(api: Api, queries: list[dict[str, str]],
+               depth: int) -> list[tuple[dict[str, str], int]]:
+    """Walk each filtered listing up to `depth` items deep (or to its end, when it holds
+    fewer): (the filters with the cursor of the deepest page reached, its depth) pairs.
+    Listings that end within their first page have no deep page and are left out."""
+    out: list[tuple[dict[str, str], int]] = []
+    for filters in queries:
+        seen, cursor, last = 0, None, None
+        while seen < depth:
+            query = {**filters, "limit": "500"}
+            if cursor:
+                query["cursor"] = cursor
+            page = api.call("GET", "/v1/adapters?" + urllib.parse.urlencode(query))
+            seen += len(page["items"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+            last = (cursor, seen)
+        if last is not None:
+            out.append(({**filters, "cursor": last[0]}, last[1]))
     return out
