@@ -120,3 +120,29 @@ def deep_pages(api: Api, queries: list[dict[str, str]],
         if last is not None:
             out.append(({**filters, "cursor": last[0]}, last[1]))
     return out
+
+
+def time_by_filter(base_url: str, token: str, queries: list[dict[str, str]],
+                   per_kind: int = 12) -> dict[str, tuple[float, float, int]]:
+    """Console list pages one at a time, grouped by which filters they set ("base+tag",
+    "namespace+q", "+cursor" for deep pages): (p50 ms, max ms, pages) per group, to see
+    which shape of listing a slow percentile comes from."""
+    import statistics
+    import time
+
+    kinds: dict[str, list[dict[str, str]]] = {}
+    for q in queries:
+        kinds.setdefault("+".join(sorted(k for k in q if k != "cursor"))
+                         + ("+cursor" if "cursor" in q else ""), []).append(q)
+    out: dict[str, tuple[float, float, int]] = {}
+    for kind, items in sorted(kinds.items()):
+        times = []
+        for q in items[:per_kind]:
+            req = urllib.request.Request(f"{base_url}/ui/adapters?{urllib.parse.urlencode(q)}",
+                                         headers={"Cookie": f"mol_console={token}"})
+            start = time.perf_counter()
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                resp.read()
+            times.append((time.perf_counter() - start) * 1000)
+        out[kind] = (statistics.median(times), max(times), len(times))
+    return out

@@ -100,6 +100,7 @@ class Bench:
         self.cpu_ms: dict[str, float] = {}  # CPU ms per request: servers + Postgres
         self.cpu_roots: dict[str, int] = {}  # name -> root pid of a measured process tree
         self.cpu_split: dict[str, dict[str, float]] = {}
+        self.by_filter: dict[str, tuple[float, float, int]] = {}  # kind -> p50, max, count
 
     def wrk(self, key: str, base_url: str, paths: Path, connections: int,
             headers: tuple[str, ...] = ()) -> LoadResult:
@@ -261,6 +262,11 @@ class Bench:
             paths = _seed.console_list_paths(w / "console-list-deep.txt", [q for q, _ in deep])
             self.wrk("ours:console-list-deep:latency", base_url, paths, a.page_connections,
                      cookie)
+            filters += [q for q, _ in deep]
+        self.by_filter = _ours.time_by_filter(base_url, token, filters)
+        for kind, (p50, worst, count) in self.by_filter.items():
+            progress(f"  console list {kind:26s} p50 {p50:7.2f} ms  max {worst:7.2f} ms  "
+                     f"({count} pages, one at a time)")
 
     def check_resolve(self, api: _ours.Api, bases: list[_seed.SeedBase]) -> None:
         """The seeded rows must resolve like published ones before anything is timed."""
