@@ -94,22 +94,55 @@ def register_bases(api: Api, count: int) -> list[tuple[str, str, str]]:
 
 def deep_cursors(api: Api, bases: list[str], depth: int, limit: int) -> list[tuple[str, int]]:
     """Walk base+tag listings `depth` items deep; (path of a deep page, its depth) pairs."""
-    out: list[tuple[str, int]] = []
-    for base in bases:
-        for tag in TAGS[:4]:
-            seen, cursor, last = 0, None, None
-            while seen < depth:
-                query = {"base": base, "tag": tag, "limit": 500}
-                if cursor:
-                    query["cursor"] = cursor
-                page = api.call("GET", "/v1/adapters?" + urllib.parse.urlencode(query))
-                seen += len(page["items"])
-                cursor = page.get("next_cursor")
-                if not cursor:
-                    break
-                last = (cursor, seen)
-            if last is not None:
-                qs = urllib.parse.urlencode({"base": base, "tag": tag, "limit": limit,
-                                             "cursor": last[0]})
-                out.append((f"/v1/adapters?{qs}", last[1]))
+    queries = [{"base": base, "tag": tag} for base in bases for tag in TAGS[:4]]
+    return [(f"/v1/adapters?{urllib.parse.urlencode({**q, 'limit': limit})}", seen)
+            for q, seen in deep_pages(api, queries, depth)]
+
+
+def deep_pages(api: Api, queries: list[dict[str, str]],
+               depth: int) -> list[tuple[dict[str, str], int]]:
+    """Walk each filtered listing up to `depth` items deep (or to its end, when it holds
+    fewer): (the filters with the cursor of the deepest page reached, its depth) pairs.
+    Listings that end within their first page have no deep page and are left out."""
+    out: list[tuple[dict[str, str], int]] = []
+    for filters in queries:
+        seen, cursor, last = 0, None, None
+        while seen < depth:
+            query = {**filters, "limit": "500"}
+            if cursor:
+                query["cursor"] = cursor
+            page = api.call("GET", "/v1/adapters?" + urllib.parse.urlencode(query))
+            seen += len(page["items"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+            last = (cursor, seen)
+        if last is not None:
+            out.append(({**filters, "cursor": last[0]}, last[1]))
+    return out
+
+
+def time_by_filter(base_url: str, token: str, queries: list[dict[str, str]],
+                   per_kind: int = 12) -> dict[str, tuple[float, float, int]]:
+    """Console list pages one at a time, grouped by which filters they set ("base+tag",
+    "namespace+q", "+cursor" for deep pages): (p50 ms, max ms, pages) per group, to see
+    which shape of listing a slow percentile comes from."""
+    import statistics
+    import time
+
+    kinds: dict[str, list[dict[str, str]]] = {}
+    for q in queries:
+        kinds.setdefault("+".join(sorted(k for k in q if k != "cursor"))
+                         + ("+cursor" if "cursor" in q else ""), []).append(q)
+    out: dict[str, tuple[float, float, int]] = {}
+    for kind, items in sorted(kinds.items()):
+        times = []
+        for q in items[:per_kind]:
+            req = urllib.request.Request(f"{base_url}/ui/adapters?{urllib.parse.urlencode(q)}",
+                                         headers={"Cookie": f"mol_console={token}"})
+            start = time.perf_counter()
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                resp.read()
+            times.append((time.perf_counter() - start) * 1000)
+        out[kind] = (statistics.median(times), max(times), len(times))
     return out

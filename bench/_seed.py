@@ -337,3 +337,29 @@ def console_paths(path: Path, n: int, bases: list[SeedBase], sample: int,
             else:
                 fh.write(f"{page}/versions/{rng.randint(1, VERSIONS)}\n")
     return path
+
+
+def console_filters(n: int, bases: list[SeedBase], sample: int,
+                    seed: int = 19) -> list[dict[str, str]]:
+    """Filter sets of the console's adapter list (base model, tag, namespace, text), each
+    alone and in the pairs a person narrows a search with, in turn."""
+    rng = random.Random(seed)
+    out: list[dict[str, str]] = []
+    for j in range(sample):
+        ns = Layout.namespace(rng.randint(1, n))
+        base = rng.choice(bases).name
+        tag = rng.choice(TAGS)
+        q = f"{rng.choice(WORDS)}-{rng.choice(KINDS)[:4]}"
+        out.append(({"base": base}, {"tag": tag}, {"namespace": ns}, {"q": q},
+                    {"base": base, "tag": tag}, {"base": base, "namespace": ns},
+                    {"tag": tag, "namespace": ns}, {"q": q, "base": base},
+                    {"q": q, "namespace": ns}, {"q": q, "tag": tag})[j % 10])
+    return out
+
+
+def console_list_paths(path: Path, queries: list[dict[str, str]]) -> Path:
+    """The console's adapter list (/ui/adapters) for each filter set (cursor included)."""
+    with path.open("w") as fh:
+        for query in queries:
+            fh.write(f"/ui/adapters?{urllib.parse.urlencode(query)}\n")
+    return path

@@ -71,6 +71,12 @@ def rows_for(bench: FinishedRun) -> list[Row]:
         rows.append(Row(f"{label} p50 (c={c_lat})", "ms", get(f"ours:{key}:latency", "p50_ms")))
         rows.append(Row(f"{label} p99 (c={c_lat})", "ms", get(f"ours:{key}:latency", "p99_ms"),
                         target=target))
+    c_page = bench.args.page_connections
+    for key, label in (("console-list-first", "console adapter list, filtered, first page"),
+                       ("console-list-deep", "console adapter list, filtered, deep page")):
+        rows.append(Row(f"{label} p50 (c={c_page})", "ms", get(f"ours:{key}:latency", "p50_ms")))
+        rows.append(Row(f"{label} p99 (c={c_page})", "ms", get(f"ours:{key}:latency", "p99_ms"),
+                        target=TARGET_CONSOLE_P99_MS))
     ours, mlflow = bench.storage.get("ours"), bench.storage.get("MLflow")
     rows.append(Row("table data per version (heap + TOAST, all tables)", "bytes",
                     ours.table_per_version if ours else None,

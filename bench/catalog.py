@@ -56,6 +56,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--publish-concurrency", type=int, default=8)
     p.add_argument("--latency-connections", type=int, default=4)
     p.add_argument("--throughput-connections", type=int, default=16)
+    p.add_argument("--page-connections", type=int, default=1,
+                   help="connections for the console list pages (1: server time per page)")
     p.add_argument("--workers", type=int, default=2, help="our catalog's uvicorn workers")
     p.add_argument("--mlflow-workers", type=int, default=4, help="mlflow server workers")
     p.add_argument("--wrk-cores", default="0", help="taskset cores for wrk ('' = unpinned)")
@@ -107,6 +109,7 @@ class Bench:
         self.cpu_ms: dict[str, float] = {}  # CPU ms per request: servers + Postgres
         self.cpu_roots: dict[str, int] = {}  # name -> root pid of a measured process tree
         self.cpu_split: dict[str, dict[str, float]] = {}
+        self.by_filter: dict[str, tuple[float, float, int]] = {}  # kind -> p50, max, count
 
     def wrk(self, key: str, base_url: str, paths: Path, connections: int,
             headers: tuple[str, ...] = ()) -> LoadResult:
@@ -265,12 +268,37 @@ class Bench:
         console = _seed.console_paths(w / "console.txt", a.adapters, bases, 2000)
         self.wrk("ours:console:latency", base_url, console, a.latency_connections,
                  (f"Cookie: mol_console={token}",))
+        self.run_console_list(api, base_url, bases, token)
         self.cpu_roots["s3"] = s3.popen.pid  # moto: the S3 writes belong to publishing
         cpu0 = self.cpu_now()
         small = next(b for b in bases if b.name != _shapes.BIG_BASE)
         self.publish = self.run_publish(base_url, token, small)
         self.cpu_since("ours:publish", cpu0, self.publish.published)
         progress(f"{'ours:publish':32s} {self.cpu_line('ours:publish')}")
+
+    def run_console_list(self, api: _ours.Api, base_url: str, bases: list[_seed.SeedBase],
+                         token: str) -> None:
+        """The console's adapter list under every filter and pair of filters, one page at
+        a time: first pages, then keyset pages deep into each listing (the cursor of its
+        "more" link)."""
+        a, w = self.args, self.workdir
+        cookie = (f"Cookie: mol_console={token}",)
+        filters = _seed.console_filters(a.adapters, bases, 200)
+        first = _seed.console_list_paths(w / "console-list-first.txt", filters)
+        self.wrk("ours:console-list-first:latency", base_url, first, a.page_connections, cookie)
+        deep = _ours.deep_pages(api, filters[:40], a.deep_items)
+        if deep:
+            depths = [d for _, d in deep]
+            self.notes.append(f"console deep pages: {len(deep)} filter sets, "
+                              f"{min(depths):,}-{max(depths):,} items into their listing")
+            paths = _seed.console_list_paths(w / "console-list-deep.txt", [q for q, _ in deep])
+            self.wrk("ours:console-list-deep:latency", base_url, paths, a.page_connections,
+                     cookie)
+            filters += [q for q, _ in deep]
+        self.by_filter = _ours.time_by_filter(base_url, token, filters)
+        for kind, (p50, worst, count) in self.by_filter.items():
+            progress(f"  console list {kind:26s} p50 {p50:7.2f} ms  max {worst:7.2f} ms  "
+                     f"({count} pages, one at a time)")
 
     def check_resolve(self, api: _ours.Api, bases: list[_seed.SeedBase]) -> None:
         """The seeded rows must resolve like published ones before anything is timed."""

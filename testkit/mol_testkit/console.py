@@ -44,6 +44,7 @@ class ConsoleStack:
     catalog: LiveCatalog
     router_url: str
     model: SyntheticLlama
+    engine_url: str = ""  # the simulated engine (``POST /sim/script`` scripts its answers)
 
     @property
     def url(self) -> str:
@@ -109,6 +110,7 @@ def _router_config(path: Path, stack_catalog: str, engine: str) -> None:
              "canary": {"adapter": "demo/coding@v2", "weight": 20}},
         ],
         "default": "chat", "endpoints": [engine], "catalog_url": stack_catalog,
+        "handoff_enabled": True,
         "adapter_namespaces": ["acme"], "scrape_interval_seconds": 0.5,
     })
     path.write_text(yaml.safe_dump(cfg.model_dump(by_alias=True, mode="json",
@@ -144,6 +146,7 @@ def console_stack(work: Path, *, extra_adapters: int = 27) -> Iterator[ConsoleSt
     stack = ConsoleStack(catalog, router_url, SyntheticLlama())
     router: subprocess.Popen[bytes] | None = None
     with simulator(work / "simulator.log") as engine:
+        stack.engine_url = engine
         try:
             catalog.start()
             seed(stack, extra_adapters)

@@ -181,6 +181,11 @@ def test_publish_rejects_an_adapter_that_does_not_fit(server: str, demo: Path, b
     assert "shape_mismatch" in result.stderr
     assert "v_proj.lora_B" in result.stderr
     assert "HTTP 422" in result.stderr
+    reasons = [line for line in result.stderr.splitlines() if "[shape_mismatch]" in line]
+    assert reasons
+    for line in reasons:  # each reason once: not in the summary line as well
+        message = line.split("] ", 1)[1]
+        assert result.stderr.count(message) == 1, result.stderr
 
 
 def test_ls_table_quiet_json_and_pages(server: str, demo: Path, base: str) -> None:
@@ -403,6 +408,24 @@ def test_pull_writes_a_verified_peft_folder_once(server: str, demo: Path, base: 
     assert unknown.exit_code == 1
     assert "HTTP 404" in unknown.stderr
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077])
+def test_pulled_files_follow_the_umask(server: str, demo: Path, base: str, tmp_path: Path,
+                                       umask: int) -> None:
+    """As curl or huggingface-cli: 0666 less the umask, not the temp file's 0600."""
+    published = mol(server, "publish", demo / "adapters" / "coding", "--name",
+                    f"pl/mode-{umask:o}", "--base", base)
+    assert published.exit_code == 0, published.stderr
+    before = os.umask(umask)
+    try:
+        result = mol(server, "pull", f"pl/mode-{umask:o}@v1", "--local-dir", tmp_path)
+    finally:
+        os.umask(before)
+    assert result.exit_code == 0, result.stderr
+    modes = {p.name: p.stat().st_mode & 0o777 for p in tmp_path.iterdir()}
+    assert modes == {"adapter_config.json": 0o666 & ~umask,
+                     "adapter_model.safetensors": 0o666 & ~umask}
 
 
 def test_pull_refuses_a_file_whose_digest_differs(server: str, demo: Path, base: str,

@@ -157,6 +157,30 @@ def test_move_an_alias_after_confirmation_and_see_the_event(admin: Page,
     expect(page.locator("#feed")).to_contain_text("alias")
 
 
+def test_a_refused_alias_move_shows_the_catalogs_reasons(admin: Page,
+                                                        stack: ConsoleStack) -> None:
+    """The catalog answers 409 (here: the version was yanked while the confirmation was
+    open): the confirmation comes back with the refusal, nothing moved."""
+    page = admin
+    with stack.api() as api:
+        cfg, weights = stack.model.lora_files(8, seed=72)
+        r = api.post("/v1/adapters/lab/refused/versions", files={
+            "adapter_config.json": ("adapter_config.json", cfg),
+            "adapter_model.safetensors": ("adapter_model.safetensors", weights)})
+        assert r.status_code == 201, r.text
+    page.goto(f"{stack.url}/ui/adapters/lab/refused/alias?alias=stable&version=1")
+    with stack.api() as api:
+        api.post("/v1/adapters/lab/refused/versions/1/yank", json={"reason": "leaks"})
+    with page.expect_response(re.compile(r"/ui/adapters/lab/refused/alias$")) as answer:
+        page.get_by_role("button", name="Move @stable to v1").click()
+    assert answer.value.status == 409
+    expect(page.get_by_role("heading", name="The catalog refused the move")).to_be_visible()
+    expect(page.get_by_role("alert")).to_contain_text("v1 is yanked (leaks)")
+    expect(page.get_by_role("heading", level=1)).to_have_text("Move @stable to v1?")
+    with stack.api() as api:
+        assert "stable" not in api.get("/v1/adapters/lab/refused").json()["aliases"]
+
+
 def test_yank_from_the_version_page(admin: Page, stack: ConsoleStack, tmp_path: Path) -> None:
     page = admin
     with stack.api() as api:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import httpx
 import pytest
 from playwright.sync_api import Page, expect
 
@@ -30,6 +31,33 @@ def test_playground_streams_an_answer_with_the_routing_headers(admin: Page,
     expect(page.locator("#h-version")).to_have_text("acme/support@v1")
     expect(page.locator("#h-route")).to_have_text("adapter")
     expect(page.locator("#chat-status")).to_contain_text("Done")
+
+
+def test_playground_shows_a_handoff_between_experts(admin: Page, stack: ConsoleStack) -> None:
+    """chat calls the router's handoff tool (scripted on the engine): the streamed answer
+    comes from coding, and the playground says the request was handed over."""
+    rule = {"model": "demo/chat@v1", "when_prompt_contains": "hand this over", "times": 1,
+            "tool_call": {"name": "handoff",
+                          "arguments": {"expert": "coding", "summary": "wants a parser"}}}
+    httpx.post(f"{stack.engine_url}/sim/script", json=rule, timeout=10).raise_for_status()
+    page = admin
+    page.goto(f"{stack.url}/ui/playground")
+    page.get_by_label("Expert, auto or adapter").select_option("chat")
+    page.get_by_label("Message").fill("please hand this over to whoever writes parsers")
+    with page.expect_response(re.compile("/ui/playground/chat")) as answer:
+        page.get_by_role("button", name="Send").click()
+    expect(page.locator("#chat-status")).to_contain_text("Done: first token after")
+    expect(page.locator("#h-handoff")).to_have_text(
+        re.compile(r"^chat → coding \(demo/coding@v[12]\)$"))
+    assert page.locator("#answer").inner_text().strip()
+    assert answer.value.headers["x-mol-expert"] == "chat"  # headers leave before the hop
+    scripts = httpx.get(f"{stack.engine_url}/sim/script", timeout=10).json()
+    assert not scripts["rules"]  # the rule was used (times=1), so the tool call did happen
+    # the next request is not handed off: the display starts from "none" again
+    page.get_by_label("Message").fill("hello")
+    page.get_by_role("button", name="Send").click()
+    expect(page.locator("#chat-status")).to_contain_text("Done")
+    expect(page.locator("#h-handoff")).to_have_text("none")
 
 
 def test_playground_shows_the_routers_refusal(admin: Page, stack: ConsoleStack) -> None:

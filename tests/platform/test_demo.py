@@ -175,3 +175,17 @@ def test_cli_builds_the_demo(tmp_path):
     assert (tmp_path / "d" / "tiny-llama" / "model.safetensors").is_file()
     assert (tmp_path / "d" / "adapters" / "coding" / "adapter_model.safetensors").is_file()
     assert "adapter coding" in result.output
+
+
+def test_docs_name_the_folders_the_demo_writes(demo):
+    """docs/engine.md ("The demo model") and docs/local.md describe the layout as built."""
+    root = demo.base.parent
+    engine_doc = (Path(__file__).resolve().parents[2] / "docs" / "engine.md").read_text()
+    section = engine_doc.split("## The demo model", 1)[1]
+    assert demo.base.name == "tiny-llama"
+    for entry in sorted(p.name for p in root.iterdir() if p.is_dir()):
+        shown = "adapters/<name>/" if entry == "adapters" else f"{entry}/"
+        assert f"`{shown}`" in section, entry
+    for name in DEMO_ADAPTERS:
+        assert f"| `{name.name}` |" in section
+    assert "`base/`" not in engine_doc

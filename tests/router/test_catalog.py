@@ -148,8 +148,12 @@ async def test_models_lists_the_namespace_adapters(
     async with start_router(cfg) as router, httpx.AsyncClient(timeout=10) as http:
         data = (await http.get(router.url + "/v1/models")).json()["data"]
     cards = {m["id"]: m for m in data}
-    assert {"chat", "coding", "auto", "demo/chat@latest", "demo/big@latest"} <= set(cards)
+    assert {"chat", "coding", "auto", "demo", "demo/chat@latest"} <= set(cards)
+    # demo/big (rank 16, the profile allows 8) would answer 422: not offered, even on the
+    # first listing, before anything asked for it
+    assert "demo/big@latest" not in cards
     assert cards["demo/chat@latest"]["root"] == "demo/chat@v2"
+    assert cards["demo/chat@latest"]["description"] == "catalog adapter"  # no "(tags: )"
     assert cards["chat"]["root"] in ("demo/chat@v1", "demo/chat@stable")
 
 

@@ -116,6 +116,9 @@ async def test_unknown_models(model: str, status: int, fragment: str, router_con
                 assert resp.status == status
                 err = (await resp.json())["error"]
             assert fragment in err["message"]
+            assert "  " not in err["message"]
+            assert ", ," not in err["message"]
+            assert not err["message"].rstrip(". ").endswith((",", ";")), err["message"]
             assert err["type"] in ("not_found_error", "invalid_request_error")
 
 

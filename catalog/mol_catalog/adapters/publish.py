@@ -200,9 +200,10 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
     if reasons:
         for r in reasons:
             catalog.metrics.compat_rejections.labels(r.code).inc()
+        # The detail names the codes; each message is in ``reasons`` (clients print both).
+        named = ", ".join(dict.fromkeys(r.code for r in reasons))
         raise Incompatible(
-            f"{namespace}/{name} does not fit base model {base.ref}: "
-            + "; ".join(r.message for r in reasons),
+            f"{namespace}/{name} does not fit base model {base.ref} ({named})",
             reasons=[{"code": r.code, "message": r.message} for r in reasons],
         )
     pre = await _store_blobs(catalog, upload, base.id)

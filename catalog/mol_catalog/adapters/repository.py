@@ -223,10 +223,27 @@ def _filters(tag: bool, base: str, namespaces: int) -> list[Any]:
     elif base == "name":
         terms.append(src.base_name == bindparam("base_name", type_=String))
     if namespaces:
-        names = [bindparam(f"ns{i}", type_=String) for i in range(namespaces)]
+        # Ids, not a subquery on names: the planner then knows how few adapters one
+        # namespace holds and walks its (namespace_id, id) index, instead of scanning a
+        # tag's or a base's adapters in id order until the namespace's first ones.
         terms.append(Adapter.namespace_id.in_(
-            select(Namespace.id).where(Namespace.name.in_(names)).scalar_subquery()))
+            [bindparam(f"ns{i}", type_=BigInteger) for i in range(namespaces)]))
     return terms
+
+
+_NAMESPACE_IDS: dict[int, Prepared] = {}
+
+
+async def namespace_ids(conn: ReadConn, names: list[str]) -> list[int]:
+    """The ids of the namespaces of these names that exist, in id order."""
+    stmt = _NAMESPACE_IDS.get(len(names))
+    if stmt is None:
+        stmt = _NAMESPACE_IDS[len(names)] = Prepared(
+            select(Namespace.id).where(Namespace.name.in_(
+                [bindparam(f"name{i}", type_=String) for i in range(len(names))]))
+            .order_by(Namespace.id))
+    return [int(r[0]) for r in await stmt.all(conn, **{f"name{i}": n
+                                                       for i, n in enumerate(names)})]
 
 
 def _search_term() -> Any:
@@ -368,12 +385,14 @@ async def list_adapters(conn: ReadConn, *, after: int | None, limit: int,
     either way.
     """
     base = "id" if base_model_id is not None else "name" if base_name is not None else ""
-    ns = sorted(namespaces) if namespaces is not None else []
-    if namespaces is not None and not ns:
-        return []
+    ns: list[int] = []
+    if namespaces is not None:
+        ns = await namespace_ids(conn, sorted(namespaces)) if namespaces else []
+        if not ns:
+            return []
     params: dict[str, Any] = {"tag": tag, "base_id": base_model_id, "base_name": base_name,
                               "after": after, "limit": limit}
-    params.update({f"ns{i}": name for i, name in enumerate(ns)})
+    params.update({f"ns{i}": ns_id for i, ns_id in enumerate(ns)})
     if q:
         params["needle"] = q.lower()
         escaped = q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")

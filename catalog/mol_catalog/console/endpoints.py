@@ -14,7 +14,7 @@ from mol_catalog.adapters import publish as pipeline
 from mol_catalog.adapters import service as adapters
 from mol_catalog.auth import Principal
 from mol_catalog.console import session
-from mol_catalog.console.render import PageRoute, render
+from mol_catalog.console.render import PageRoute, refusal, render
 from mol_catalog.db import ReadConn
 from mol_catalog.errors import ApiError, BadRequest, json_response
 from mol_catalog.evals import service as evals
@@ -173,11 +173,16 @@ async def alias_confirm(request: Request, ns: str, name: str,
     who = await session.principal(request)
     who.require_publish(ns)
     valid_alias(alias)
+    return await _confirmation(request, who, ns, name, alias, version)
+
+
+async def _confirmation(request: Request, who: Principal, ns: str, name: str, alias: str,
+                        version: str, status: int = 200, **refused: Any) -> Response:
     detail = await _version(request, who, ns, name, version)
     async with session.catalog_of(request).db.read() as conn:
         current = (await adapters.describe(conn, detail["adapter"]))["aliases"].get(alias)
-    return render(request, "alias_confirm.html", who, v=detail, ns=ns, name=name,
-                  alias=alias, current=current)
+    return render(request, "alias_confirm.html", who, status=status, v=detail, ns=ns,
+                  name=name, alias=alias, current=current, **refused)
 
 
 @pages.post("/ui/adapters/{ns}/{name}/alias")
@@ -189,9 +194,17 @@ async def alias_move(request: Request, ns: str, name: str, alias: FormText, vers
     catalog = session.catalog_of(request)
     async with catalog.db.read() as conn:
         since = await events.latest_id(conn)
-    async with catalog.db.unit() as uow:
-        await adapters.set_alias(uow, _full(ns, name), alias, version_number(version),
-                                 who, bindings_since=catalog.bindings.since())
+    try:
+        async with catalog.db.unit() as uow:
+            await adapters.set_alias(uow, _full(ns, name), alias, version_number(version),
+                                     who, bindings_since=catalog.bindings.since())
+    except ApiError as exc:
+        if exc.status != 409:
+            raise
+        # Refused (a yanked target, a protected alias): the same confirmation again, with
+        # the catalog's reasons, so the person sees why without leaving the move.
+        return await _confirmation(request, who, ns, name, alias, version, 409,
+                                   **refusal(exc))
     return RedirectResponse(f"/ui/adapters/{ns}/{name}?since={since}", 303)
 
 

@@ -70,6 +70,14 @@ def render(request: Request, template: str, who: Principal | None, *, status: in
     return response
 
 
+def refusal(exc: ApiError) -> dict[str, Any]:
+    """What a page shows of a refused request: the detail and the reasons, when the error
+    carries them (``{"code", "message"}`` items, as publish's 422 and any 409 may)."""
+    reasons = exc.extra.get("reasons")
+    items = [r for r in reasons if isinstance(r, dict | str)] if isinstance(reasons, list) else []
+    return {"problem": exc.detail, "reasons": items}
+
+
 class PageRoute(APIRoute):
     """A console page: a missing login redirects to the login form (coming back here
     afterwards), any other catalog error is shown on the error page with its status."""
@@ -86,6 +94,6 @@ class PageRoute(APIRoute):
                 return RedirectResponse(f"/ui/login?next={quote(target)}", 303)
             except ApiError as exc:
                 return render(request, "error.html", None, status=exc.status,
-                              error=exc.error, detail=exc.detail)
+                              error=exc.error, **refusal(exc))
 
         return page

@@ -67,6 +67,15 @@ def total_bytes(files: list[BlobFile]) -> int:
     return sum(f.size for f in files)
 
 
+def _file_mode() -> int:
+    """0666 less the umask (0644 under the usual 022), as curl and huggingface-cli leave
+    files: the temporary file a download lands in is 0600, and an engine running as
+    another user must still read the pulled adapter."""
+    mask = os.umask(0)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def pull(client: CatalogClient, ref: str, local_dir: Path, *,
          progress: Callable[[int], None] | None = None,
          planned: tuple[Resolved, list[BlobFile]] | None = None) -> Pulled:
@@ -95,6 +104,7 @@ def pull(client: CatalogClient, ref: str, local_dir: Path, *,
                 raise CatalogError(0, "DigestMismatch",
                                    f"{f.path}: downloaded sha256:{got}, the catalog lists "
                                    f"{f.digest}; nothing was written")
+            os.chmod(tmp, _file_mode())
             os.replace(tmp, dest)
         finally:
             tmp.unlink(missing_ok=True)

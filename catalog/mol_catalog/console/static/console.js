@@ -170,7 +170,16 @@ function initChat(form) {
     show("h-version", r.headers.get("x-mol-adapter-version"));
     show("h-canary", r.headers.get("x-mol-canary") || "false");
     show("h-route", r.headers.get("x-mol-route"));
-    if (r.headers.get("x-mol-handoffs")) show("h-handoff", r.headers.get("x-mol-handoffs"));
+    // Hops as "chat → coding (demo/coding@v2)": the x-mol-handoffs header ("chat>coding")
+    // of a whole answer, or a stream's ": mol-handoff chat>coding demo/coding@v2" comments.
+    let chain = "";
+    if (r.headers.get("x-mol-handoffs")) show("h-handoff", r.headers.get("x-mol-handoffs").split(">").join(" → "));
+    const hop = (comment) => {
+      const [pair, adapter] = comment.split(" ");
+      const [from, to] = pair.split(">");
+      chain = `${chain || from} → ${to}${adapter ? ` (${adapter})` : ""}`;
+      show("h-handoff", chain);
+    };
     if (!r.ok) {
       const text = await r.text();
       let message = text;
@@ -189,7 +198,7 @@ function initChat(form) {
       while ((cut = buffer.indexOf("\n")) >= 0) {
         const line = buffer.slice(0, cut).trimEnd();
         buffer = buffer.slice(cut + 1);
-        if (line.startsWith(": mol-handoff ")) show("h-handoff", line.slice(14));
+        if (line.startsWith(": mol-handoff ")) hop(line.slice(14));
         if (!line.startsWith("data:")) continue;
         const data = line.slice(5).trim();
         if (data === "[DONE]") continue;

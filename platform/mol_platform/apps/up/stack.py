@@ -16,13 +16,14 @@ import os
 import secrets
 import shutil
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
 from mol_platform.apps.engine_launcher import CPU_DISTRIBUTION
-from mol_platform.apps.procs import tail
+from mol_platform.apps.up.engine_log import LogFollower
 from mol_platform.apps.up.supervisor import (
     Service,
     Supervisor,
@@ -214,13 +215,14 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
                             log_path=logs / "embedding.log")
         sup.launch(embedding)
 
-    def progress(elapsed: float) -> None:
-        last = tail(engine_log, 1).strip()[-100:]
-        say(f"engine starting ({elapsed:.0f}s; ~50 s on a laptop CPU): {last}")
-
+    say("the engine takes about a minute on a laptop CPU; vLLM's own log goes to its file")
+    follow = LogFollower(engine_log, say)
+    started = time.monotonic()
     sup.start(Service("engine", [str(engine.python), "-m", "mol_platform.apps.engine_launcher",
                                  *launch.serve_args], f"{engine_url}/health",
-                      env=launch.env, log_path=engine_log), timeout=600, progress=progress)
+                      env=launch.env, log_path=engine_log), timeout=600, progress=follow,
+              every=1.0)
+    say(f"engine ready after {time.monotonic() - started:.0f}s; its log: {engine_log}")
     if embedding is not None:
         wait_healthy(embedding, 600, lambda t: say(f"embedding engine starting ({t:.0f}s)"))
     weights = {e.name: float(e.canary.steps[0]) for e in spec.experts if e.canary is not None}

@@ -95,10 +95,10 @@ def check_port_free(host: str, port: int, option: str) -> None:
 
 
 def wait_healthy(svc: Service, timeout: float,
-                 progress: Callable[[float], None] | None = None) -> None:
-    """Poll the health URL; ``progress(elapsed)`` is called about every 5 s."""
+                 progress: Callable[[float], None] | None = None, every: float = 5.0) -> None:
+    """Poll the health URL; ``progress(elapsed)`` is called about every ``every`` s."""
     start = time.monotonic()
-    next_report = start + 5.0
+    next_report = start + every
     with httpx.Client(timeout=1.0) as client:
         while True:
             if not svc.alive():
@@ -113,7 +113,7 @@ def wait_healthy(svc: Service, timeout: float,
                 raise UpError(f"{svc.name} not healthy after {timeout:.0f}s at {svc.health_url}")
             if progress is not None and now >= next_report:
                 progress(now - start)
-                next_report = now + 5.0
+                next_report = now + every
             time.sleep(0.25)
 
 
@@ -124,14 +124,15 @@ class Supervisor:
         self.services: list[Service] = []
 
     def start(self, svc: Service, *, timeout: float = 60.0,
-              progress: Callable[[float], None] | None = None) -> None:
+              progress: Callable[[float], None] | None = None, every: float = 5.0) -> None:
         self.launch(svc)
-        wait_healthy(svc, timeout, progress)
+        wait_healthy(svc, timeout, progress, every)
 
     def launch(self, svc: Service) -> None:
         """Start without waiting (a slow service that comes up beside the next one);
         :func:`wait_healthy` it before use."""
-        say(f"starting {svc.name} ...")
+        log = f" (log: {svc.log_path})" if svc.log_path else ""
+        say(f"starting {svc.name} ...{log}")
         self.services.append(svc)
         svc.proc = start_group(svc.argv, env={**os.environ, **svc.env}, log_path=svc.log_path)
 
