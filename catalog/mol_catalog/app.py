@@ -38,6 +38,7 @@ from mol_catalog.resolve.endpoints import router as resolve_router
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens.endpoints import router as tokens_router
 from mol_catalog.util import ResponseBody
+from mol_platform.clients.tracing import make_tracing
 
 ops = APIRouter(tags=["operations"])
 READY_TIMEOUT = 5.0  # seconds each backend may take to answer a readiness probe
@@ -50,7 +51,8 @@ class CatalogAPI(FastAPI):
 
     Starlette's ServerErrorMiddleware and ExceptionMiddleware would catch the same
     errors a second time, and FastAPI's telemetry and body-limit layers have nothing to
-    do here (no OpenTelemetry; upload limits are the catalog's own); the five layers
+    do here (the catalog's few spans are its own: resolve and publish; upload limits
+    are the catalog's own); the five layers
     cost more CPU than a cached resolve's own work (docs/benchmarks.md, "Catalog")."""
 
     def __init__(self, *, metrics: CatalogMetrics, **kwargs: Any) -> None:
@@ -112,11 +114,15 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                                 settings.presign_seconds, settings.s3_timeout)
         await leftovers.clean_at_start(blobs, settings.leftover_grace_seconds)
         names = NameSample(settings.search_sample)
+        tracing = make_tracing(settings.tracing_service_name, settings.tracing_endpoint,
+                               settings.tracing_sample_ratio, settings.tracing_trust_parent)
         app.state.catalog = Catalog(settings=settings, db=db, blobs=blobs, metrics=metrics_obj,
-                                    names=names)
+                                    names=names, tracing=tracing)
         try:
             yield
         finally:
+            if tracing is not None:
+                await asyncio.to_thread(tracing.shutdown)
             await names.close()
             await blobs.close()
             await db.dispose()

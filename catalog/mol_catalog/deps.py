@@ -26,6 +26,7 @@ from mol_catalog.errors import Unauthorized
 from mol_catalog.metrics import CatalogMetrics
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens import service as tokens
+from mol_platform.clients.tracing import Tracing
 
 
 @dataclass
@@ -45,6 +46,7 @@ class Catalog:
     # Awaited between a publish's blob writes and the transaction that references them;
     # tests set it to interleave a gc there (on Postgres they hold a row lock instead).
     after_store: Callable[[], Awaitable[None]] | None = None
+    tracing: Tracing | None = None  # None: tracing off, no span objects at all
 
     @property
     def download_base(self) -> str:
