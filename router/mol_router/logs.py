@@ -30,7 +30,7 @@ def configure(level: str, access_log: bool) -> None:
 
 
 def access_line(method: str, path: str, status: int, duration: float, *, rid: str,
-                tenant: str, expert: str | None, adapter: str | None, version: str | None,
+                tenant: str, expert: str | None, adapter: str | None, version: int | None,
                 replica: str | None, ttft: float | None, route: str | None,
                 handoffs: list[str] | None, prompt: int, completion: int,
                 trace_id: str | None) -> None:

@@ -136,7 +136,7 @@ class GenerationProxy:
         else:
             access_line(request.method, path, code, elapsed, rid=rid, tenant=tenant,
                         expert=served.choice.expert, adapter=served.resolved.adapter,
-                        version=served.version, replica=served.replica, ttft=served.ttft,
+                        version=served.resolved.version, replica=served.replica, ttft=served.ttft,
                         route=served.choice.route or served.choice.mode,
                         handoffs=served.path, prompt=served.prompt,
                         completion=served.completion, trace_id=trace_id)

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,6 +112,31 @@ class OtlpReceiver:
                 f"only {len(self.spans)} of {count} spans arrived: {self.spans}"
             await asyncio.sleep(0.05)
         return list(self.spans)
+
+
+@contextmanager
+def receiver_thread() -> Iterator[OtlpReceiver]:
+    """An :class:`OtlpReceiver` on a loop of its own, for synchronous tests."""
+    rx = OtlpReceiver()
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        loop.run_until_complete(rx.start())
+        started.set()
+        loop.run_forever()
+        loop.run_until_complete(rx.stop())
+        loop.close()
+
+    thread = threading.Thread(target=run, name="otlp-receiver", daemon=True)
+    thread.start()
+    started.wait(10)
+    try:
+        yield rx
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
 
 
 async def _serve(port: int) -> None:

@@ -18,6 +18,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from mol_platform.contract.otlp import traces_url
+
 if TYPE_CHECKING:  # the SDK is imported only when tracing is on
     from opentelemetry.context import Context
     from opentelemetry.sdk.trace import TracerProvider
@@ -70,7 +72,7 @@ class Tracing:
             resource=Resource.create({SERVICE_NAME: service}),
             sampler=ParentBased(TraceIdRatioBased(ratio)))
         self.provider.add_span_processor(BatchSpanProcessor(
-            OTLPSpanExporter(endpoint=_traces_url(endpoint), headers=dict(headers or {}),
+            OTLPSpanExporter(endpoint=traces_url(endpoint), headers=dict(headers or {}),
                              timeout=10)))
         self.tracer: Tracer = self.provider.get_tracer(_VERSION)
         self.SERVER = SpanKind.SERVER
@@ -101,12 +103,6 @@ class Tracing:
     def shutdown(self) -> None:
         """Export what is queued, then stop (at service stop)."""
         self.provider.shutdown()
-
-
-def _traces_url(endpoint: str) -> str:
-    """The collector's base URL (``http://collector:4318``) or its full traces URL."""
-    url = endpoint.rstrip("/")
-    return url if url.endswith("/v1/traces") else url + "/v1/traces"
 
 
 def make_tracing(service: str, endpoint: str | None, ratio: float, trust_parent: bool,
