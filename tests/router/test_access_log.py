@@ -29,17 +29,17 @@ async def test_one_line_per_request_with_what_served_it(
         caplog: pytest.LogCaptureFixture, router_config: Any, start_router: Any,
         ready: Any) -> None:
     caplog.set_level(logging.INFO, logger="mol.router.access")
-    async with OtlpReceiver() as rx, AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
-        async with start_router(router_config(sims.urls), tracing_endpoint=rx.url,
-                                tracing_sample_ratio=1.0) as router, \
-                httpx.AsyncClient(timeout=10) as http:
-            await ready(router)
-            whole = await http.post(router.url + "/v1/chat/completions",
-                                    json={**MSG, "model": "coding"},
-                                    headers={"x-request-id": "req-1"})
-            streamed = await http.post(router.url + "/v1/chat/completions",
-                                       json={**MSG, "stream": True})
-            bad = await http.post(router.url + "/v1/chat/completions", content=b"{")
+    async with OtlpReceiver() as rx, AsyncSimulatorCluster(replicas=1, config=SIM) as sims, \
+            start_router(router_config(sims.urls), tracing_endpoint=rx.url,
+                         tracing_sample_ratio=1.0) as router, \
+            httpx.AsyncClient(timeout=10) as http:
+        await ready(router)
+        whole = await http.post(router.url + "/v1/chat/completions",
+                                json={**MSG, "model": "coding"},
+                                headers={"x-request-id": "req-1"})
+        streamed = await http.post(router.url + "/v1/chat/completions",
+                                   json={**MSG, "stream": True})
+        bad = await http.post(router.url + "/v1/chat/completions", content=b"{")
     assert (whole.status_code, streamed.status_code, bad.status_code) == (200, 200, 400)
     lines = _lines(caplog)
     assert len(lines) == 3

@@ -245,14 +245,14 @@ async def test_tracing_off_creates_no_sdk_object(
 
 async def test_exemplars_carry_the_trace_id(
         router_config: Any, start_router: Any, ready: Any) -> None:
-    async with OtlpReceiver() as rx, AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
-        async with start_router(router_config(sims.urls), tracing_endpoint=rx.url,
-                                **TRACING) as router, httpx.AsyncClient(timeout=10) as http:
-            await ready(router)
-            r = await http.post(router.url + "/v1/chat/completions", json=MSG)
-            assert r.status_code == 200, r.text
-            text = (await http.get(router.url + "/metrics", headers={
-                "Accept": "application/openmetrics-text; version=1.0.0"})).text
+    async with OtlpReceiver() as rx, AsyncSimulatorCluster(replicas=1, config=SIM) as sims, \
+            start_router(router_config(sims.urls), tracing_endpoint=rx.url,
+                         **TRACING) as router, httpx.AsyncClient(timeout=10) as http:
+        await ready(router)
+        r = await http.post(router.url + "/v1/chat/completions", json=MSG)
+        assert r.status_code == 200, r.text
+        text = (await http.get(router.url + "/metrics", headers={
+            "Accept": "application/openmetrics-text; version=1.0.0"})).text
     root = _one(rx.spans, "chat")
     line = next(x for x in text.splitlines()
                 if x.startswith("mol_router_request_duration_seconds_bucket") and " # " in x)
