@@ -204,10 +204,12 @@ async def reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
 async def _traced(rt: Runtime, tracing: Tracing, body: Mapping[str, Any]) -> Outcome:
     """``_reconcile`` inside a ``mol.operator.reconcile`` span (a trace of its own)."""
     meta = body.get("metadata", {})
-    span = tracing.start("mol.operator.reconcile", tracing.INTERNAL, None, {
+    span = tracing.root("mol.operator.reconcile", tracing.INTERNAL, None, {
         "k8s.namespace.name": str(meta.get("namespace") or "default"),
         "mol.deployment": str(meta.get("name", "")),
         "mol.generation": int(meta.get("generation") or 0)})
+    if span is None:
+        return await _reconcile(rt, body)
     try:
         outcome = await _reconcile(rt, body)
     except BaseException as exc:

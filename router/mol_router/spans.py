@@ -2,10 +2,10 @@
 conventions (docs/observability.md).
 
 Only created when tracing is on (``Runtime.tracing``); with it off the request path
-holds ``None`` and makes no SDK call. A request that the sampler leaves out gets its
-root span only (non-recording, so nearly free): its ``traceparent`` still goes to the
-engine, flagged not sampled, so an engine exporting spans of its own follows the
-router's decision instead of tracing everything.
+holds ``None`` and makes no SDK call. A request that sampling leaves out makes no SDK
+call either: it gets a fresh ``traceparent`` flagged not sampled, which still goes to
+the engine, so an engine exporting spans of its own follows the router's decision
+instead of tracing everything.
 
 The tree of one request::
 
@@ -22,6 +22,7 @@ The tree of one request::
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -63,22 +64,23 @@ def operation(chat: bool) -> str:
 class RequestSpans:
     """The root span of one request and the children it makes while recording."""
 
-    __slots__ = ("op", "recording", "root", "tracing")
+    __slots__ = ("op", "recording", "root", "tracing", "unsampled")
 
     def __init__(self, tracing: Tracing, headers: Mapping[str, str], chat: bool,
                  rid: str) -> None:
         self.tracing = tracing
         self.op = operation(chat)
-        self.root: Span = tracing.start(self.op, tracing.SERVER, None,
-                                        {OPERATION: self.op, PROVIDER: PROVIDER_NAME,
-                                         REQUEST_ID: rid},
-                                        context=tracing.parent_context(headers))
-        self.recording = self.root.is_recording()
+        self.root: Span | None = tracing.root(self.op, tracing.SERVER, headers,
+                                              {OPERATION: self.op, PROVIDER: PROVIDER_NAME,
+                                               REQUEST_ID: rid})
+        self.recording = self.root is not None and self.root.is_recording()
+        self.unsampled = "" if self.root is not None else \
+            f"00-{random.getrandbits(128) or 1:032x}-{random.getrandbits(64) or 1:016x}-00"
 
     @property
     def trace_id(self) -> str | None:
         """The trace's id when it is recorded (the exemplar's and the access log's)."""
-        if not self.recording:
+        if not self.recording or self.root is None:
             return None
         return f"{self.root.get_span_context().trace_id:032x}"
 
@@ -86,14 +88,16 @@ class RequestSpans:
         """What the client asked for: names the root ``{operation} {model}``."""
         if not self.recording:
             return
+        root = self.root
+        assert root is not None
         model = body.get("model")
         if isinstance(model, str):
-            self.root.update_name(f"{self.op} {model}")
-            self.root.set_attribute(REQUEST_MODEL, model)
+            root.update_name(f"{self.op} {model}")
+            root.set_attribute(REQUEST_MODEL, model)
         for key, attr in (("max_tokens", MAX_TOKENS), ("temperature", TEMPERATURE)):
             value = body.get(key)
             if isinstance(value, (int, float)) and not isinstance(value, bool):
-                self.root.set_attribute(attr, value)
+                root.set_attribute(attr, value)
 
     def child(self, name: str, parent: Span | None = None,
               attributes: Mapping[str, Any] | None = None, *, client: bool = False
@@ -112,12 +116,18 @@ class RequestSpans:
                            REQUEST_MODEL: model}, client=True)
 
     def traceparent(self, span: Span | None) -> str:
-        """The header for an engine call: ``span``'s, else the root's (not sampled)."""
-        return traceparent_of(span if span is not None else self.root)
+        """The header for an engine or catalog call: ``span``'s, else the root's (not
+        recording: a trusted parent's context, not sampled), else the fresh unsampled
+        one."""
+        if span is not None:
+            return traceparent_of(span)
+        return traceparent_of(self.root) if self.root is not None else self.unsampled
 
     def end(self, status: int, expert: str | None, adapter: str | None,
             prompt: int, completion: int) -> None:
         root = self.root
+        if root is None:
+            return
         if self.recording:
             root.set_attribute(STATUS_CODE, status)
             if expert is not None:

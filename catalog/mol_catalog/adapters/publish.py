@@ -235,9 +235,10 @@ async def publish_form(catalog: Catalog, namespace: str, name: str, request: Req
     tracing = catalog.tracing
     if tracing is None:
         return await _publish_form(catalog, namespace, name, request, created_by)
-    span = tracing.start("mol.catalog.publish", tracing.SERVER, None, {
-        "mol.adapter.namespace": namespace, "mol.adapter.name": name},
-        context=tracing.parent_context(request.headers))
+    span = tracing.root("mol.catalog.publish", tracing.SERVER, request.headers, {
+        "mol.adapter.namespace": namespace, "mol.adapter.name": name})
+    if span is None:
+        return await _publish_form(catalog, namespace, name, request, created_by)
     try:
         body, created = await _publish_form(catalog, namespace, name, request, created_by)
     except ApiError as exc:

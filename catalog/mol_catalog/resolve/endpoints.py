@@ -30,9 +30,10 @@ async def resolve(request: Request) -> bytes:
     tracing = catalog.tracing
     if tracing is None:
         return await _resolve(catalog, request)
-    span = tracing.start("mol.catalog.resolve", tracing.SERVER, None, {
-        "mol.adapter.ref": f"{request.path_params['ns']}/{request.path_params['name_ref']}"},
-        context=tracing.parent_context(request.headers))
+    span = tracing.root("mol.catalog.resolve", tracing.SERVER, request.headers, {
+        "mol.adapter.ref": f"{request.path_params['ns']}/{request.path_params['name_ref']}"})
+    if span is None:
+        return await _resolve(catalog, request)
     try:
         out = await _resolve(catalog, request)
     except ApiError as exc:

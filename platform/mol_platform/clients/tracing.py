@@ -6,7 +6,9 @@ service has its own tracer provider (never the process-global one, so several se
 share a process in tests and benchmarks without mixing their spans), a batch processor
 and an OTLP/HTTP (protobuf) exporter.
 
-Sampling is decided here: a new trace is sampled with probability ``ratio``. A caller's
+Sampling is decided here, before any SDK call: a new trace is sampled with probability
+``ratio`` (:meth:`Tracing.root` returns None otherwise, so an unsampled request costs a
+random number, not a span). A caller's
 ``traceparent`` is a parent only when the service is told to trust it
 (``trust_parent``): otherwise any client could force every request into the trace
 store by sending ``-01`` (or pick a trace id under the ratio's bound), so the header is
@@ -15,6 +17,7 @@ ignored and the trace starts here.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -56,7 +59,7 @@ class Tracing:
         from opentelemetry.sdk.resources import SERVICE_NAME, Resource
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
-        from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+        from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
         from opentelemetry.trace import SpanKind, set_span_in_context
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -66,11 +69,10 @@ class Tracing:
         self.endpoint = endpoint
         self.ratio = ratio
         self.trust_parent = trust_parent
-        # Local children follow their parent; a root (or a trusted remote parent's
-        # child: ParentBased honours its flag) is decided by the ratio.
+        # Roots reach the SDK only once sampled (root()); children follow their parent,
+        # a trusted remote parent's flag included.
         self.provider: TracerProvider = TracerProvider(
-            resource=Resource.create({SERVICE_NAME: service}),
-            sampler=ParentBased(TraceIdRatioBased(ratio)))
+            resource=Resource.create({SERVICE_NAME: service}), sampler=ParentBased(ALWAYS_ON))
         self.provider.add_span_processor(BatchSpanProcessor(
             OTLPSpanExporter(endpoint=traces_url(endpoint), headers=dict(headers or {}),
                              timeout=10)))
@@ -87,6 +89,16 @@ class Tracing:
         if not self.trust_parent or not valid_traceparent(headers.get("traceparent")):
             return None
         return self._propagator.extract(headers)
+
+    def root(self, name: str, kind: SpanKind, headers: Mapping[str, str] | None,
+             attributes: Mapping[str, Any] | None = None) -> Span | None:
+        """The first span of this service for a request: a child of the caller's trusted
+        ``traceparent`` (recording when the caller sampled it), else a new trace with
+        probability ``ratio``; None when that draw says no."""
+        parent = self.parent_context(headers) if headers is not None else None
+        if parent is None and random.random() >= self.ratio:
+            return None
+        return self.tracer.start_span(name, context=parent, kind=kind, attributes=attributes)
 
     def start(self, name: str, kind: SpanKind, parent: Span | None = None,
               attributes: Mapping[str, Any] | None = None, *,
