@@ -41,7 +41,7 @@ async def test_the_engine_span_is_a_child_of_the_routers_engine_call(
         with running_engine(engine_venv, demo_assets.base,
                             lora_modules={"demo/chat@v1": demo_assets.adapters["chat"]},
                             served_model_name="demo-base", extra_args=flags,
-                            env={**env, "OTEL_BSP_SCHEDULE_DELAY": "100"}) as eng:
+                            env={**env, "OTEL_BSP_SCHEDULE_DELAY": "100"}, timeout=600) as eng:
             cfg = RouterConfig.model_validate({
                 "deployment": "demo", "profile": "local", "base_model": eng.model,
                 "experts": [{"name": "chat", "adapter": "demo/chat@v1"}], "default": "chat",
