@@ -112,7 +112,8 @@ def count(name: str, upstream: str, workdir: Path, args: argparse.Namespace
     url = f"http://127.0.0.1:{port}"
     per: dict[bool, float] = {}
     for stream in (False, True):
-        out = workdir / f"callgrind-{name.replace(' ', '-')}-{int(stream)}.out"
+        slug = name.replace(" ", "-").replace("%", "pct")  # callgrind expands %p, %q
+        out = workdir / f"callgrind-{slug}-{int(stream)}.out"
         proc = Proc(name, ["valgrind", "--tool=callgrind", "--instr-atstart=no",
                            f"--callgrind-out-file={out}", *argv],
                     log=workdir / f"{out.stem}.log", env=env)  # fmt: skip

@@ -1,7 +1,7 @@
 """The router's logging: the access log and quiet libraries (docs/observability.md).
 
-The access log is one JSON object per request on logger ``mol.router.access`` (off
-with ``MOL_ROUTER_ACCESS_LOG=false``), built only when that logger would emit it. The
+The access log is one JSON object per request on logger ``mol.router.access`` (on
+with ``MOL_ROUTER_ACCESS_LOG=true``), built only when that logger would emit it. The
 HTTP libraries log every call at INFO, and the catalog's event feed is a long poll, so
 without this their lines would drown the router's own; they log warnings and errors
 only unless the log level is DEBUG.

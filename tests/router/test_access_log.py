@@ -109,15 +109,15 @@ _PROGRAM = textwrap.dedent("""
 def test_http_library_lines_only_at_debug(level: str, tmp_path: Any) -> None:
     """``serve``'s logging setup, in a process of its own: httpx's per-call INFO line
     (the catalog event feed's long poll makes one every few seconds) shows only at
-    DEBUG; ``MOL_ROUTER_ACCESS_LOG=false`` silences the access log."""
+    DEBUG; the access log is off unless ``MOL_ROUTER_ACCESS_LOG=true``."""
     env = {"MOL_ROUTER_LOG_LEVEL": level, "PATH": "", "PYTHONPATH": ":".join(sys.path)}
-    out = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, cwd=tmp_path,
+    out = subprocess.run([sys.executable, "-c", _PROGRAM],
+                         env={**env, "MOL_ROUTER_ACCESS_LOG": "true"}, cwd=tmp_path,
                          capture_output=True, text=True, timeout=60, check=True).stderr
     assert "router line" in out
     assert "access line" in out
     assert ("HTTP Request: GET" in out) is (level == "DEBUG")
-    quiet = subprocess.run([sys.executable, "-c", _PROGRAM],
-                           env={**env, "MOL_ROUTER_ACCESS_LOG": "false"}, cwd=tmp_path,
-                           capture_output=True, text=True, timeout=60, check=True).stderr
-    assert "router line" in quiet
-    assert "access line" not in quiet
+    default = subprocess.run([sys.executable, "-c", _PROGRAM], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60, check=True).stderr
+    assert "router line" in default
+    assert "access line" not in default
