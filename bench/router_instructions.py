@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
+import os
 import shutil
 import subprocess
 import sys
@@ -30,9 +31,9 @@ import orjson
 from _machine import Proc, machine_info, wait_http
 from _report import write_section
 from mol_testkit.net import free_port
-from router_overhead import API_KEY, HERE, ROOT, mol_router_config
+from router_overhead import API_KEY, HERE, ROOT, TRACED, TRACING_RATIO, mol_router_config
 
-TARGETS = ("mol-router", "aiohttp proxy")
+TARGETS = ("mol-router", TRACED, "aiohttp proxy")
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -91,11 +92,19 @@ def count(name: str, upstream: str, workdir: Path, args: argparse.Namespace
           ) -> dict[bool, float]:
     """Instructions per request of one router, JSON (False) and SSE (True)."""
     port = free_port()
-    if name == "mol-router":
+    env: dict[str, str] | None = None
+    sink: Proc | None = None
+    if name in ("mol-router", TRACED):
         argv = [str(Path(sys.executable).parent / "mol"), "router", "serve", "--config",
                 str(mol_router_config(workdir, upstream)), "--host", "127.0.0.1",
                 "--port", str(port)]  # fmt: skip
         ready = f"http://127.0.0.1:{port}/readyz"
+        if name == TRACED:  # OTLP/HTTP to a receiver, 1% of requests sampled
+            otlp = free_port()
+            sink = Proc("otlp", [sys.executable, "-m", "mol_testkit.otlp", "--port",
+                                 str(otlp)], log=workdir / "otlp.log")
+            env = {**os.environ, "MOL_ROUTER_TRACING_ENDPOINT": f"http://127.0.0.1:{otlp}",
+                   "MOL_ROUTER_TRACING_SAMPLE_RATIO": str(TRACING_RATIO)}
     else:
         argv = [sys.executable, str(HERE / "_bare_proxy.py"), "--port", str(port),
                 "--upstream", upstream]  # fmt: skip
@@ -103,10 +112,11 @@ def count(name: str, upstream: str, workdir: Path, args: argparse.Namespace
     url = f"http://127.0.0.1:{port}"
     per: dict[bool, float] = {}
     for stream in (False, True):
-        out = workdir / f"callgrind-{name.replace(' ', '-')}-{int(stream)}.out"
+        slug = name.replace(" ", "-").replace("%", "pct")  # callgrind expands %p, %q
+        out = workdir / f"callgrind-{slug}-{int(stream)}.out"
         proc = Proc(name, ["valgrind", "--tool=callgrind", "--instr-atstart=no",
                            f"--callgrind-out-file={out}", *argv],
-                    log=workdir / f"{out.stem}.log")  # fmt: skip
+                    log=workdir / f"{out.stem}.log", env=env)  # fmt: skip
         try:
             wait_http(ready, proc, timeout=180)
             asyncio.run(send(url, args.warmup, args.concurrency, stream))
@@ -116,6 +126,8 @@ def count(name: str, upstream: str, workdir: Path, args: argparse.Namespace
         finally:
             proc.stop()
         per[stream] = _total(out) / args.requests
+        if sink is not None and stream:
+            sink.stop()
         print(f"{name:14s} {'SSE ' if stream else 'JSON'} {per[stream]:>12,.0f} "
               "instructions/request", flush=True)
     return per

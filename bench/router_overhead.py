@@ -5,7 +5,9 @@ One command (`python bench/router_overhead.py`): a near-free upstream
 Lua script at 200 and 1,000 req/s, streaming and not, against the upstream directly and
 through each router, in one run: ours (`mol router serve`, every feature on: API keys,
 canary split, handoff), the vLLM project's Rust router (`vllm-router`, `round_robin`
-and `cache_aware`) and a bare aiohttp proxy. The router under test is pinned to one
+and `cache_aware`) and a bare aiohttp proxy; ours once more with tracing on at 1%
+sampling (OTLP/HTTP to a receiver on the load core: the cost of tracing must stay
+within 10% of ours off). The router under test is pinned to one
 core, upstream and wrk to the other. Refuses to run while other processes use the CPU
 (`--allow-busy` runs anyway and the report says the figures are noisy).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import signal
 import sys
 import tempfile
@@ -39,8 +42,11 @@ HERE = Path(__file__).resolve().parent
 LUA = HERE / "wrk_post.lua"
 API_KEY = "bench-key-0123456789abcdef"
 RATES = (200, 1000)
-TARGETS = ("direct", "mol-router", "vllm-router round_robin", "vllm-router cache_aware",
+TRACED = "mol-router tracing 1%"
+TARGETS = ("direct", "mol-router", TRACED, "vllm-router round_robin", "vllm-router cache_aware",
            "aiohttp proxy")  # fmt: skip
+TRACING_RATIO = 0.01
+TRACING_GOAL = 1.10  # CPU per request, traced at 1% over ours untraced
 GOALS = {("p50", False, 200): 0.7, ("p99", False, 200): 3.0, ("p99", False, 1000): 8.0}
 
 
@@ -102,18 +108,27 @@ def mol_router_config(workdir: Path, upstream: str) -> Path:
 
 
 @contextmanager
-def target(name: str, upstream: str, workdir: Path, core: str) -> Iterator[tuple[str, Proc | None]]:
+def target(name: str, upstream: str, workdir: Path, core: str, load_core: str
+           ) -> Iterator[tuple[str, Proc | None]]:
     """The URL to load and the router process (None: the upstream itself)."""
     if name == "direct":
         yield upstream, None
         return
     port = free_port()
     log = workdir / f"{name.replace(' ', '-')}.log"
-    if name == "mol-router":
+    sink: Proc | None = None
+    if name in ("mol-router", TRACED):
         argv = [str(Path(sys.executable).parent / "mol"), "router", "serve", "--config",
                 str(mol_router_config(workdir, upstream)), "--host", "127.0.0.1",
                 "--port", str(port)]  # fmt: skip
-        proc = Proc(name, pinned(argv, core), log=log)
+        env = None
+        if name == TRACED:
+            otlp = free_port()
+            sink = Proc("otlp", pinned([sys.executable, "-m", "mol_testkit.otlp", "--port",
+                                        str(otlp)], load_core), log=workdir / "otlp.log")
+            env = {**os.environ, "MOL_ROUTER_TRACING_ENDPOINT": f"http://127.0.0.1:{otlp}",
+                   "MOL_ROUTER_TRACING_SAMPLE_RATIO": str(TRACING_RATIO)}
+        proc = Proc(name, pinned(argv, core), log=log, env=env)
         ready = f"http://127.0.0.1:{port}/readyz"
     elif name == "aiohttp proxy":
         argv = [sys.executable, str(HERE / "_bare_proxy.py"), "--port", str(port),
@@ -135,6 +150,8 @@ def target(name: str, upstream: str, workdir: Path, core: str) -> Iterator[tuple
         yield f"http://127.0.0.1:{port}", proc
     finally:
         proc.stop()
+        if sink is not None:
+            sink.stop()
 
 
 def body_file(workdir: Path, stream: bool) -> Path:
@@ -228,6 +245,14 @@ def report(ms: list[Measure], note: str | None, command: str) -> str:
                          f"{'met' if ok else '**not met**'}")  # fmt: skip
         ca = by.get(("vllm-router cache_aware", False, 1000))
         me = by.get(("mol-router", False, 1000))
+        for stream in (False, True):
+            off, on = by.get(("mol-router", stream, 1000)), by.get((TRACED, stream, 1000))
+            if off and on:
+                ratio = on.cpu_ms / off.cpu_ms
+                lines.append(
+                    f"- {'SSE' if stream else 'JSON'}: CPU per request traced at 1% <= "
+                    f"{TRACING_GOAL:.2f}x untraced: {on.cpu_ms:.3f} vs {off.cpu_ms:.3f} ms "
+                    f"({ratio:.2f}x): {'met' if ratio <= TRACING_GOAL else '**not met**'}")
         if ca and me:
             ok = me.cpu_ms <= ca.cpu_ms
             lines.append(f"- CPU per request <= vllm-router cache_aware's: {me.cpu_ms:.3f} vs "
@@ -265,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         wait_http(f"{upstream}/health", up, timeout=30)
         for name in [t for t in TARGETS if t in args.targets.split(",")]:
-            with target(name, upstream, workdir, args.router_core) as (url, proc):
+            with target(name, upstream, workdir, args.router_core, args.load_core) as (url,
+                                                                                    proc):
                 for stream in (False, True):
                     for rate in RATES:
                         measures.append(measure(name, url, proc, workdir, args, stream, rate))

@@ -47,6 +47,7 @@ from mol_catalog.usage.service import UNUSED_DAYS, UnusedGauge
 from mol_catalog.util import ResponseBody
 from mol_catalog.webhooks.delivery import WebhookSender
 from mol_catalog.webhooks.endpoints import router as webhooks_router
+from mol_platform.clients.tracing import make_tracing
 
 ops = APIRouter(tags=["operations"])
 log = logging.getLogger("mol.catalog")
@@ -60,7 +61,8 @@ class CatalogAPI(FastAPI):
 
     Starlette's ServerErrorMiddleware and ExceptionMiddleware would catch the same
     errors a second time, and FastAPI's telemetry and body-limit layers have nothing to
-    do here (no OpenTelemetry; upload limits are the catalog's own); the five layers
+    do here (the catalog's few spans are its own: resolve and publish; upload limits
+    are the catalog's own); the five layers
     cost more CPU than a cached resolve's own work (docs/benchmarks.md, "Catalog")."""
 
     def __init__(self, *, metrics: CatalogMetrics, **kwargs: Any) -> None:
@@ -129,9 +131,12 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
         bindings = BindingRecorder(db, settings.alias_binding_retention_seconds,
                                    settings.alias_binding_refresh_seconds)
         sender = WebhookSender(db, settings, metrics_obj) if settings.webhooks else None
+        tracing = make_tracing(settings.tracing_service_name, settings.tracing_endpoint,
+                               settings.tracing_sample_ratio, settings.tracing_trust_parent)
         app.state.catalog = Catalog(settings=settings, db=db, blobs=blobs, metrics=metrics_obj,
                                     names=names, bindings=bindings, webhooks=sender,
-                                    unused=UnusedGauge(UNUSED_DAYS, settings.usage_gauge_seconds))
+                                    unused=UnusedGauge(UNUSED_DAYS, settings.usage_gauge_seconds),
+                                    tracing=tracing)
         if sender is not None:
             sender.start()
         try:
@@ -140,6 +145,8 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
             if sender is not None:
                 await sender.close()
             await bindings.drain()
+            if tracing is not None:
+                await asyncio.to_thread(tracing.shutdown)
             await names.close()
             await blobs.close()
             await db.dispose()

@@ -29,6 +29,7 @@ from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens import service as tokens
 from mol_catalog.usage.service import UNUSED_DAYS, UnusedGauge
 from mol_catalog.webhooks.delivery import WebhookSender
+from mol_platform.clients.tracing import Tracing
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Catalog:
     # Awaited between a publish's blob writes and the transaction that references them;
     # tests set it to interleave a gc there (on Postgres they hold a row lock instead).
     after_store: Callable[[], Awaitable[None]] | None = None
+    tracing: Tracing | None = None  # None: tracing off, no span objects at all
 
     @property
     def download_base(self) -> str:

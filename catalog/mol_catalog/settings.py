@@ -73,6 +73,14 @@ class CatalogSettings(BaseSettings):
     webhook_backoff_seconds: float = Field(default=5.0, gt=0)
     webhook_backoff_max_seconds: float = Field(default=3600.0, gt=0)
     webhook_poll_seconds: float = Field(default=1.0, gt=0)
+    # Tracing (docs/observability.md): off unless an OTLP/HTTP collector is set. Spans
+    # for resolve and publish; a caller's traceparent is their parent only when trusted
+    # (the router's and the operator's calls, in a cluster where clients cannot reach
+    # the catalog directly), else each sampled request starts a trace.
+    tracing_endpoint: str | None = None
+    tracing_sample_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+    tracing_trust_parent: bool = False
+    tracing_service_name: str = Field(default="mol-catalog", min_length=1, max_length=128)
 
     @field_validator("auth", mode="before")
     @classmethod

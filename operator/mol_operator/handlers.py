@@ -55,6 +55,7 @@ def make_runtime(settings: OperatorSettings) -> Runtime:
     from mol_operator.planner import OPTIONAL_APIS
     from mol_platform.clients.catalog_async import AsyncCatalogClient
     from mol_platform.clients.kube import KubeApi
+    from mol_platform.clients.tracing import make_tracing
 
     kube = KubeApi.connect(settings.kube_url, field_manager=MANAGER)
     return Runtime(
@@ -68,6 +69,8 @@ def make_runtime(settings: OperatorSettings) -> Runtime:
         max_concurrent=settings.max_concurrent_reconciles,
         metrics=OperatorMetrics(),
         warmer=Warmer(timeout=settings.warmup_timeout),
+        tracing=make_tracing("mol-operator", settings.tracing_endpoint,
+                             settings.tracing_sample_ratio, False),
     )
 
 
@@ -115,6 +118,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await runtime.children.stop()
         await runtime.kube.aclose()
         await runtime.catalog.aclose()
+        if runtime.tracing is not None:
+            await asyncio.to_thread(runtime.tracing.shutdown)
 
 
 def _emit(body: kopf.Body, events: list[tuple[str, str, str]]) -> None:

@@ -52,6 +52,7 @@ from mol_operator.tokens import revoke_owner_tokens, token_name
 from mol_operator.warmup import Warmer
 from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.clients.kube import KubeApi, KubeError
+from mol_platform.clients.tracing import Tracing
 from mol_platform.contract.router_config import profile_name
 from mol_platform.contract.spec import MoLDeployment
 
@@ -81,6 +82,7 @@ class Runtime:
     warmer: Warmer = field(default_factory=Warmer)
     max_concurrent: int = 32
     bases: BaseRevisions = field(default_factory=BaseRevisions)
+    tracing: Tracing | None = None  # None: tracing off
     _gate: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
     _locks: weakref.WeakValueDictionary[str, asyncio.Lock] = field(
         default_factory=weakref.WeakValueDictionary, init=False, repr=False)
@@ -195,7 +197,34 @@ async def reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
     first (``Outcome.seconds`` is the work only). ``body`` is read once both are held
     (kopf hands timers a live body, so a timer that waited sees the spec it waited for)."""
     async with rt.lock(str(body.get("metadata", {}).get("uid", ""))), rt.gate:
+        if rt.tracing is None:
+            return await _reconcile(rt, body)
+        return await _traced(rt, rt.tracing, body)
+
+
+async def _traced(rt: Runtime, tracing: Tracing, body: Mapping[str, Any]) -> Outcome:
+    """``_reconcile`` inside a ``mol.operator.reconcile`` span (a trace of its own)."""
+    meta = body.get("metadata", {})
+    span = tracing.root("mol.operator.reconcile", tracing.INTERNAL, None, {
+        "k8s.namespace.name": str(meta.get("namespace") or "default"),
+        "mol.deployment": str(meta.get("name", "")),
+        "mol.generation": int(meta.get("generation") or 0)})
+    if span is None:
         return await _reconcile(rt, body)
+    try:
+        outcome = await _reconcile(rt, body)
+    except BaseException as exc:
+        span.set_attribute("error.type", type(exc).__name__)
+        span.end()
+        raise
+    span.set_attribute("mol.plan.writes", outcome.plan.writes)
+    ready = next((c for c in outcome.status.get("conditions", ())
+                  if c.get("type") == "Ready"), None)
+    if ready is not None:
+        span.set_attribute("mol.ready", str(ready.get("status")))
+        span.set_attribute("mol.reason", str(ready.get("reason", "")))
+    span.end()
+    return outcome
 
 
 async def _reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:

@@ -74,6 +74,12 @@ class OperatorSettings(BaseSettings):
     canary_tick_seconds: float = Field(
         default=10.0, gt=0, description="How often running canaries are analysed and stepped.")
     catalog_timeout: float = Field(default=10.0, gt=0)
+    tracing_endpoint: str | None = Field(
+        default=None, description="OTLP/HTTP collector (http://otel-collector:4318): a span "
+        "per reconcile, and routers and engines export there too; unset: tracing off.")
+    tracing_sample_ratio: float = Field(
+        default=0.1, ge=0.0, le=1.0, description="Share of reconciles and of router "
+        "requests traced (engines follow the router).")
     token_sweep_seconds: float = Field(
         default=3600.0, gt=0, description="How often catalog tokens of deleted deployments "
         "are looked for and revoked (also once at startup).")
@@ -134,4 +140,6 @@ class OperatorSettings(BaseSettings):
             operator_namespace=self.pod_namespace or "",
             operator_pod_labels=dict(self.pod_labels),
             prometheus_pod_labels=dict(self.prometheus_pod_labels),
+            tracing_endpoint=self.tracing_endpoint,
+            tracing_sample_ratio=self.tracing_sample_ratio,
         )

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from mol_router.policy import RouteRequest
 from mol_router.runtime import Runtime
 from mol_router.selection import Routing
+from mol_router.spans import RequestSpans, end_engine_call
 from mol_router.upstream import Upstreams
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 log = logging.getLogger("mol.router.classifier")
 _MAX_CHARS = 4000
@@ -54,15 +58,21 @@ def instructions(routing: Routing) -> str:
 
 
 async def classify(rt: Runtime, upstreams: Upstreams, body: dict[str, Any], chat: bool,
-                   headers: dict[str, str]) -> str | None:
-    """The expert the classifier names, or None (the caller falls back)."""
+                   headers: dict[str, str], spans: RequestSpans | None = None,
+                   parent: Span | None = None) -> str | None:
+    """The expert the classifier names, or None (the caller falls back). With tracing
+    on, its engine call is a span under ``parent`` (``mol.router.classify``)."""
     routing = rt.routing
     name = routing.config.classifier
     if name is None:
         return None
+    call: Span | None = None
+    status = 0
     try:
         async with asyncio.timeout(rt.config.timeouts.classifier):
-            resolved = await rt.resolver.resolve(routing.experts[name].adapter)
+            resolved = await rt.resolver.resolve(
+                routing.experts[name].adapter,
+                spans.traceparent(parent) if spans is not None else None)
             if not resolved.compatible:
                 log.info("classifier adapter %s is incompatible; using the default expert",
                          resolved.name)
@@ -73,18 +83,25 @@ async def classify(rt: Runtime, upstreams: Upstreams, body: dict[str, Any], chat
                              {"role": "user", "content": request_text(body, chat)}],
                 "structured_outputs": {"choice": list(routing.classifier_choices)},
                 "max_tokens": 16, "temperature": 0, "stream": False})
+            if spans is not None:
+                call = spans.engine_call(resolved.name, parent)
             resp, endpoint, _cold = await upstreams.send(
                 "/v1/chat/completions", payload, headers, RouteRequest(resolved.name),
-                rt.limits.classifier)
+                rt.limits.classifier, spans, call)
             ok = False
             try:
                 data = await resp.read()
                 ok = resp.status == 200
+                status = resp.status
             finally:
                 upstreams.done(resp, endpoint, resolved.name, ok=ok, complete=True)
+            end_engine_call(call, status, endpoint, None, 0, 0, _cold)
+            call = None
     except asyncio.CancelledError:
+        end_engine_call(call, 0, None, None, 0, 0, False)
         raise
     except Exception as exc:
+        end_engine_call(call, status, None, None, 0, 0, False)
         log.info("classifier unavailable (%s); using the default expert", exc or type(exc))
         return None
     if not ok:

@@ -12,77 +12,43 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import random
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from mol_platform.contract.spec import CLASSIFIER_MODES
 from mol_router import handoff
+from mol_router.bodies import nonneg, parse_body
 from mol_router.classifier import classify, request_text
 from mol_router.errors import RouterError, error_body
+from mol_router.logs import access_line
 from mol_router.policy import RouteRequest
 from mol_router.policy.prefix import prefix_keys
 from mol_router.pool import UpstreamBroken
 from mol_router.resolver import Resolved, Unresolved
 from mol_router.runtime import Runtime
 from mol_router.selection import ADAPTER_LABEL, Choice, Routing
-from mol_router.signals import Verdict
+from mol_router.served import Served, request_id, route_value, trace_id_of
+from mol_router.spans import (
+    ADAPTER_REF,
+    CANARY,
+    EXPERT,
+    HANDOFF_FROM,
+    HANDOFF_TO,
+    RequestSpans,
+    end_engine_call,
+)
 from mol_router.sse import DONE_EVENT, StreamHop
 from mol_router.tenants import OPEN, Tenant
 from mol_router.upstream import Upstreams
 from mol_router.wire import Request, Response, Stream, error_response
 
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
+
 log = logging.getLogger("mol.router")
 _NO_TARGETS: frozenset[str] = frozenset()
-_RID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
-_HEX = frozenset("0123456789abcdef")
-_NO_TRACE = "0" * 32
-
-
-def _route(signal: str, verdict: Verdict | None, why: list[str]) -> str:
-    """The ``x-mol-route`` value: the deciding signal, its score and lead, and why the
-    signals before it did not decide (docs/router.md)."""
-    parts = [signal]
-    if verdict is not None:
-        parts += [f"score={verdict.score:.3f}", f"margin={verdict.margin:.3f}"]
-    return "; ".join(parts + why)
-
-
-def _request_id(value: str | None) -> str:
-    if value and len(value) <= 128 and _RID_OK.issuperset(value):
-        return value
-    return f"{random.getrandbits(128):032x}"  # a label, not a secret: no syscall needed
-
-
-def _trace_id(traceparent: str | None, rid: str) -> str | None:
-    """The exemplar's trace id: W3C ``traceparent``'s (``00-<32 hex>-<16 hex>-<2
-    hex>``) when valid, else the request id (None when too long for an OpenMetrics
-    exemplar, whose labels may hold 128 characters)."""
-    if traceparent is not None and len(traceparent) >= 55 and traceparent[2] == "-" \
-            and traceparent[35] == "-":
-        tid = traceparent[3:35]
-        if _HEX.issuperset(tid) and tid != _NO_TRACE:
-            return tid
-    return rid if len(rid) <= 64 else None
-
-
-@dataclass(slots=True)
-class Served:
-    """What served the request so far (for headers and metrics)."""
-
-    choice: Choice
-    resolved: Resolved
-    path: list[str] = field(default_factory=list)
-    prompt: int = 0
-    completion: int = 0
-    trace: str | None = None
-
-    @property
-    def version(self) -> str:
-        return str(self.resolved.version)
 
 
 class GenerationProxy:
@@ -95,32 +61,38 @@ class GenerationProxy:
     async def handle(self, request: Request, path: str, *, chat: bool) -> Response | None:
         """The response, or None once it was streamed."""
         started = time.perf_counter()
-        rid = _request_id(request.headers.get("x-request-id"))
-        trace = _trace_id(request.headers.get("traceparent"), rid)
+        rid = request_id(request.headers.get("x-request-id"))
         rt = self.rt
+        tracing = rt.tracing
+        spans = RequestSpans(tracing, request.headers, chat, rid) \
+            if tracing is not None else None
+        trace = (spans.trace_id if spans is not None else None) or trace_id_of(
+            request.headers.get("traceparent"), rid)
         served: Served | None = None
         code = 200
         tenant_name = "none"
         try:
             tenant = self._tenant(request)
             tenant_name = tenant.name
-            body = _parse_body(request.body, chat)
+            body = parse_body(request.body, chat)
+            if spans is not None:
+                spans.requested(body)
             user = body.get("user") if isinstance(body.get("user"), str) else None
             user = user or request.headers.get("x-mol-user")
             routing = rt.routing
             headers = {"Content-Type": "application/json", "X-Request-Id": rid}
             choice = routing.select(body.get("router"), body.get("model"), user)
             if choice is None:
-                choice = await self._auto(routing, body, chat, user, headers)
+                choice = await self._auto(routing, body, chat, user, headers, spans)
             rt.metrics.decision(choice.mode, choice.signal, choice.expert)
             if choice.mode == "adapter" and not tenant.may_use(choice.ref.split("/", 1)[0]):
                 rt.metrics.rejected("forbidden")
                 raise RouterError(403, f"this API key may not use adapters of namespace "
                                   f"{choice.ref.split('/', 1)[0]!r}", "namespace_forbidden",
                                   param="model")
-            choice, resolved = await self._resolve(choice)
+            choice, resolved = await self._resolve(choice, spans)
             rt.metrics.saw(resolved.adapter, started)
-            served = Served(choice, resolved, [choice.expert], trace=trace)
+            served = Served(choice, resolved, [choice.expert], trace=trace, spans=spans)
             body.pop("router", None)
             if body.get("stream") is True:
                 resp, code = await self._stream(request, path, body, chat, served, tenant,
@@ -148,6 +120,30 @@ class GenerationProxy:
                                     served.prompt, served.completion)
             else:
                 rt.metrics.request_done("none", "", "", tenant_name, code, elapsed, trace)
+            self._finish(request, path, code, elapsed, rid, tenant_name, served, spans)
+
+    def _finish(self, request: Request, path: str, code: int, elapsed: float, rid: str,
+                tenant: str, served: Served | None, spans: RequestSpans | None) -> None:
+        """End the root span and write the access log line."""
+        trace_id = spans.trace_id if spans is not None else None
+        if spans is not None:
+            if served is None:
+                spans.end(code, None, None, 0, 0)
+            else:
+                spans.end(code, served.choice.expert, served.resolved.name, served.prompt,
+                          served.completion)
+        if served is None:
+            access_line(request.method, path, code, elapsed, rid=rid, tenant=tenant,
+                        expert=None, adapter=None, version=None, replica=None, ttft=None,
+                        route=None, handoffs=None, prompt=0, completion=0,
+                        trace_id=trace_id)
+        else:
+            access_line(request.method, path, code, elapsed, rid=rid, tenant=tenant,
+                        expert=served.choice.expert, adapter=served.resolved.adapter,
+                        version=served.resolved.version, replica=served.replica, ttft=served.ttft,
+                        route=served.choice.route or served.choice.mode,
+                        handoffs=served.path, prompt=served.prompt,
+                        completion=served.completion, trace_id=trace_id)
 
     def _tenant(self, request: Request) -> Tenant:
         keys = self.rt.keys
@@ -168,7 +164,8 @@ class GenerationProxy:
         return tenant
 
     async def _auto(self, routing: Routing, body: dict[str, Any], chat: bool,
-                    user: str | None, headers: dict[str, str]) -> Choice:
+                    user: str | None, headers: dict[str, str],
+                    spans: RequestSpans | None) -> Choice:
         """``model: auto``: the semantic signal (semantic modes), then the classifier
         expert (classifier modes), then the default expert; ``route`` says why."""
         cfg = routing.config
@@ -182,33 +179,52 @@ class GenerationProxy:
                 why.append(f"embedding={error.reason}")
             if verdict.expert is not None:
                 return routing.expert_choice(verdict.expert, cfg.mode, user, verdict.signal,
-                                             _route(verdict.signal, verdict, why))
+                                             route_value(verdict.signal, verdict, why))
             why.append(f"semantic={verdict.reason}")
         if cfg.mode in CLASSIFIER_MODES and cfg.classifier is not None:
-            picked = await classify(rt, self.up, body, chat, headers)
+            span = spans.child("mol.router.classify") if spans is not None else None
+            picked = await classify(rt, self.up, body, chat, headers, spans, span)
+            if span is not None:
+                span.set_attribute(EXPERT, picked or "")
+                span.end()
             if picked is not None:
                 return routing.expert_choice(picked, cfg.mode, user, "classifier",
-                                             _route("classifier", None, why))
+                                             route_value("classifier", None, why))
             why.append("classifier=no-answer")
         return routing.expert_choice(cfg.default, cfg.mode, user, "default",
-                                     _route("default", None, why))
+                                     route_value("default", None, why))
 
-    async def _resolve(self, choice: Choice) -> tuple[Choice, Resolved]:
+    async def _resolve(self, choice: Choice, spans: RequestSpans | None,
+                       parent: Span | None = None) -> tuple[Choice, Resolved]:
         """The immutable adapter for a choice. A canary that cannot be served (unknown,
         catalog down, incompatible) falls back to the stable version rather than failing
         its users; anything else that cannot be served is refused."""
+        traceparent = span = None
+        if spans is not None:
+            span = spans.child("mol.router.resolve", parent, {
+                ADAPTER_REF: choice.ref, EXPERT: choice.expert, CANARY: choice.canary})
+            traceparent = spans.traceparent(span)
         try:
-            resolved = await self.rt.resolver.resolve(choice.ref)
+            resolved = await self.rt.resolver.resolve(choice.ref, traceparent)
         except Unresolved as exc:
+            if span is not None:
+                span.set_attribute("error.type", str(exc.status or "unreachable"))
+                span.end()
             if not choice.canary:
                 raise self._unresolved(choice, exc) from None
             resolved = None
+        else:
+            if span is not None:
+                assert resolved is not None
+                span.set_attribute("mol.adapter.name", resolved.name)
+                span.set_attribute("mol.adapter.compatible", resolved.compatible)
+                span.end()
         if choice.canary and (resolved is None or not resolved.compatible):
             log.warning("canary %s of expert %s cannot be served; using the stable version",
                         choice.ref, choice.expert)
             stable = dataclasses.replace(
                 choice, ref=self.rt.routing.experts[choice.expert].adapter, canary=False)
-            return await self._resolve(stable)
+            return await self._resolve(stable, spans, parent)
         assert resolved is not None
         if not resolved.compatible:
             self.rt.metrics.rejected("incompatible")
@@ -245,8 +261,16 @@ class GenerationProxy:
                          user: str | None) -> None:
         routing = self.rt.routing
         source = served.choice.expert
-        served.choice = routing.expert_choice(call.expert, "handoff", user, "handoff")
-        served.choice, served.resolved = await self._resolve(served.choice)
+        spans = served.spans
+        span = spans.child("mol.router.handoff", None, {
+            HANDOFF_FROM: source, HANDOFF_TO: call.expert,
+            "mol.handoff.hop": len(served.path)}) if spans is not None else None
+        try:
+            served.choice = routing.expert_choice(call.expert, "handoff", user, "handoff")
+            served.choice, served.resolved = await self._resolve(served.choice, spans, span)
+        finally:
+            if span is not None:
+                span.end()
         self.rt.metrics.saw(served.resolved.adapter, time.perf_counter())
         served.path.append(call.expert)
         body["model"] = served.resolved.name
@@ -309,22 +333,33 @@ class GenerationProxy:
             adapter = served.resolved.name
             payload, route, offered = self._hop(body, served, hops, handoff_on,
                                                 client_tools, user, tenant)
-            resp, endpoint, cold = await self.up.send(path, payload, headers, route,
-                                                      self.rt.limits.upstream)
+            spans = served.spans
+            engine = spans.engine_call(adapter) if spans is not None else None
+            try:
+                resp, endpoint, cold = await self.up.send(path, payload, headers, route,
+                                                          self.rt.limits.upstream, spans, engine)
+            except RouterError as exc:
+                end_engine_call(engine, exc.status, None, None, 0, 0, False)
+                raise
+            served.replica = endpoint
             if cold:
                 self.rt.metrics.cold_request(served.resolved.adapter)
+            before = (served.prompt, served.completion)
             complete = False
             try:
                 data = await resp.read()
                 complete = True
             except (UpstreamBroken, TimeoutError) as exc:
                 self.rt.metrics.upstream_error("stream")
+                end_engine_call(engine, 0, endpoint, None, 0, 0, cold)
                 raise RouterError(502, f"the engine failed while answering: "
                                   f"{exc.__class__.__name__}", "upstream_error") from None
             finally:
                 self.up.done(resp, endpoint, adapter, ok=complete and resp.status < 500,
                              complete=complete)
             status = resp.status
+            if status != 200:
+                end_engine_call(engine, status, endpoint, None, 0, 0, cold)
             if status >= 500:
                 raise RouterError(502, f"the engine answered {status}: "
                                   f"{data[:300].decode('utf-8', 'replace')}", "upstream_error")
@@ -336,8 +371,10 @@ class GenerationProxy:
                 obj = None
             usage = obj.get("usage") if isinstance(obj, dict) else None
             if isinstance(usage, dict):
-                self._count(tenant, served, _int(usage.get("prompt_tokens")),
-                            _int(usage.get("completion_tokens")))
+                self._count(tenant, served, nonneg(usage.get("prompt_tokens")),
+                            nonneg(usage.get("completion_tokens")))
+            end_engine_call(engine, status, endpoint, obj if isinstance(obj, dict) else None,
+                            served.prompt - before[0], served.completion - before[1], cold)
             call = handoff.from_message(obj) if offered and isinstance(obj, dict) else None
             if call is not None and call.expert in offered:
                 hops += 1
@@ -375,8 +412,16 @@ class GenerationProxy:
                 payload, route, offered = self._hop(body, served, hops, handoff_on,
                                                     client_tools, user, tenant)
                 sent_at = time.perf_counter()
-                resp, endpoint, cold = await self.up.send(path, payload, headers, route,
-                                                          rt.limits.upstream)
+                engine = served.spans.engine_call(adapter) if served.spans is not None \
+                    else None
+                try:
+                    resp, endpoint, cold = await self.up.send(
+                        path, payload, headers, route, rt.limits.upstream, served.spans, engine)
+                except RouterError as exc:
+                    end_engine_call(engine, exc.status, None, None, 0, 0, False)
+                    raise
+                served.replica = endpoint
+                was_cold = cold
                 if cold:
                     rt.metrics.cold_request(served.resolved.adapter)
             except RouterError as exc:
@@ -394,6 +439,7 @@ class GenerationProxy:
                 finally:
                     self.up.done(resp, endpoint, adapter, ok=complete and resp.status < 500,
                                  complete=complete)
+                end_engine_call(engine, resp.status, endpoint, None, 0, 0, cold)
                 status = 502 if resp.status >= 500 or not complete else resp.status
                 if out is None:
                     message = data if status == resp.status else error_body(
@@ -421,10 +467,10 @@ class GenerationProxy:
                     if data:
                         if not first_sent:
                             first_sent = True
+                            served.ttft = time.perf_counter() - started
                             rt.metrics.first_token(served.choice.expert, served.version,
                                                    served.resolved.adapter, tenant.name,
-                                                   time.perf_counter() - started,
-                                                   served.trace)
+                                                   served.ttft, served.trace)
                         if resp.done:  # the last piece: leaves with what follows it
                             out.hold(data)
                         else:
@@ -440,6 +486,8 @@ class GenerationProxy:
                 return None, 502
             finally:
                 self.up.done(resp, endpoint, adapter, ok=complete, complete=complete)
+                end_engine_call(engine, 200 if complete else 0, endpoint, None, hop.prompt,
+                                hop.completion, was_cold)
             first_id = first_id or hop.first_id()
             self._count(tenant, served, hop.prompt, hop.completion)
             if hop.call is not None:
@@ -470,48 +518,3 @@ class GenerationProxy:
         """Headers are gone: the error travels as an SSE event, as vLLM sends them."""
         with contextlib.suppress(ConnectionResetError):
             out.end(b"data: " + error_body(status, message, code) + b"\n\n" + DONE_EVENT)
-
-
-def _int(value: object) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-_TYPES: dict[str, tuple[type, ...]] = {
-    "model": (str,), "router": (str,), "user": (str,), "stream": (bool,),
-    "stream_options": (dict,), "tools": (list,), "max_tokens": (int,),
-    "temperature": (int, float), "top_p": (int, float), "n": (int,),
-}
-
-
-def _parse_body(data: bytes, chat: bool) -> dict[str, Any]:
-    try:
-        body = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise RouterError(400, f"request body is not valid JSON (UTF-8): {exc}",
-                          "invalid_json") from None
-    if not isinstance(body, dict):
-        raise RouterError(400, "request body must be a JSON object", "invalid_json")
-    _check_fields(body, chat)
-    return body
-
-
-def _check_fields(body: dict[str, Any], chat: bool) -> None:
-    """The fields the router itself reads; the engine validates the rest (its 400s
-    pass through)."""
-    for name, value in body.items():
-        types = _TYPES.get(name)
-        if types is not None and value is not None and (not isinstance(value, types) or (
-                isinstance(value, bool) and bool not in types)):
-            expected = " or ".join(t.__name__.replace("dict", "object").replace(
-                "list", "array").replace("str", "string") for t in types)
-            raise RouterError(400, f"'{name}' must be {expected}", "invalid_type", param=name)
-    if chat:
-        messages = body.get("messages")
-        if not isinstance(messages, list) or not messages:
-            raise RouterError(400, "'messages' must be a non-empty array", "invalid_type",
-                              param="messages")
-    else:
-        prompt = body.get("prompt")
-        if not isinstance(prompt, (str, list)):
-            raise RouterError(400, "'prompt' must be a string or an array", "invalid_type",
-                              param="prompt")

@@ -85,22 +85,24 @@ class AdapterResolver:
     def cached(self, ref: str) -> Resolved | Unresolved | None:
         return self._cache.get(ref)
 
-    async def resolve(self, ref: str) -> Resolved:
-        """The cached answer, or one catalog call shared by concurrent askers."""
+    async def resolve(self, ref: str, traceparent: str | None = None) -> Resolved:
+        """The cached answer, or one catalog call shared by concurrent askers (the
+        first asker's ``traceparent`` goes with it)."""
         hit = self._cache.get(ref)
         if hit is None:
-            hit = await self._fetch_shared(ref)
+            hit = await self._fetch_shared(ref, traceparent)
         if isinstance(hit, Unresolved):
             raise hit
         return hit
 
-    async def _fetch_shared(self, ref: str) -> Resolved | Unresolved:
+    async def _fetch_shared(self, ref: str, traceparent: str | None = None
+                            ) -> Resolved | Unresolved:
         fut = self._inflight.get(ref)
         if fut is None:
             fut = asyncio.get_running_loop().create_future()
             self._inflight[ref] = fut
             try:
-                result = await self._fetch(ref)
+                result = await self._fetch(ref, traceparent)
                 fut.set_result(result)
             except BaseException as exc:  # cancellation included: wake the others
                 fut.set_exception(exc)
@@ -111,10 +113,11 @@ class AdapterResolver:
             return result
         return await asyncio.shield(fut)
 
-    async def _fetch(self, ref: str) -> Resolved | Unresolved:
+    async def _fetch(self, ref: str, traceparent: str | None = None) -> Resolved | Unresolved:
         """Ask the catalog; 404 answers are cached too (an event clears them)."""
         try:
-            result: Resolved | Unresolved = _parse(await self.client.resolve(ref, self.profile))
+            result: Resolved | Unresolved = _parse(await self.client.resolve(
+                ref, self.profile, traceparent=traceparent))
         except CatalogError as exc:
             if exc.status == 404:
                 result = Unresolved(404, exc.detail)

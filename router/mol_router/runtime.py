@@ -20,6 +20,7 @@ from typing import Any
 import aiohttp
 
 from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_platform.clients.tracing import Tracing, make_tracing
 from mol_platform.contract.refs import AdapterRef
 from mol_platform.contract.router_config import ApiKeysFile, RouterConfig, load_router_config
 from mol_router.discovery import EndpointSource, make_endpoint_source
@@ -66,7 +67,7 @@ class StaticResolver:
     def __init__(self) -> None:
         self._cache: dict[str, Resolved] = {}
 
-    async def resolve(self, ref: str) -> Resolved:
+    async def resolve(self, ref: str, traceparent: str | None = None) -> Resolved:
         hit = self._cache.get(ref)
         if hit is not None:
             return hit
@@ -129,6 +130,10 @@ class Runtime:
             lambda: self._catalog, self.metrics.registry, interval=settings.usage_interval,
             max_versions=settings.usage_max_versions, max_batches=settings.usage_max_batches,
             backoff_max=settings.usage_backoff_max) if settings.usage_report else None)
+        # None when tracing is off: the request path then creates no SDK object.
+        self.tracing: Tracing | None = make_tracing(
+            settings.tracing_service_name, settings.tracing_endpoint,
+            settings.tracing_sample_ratio, settings.tracing_trust_parent)
 
     # --- lifecycle -------------------------------------------------------------------
 
@@ -171,6 +176,8 @@ class Runtime:
         if self.session is not None:
             await self.session.close()
         await self.pool.close()
+        if self.tracing is not None:
+            await asyncio.to_thread(self.tracing.shutdown)
 
     def _adapter_loaded(self, _endpoint: str) -> None:
         self.metrics.loads_child.inc()

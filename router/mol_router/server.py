@@ -11,6 +11,7 @@ import signal
 from mol_platform.contract.router_config import RouterConfig, load_router_config
 from mol_router.app import RouterHandler
 from mol_router.listener import Listener
+from mol_router.logs import configure as configure_logging
 from mol_router.runtime import Runtime
 from mol_router.settings import RouterSettings
 
@@ -75,8 +76,7 @@ async def _main(settings: RouterSettings) -> None:
 
 
 def serve(settings: RouterSettings) -> None:
-    logging.basicConfig(level=settings.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(settings.log_level, settings.access_log)
     try:
         import uvloop
     except ImportError:

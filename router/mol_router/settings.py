@@ -23,6 +23,17 @@ class RouterSettings(BaseSettings):
     port: int = Field(default=8000, ge=0, le=65535)
     reload_interval: float = Field(default=1.0, gt=0, le=300)  # seconds between file checks
     log_level: str = "INFO"
+    # One JSON line per request on logger mol.router.access (docs/observability.md); off
+    # by default like the catalog's: it costs about a quarter more CPU per request.
+    access_log: bool = False
+    # Tracing (docs/observability.md): off unless an OTLP/HTTP collector is set, e.g.
+    # http://otel-collector:4318. New traces are sampled with this probability; a
+    # client's traceparent is a parent only when trusted (else any client could force
+    # sampling), and engines get the router's traceparent either way.
+    tracing_endpoint: str | None = None
+    tracing_sample_ratio: float = Field(default=0.1, ge=0.0, le=1.0)
+    tracing_trust_parent: bool = False
+    tracing_service_name: str = Field(default="mol-router", min_length=1, max_length=128)
     # Kubernetes API for EndpointSlices: in a pod, the service account's; else set these.
     kube_api_url: str | None = None
     kube_token_file: Path = SA_DIR / "token"

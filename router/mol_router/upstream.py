@@ -13,11 +13,16 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from mol_router.errors import RouterError
 from mol_router.policy import RouteRequest
 from mol_router.pool import UpstreamResponse, UpstreamUnreachable
 from mol_router.runtime import Runtime
+from mol_router.spans import REPLICA, RequestSpans, replica_attrs
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Span
 
 log = logging.getLogger("mol.router.upstream")
 _QUEUE_POLL = 0.05
@@ -61,12 +66,14 @@ class Upstreams:
             gauge.dec()
 
     async def send(self, path: str, payload: bytes, headers: Mapping[str, str],
-                   route: RouteRequest, limit: float
-                   ) -> tuple[UpstreamResponse, str, bool]:
+                   route: RouteRequest, limit: float, spans: RequestSpans | None = None,
+                   call: Span | None = None) -> tuple[UpstreamResponse, str, bool]:
         """An open response (status < 500, or the last 5xx), the endpoint it came
         from, and whether that attempt was cold (the engine did not hold the adapter:
         :meth:`EngineTracker.begin`). The caller reads it and calls :meth:`done`.
-        ``limit`` bounds the whole exchange, reading the body included."""
+        ``limit`` bounds the whole exchange, reading the body included. With tracing
+        on, the engine gets ``call``'s ``traceparent`` and each replica choice is a
+        ``mol.router.pick`` span under it."""
         rt = self.rt
         tracker = rt.tracker
         pool = rt.pool
@@ -74,12 +81,24 @@ class Upstreams:
         tried: set[str] = set()
         error: RouterError | None = None
         attempts = rt.limits.max_attempts
+        if spans is not None:
+            headers = {**headers, "traceparent": spans.traceparent(call)}
         for attempt in range(attempts):
             ready = tracker.ready_endpoints()
             if not ready and not tried:
                 ready = await self._wait_ready()
+            pick = spans.child("mol.router.pick", call, {"mol.attempt": attempt + 1}) \
+                if spans is not None else None
             endpoint = rt.policy.pick(ready, tracker.snapshot(), route,
                                       frozenset(tried) if tried else _NONE_TRIED)
+            if pick is not None:
+                pick.set_attribute("mol.policy", rt.config.policy)
+                pick.set_attribute("mol.ready_endpoints", len(ready))
+                if endpoint is not None:
+                    pick.set_attributes(replica_attrs(endpoint))
+                else:
+                    pick.set_attribute(REPLICA, "")
+                pick.end()
             if endpoint is None:
                 break
             tried.add(endpoint)

@@ -20,6 +20,7 @@ MINIMAL: dict[str, Any] = {
 }
 FULL: dict[str, Any] = {
     "imagePullSecrets": [{"name": "regcred"}],
+    "tracing": {"endpoint": "http://otel-collector.observability:4318", "sampleRatio": 0.05},
     "adminToken": {"existingSecret": "mol-admin", "key": "token"},
     "catalog": {
         "replicas": 2, "publicUrl": "https://catalog.example.com",

@@ -299,3 +299,23 @@ def test_namespaced_mode_grants_roles_only_in_the_watched_namespaces(chart: helm
     granted = {(g, r) for rule in cluster["rules"] for g in rule["apiGroups"]
                for r in rule["resources"]}
     assert granted >= CLUSTER_SCOPED
+
+
+def _env_of(chart: helm.Chart, values: dict[str, Any], component: str) -> dict[str, str]:
+    (deployment,) = [o for o in render(chart, values) if o["kind"] == "Deployment" and (
+        o["metadata"].get("labels") or {}).get("app.kubernetes.io/component") == component]
+    return {e["name"]: e.get("value", "") for e in
+            deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+
+def test_tracing_values_reach_the_catalog_and_the_operator(chart: helm.Chart) -> None:
+    catalog, operator = (_env_of(chart, FULL, c) for c in ("catalog", "operator"))
+    assert catalog["MOL_CATALOG_TRACING_ENDPOINT"] == "http://otel-collector.observability:4318"
+    assert catalog["MOL_CATALOG_TRACING_SAMPLE_RATIO"] == "0.05"
+    assert catalog["MOL_CATALOG_TRACING_TRUST_PARENT"] == "true"
+    assert operator["MOL_OPERATOR_TRACING_ENDPOINT"] == "http://otel-collector.observability:4318"
+    assert operator["MOL_OPERATOR_TRACING_SAMPLE_RATIO"] == "0.05"
+    assert CatalogSettings(tracing_sample_ratio=catalog["MOL_CATALOG_TRACING_SAMPLE_RATIO"]
+                           ).tracing_sample_ratio == 0.05
+    for component in ("catalog", "operator"):
+        assert not any("TRACING" in k for k in _env_of(chart, {}, component))

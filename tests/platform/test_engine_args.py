@@ -241,3 +241,21 @@ def test_launcher_answers_for_vllm_only_when_the_cpu_build_is_there():
             importlib.metadata.version("vllm")
     else:
         assert importlib.metadata.version("vllm").endswith("+cpu")
+
+
+@pytest.mark.parametrize(("endpoint", "url"), [
+    ("http://otel-collector:4318", "http://otel-collector:4318/v1/traces"),
+    ("http://otel-collector:4318/", "http://otel-collector:4318/v1/traces"),
+    ("http://c:4318/v1/traces", "http://c:4318/v1/traces"),
+])
+def test_tracing_turns_on_vllm_spans_over_otlp_http(endpoint, url):
+    launch = engine_args(DEFAULTS, otlp_traces_endpoint=endpoint)
+    assert flag_value(launch.flags, "--otlp-traces-endpoint") == url
+    assert launch.env["OTEL_EXPORTER_OTLP_TRACES_PROTOCOL"] == "http/protobuf"
+    assert launch.env["OTEL_SERVICE_NAME"] == "mol-engine"
+
+
+def test_no_tracing_flag_by_default():
+    launch = engine_args(DEFAULTS)
+    assert "--otlp-traces-endpoint" not in launch.flags
+    assert not any(k.startswith("OTEL_") for k in launch.env)

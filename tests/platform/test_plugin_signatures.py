@@ -272,7 +272,8 @@ def test_the_plugin_never_imports_model_signing() -> None:
 class Unreachable(AsyncCatalogClient):
     """The catalog down: every resolve fails as a refused connection does."""
 
-    async def resolve(self, ref: str, profile: str | None = None) -> Resolved:
+    async def resolve(self, ref: str, profile: str | None = None, *,
+                      traceparent: str | None = None) -> Resolved:
         raise CatalogError(0, "Unreachable", "connection refused")
 
 

@@ -64,8 +64,9 @@ class RelativeUrls(AsyncCatalogClient):
     """The real catalog's answers with download URLs made relative, as a catalog behind
     a proxy may give them: the plugin must join them to MOL_CATALOG_URL."""
 
-    async def resolve(self, ref: str, profile: str | None = None) -> Resolved:
-        answer = await super().resolve(ref, profile)
+    async def resolve(self, ref: str, profile: str | None = None, *,
+                      traceparent: str | None = None) -> Resolved:
+        answer = await super().resolve(ref, profile, traceparent=traceparent)
         for f in answer.files:
             f.url = urlsplit(f.url).path
             assert f.url.startswith("/v1/blobs/")

@@ -247,7 +247,32 @@ async def publish(catalog: Catalog, namespace: str, name: str, upload: Upload,
 async def publish_form(catalog: Catalog, namespace: str, name: str, request: Request,
                        who: Principal) -> tuple[dict[str, Any], bool]:
     """A publish from a request's multipart body, counted in the publishes metric by
-    result: the REST API and the console publish through here alike."""
+    result: the REST API and the console publish through here alike; a
+    ``mol.catalog.publish`` span when tracing is on."""
+    tracing = catalog.tracing
+    if tracing is None:
+        return await _publish_form(catalog, namespace, name, request, who)
+    span = tracing.root("mol.catalog.publish", tracing.SERVER, request.headers, {
+        "mol.adapter.namespace": namespace, "mol.adapter.name": name})
+    if span is None:
+        return await _publish_form(catalog, namespace, name, request, who)
+    try:
+        body, created = await _publish_form(catalog, namespace, name, request, who)
+    except ApiError as exc:
+        span.set_attribute("http.response.status_code", exc.status)
+        span.set_attribute("error.type", str(exc.status))
+        raise
+    else:
+        span.set_attribute("mol.adapter.version", int(body.get("version", 0)))
+        span.set_attribute("mol.publish.created", created)
+        span.set_attribute("http.response.status_code", 201 if created else 200)
+    finally:
+        span.end()
+    return body, created
+
+
+async def _publish_form(catalog: Catalog, namespace: str, name: str, request: Request,
+                        who: Principal) -> tuple[dict[str, Any], bool]:
     try:
         upload = await receive_upload(request, catalog.settings.max_upload_bytes)
         try:

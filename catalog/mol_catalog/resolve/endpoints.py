@@ -14,7 +14,7 @@ from mol_catalog.deps import (
     PrincipalDep,
     principal_for,
 )
-from mol_catalog.errors import BadRequest, NotFound, json_bytes
+from mol_catalog.errors import ApiError, BadRequest, NotFound, json_bytes
 from mol_catalog.openapi import LeanRoute, query
 from mol_catalog.resolve import service
 from mol_catalog.resolve.schemas import ResolveOut
@@ -27,6 +27,27 @@ HEX_RE = re.compile(r"[0-9a-f]{64}")
 async def resolve(request: Request) -> bytes:
     """``name_ref`` is ``name@ref`` with ref = alias | latest | vN | sha256:<hex>."""
     catalog: Catalog = request.app.state.catalog
+    tracing = catalog.tracing
+    if tracing is None:
+        return await _resolve(catalog, request)
+    span = tracing.root("mol.catalog.resolve", tracing.SERVER, request.headers, {
+        "mol.adapter.ref": f"{request.path_params['ns']}/{request.path_params['name_ref']}"})
+    if span is None:
+        return await _resolve(catalog, request)
+    try:
+        out = await _resolve(catalog, request)
+    except ApiError as exc:
+        span.set_attribute("http.response.status_code", exc.status)
+        span.set_attribute("error.type", str(exc.status))
+        raise
+    else:
+        span.set_attribute("http.response.status_code", 200)
+    finally:
+        span.end()
+    return out
+
+
+async def _resolve(catalog: Catalog, request: Request) -> bytes:
     who = await principal_for(catalog, request.headers.get("authorization"))
     ref = service.parse(request.path_params["ns"], request.path_params["name_ref"])
     profile = query(request).get("profile")

@@ -113,6 +113,10 @@ class Defaults:
     operator_pod_labels: Mapping[str, str] = field(default_factory=dict)
     prometheus_pod_labels: Mapping[str, str] = field(
         default_factory=lambda: {"app.kubernetes.io/name": "prometheus"})
+    # OTLP/HTTP collector for routers and engines (None: tracing off) and the routers'
+    # sample ratio (engines follow the router's decision through traceparent).
+    tracing_endpoint: str | None = None
+    tracing_sample_ratio: float = 0.1
 
 
 @dataclass(frozen=True)

@@ -186,7 +186,8 @@ def engine_container(facts: Facts, weights: Weights) -> V1Container:
     spec = facts.obj.spec
     # gpusPerReplica 0 is vLLM's CPU build (kind, k3d, CI): its dtype and env.
     launch = engine_args(spec, model=weights.model, host="0.0.0.0", port=ENGINE_PORT,
-                         cpu=spec.node_pool.gpus_per_replica == 0)
+                         cpu=spec.node_pool.gpus_per_replica == 0,
+                         otlp_traces_endpoint=facts.defaults.tracing_endpoint)
     # The CPU env is offline (HF_HUB_OFFLINE); hf:// weights must still download.
     offline = {"HF_HUB_OFFLINE"} if urlparse(spec.base_model.uri).scheme == "hf" else set()
     env = [V1EnvVar(name=k, value=v) for k, v in sorted(launch.env.items()) if k not in offline]

@@ -20,6 +20,7 @@ from kubernetes.client import (
     V1Deployment,
     V1DeploymentSpec,
     V1EmptyDirVolumeSource,
+    V1EnvVar,
     V1HTTPGetAction,
     V1LabelSelector,
     V1ObjectMeta,
@@ -150,7 +151,7 @@ def router_objects(facts: Facts) -> list[dict[str, Any]]:
         args=["router", "serve", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}",
               "--port", str(ROUTER_PORT)],
         ports=[V1ContainerPort(name="http", container_port=ROUTER_PORT)],
-        env=[token_env(facts)],
+        env=[token_env(facts), *tracing_env(facts)],
         resources=router_resources(facts),
         security_context=container_security(),
         readiness_probe=V1Probe(http_get=V1HTTPGetAction(path="/readyz", port="http"),
@@ -187,3 +188,13 @@ def endpoint(facts: Facts) -> str:
     """The URL clients call: the router Service inside the cluster."""
     return f"http://{facts.names.router}.{facts.namespace}.svc:80/v1"
 
+
+
+def tracing_env(facts: Facts) -> list[V1EnvVar]:
+    """The router's tracing settings (docs/observability.md); none when off."""
+    d = facts.defaults
+    if not d.tracing_endpoint:
+        return []
+    return [V1EnvVar(name="MOL_ROUTER_TRACING_ENDPOINT", value=d.tracing_endpoint),
+            V1EnvVar(name="MOL_ROUTER_TRACING_SAMPLE_RATIO",
+                     value=f"{d.tracing_sample_ratio:g}")]

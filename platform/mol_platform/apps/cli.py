@@ -80,6 +80,12 @@ def up(
         typer.Option(help="A venv with vLLM and mol-platform (default: $MOL_ENGINE_VENV, else "
                      "this Python if it has vLLM). `make engine` builds one."),
     ] = None,
+    otlp_endpoint: Annotated[str | None, typer.Option(
+        help="Export traces over OTLP/HTTP to this collector (e.g. http://127.0.0.1:4318): "
+        "router, catalog and engine spans in one trace per request. Default: no tracing.")
+    ] = None,
+    trace_sample_ratio: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="With --otlp-endpoint: the share of requests traced.")] = 1.0,
 ) -> None:
     """Run the platform on this machine: catalog, vLLM engine, router; Ctrl-C stops all.
 
@@ -88,18 +94,20 @@ def up(
     the resolver plugin with the flags the operator would give it; the router is the
     OpenAI-compatible endpoint. `make demo` prepares the engine venv and runs this.
     """
-    from mol_platform.apps.up.stack import Ports, start_catalog_only, start_stack
+    from mol_platform.apps.up.stack import Ports, TraceExport, start_catalog_only, start_stack
     from mol_platform.apps.up.supervisor import run_supervised
 
     (data_dir / "logs").mkdir(parents=True, exist_ok=True)
+    traces = TraceExport(otlp_endpoint, trace_sample_ratio) if otlp_endpoint else None
     if catalog_only:
         code = run_supervised(lambda sup: start_catalog_only(
-            sup, host=host, port=catalog_port, data_dir=data_dir, demo=demo))
+            sup, host=host, port=catalog_port, data_dir=data_dir, demo=demo, traces=traces))
     else:
         ports = Ports(catalog=catalog_port, engine=engine_port, router=router_port,
                       embedding=embedding_port)
         code = run_supervised(lambda sup: start_stack(
-            sup, file=file, host=host, ports=ports, data_dir=data_dir, engine_venv=engine_venv))
+            sup, file=file, host=host, ports=ports, data_dir=data_dir, engine_venv=engine_venv,
+            traces=traces))
     raise typer.Exit(code)
 
 

@@ -97,11 +97,14 @@ class AsyncCatalogClient:
     async def _json(self, method: str, path: str, **kwargs: Any) -> Any:
         return decoded(await self.request(method, path, **kwargs))
 
-    async def resolve(self, ref: str, profile: str | None = None) -> m.Resolved:
-        """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict."""
+    async def resolve(self, ref: str, profile: str | None = None, *,
+                      traceparent: str | None = None) -> m.Resolved:
+        """``ns/name@alias|latest|vN|sha256:...`` -> version, digest, files, verdict;
+        ``traceparent`` makes the catalog's span a child of the caller's."""
         path, params = resolve_call(ref, profile)
-        return absolute_files(typed(m.Resolved, await self._json("GET", path, params=params)),
-                               self.url)
+        headers = {"traceparent": traceparent} if traceparent is not None else None
+        return absolute_files(typed(m.Resolved, await self._json(
+            "GET", path, params=params, headers=headers)), self.url)
 
     async def events(self, after: int = 0, limit: int = 100) -> m.EventPage:
         """One page of the change feed: ``items`` after ``after``, and ``last``."""

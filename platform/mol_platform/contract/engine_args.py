@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from mol_platform.contract.otlp import engine_tracing_env, traces_url
 from mol_platform.contract.spec import ALLOWED_MAX_LORA_RANKS, MoLDeploymentSpec
 
 # The tool-call parser vLLM needs for the router's `handoff` tool.
@@ -122,12 +123,15 @@ def engine_args(
     cpu_kvcache_gib: int = DEFAULT_CPU_KVCACHE_GIB,
     lora_modules: Mapping[str, str] | None = None,
     extra_env: Mapping[str, str] | None = None,
+    otlp_traces_endpoint: str | None = None,
 ) -> EngineLaunch:
     """Derive the engine command line and env from a deployment spec.
 
     ``model`` is where the engine reads weights (default ``baseModel.uri``; the
     operator passes the local path it mounted); ``served_model_name`` defaults to
     ``baseModel.name``. ``cpu=True`` is vLLM's CPU build (``mol up``, tests).
+    ``otlp_traces_endpoint`` turns on vLLM's own spans (``--otlp-traces-endpoint``,
+    OTLP/HTTP): children of the router's through the ``traceparent`` it sends.
     """
     eng = spec.engine
     flags: list[str] = ["--served-model-name", served_model_name or spec.base_model.name]
@@ -159,6 +163,9 @@ def engine_args(
         env.update(cpu_env(cpu_kvcache_gib))
     if plugin is not None:
         env.update(plugin.env())
+    if otlp_traces_endpoint:
+        flags += ["--otlp-traces-endpoint", traces_url(otlp_traces_endpoint)]
+        env.update(engine_tracing_env())
     if extra_env:
         env.update(extra_env)
     flags += list(eng.extra_args)

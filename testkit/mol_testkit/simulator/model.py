@@ -304,8 +304,9 @@ class SlotEngine(AdapterRegistry):
 
     def _leave_batch(self, request: SimRequest) -> None:
         self.running.remove(request)
-        if request.adapter in self.gpu_slots:  # vLLM touches a batch's adapters every step
-            self.gpu_slots.move_to_end(request.adapter)
+        adapter = request.adapter
+        if adapter is not None and adapter in self.gpu_slots:  # vLLM touches them every step
+            self.gpu_slots.move_to_end(adapter)
         self.cache.release(request.block_ids)
         request.block_ids = []
         if request.adapter is not None and request.emitting:

@@ -55,6 +55,25 @@ class Ports:
 
 
 @dataclass(frozen=True)
+class TraceExport:
+    """``mol up --otlp-endpoint``: every process exports spans there; the router samples
+    ``ratio`` of requests (the engine follows it), the catalog trusts the router's
+    ``traceparent`` (only local processes call it)."""
+
+    endpoint: str
+    ratio: float = 1.0
+
+    def catalog_env(self) -> dict[str, str]:
+        return {"MOL_CATALOG_TRACING_ENDPOINT": self.endpoint,
+                "MOL_CATALOG_TRACING_SAMPLE_RATIO": f"{self.ratio:g}",
+                "MOL_CATALOG_TRACING_TRUST_PARENT": "true"}
+
+    def router_env(self) -> dict[str, str]:
+        return {"MOL_ROUTER_TRACING_ENDPOINT": self.endpoint,
+                "MOL_ROUTER_TRACING_SAMPLE_RATIO": f"{self.ratio:g}"}
+
+
+@dataclass(frozen=True)
 class EngineInstall:
     """Where vLLM runs: a Python with vLLM and mol-platform (the plugin) importable."""
 
@@ -118,7 +137,8 @@ def admin_token(data_dir: Path) -> str:
 
 
 def start_catalog(sup: Supervisor, host: str, port: int, data_dir: Path,
-                  router_url: str | None = None) -> tuple[str, str | None]:
+                  router_url: str | None = None, traces: TraceExport | None = None
+                  ) -> tuple[str, str | None]:
     """Start the catalog; returns its URL and the admin token (None on loopback: no auth).
     ``router_url``: the router the console's stack page and playground show."""
     auth = not is_loopback(host)
@@ -128,6 +148,8 @@ def start_catalog(sup: Supervisor, host: str, port: int, data_dir: Path,
     env = {"MOL_CATALOG_ADMIN_TOKEN": token} if token else {}
     if router_url:
         env["MOL_CATALOG_ROUTER_URL"] = router_url
+    if traces is not None:
+        env.update(traces.catalog_env())
     sup.start(Service("catalog", catalog_argv(host, port, data_dir, auth=auth),
                       f"{url}/healthz", env=env, log_path=data_dir / "logs" / "catalog.log"))
     return url, token
@@ -157,9 +179,9 @@ def catalog_banner(url: str, data_dir: Path, token: str | None) -> str:
 
 
 def start_catalog_only(sup: Supervisor, *, host: str, port: int, data_dir: Path,
-                       demo: bool) -> str:
+                       demo: bool, traces: TraceExport | None = None) -> str:
     check_port_free(host, port, "--catalog-port")
-    url, token = start_catalog(sup, host, port, data_dir)
+    url, token = start_catalog(sup, host, port, data_dir, traces=traces)
     lines = ["", "MoL Platform catalog is up (embedded default).", catalog_banner(url, data_dir,
                                                                                   token)]
     if demo:
@@ -173,7 +195,7 @@ def start_catalog_only(sup: Supervisor, *, host: str, port: int, data_dir: Path,
 
 
 def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_dir: Path,
-                engine_venv: Path | None) -> str:
+                engine_venv: Path | None, traces: TraceExport | None = None) -> str:
     """Everything: catalog, demo adapters, engine with the plugin, router."""
     from mol_platform.apps.up.seed import seed_demo
 
@@ -188,7 +210,7 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
         embedding_dir = embedding_model_dir()  # fail before starting anything
         check_port_free("127.0.0.1", ports.embedding, "--embedding-port")
     router_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{ports.router}"
-    url, token = start_catalog(sup, host, ports.catalog, data_dir, router_url)
+    url, token = start_catalog(sup, host, ports.catalog, data_dir, router_url, traces)
     profile = profile_name(obj.metadata.name, obj.metadata.namespace or "default")
     say("building and publishing the demo adapters ...")
     seeded = seed_demo(url, data_dir / "demo", token=token, profile=profile,
@@ -199,7 +221,8 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
         spec, model=str(local_model(spec.base_model.uri, seeded.model_dir)),
         host="127.0.0.1", port=ports.engine, cpu=engine.cpu,
         plugin=PluginSettings(catalog_url=url, catalog_token=token, serving_profile=profile,
-                              cache_dir=str((data_dir / "adapter-cache").resolve())))
+                              cache_dir=str((data_dir / "adapter-cache").resolve())),
+        otlp_traces_endpoint=traces.endpoint if traces is not None else None)
     logs = data_dir / "logs"
     engine_log = logs / "engine.log"
     engine_log.write_bytes(b"")
@@ -233,6 +256,8 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
                                                             exclude_none=True), sort_keys=False))
     router_token = mint_router_token(url, token) if token else None
     env = {"MOL_CATALOG_TOKEN": router_token} if router_token else {}
+    if traces is not None:
+        env.update(traces.router_env())
     sup.start(Service("router", mol_argv("router", "serve", "--config", str(config_path),
                                          "--host", host, "--port", str(ports.router)),
                       f"{router_url}/healthz", env=env, log_path=logs / "router.log"))
