@@ -181,7 +181,7 @@ async def run(args: argparse.Namespace, cfg: RouterConfig,
     system = instructions(routing)
     out: dict[str, Any] = {"rows": rows, "experts": experts, "modes": {}}
     async with aiohttp.ClientSession() as session:
-        await signal.index(session)
+        await signal.ready(session)
         signal.timeout = 10.0
         await signal.verdict(session, "warm up")
         sem_t, semantic, undecided = Timer(), [], []

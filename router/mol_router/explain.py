@@ -21,7 +21,7 @@ async def explain(cfg: RouterConfig, prompt: str) -> dict[str, object]:
     signal = SemanticSignal(cfg.semantic, cfg.timeouts.embedding)
     async with aiohttp.ClientSession() as session:
         with contextlib.suppress(EmbeddingError):  # verdict() reports it
-            await signal.index(session)  # the examples: not part of one turn's cost
+            await signal.ready(session)  # the examples: not part of one turn's cost
         started = time.perf_counter()
         verdict, error = await signal.verdict(session, prompt)
         seconds = time.perf_counter() - started

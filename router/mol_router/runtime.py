@@ -218,6 +218,8 @@ class Runtime:
         self.routing, self.policy, self.limits = routing, policy, Limits.of(cfg)
         semantic_key = _fingerprint(cfg.semantic, cfg.timeouts.embedding)
         if first or semantic_key != self._semantic_key:  # same examples: keep their vectors
+            if self.semantic is not None:
+                self.semantic.close()
             self.semantic = (SemanticSignal(cfg.semantic, cfg.timeouts.embedding)
                              if cfg.semantic is not None else None)
             self._semantic_key = semantic_key

@@ -1,10 +1,14 @@
 """The semantic signal's I/O: embeddings from an OpenAI-compatible ``/v1/embeddings``.
 
-The experts' examples are embedded once per config (in one call, retried on the next
-request after a failure) and the latest user turns are cached (LRU), so a repeated
-turn costs no call. Every call is bounded by ``timeouts.embedding``; a failure raises
-:class:`EmbeddingError` with a short reason (the metric label) and the caller falls
-back. The decision itself is pure: :mod:`mol_router.signals`.
+The experts' examples are embedded once per config, in one call made in the background
+(started by the first request, retried by the next after a failure) and bounded by
+``EXAMPLES_TIMEOUT`` rather than the per-turn timeout: tens of examples take longer
+than one turn, most of all on a CPU embedding engine, and a request never waits for
+them longer than the per-turn bound (it falls back meanwhile). The latest user turns are
+cached (LRU), so a repeated turn costs no call. A turn's call is bounded by
+``timeouts.embedding``; a failure raises :class:`EmbeddingError` with a short reason
+(the metric label) and the caller falls back. The decision itself is pure:
+:mod:`mol_router.signals`.
 """
 
 from __future__ import annotations
@@ -29,6 +33,10 @@ class EmbeddingError(Exception):
         self.reason = reason
 
 
+EXAMPLES_TIMEOUT = 60.0
+"""Seconds the experts' examples may take to embed (one call, in the background)."""
+
+
 class SemanticSignal:
     """One config's semantic signal: its example index and a cache of recent turns."""
 
@@ -37,22 +45,24 @@ class SemanticSignal:
         self.timeout = timeout
         self.url = cfg.embeddings_url.rstrip("/").removesuffix("/v1") + "/v1/embeddings"
         self._index: tuple[signals.ExpertIndex, ...] | None = None
-        self._lock = asyncio.Lock()
+        self._building: asyncio.Task[tuple[signals.ExpertIndex, ...]] | None = None
         self._cache: OrderedDict[str, signals.Vector] = OrderedDict()
 
-    async def embed(self, session: aiohttp.ClientSession,
-                    texts: Sequence[str]) -> list[signals.Vector]:
-        """Unit vectors for ``texts``, in order."""
+    async def embed(self, session: aiohttp.ClientSession, texts: Sequence[str],
+                    bound: float | None = None) -> list[signals.Vector]:
+        """Unit vectors for ``texts``, in order (within ``bound`` seconds, else the
+        per-turn timeout)."""
         payload = orjson.dumps({"model": self.cfg.model, "input": list(texts)})
+        timeout = self.timeout if bound is None else bound
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(timeout):
                 async with session.post(self.url, data=payload,
                                         headers={"Content-Type": "application/json"}) as resp:
                     body = await resp.read()
                     if resp.status != 200:
                         raise EmbeddingError("status", f"{self.url} answered {resp.status}")
         except TimeoutError:
-            raise EmbeddingError("timeout", f"{self.url} took over {self.timeout} s") from None
+            raise EmbeddingError("timeout", f"{self.url} took over {timeout} s") from None
         except aiohttp.ClientError as exc:
             raise EmbeddingError("connect", f"{self.url}: {exc}") from None
         try:
@@ -65,22 +75,50 @@ class SemanticSignal:
                                  f"{len(texts)} inputs")
         return vectors
 
-    async def index(self, session: aiohttp.ClientSession) -> tuple[signals.ExpertIndex, ...]:
-        """The experts' example vectors, embedded on first use."""
+    async def _build(self, session: aiohttp.ClientSession) -> tuple[signals.ExpertIndex, ...]:
+        experts = self.cfg.experts
+        texts = [x for e in experts for x in e.examples]
+        vectors = await self.embed(session, texts, EXAMPLES_TIMEOUT) if texts else []
+        out, at = [], 0
+        for e in experts:
+            out.append(signals.expert_index(e.name, vectors[at:at + len(e.examples)],
+                                            e.keywords))
+            at += len(e.examples)
+        self._index = tuple(out)
+        return self._index
+
+    def _task(self, session: aiohttp.ClientSession
+              ) -> asyncio.Task[tuple[signals.ExpertIndex, ...]]:
+        task = self._building
+        if task is None or (task.done() and (task.cancelled() or task.exception())):
+            task = self._building = asyncio.create_task(self._build(session))
+            task.add_done_callback(_retrieve)
+        return task
+
+    async def ready(self, session: aiohttp.ClientSession) -> tuple[signals.ExpertIndex, ...]:
+        """The experts' example vectors, waiting for the whole build (``EXAMPLES_TIMEOUT``):
+        for callers that time turns apart from the examples (explain, the benchmark)."""
         if self._index is not None:
             return self._index
-        async with self._lock:
-            if self._index is None:
-                experts = self.cfg.experts
-                texts = [x for e in experts for x in e.examples]
-                vectors = await self.embed(session, texts) if texts else []
-                out, at = [], 0
-                for e in experts:
-                    out.append(signals.expert_index(
-                        e.name, vectors[at:at + len(e.examples)], e.keywords))
-                    at += len(e.examples)
-                self._index = tuple(out)
+        return await asyncio.shield(self._task(session))
+
+    async def index(self, session: aiohttp.ClientSession) -> tuple[signals.ExpertIndex, ...]:
+        """The experts' example vectors: built in the background on first use; a caller
+        waits for them at most the per-turn timeout."""
+        if self._index is not None:
             return self._index
+        task = self._task(session)
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await asyncio.shield(task)
+        except TimeoutError:
+            raise EmbeddingError("timeout", f"{self.url}: the experts' examples are still "
+                                 "being embedded") from None
+
+    def close(self) -> None:
+        """Stop a build still running (the config was replaced or the router stops)."""
+        if self._building is not None and not self._building.done():
+            self._building.cancel()
 
     async def query(self, session: aiohttp.ClientSession, text: str) -> signals.Vector:
         hit = self._cache.get(text)
@@ -111,3 +149,9 @@ class SemanticSignal:
         ranked = signals.scores(index, text, query)
         return signals.decide(ranked, cfg.threshold, cfg.margin,
                               embedded=query is not None), None
+
+
+def _retrieve(task: asyncio.Task[tuple[signals.ExpertIndex, ...]]) -> None:
+    """Mark a failed build's exception seen: the next request retries it."""
+    if not task.cancelled():
+        task.exception()

@@ -26,6 +26,7 @@ class FakeEmbeddings:
 
     def __init__(self) -> None:
         self.fail: str | None = None
+        self.delay_examples = 0.0  # seconds before answering a call of several inputs
         self.inputs: list[list[str]] = []
         self.url = ""
 
@@ -37,6 +38,8 @@ class FakeEmbeddings:
             return web.json_response({"error": "down"}, status=500)
         if self.fail == "hang":
             await asyncio.sleep(5)
+        if len(body["input"]) > 1:
+            await asyncio.sleep(self.delay_examples)
         data = [{"index": i, "embedding": [t.lower().count(w) + 0.01 for w in AXES]}
                 for i, t in enumerate(body["input"])]
         return web.json_response({"data": data})
@@ -138,12 +141,42 @@ async def test_embedding_failure_falls_back_to_keywords_then_default(
             assert await _ask(http, router.url, "no keyword here") == (
                 "chat", f"default; embedding={reason}; semantic=no-embedding")
             assert asyncio.get_running_loop().time() - started < 2.0  # bounded by the timeout
-            fake.fail = None  # it recovers: the examples are embedded on the next request
-            assert (await _ask(http, router.url, "code"))[0] == "coding"
+            fake.fail = None  # it recovers: the examples are embedded again (a hung call
+            # first runs out its own, longer bound in the background)
+            asked = 2
+            while (await _ask(http, router.url, "code"))[0] != "coding":
+                asked += 1
+                assert asyncio.get_running_loop().time() - started < 10.0
+                await asyncio.sleep(0.2)
             metrics = await (await http.get(router.url + "/metrics")).text()
-        assert len(sims.state(0).received) == 3  # semantic mode never asks the classifier
-    assert (f'mol_router_embedding_errors_total{{deployment="demo",reason="{reason}"}} 2.0'
-            in metrics)
+        # semantic mode never asks the classifier
+        assert len(sims.state(0).received) == asked + 1
+    errors = f'mol_router_embedding_errors_total{{deployment="demo",reason="{reason}"}} '
+    line = next(x for x in metrics.splitlines() if x.startswith(errors))
+    assert float(line.split()[-1]) == asked
+
+
+async def test_slow_examples_are_embedded_in_the_background(
+        router_config: Any, start_router: Any, ready: Any) -> None:
+    """Embedding the examples may take longer than one turn may wait (tens of examples
+    on a CPU engine): the first requests fall back within the per-turn bound while the
+    examples call goes on, and once it is done turns are decided semantically."""
+    async with fake_embeddings() as fake, AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        fake.delay_examples = 1.0  # > timeouts.embedding (0.3 s)
+        cfg = _config(sims.urls, router_config, fake.url, "semantic")
+        async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+            await ready(router)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            assert await _ask(http, router.url, "code") == (
+                "chat", "default; embedding=timeout; semantic=no-embedding")
+            assert loop.time() - started < 0.9  # did not wait for the examples
+            await asyncio.sleep(1.2)
+            expert, route = await _ask(http, router.url, "code")
+    assert expert == "coding"
+    assert route is not None
+    assert route.startswith("semantic")
+    assert sum(len(batch) > 1 for batch in fake.inputs) == 1  # the examples, once
 
 
 async def test_cache_and_bounded_input(router_config: Any, start_router: Any,
