@@ -256,6 +256,8 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
                                                             exclude_none=True), sort_keys=False))
     router_token = mint_router_token(url, token) if token else None
     env = {"MOL_CATALOG_TOKEN": router_token} if router_token else {}
+    # On a laptop the router's log is read, not shipped: one line per request in it.
+    env["MOL_ROUTER_ACCESS_LOG"] = "true"
     if traces is not None:
         env.update(traces.router_env())
     sup.start(Service("router", mol_argv("router", "serve", "--config", str(config_path),
