@@ -329,6 +329,8 @@ class NamespacePolicy(Base):
 
     namespace: Mapped[str] = mapped_column(String(63), primary_key=True)
     protected_aliases: Mapped[list[Any]] = mapped_column(JSON)
+    # Eval suites a protected alias's target must have a report of (None: none).
+    required_evals: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)
     updated_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 

@@ -64,6 +64,14 @@ def test_refusals_is_a_pure_function_of_facts_and_policy() -> None:
     assert refusals(unsigned, Policy(frozenset({"stable"}))) == []  # not required
     assert refusals(unsigned.__class__("acme/coding", "canary", 2, "ready", None, (good,),
                                        "resolves"), signing) == []  # not protected
+    evals = Policy(frozenset({"stable"}), required_evals=frozenset({"humaneval", "mmlu"}))
+    partial = MoveFacts("acme/coding", "stable", 2, "ready", None, (good,), "resolves",
+                        eval_suites=frozenset({"mmlu"}))
+    assert [(r["code"], r["suite"]) for r in refusals(partial, evals)] == [
+        ("missing_eval", "humaneval")]
+    full = MoveFacts("acme/coding", "stable", 2, "ready", None, (good,), "resolves",
+                     eval_suites=frozenset({"mmlu", "humaneval", "other"}))
+    assert refusals(full, evals) == []
 
 
 async def test_default_stable_is_protected_and_refuses_an_incompatible_version(
@@ -109,6 +117,37 @@ async def test_yanked_version_is_refused_with_its_reason(client: AppClient,
         assert r.status_code == 409
         assert [x["code"] for x in r.json()["reasons"]] == ["yanked"]
         assert "leaks data" in r.json()["reasons"][0]["message"]
+
+
+async def test_a_required_eval_report_gates_the_move(client: AppClient, model: Model) -> None:
+    """The namespace requires a ``humaneval`` report: ``stable`` does not move to a
+    version without one (``candidate``, not protected, does), and moves once it is
+    attached; the policy round-trips and bad suite names are 422."""
+    await _setup(client, model)
+    r = await client.post(f"{ADAPTER}/versions", files=model.files(model.adapter(seed=5)))
+    assert r.status_code == 201  # v3, rank 8: fits every profile
+    policy = "/v1/namespaces/acme/protected-aliases"
+    r = await client.put(policy, json={"protected_aliases": ["stable"],
+                                       "required_evals": ["humaneval", "humaneval"]})
+    assert r.status_code == 200, r.text
+    assert r.json()["required_evals"] == ["humaneval"]
+    assert (await client.get(policy)).json()["required_evals"] == ["humaneval"]
+    for bad in (["Human Eval"], ["humaneval\n"], ["a" * 64]):
+        r = await client.put(policy, json={"protected_aliases": [], "required_evals": bad})
+        assert r.status_code == 422, bad
+    r = await client.put(f"{ADAPTER}/aliases/stable", json={"version": 3})
+    assert r.status_code == 409
+    reasons = r.json()["reasons"]
+    assert [(x["code"], x["suite"]) for x in reasons] == [("missing_eval", "humaneval")]
+    assert "eval attach acme/coding@v3 --suite humaneval" in reasons[0]["message"]
+    assert (await client.put(f"{ADAPTER}/aliases/candidate", json={"version": 3})
+            ).status_code == 200
+    r = await client.post(f"{ADAPTER}/versions/3/evals",
+                          json={"suite": "humaneval", "metrics": {"pass@1": 0.6}})
+    assert r.status_code in (200, 201), r.text
+    r = await client.put(f"{ADAPTER}/aliases/stable", json={"version": 3})
+    assert r.status_code == 200, r.text
+    assert (await _aliases(client))["stable"] == 3
 
 
 async def test_publish_with_a_refused_alias_stores_the_version_only(

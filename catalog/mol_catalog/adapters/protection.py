@@ -22,6 +22,7 @@ from mol_catalog.adapters import repository as repo
 from mol_catalog.adapters.repository import AdapterRow, VersionRow
 from mol_catalog.db import UnitOfWork
 from mol_catalog.errors import Conflict, Forbidden
+from mol_catalog.evals import repository as evals_repo
 from mol_catalog.namespaces import repository as ns_repo
 from mol_catalog.profiles import repository as profiles_repo
 from mol_catalog.profiles import service as profiles
@@ -51,6 +52,8 @@ class MoveFacts:
     served_by: str
     signed_by: str | None = None
     """The key id the version's signature verified with at publish (None: unsigned)."""
+    eval_suites: frozenset[str] = frozenset()
+    """The suites the version has eval reports of."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class Policy:
 
     protected: frozenset[str]
     require_signatures: bool = False
+    required_evals: frozenset[str] = frozenset()
 
 
 Reason = dict[str, Any]
@@ -100,10 +104,23 @@ def _unsigned(facts: MoveFacts, policy: Policy) -> list[Reason]:
         "--sign-key")}]
 
 
+def _missing_eval(facts: MoveFacts, policy: Policy) -> list[Reason]:
+    """A protected alias only moves to a version with a report of every eval suite the
+    namespace requires."""
+    if facts.alias not in policy.protected:
+        return []
+    return [{"code": "missing_eval", "suite": suite, "message": (
+        f"{facts.adapter} v{facts.version} has no {suite!r} eval report, which namespace "
+        f"{facts.adapter.split('/', 1)[0]!r} requires for {facts.alias!r}: run the suite "
+        f"and `mol catalog eval attach {facts.adapter}@v{facts.version} --suite {suite} "
+        "...`")} for suite in sorted(policy.required_evals - facts.eval_suites)]
+
+
 CHECKS: tuple[Callable[[MoveFacts, Policy], list[Reason]], ...] = (
     _yanked,
     _incompatible,
     _unsigned,
+    _missing_eval,
 )
 
 
@@ -116,7 +133,8 @@ async def policy_of(uow: UnitOfWork, namespace: str) -> Policy:
     found = await ns_repo.policy(uow.conn, namespace)
     signing = await signing_repo.policy(uow.conn, namespace)
     return Policy(frozenset(found[0] if found is not None else DEFAULT_PROTECTED),
-                  require_signatures=bool(signing is not None and signing.required))
+                  require_signatures=bool(signing is not None and signing.required),
+                  required_evals=frozenset(found[3] if found is not None else ()))
 
 
 @dataclass(frozen=True)
@@ -157,8 +175,11 @@ async def gather(uow: UnitOfWork, row: AdapterRow, alias: str, v: MoveTarget,
             else:
                 ok, reasons = verdict["compatible"], verdict["reasons"]
             served.append(ServedVerdict(p.name, bool(ok), tuple(reasons)))
+    suites: frozenset[str] = frozenset()
+    if alias in policy.protected and policy.required_evals:
+        suites = frozenset(r.suite for r in await evals_repo.of_version(uow.conn, v.id))
     return MoveFacts(row.full_name, alias, v.number, v.status, v.yank_reason, tuple(served),
-                     served_by, v.signed_by)
+                     served_by, v.signed_by, suites)
 
 
 @dataclass(frozen=True)

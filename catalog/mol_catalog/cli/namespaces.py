@@ -13,9 +13,10 @@ from mol_platform.contract.catalog_models import Webhook
 EVENT_KINDS = ("version.published", "version.yanked", "version.deleted", "alias.moved")
 
 protected_app = typer.Typer(
-    help="Protected aliases of a namespace: moving one to a yanked version, or to a "
-    "version incompatible with a serving profile it is served under, is refused (an "
-    "admin may --force). Until set, only 'stable' is protected.",
+    help="Protected aliases of a namespace: moving one to a yanked version, to a "
+    "version incompatible with a serving profile it is served under, to an unsigned one "
+    "where signatures are required, or to one without a required eval report, is refused "
+    "(an admin may --force). Until set, only 'stable' is protected.",
     no_args_is_help=True, rich_markup_mode=None)
 webhook_app = typer.Typer(
     help="Webhooks: POST a signed JSON body to a URL on a namespace's events (admin).",
@@ -36,7 +37,9 @@ def protected_list(
         record = client.protected_aliases(namespace)
     emit(output, record, lambda: typer.echo(
         (" ".join(record.protected_aliases) or "(none)")
-        + (" (default)" if record.default else "")))
+        + (" (default)" if record.default else "")
+        + (f"; evals required: {' '.join(record.required_evals)}"
+           if record.required_evals else "")))
 
 
 @protected_app.command("set")
@@ -46,20 +49,26 @@ def protected_set(
     aliases: Annotated[list[str] | None, typer.Argument(
         metavar="ALIAS...", help="The aliases to protect (replaces the list).")] = None,
     none: Annotated[bool, typer.Option("--none", help="Protect no alias.")] = False,
+    require_eval: Annotated[list[str] | None, typer.Option(
+        "--require-eval", metavar="SUITE", help="An eval suite every version a protected "
+        "alias moves to must have a report of; repeat for more (replaces the list).")]
+    = None,
     output: OutputOption = Output.text,
 ) -> None:
-    """Replace the namespace's protected aliases (admin).
+    """Replace the namespace's protected aliases and required eval suites (admin).
 
-    Example: mol catalog protected set acme stable prod
+    Example: mol catalog protected set acme stable prod --require-eval humaneval
     """
     if not aliases and not none:
         fail("name the aliases to protect, or pass --none to protect none")
     if aliases and none:
         fail("--none takes no aliases")
     with catalog(ctx) as client:
-        record = client.set_protected_aliases(namespace, aliases or [])
+        record = client.set_protected_aliases(namespace, aliases or [], require_eval or [])
     emit(output, record, lambda: typer.echo(
-        f"{namespace}: protected " + (" ".join(record.protected_aliases) or "(none)")))
+        f"{namespace}: protected " + (" ".join(record.protected_aliases) or "(none)")
+        + (f"; evals required: {' '.join(record.required_evals)}"
+           if record.required_evals else "")))
 
 
 @webhook_app.command("add")

@@ -28,5 +28,6 @@ async def set_protected(ns: str, body: ProtectedPut, catalog: CatalogDep,
     """Replace the namespace's protected aliases (admin)."""
     who.require_admin()
     async with catalog.db.unit() as uow:
-        out = await service.set_protected(uow, ns, body.protected_aliases, who.name)
+        out = await service.set_protected(uow, ns, body.protected_aliases, who.name,
+                                          body.required_evals)
     return json_response(out)

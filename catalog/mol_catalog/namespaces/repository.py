@@ -15,7 +15,7 @@ POLICIES = cast(Table, NamespacePolicy.__table__)
 BINDINGS = cast(Table, AliasBinding.__table__)
 
 _POLICY = Prepared(select(NamespacePolicy.protected_aliases, NamespacePolicy.updated_by,
-                          NamespacePolicy.updated_at)
+                          NamespacePolicy.updated_at, NamespacePolicy.required_evals)
                    .where(NamespacePolicy.namespace == bindparam("namespace", type_=String)))
 _UPDATE_POLICY = update(POLICIES).where(POLICIES.c.namespace == bindparam("b_namespace"))
 _UPDATE_BINDING = update(BINDINGS).where(BINDINGS.c.adapter == bindparam("b_adapter"),
@@ -24,18 +24,20 @@ _UPDATE_BINDING = update(BINDINGS).where(BINDINGS.c.adapter == bindparam("b_adap
 
 
 async def policy(conn: ReadConn, namespace: str,
-                 ) -> tuple[list[str], str | None, datetime | None] | None:
-    """(protected aliases, updated_by, updated_at), None when the namespace has no policy."""
+                 ) -> tuple[list[str], str | None, datetime | None, list[str]] | None:
+    """(protected aliases, updated_by, updated_at, required eval suites), None when the
+    namespace has no policy."""
     r = await _POLICY.first(conn, namespace=namespace)
     if r is None:
         return None
-    return list(json_value(r[0]) or []), r[1], datetime_value(r[2])
+    return (list(json_value(r[0]) or []), r[1], datetime_value(r[2]),
+            list(json_value(r[3]) or []))
 
 
 async def set_policy(conn: AsyncConnection, namespace: str, protected: list[str],
-                     who: str | None, now: datetime) -> None:
+                     who: str | None, now: datetime, required_evals: list[str]) -> None:
     values: dict[str, Any] = {"protected_aliases": protected, "updated_by": who,
-                              "updated_at": now}
+                              "updated_at": now, "required_evals": required_evals}
     result = await conn.execute(_UPDATE_POLICY, {"b_namespace": namespace, **values})
     if result.rowcount == 0:
         await conn.execute(insert(POLICIES), {"namespace": namespace, **values})

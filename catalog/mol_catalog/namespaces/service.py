@@ -86,10 +86,10 @@ async def _record(uow: UnitOfWork, adapter: str, alias: str, profile: str,
 def _record_body(namespace: str, found: Any) -> dict[str, Any]:
     if found is None:
         return {"namespace": namespace, "protected_aliases": DEFAULT_PROTECTED,
-                "default": True, "updated_by": None, "updated_at": None}
-    protected, who, at = found
-    return {"namespace": namespace, "protected_aliases": protected, "default": False,
-            "updated_by": who, "updated_at": at}
+                "required_evals": [], "default": True, "updated_by": None, "updated_at": None}
+    protected, who, at, required = found
+    return {"namespace": namespace, "protected_aliases": protected, "required_evals": required,
+            "default": False, "updated_by": who, "updated_at": at}
 
 
 async def get_protected(conn: ReadConn, namespace: str) -> dict[str, Any]:
@@ -98,13 +98,16 @@ async def get_protected(conn: ReadConn, namespace: str) -> dict[str, Any]:
 
 
 async def set_protected(uow: UnitOfWork, namespace: str, aliases: list[str],
-                        who: str | None) -> dict[str, Any]:
-    """Replace the namespace's protected aliases (an empty list protects none; the body's
-    schema checked each name)."""
+                        who: str | None, required_evals: list[str] | None = None
+                        ) -> dict[str, Any]:
+    """Replace the namespace's protected aliases (an empty list protects none) and the
+    eval suites their targets must have reports of (the body's schema checked each
+    name)."""
     valid_name(namespace, "namespace")
     protected = sorted(set(aliases))
+    required = sorted(set(required_evals or []))
     now = utcnow()
-    await repository.set_policy(uow.conn, namespace, protected, who, now)
+    await repository.set_policy(uow.conn, namespace, protected, who, now, required)
     uow.emit("policy.set", data={"namespace": namespace, "protected_aliases": protected,
-                                 "by": who})
-    return _record_body(namespace, (protected, who, now))
+                                 "required_evals": required, "by": who})
+    return _record_body(namespace, (protected, who, now, required))

@@ -224,12 +224,14 @@ class CatalogClient:
         return typed(m.ProtectedAliases, self._json(
             "GET", f"/v1/namespaces/{quote_segment(namespace)}/protected-aliases"))
 
-    def set_protected_aliases(self, namespace: str,
-                              aliases: Sequence[str]) -> m.ProtectedAliases:
-        """Replace the namespace's protected aliases (admin)."""
+    def set_protected_aliases(self, namespace: str, aliases: Sequence[str],
+                              required_evals: Sequence[str] = ()) -> m.ProtectedAliases:
+        """Replace the namespace's protected aliases and the eval suites their targets
+        must have reports of (admin)."""
         return typed(m.ProtectedAliases, self._json(
             "PUT", f"/v1/namespaces/{quote_segment(namespace)}/protected-aliases",
-            json={"protected_aliases": list(aliases)}))
+            json={"protected_aliases": list(aliases),
+                  "required_evals": list(required_evals)}))
 
     def create_webhook(self, namespace: str, url: str, secret: str,
                        events: Sequence[str]) -> m.Webhook:
