@@ -24,6 +24,7 @@ import aiohttp
 from _workload import Arrival
 from mol_router.engine_metrics import EngineMetrics
 from mol_router.policy import RouteRequest, make_policy
+from mol_router.policy.prefix import prefix_keys
 from mol_router.tracker import EngineTracker
 from mol_testkit.simulator.config import SimConfig
 from mol_testkit.simulator.kvcache import BlockHash, block_hashes
@@ -51,8 +52,9 @@ class FleetShape:
     """Further stall when the adapter is not in host memory and is read from disk."""
     prefill_s_per_token: float = 5e-5
     """Per uncached prompt token (~20,000 prompt tokens a second)."""
-    max_cpu_loras: int | None = None
-    """Adapters kept in host memory (None: ``max_loras``, vLLM's default)."""
+    max_cpu_loras: int | None = 32
+    """Adapters kept in host memory: the MoLDeployment's default (``engine.maxCpuLoras``;
+    None: ``max_loras``, vLLM's own default, so every slot miss reads the disk)."""
     block_size: int = 16
     kv_cache_blocks: int = 25_000
     """~400k tokens of KV (128 KiB a token) in what the weights leave of 80 GB."""
@@ -77,10 +79,13 @@ class FleetShape:
             kv_cache_blocks=self.kv_cache_blocks, max_model_len=1 << 20,
         )  # fmt: skip
 
-    def capacity(self, mean_tokens: float) -> float:
-        """Requests per second the fleet completes when no request waits for a slot."""
+    def capacity(self, mean_tokens: float, prompt_tokens: float = 0.0) -> float:
+        """Requests per second the fleet completes when no request waits for a slot: a
+        replica runs ``max_num_seqs`` at once, and each request's prefill (no cache hit)
+        stalls all of them."""
         per_request = self.ttft_s + max(mean_tokens - 1, 0) * self.itl_s
-        return self.replicas * self.max_num_seqs / per_request
+        stall = prompt_tokens * self.prefill_s_per_token * self.max_num_seqs
+        return self.replicas * self.max_num_seqs / (per_request + stall)
 
 
 @dataclass
@@ -166,7 +171,7 @@ async def _drive(
 
         async def one(i: int, a: Arrival) -> None:
             tracker, pol = trackers[i % routers], policies[i % routers]
-            request = RouteRequest(a.adapter, a.user, a.prompt_tokens)
+            request = RouteRequest(a.adapter, a.user, a.prompt_tokens, route_prefix(a))
             endpoint = pol.pick(urls, tracker.snapshot(), request)
             assert endpoint is not None
             engine = engines[endpoint]
@@ -216,6 +221,22 @@ async def _drive(
     result.estimated_loads = estimated[0]
     result.replicas_per_adapter = sum(holders.values()) / max(len(holders), 1)
     return result
+
+
+def _segment_bytes(segment_id: str, tokens: int) -> bytes:
+    """Stand-in for a segment's text as the router hashes it: ~4 bytes a token, unique to
+    the segment id (the router hashes what it is sent, not tokens)."""
+    unit = f"{segment_id}|".encode()
+    return (unit * (4 * tokens // len(unit) + 1))[: 4 * tokens]
+
+
+def route_prefix(a: Arrival) -> tuple[int, ...]:
+    """The prefix keys the router computes for a trace request with segments (none
+    without: a prompt of its own shares no prefix)."""
+    if a.segments is None:
+        return ()
+    data = b"".join(_segment_bytes(sid, tokens) for sid, tokens in a.segments)
+    return prefix_keys(data, a.adapter or "")
 
 
 def prompt_hashes(engine: SlotEngine, adapter: str | None, a: Arrival) -> list[BlockHash]:

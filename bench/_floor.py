@@ -261,7 +261,8 @@ def online_floor(
         add = min(budget, 1.0 - f_min)
         budget -= add
         loads += eff * (1.0 - f_min - add)
-    return Floor(round(loads * span), n, wait_s)
+    # every adapter's first load comes on top of the steady state's
+    return Floor(max(round(loads * span), len(counts)), n, wait_s)
 
 
 def load_floor(

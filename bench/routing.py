@@ -50,8 +50,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="replica stall: an adapter enters a GPU slot from host memory")  # fmt: skip
     p.add_argument("--lora-disk-load-s", type=float, default=0.1,
                    help="further stall when that adapter is read from disk first")  # fmt: skip
-    p.add_argument("--max-cpu-loras", type=int, default=None,
-                   help="adapters in a replica's host memory (default: --max-loras)")  # fmt: skip
+    p.add_argument("--max-cpu-loras", type=int, default=32,
+                   help="adapters in a replica's host memory (default: the MoLDeployment's "
+                   "engine.maxCpuLoras, 32)")  # fmt: skip
     p.add_argument("--prefill-s-per-token", type=float, default=5e-5,
                    help="replica time per prompt token not in its prefix cache "
                    "(default: Llama-3-8B BF16 on one H100)")  # fmt: skip
@@ -73,6 +74,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--trace", type=Path, help="replay this JSONL trace instead")
     p.add_argument("--speed", type=float, default=1.0, help="replay the trace X times faster")
+    p.add_argument("--utilisation", type=float, default=None, metavar="U",
+                   help="size the fleet (replicas) so the trace's work, every prompt token "
+                   "prefilled, fills this share of its batch lanes (e.g. 0.7); default: "
+                   "--replicas as given")
     p.add_argument(
         "--http",
         action=argparse.BooleanOptionalAction,
@@ -104,6 +109,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="vllm-router policies to try; the report names the best (consistent_hash "
         "is keyed on the adapter through X-Session-ID)",
     )
+    p.add_argument("--slo-ttft", type=float, action="append", default=[], metavar="S",
+                   help="also report goodput at TTFT <= S seconds (repeatable; 1 and 2 "
+                   "always)")
     p.add_argument("--write", action="store_true", help="write docs/benchmarks.md's section")
     args = p.parse_args(argv)
     for name in ("replicas", "max_loras", "max_num_seqs", "adapters", "routers", "max_tokens",
@@ -118,6 +126,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--load must be in (0, 2], --duration and --speed > 0")
     if args.http_duration <= 0 or args.http_timeout <= 0 or not 0 < args.http_speed <= 10:
         p.error("--http-duration and --http-timeout must be > 0, --http-speed in (0, 10]")
+    if args.utilisation is not None and not 0 < args.utilisation <= 1:
+        p.error("--utilisation must be in (0, 1]")
+    if any(not 0 < x < math.inf for x in args.slo_ttft):
+        p.error("--slo-ttft must be a positive number of seconds")
     try:
         waits = [float(w) for w in args.floor_waits.split(",") if w.strip()]
     except ValueError:
@@ -135,7 +147,7 @@ def workload(args: argparse.Namespace, shape: FleetShape) -> tuple[list[Arrival]
             f"trace `{args.trace.name}` ({len(arrivals):,} requests over {span:.0f} s "
             f"at speed {args.speed:g})"
         )
-    rate = args.load * shape.capacity(args.max_tokens)
+    rate = args.load * shape.capacity(args.max_tokens, args.prompt_tokens)
     arrivals = synthetic(
         adapters=args.adapters, zipf=args.zipf, rate=rate, duration=args.duration,
         seed=args.seed, prompt_tokens=args.prompt_tokens, max_tokens=args.max_tokens,
@@ -152,11 +164,37 @@ def ms(r: RunResult, q: float) -> float:
     return percentile(r.ttft, q) * 1000 if r.ttft else float("inf")
 
 
-def row(r: RunResult) -> str:
+SLOS = (1.0, 2.0)
+"""TTFT bounds (s) whose goodput the table shows; ``--slo-ttft`` adds more."""
+
+
+def goodput(r: RunResult, slo: float) -> float:
+    """Share of the run's requests whose first token came within ``slo`` seconds."""
+    return sum(t <= slo for t in r.ttft) / max(r.requests, 1)
+
+
+def hit_rate(r: RunResult) -> float:
+    """Prompt tokens found in the replicas' prefix caches over prompt tokens looked up."""
+    return r.prefix_hits / r.prefix_queries if r.prefix_queries else 0.0
+
+
+def header(slos: tuple[float, ...]) -> list[str]:
+    good = " | ".join(f"goodput TTFT <= {s:g} s" for s in slos)
+    return [
+        f"| policy | {good} | TTFT p50 ms | TTFT p99 ms | prefix hit rate | adapter loads "
+        "/ 1,000 req (disk) | router's estimate / 1,000 | replicas per adapter "
+        "| throughput req/s |",
+        "|---|" + "---:|" * (len(slos) + 7),
+    ]
+
+
+def row(r: RunResult, slos: tuple[float, ...] = SLOS) -> str:
     """A row of the in-process table."""
+    good = " | ".join(f"{goodput(r, s):.1%}" for s in slos)
     return (
-        f"| {r.label} | {r.loads_per_1000:.0f} | {1000 * r.estimated_loads / r.requests:.0f} "
-        f"| {r.replicas_per_adapter:.2f} | {ms(r, 50):.0f} | {ms(r, 99):.0f} "
+        f"| {r.label} | {good} | {ms(r, 50):.0f} | {ms(r, 99):.0f} | {hit_rate(r):.1%} "
+        f"| {r.loads_per_1000:.0f} ({1000 * r.disk_loads / max(r.requests, 1):.0f}) "
+        f"| {1000 * r.estimated_loads / r.requests:.0f} | {r.replicas_per_adapter:.2f} "
         f"| {r.throughput:.1f} |"
     )
 
@@ -205,6 +243,18 @@ def http_leg(args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival
         f"{best.loads_per_1000:.0f} per 1,000.",
     ]
     return lines
+
+
+def sized(shape: FleetShape, arrivals: list[Arrival], utilisation: float) -> FleetShape:
+    """``shape`` with as many replicas as the requests' work needs at ``utilisation``:
+    each request holds a batch lane for its first token, its other tokens and the
+    prefill of its whole prompt (no cache hit assumed), over the trace's span."""
+    span = max(a.t for a in arrivals) - min(a.t for a in arrivals) or 1.0
+    work = sum(shape.ttft_s + (a.max_tokens - 1) * shape.itl_s
+               + a.prompt_tokens * shape.prefill_s_per_token * shape.max_num_seqs
+               for a in arrivals)  # fmt: skip
+    lanes = work / (span * utilisation)
+    return replace(shape, replicas=max(1, math.ceil(lanes / shape.max_num_seqs)))
 
 
 def longest_wait(r: RunResult, shape: FleetShape) -> float:
@@ -290,21 +340,21 @@ def main(argv: list[str] | None = None) -> int:
     if not arrivals:
         print("no requests to replay", file=sys.stderr)
         return 2
+    if args.utilisation is not None:
+        shape = sized(shape, arrivals, args.utilisation)
+        described += f"; fleet sized for {args.utilisation:.0%} utilisation"
     runs = [(OURS, OURS, 1), (f"{OURS} x{args.routers}", OURS, args.routers),
             (LLMD, LLMD, 1), (BASELINE, BASELINE, 1),
             ("least-loaded", "least-loaded", 1), ("round-robin", "round-robin", 1)]  # fmt: skip
     results: dict[str, RunResult] = {}
     started = time.monotonic()
+    slos = tuple(sorted({*SLOS, *args.slo_ttft}))
+    print("\n".join(header(slos)), flush=True)
     for label, policy, routers in runs:
         t0 = time.monotonic()
         results[label] = r = run_policy(label, policy, routers, arrivals, shape)
-        print(f"{row(r)}  ({time.monotonic() - t0:.1f} s)", flush=True)
-    header = [
-        "| policy | adapter loads / 1,000 req | router's estimate / 1,000 | replicas per adapter "
-        "| TTFT p50 ms | TTFT p99 ms | throughput req/s |",
-        "|---|---:|---:|---:|---:|---:|---:|",
-    ]
-    table = "\n".join([*header, *(row(r) for r in results.values())])
+        print(f"{row(r, slos)}  ({time.monotonic() - t0:.1f} s)", flush=True)
+    table = "\n".join([*header(slos), *(row(r, slos) for r in results.values())])
     offline, online, floor_lines = floors(args, shape, arrivals, results)
     verdict = [*goals(results, args.routers, offline, online), "", *floor_lines]
     print("\n".join(verdict))

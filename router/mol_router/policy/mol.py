@@ -82,7 +82,7 @@ class MolAffinity(EligibleFirst):
     def __init__(self, knobs: Mapping[str, Any] | None = None) -> None:
         k = Knobs(self.name, knobs or {}, self.KNOBS)
         self.load_factor = k.get("load_factor", float, 1.25, 1.0, 100.0)
-        self.slack = k.get("slack", float, 4.0, 0.0, 1_000_000.0)
+        self.slack = k.get("slack", float, 1.0, 0.0, 1_000_000.0)
         self.candidates = k.get("candidates", int, 16, 1, 1_000_000)
         self.hot_share = k.get("hot_share", float, 0.01, 0.0, 1.0)
 
