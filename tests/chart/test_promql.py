@@ -94,7 +94,7 @@ def _seed_catalog(url: str) -> None:
                 "adapter_model.safetensors": ("adapter_model.safetensors", weights)})
 
         for name, seed, alias, rank in (("chat", 1, "stable", 8), ("coding", 2, "stable", 8),
-                                        ("coding", 3, "candidate", 8), ("big", 4, "stable", 16)):
+                                        ("coding", 3, "candidate", 8), ("big", 4, "trial", 16)):
             publish(name, seed, alias, rank).raise_for_status()
         # Does not fit the base at all: a compatibility rejection.
         assert publish("broken", 5, "stable", layers=model.layers + 3).status_code == 422
@@ -112,7 +112,9 @@ def _router_config(tmp: Path, catalog: str, engines: list[str]) -> Path:
         "experts": [{"name": "chat", "adapter": "demo/chat@stable"},
                     {"name": "coding", "adapter": "demo/coding@stable",
                      "canary": {"adapter": "demo/coding@candidate", "weight": 50}},
-                    {"name": "big", "adapter": "demo/big@stable"}],
+                    # too big for the profile: on an unprotected alias (stable is
+                    # protected and would refuse the move)
+                    {"name": "big", "adapter": "demo/big@trial"}],
         "handoffEnabled": True, "adapterNamespaces": ["demo"], "endpoints": engines,
         "apiKeysFile": str(keys)}))
     return cfg
