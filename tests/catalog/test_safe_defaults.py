@@ -85,7 +85,9 @@ def test_clients_join_relative_urls_to_the_catalog_url() -> None:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(200, json={
             "adapter": "acme/coding", "version": 1, "digest": "sha256:cd", "status": "ready",
-            "yank_reason": None, "base": "b@1", "verdict": None,
+            "yank_reason": None, "base": "b@1", "verdict": None, "signature": None,
+            "signed_by": None, "signer_key": None, "signer_revoked": False,
+            "signature_required": False,
             "files": [{"path": "a", "digest": "sha256:ab", "size": 1,
                        "url": "/v1/blobs/sha256/ab"}]})
 

@@ -172,7 +172,7 @@ class ProtectedAliases(CatalogModel):
 
     namespace: str
     protected_aliases: list[str]
-    required_evals: list[str] = []
+    required_evals: list[str]
     default: bool
     updated_by: str | None
     updated_at: str | None
