@@ -68,7 +68,7 @@ def _complete(words: str) -> list[str]:
 
 
 def test_shell_completion_offers_verbs_and_choices() -> None:
-    assert _complete("mol catalog p") == ["publish", "pull", "profile"]
+    assert _complete("mol catalog p") == ["publish", "pull", "profile", "protected"]
     assert _complete("mol catalog ls -o ") == ["text", "json", "yaml"]
     # Typer finds the shell among the parent processes: run it from bash, as a user does
     # (the test runner's own ancestry has none when it was started detached).

@@ -34,7 +34,8 @@ class LiveCatalog:
 @pytest.fixture(scope="module")
 def live_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCatalog]:
     """A catalog process with a base, a serving profile (max rank 8) and adapters:
-    demo/chat v1, v2 (alias stable -> v1), demo/coding v1 and a rank-16 demo/big v1."""
+    demo/chat v1, v2 (alias stable -> v1), demo/coding v1 and a rank-16 demo/big v1 (alias
+    trial: stable, protected, refuses a version the profile cannot load)."""
     tmp_path = tmp_path_factory.mktemp("catalog")
     port = free_port()
     cmd = [sys.executable, "-m", "mol_platform", "catalog", "serve", "--host", "127.0.0.1",
@@ -53,7 +54,7 @@ def live_catalog(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveCatal
                             "engine": "vllm"})
             assert r.is_success, r.text
             for name, rank, seed, alias in (("chat", 8, 1, "stable"), ("chat", 8, 2, None),
-                                            ("coding", 8, 3, "stable"), ("big", 16, 4, "stable")):
+                                            ("coding", 8, 3, "stable"), ("big", 16, 4, "trial")):
                 cfg, weights = model.lora_files(rank, seed=seed)
                 data = {"base": base, **({"alias": alias} if alias else {})}
                 r = c.post(f"/v1/adapters/demo/{name}/versions", data=data, files={
@@ -116,7 +117,7 @@ async def test_incompatible_adapter_is_refused_with_reasons(
             start_router(_config(router_config, sims.urls, catalog)) as router, \
             httpx.AsyncClient(timeout=10) as http:
         await ready(router)
-        r = await _ask(http, router.url, model="demo/big@stable")
+        r = await _ask(http, router.url, model="demo/big@trial")
         assert r.status_code == 422
         err = r.json()["error"]
         assert err["code"] == "adapter_incompatible"
@@ -131,7 +132,7 @@ async def test_a_canary_that_cannot_be_served_falls_back_to_stable(
         catalog: str, router_config: Any, start_router: Any, ready: Any) -> None:
     cfg = router_config(["http://127.0.0.1:9"], catalog_url=catalog, profile=PROFILE,
                         experts=[{"name": "chat", "adapter": "demo/chat@stable",
-                                  "canary": {"adapter": "demo/big@stable", "weight": 100}}])
+                                  "canary": {"adapter": "demo/big@trial", "weight": 100}}])
     async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
         cfg = cfg.model_copy(update={"endpoints": sims.urls})
         async with start_router(cfg) as router, httpx.AsyncClient(timeout=10) as http:
