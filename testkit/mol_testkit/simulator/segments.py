@@ -16,18 +16,13 @@ import hashlib
 from collections.abc import Sequence
 from functools import lru_cache
 
+from mol_platform.apps.demo.tokenizer import COMMON_WORDS
+
 Segment = tuple[str, int]
 
-_TEXT = (
-    "the a an of to and in is it you that he was for on are with as his they be at one "
-    "have this from or had by hot word but what some we can out other were all there when "
-    "up use your how said each she which do their time if will way about many then them "
-    "write would like so these her long make thing see him two has look more day could go "
-    "come did number sound no most people my over know water than call first who may down "
-    "side been now find any new work part take get place made live where after back little "
-    "only round man year came show every good me give our under name very through just form"
-)
-WORDS = tuple(_TEXT.split())
+# The demo tokenizer's common English words, up to "form" (the order the texts of
+# recorded traces depend on).
+WORDS = COMMON_WORDS[: COMMON_WORDS.index("form") + 1]
 
 
 def _seed(segment_id: str) -> int:

@@ -50,7 +50,9 @@ _TEXT = (
     "function const let var async await yield lambda model adapter router expert serve token "
     "request response stream chat agent coding button layout style color margin padding"
 )
-_WORDS = tuple(_TEXT.split())
+COMMON_WORDS = tuple(_TEXT.split())
+"""Words each of which, with a leading space, is one token of the demo tokenizer (the
+simulator's prompt segments are made of them)."""
 _SYLLABLES = ("ka", "lo", "mi", "ra", "te", "su", "no", "pe", "vi", "da", "zu", "qe", "xo")
 _PUNCT = (".", ",", "?", "!", ":", ";", "()", "[]", "{}", "=", "+", "-", "*", "/", "\n")
 
@@ -60,7 +62,7 @@ def _corpus(seed: int, lines: int = 4000) -> Iterator[str]:
     invented = [
         "".join(rng.choice(_SYLLABLES, size=int(rng.integers(2, 5)))) for _ in range(400)
     ]
-    words = [*_WORDS, *invented]
+    words = [*COMMON_WORDS, *invented]
     for _ in range(lines):
         n = int(rng.integers(4, 16))
         parts = []
