@@ -190,7 +190,10 @@ async def test_events_are_delivered_after_the_catalog_restarts(
         await _publish(http, model, seed=1, alias=None)
     assert receiver.requests == []
     receiver.statuses = [503] * 1000
-    second = create_app(CatalogSettings(**{**values, "webhook_backoff_seconds": 0.2}))
+    # Retries at most 0.5 s apart: however many the second process makes on a slow
+    # machine, the third finds the failed deliveries due within a second.
+    second = create_app(CatalogSettings(**{**values, "webhook_backoff_seconds": 0.2,
+                                           "webhook_backoff_max_seconds": 0.5}))
     async with second.router.lifespan_context(second), AppClient(second) as http:
         await until(lambda: len(receiver.requests) >= 1)
         await _publish(http, model, seed=2, alias=None)
