@@ -2,8 +2,9 @@
 # Debian packages the tests need: PostgreSQL 15 server binaries (initdb/pg_ctl, with
 # pg_trgm, which Debian ships inside postgresql-15), Prometheus + promtool (PromQL and
 # rule checks), wrk (benchmarks), chromium (the console's browser tests, driven by
-# Playwright; its own browser downloads are never used) and npm (the console's
-# front-end assets, scripts/console-assets.sh). Installs only what is missing, so a
+# Playwright; its own browser downloads are never used), npm (the console's
+# front-end assets, scripts/console-assets.sh) and openssl (the signing keys the
+# catalog's documented flow makes). Installs only what is missing, so a
 # second run costs nothing. Services are never started: the tests start their own on
 # loopback.
 set -euo pipefail
@@ -19,6 +20,7 @@ fi
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 [[ -x /usr/bin/chromium ]] || need+=(chromium)
 command -v npm >/dev/null 2>&1 || need+=(npm)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 ((${#need[@]})) || exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then
