@@ -9,9 +9,17 @@ import re
 from pathlib import Path
 
 import httpx
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Locator, Page, expect
 
 from mol_testkit.console import ADMIN_TOKEN, ConsoleStack, login
+
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def assert_digest(code: Locator) -> None:
+    """The element shows a whole sha256 digest and nothing else (a full match)."""
+    expect(code).to_be_visible()
+    assert DIGEST.fullmatch(code.inner_text()), code.inner_text()
 
 
 def test_login_refuses_a_bad_token_and_pages_need_a_login(page: Page,
@@ -62,7 +70,7 @@ def test_version_page_shows_files_verdicts_and_lineage(admin: Page,
     files = page.get_by_role("table", name="Files of v2")
     expect(files).to_contain_text("adapter_config.json")
     expect(files).to_contain_text("adapter_model.safetensors")
-    expect(files.locator("code").first).to_have_text(re.compile(r"^sha256:[0-9a-f]{64}$"))
+    assert_digest(files.locator("code").first)
     verdicts = page.get_by_role("table", name="Verdict per serving profile")
     expect(verdicts).to_contain_text("demo.default")
     expect(verdicts).to_contain_text("compatible")
@@ -89,7 +97,7 @@ def test_version_page_lists_eval_reports_and_the_feed_shows_them(admin: Page,
     expect(reports).to_contain_text("ui-bench")
     expect(reports).to_contain_text("pass@1=0.75")
     expect(reports).to_contain_text("judge-7b")
-    expect(reports.locator("code").first).to_have_text(re.compile(r"^sha256:[0-9a-f]{64}$"))
+    assert_digest(reports.locator("code").first)
 
 
 def test_publish_a_folder_and_see_the_verdicts(admin: Page, stack: ConsoleStack,
@@ -147,7 +155,8 @@ def test_move_an_alias_after_confirmation_and_see_the_event(admin: Page,
     expect(page.get_by_role("table", name="Verdict per serving profile")).to_contain_text(
         "compatible")
     page.get_by_role("button", name="Move @candidate to v1").click()
-    expect(page).to_have_url(re.compile(r"/ui/adapters/demo/chat\?since=\d+$"))
+    page.wait_for_url(lambda url: re.fullmatch(r".*/ui/adapters/demo/chat\?since=\d+", url)
+                      is not None)
     expect(page.locator("#feed")).to_contain_text("alias.moved @candidate → v1")
     expect(page.get_by_role("heading", name="@candidate → v1")).to_be_visible()
     with stack.api() as api:
