@@ -29,7 +29,7 @@ from mol_router.tracker import EngineTracker
 from mol_testkit.simulator.config import SimConfig
 from mol_testkit.simulator.kvcache import BlockHash, block_hashes
 from mol_testkit.simulator.model import SlotEngine
-from mol_testkit.simulator.segments import prompt_token_ids
+from mol_testkit.simulator.segments import prompt_text, prompt_token_ids
 
 TOKEN_STEPS = 4
 """Generated tokens are booked in this many steps per request (not one event each)."""
@@ -223,20 +223,13 @@ async def _drive(
     return result
 
 
-def _segment_bytes(segment_id: str, tokens: int) -> bytes:
-    """Stand-in for a segment's text as the router hashes it: ~4 bytes a token, unique to
-    the segment id (the router hashes what it is sent, not tokens)."""
-    unit = f"{segment_id}|".encode()
-    return (unit * (4 * tokens // len(unit) + 1))[: 4 * tokens]
-
-
 def route_prefix(a: Arrival) -> tuple[int, ...]:
-    """The prefix keys the router computes for a trace request with segments (none
-    without: a prompt of its own shares no prefix)."""
+    """The prefix keys the router computes for a trace request with segments, from the
+    text the HTTP leg sends (none without segments: a prompt of its own shares no
+    prefix)."""
     if a.segments is None:
         return ()
-    data = b"".join(_segment_bytes(sid, tokens) for sid, tokens in a.segments)
-    return prefix_keys(data, a.adapter or "")
+    return prefix_keys(prompt_text(a.segments).encode(), a.adapter or "")
 
 
 def prompt_hashes(engine: SlotEngine, adapter: str | None, a: Arrival) -> list[BlockHash]:

@@ -53,16 +53,18 @@ class Tenant:
     tokens: Bucket | None = None
     spec: ApiKey | None = field(default=None, repr=False)
 
-    @property
-    def cache_salt(self) -> str:
-        """vLLM's ``cache_salt`` for this tenant's requests (``cacheIsolation: tenant``):
-        derived from its key's digest, so the same in every router replica and not
-        guessable by another tenant (who could otherwise probe its cached prefixes)."""
+    cache_salt: str = field(init=False, default="")
+    """vLLM's ``cache_salt`` for this tenant's requests (``cacheIsolation: tenant``):
+    derived once from its key's digest, so the same in every router replica and not
+    guessable by another tenant (who could otherwise probe its cached prefixes)."""
+
+    def __post_init__(self) -> None:
         secret = ""
         if self.spec is not None:
             secret = self.spec.key_sha256 or hashlib.sha256(
                 (self.spec.key or "").encode()).hexdigest()
-        return hashlib.blake2b(f"{self.name}\0{secret}".encode(), digest_size=16).hexdigest()
+        self.cache_salt = hashlib.blake2b(f"{self.name}\0{secret}".encode(),
+                                          digest_size=16).hexdigest()
 
     def may_use(self, namespace: str) -> bool:
         return "*" in self.namespaces or namespace in self.namespaces

@@ -43,6 +43,7 @@ def prompt_token_ids(segments: Sequence[Segment]) -> list[int]:
     return out
 
 
+@lru_cache(maxsize=4096)
 def segment_text(segment_id: str, tokens: int) -> str:
     """``tokens`` words, each with a leading space, picked by the segment id."""
     seed = _seed(segment_id)
