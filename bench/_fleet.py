@@ -16,8 +16,9 @@ adapters with running requests, as vLLM lists them) and books what it sends.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import aiohttp
 
@@ -136,7 +137,8 @@ def _metrics(engine: SlotEngine) -> EngineMetrics:
 
 
 async def _drive(
-    label: str, policy: str, routers: int, arrivals: Sequence[Arrival], shape: FleetShape
+    label: str, policy: str, routers: int, arrivals: Sequence[Arrival], shape: FleetShape,
+    knobs: Mapping[str, Any] | None = None,
 ) -> RunResult:
     loop = asyncio.get_running_loop()
     config = shape.config()
@@ -156,7 +158,7 @@ async def _drive(
             for u in urls:
                 t.record_health(u, True)
             trackers.append(t)
-        policies = [make_policy(policy) for _ in range(routers)]
+        policies = [make_policy(policy, knobs) for _ in range(routers)]
         result = RunResult(label, len(arrivals))
         done = asyncio.Event()
         left = [len(arrivals)]
@@ -242,10 +244,12 @@ def prompt_hashes(engine: SlotEngine, adapter: str | None, a: Arrival) -> list[B
 
 
 def run_policy(
-    label: str, policy: str, routers: int, arrivals: Sequence[Arrival], shape: FleetShape
+    label: str, policy: str, routers: int, arrivals: Sequence[Arrival], shape: FleetShape,
+    knobs: Mapping[str, Any] | None = None,
 ) -> RunResult:
-    """One policy over the whole workload, on a fresh fleet and a virtual clock."""
+    """One policy (with ``knobs``, else its defaults) over the whole workload, on a
+    fresh fleet and a virtual clock."""
     from _vclock import run_virtual
 
-    result: RunResult = run_virtual(_drive(label, policy, routers, arrivals, shape))
+    result: RunResult = run_virtual(_drive(label, policy, routers, arrivals, shape, knobs))
     return result

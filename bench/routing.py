@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import json
 import math
 import os
 import re
@@ -33,6 +34,7 @@ from _floor import Fleet, Floor, load_floor, online_floor
 from _machine import machine_info
 from _report import percentile, write_section
 from _workload import Arrival, load_trace, synthetic
+from mol_router.policy import make_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 BASELINE = "gie-lora-affinity"
@@ -110,6 +112,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="vllm-router policies to try; the report names the best (consistent_hash "
         "is keyed on the adapter through X-Session-ID)",
     )
+    p.add_argument("--ours-knobs", type=json.loads, default={}, metavar="JSON",
+                   help=f"{OURS}'s policy knobs, e.g. '{{\"slack\": 4}}' (default: its own "
+                   "defaults, as the router uses them)")
     p.add_argument("--slo-ttft", type=float, action="append", default=[], metavar="S",
                    help="also report goodput at TTFT <= S seconds (repeatable; 1 and 2 "
                    "always)")
@@ -130,6 +135,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--load must be in (0, 2], --duration and --speed > 0")
     if args.http_duration <= 0 or args.http_timeout <= 0 or not 0 < args.http_speed <= 10:
         p.error("--http-duration and --http-timeout must be > 0, --http-speed in (0, 10]")
+    if not isinstance(args.ours_knobs, dict):
+        p.error("--ours-knobs must be a JSON object, e.g. '{\"slack\": 4}'")
+    try:
+        make_policy(OURS, args.ours_knobs)
+    except ValueError as exc:
+        p.error(f"--ours-knobs: {exc}")
     if re.fullmatch(r"[a-z][a-z0-9-]{0,40}", args.section) is None:
         p.error("--section must be lowercase letters, digits and '-', e.g. routing-chat")
     if args.utilisation is not None and not 0 < args.utilisation <= 1:
@@ -366,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(header(slos)), flush=True)
     for label, policy, routers in runs:
         t0 = time.monotonic()
-        results[label] = r = run_policy(label, policy, routers, arrivals, shape)
+        knobs = args.ours_knobs if policy == OURS else None
+        results[label] = r = run_policy(label, policy, routers, arrivals, shape, knobs)
         print(f"{row(r, slos)}  ({time.monotonic() - t0:.1f} s)", flush=True)
     table = "\n".join([*header(slos), *(row(r, slos) for r in results.values())])
     offline, online, floor_lines = floors(args, shape, arrivals, results)
