@@ -3,7 +3,9 @@
 One command (`python bench/catalog_resolve_cpu.py --tree /path/to/other/checkout`):
 each round runs, in a fresh process per tree, the catalog app on SQLite in-process
 (httpx's ASGI transport: no sockets, no load generator), publishes one adapter and
-resolves ``ns/name@alias`` N times, reading the process's own CPU time. Rounds
+resolves ``ns/name@alias`` N times, reading the process's own CPU time (or, with
+``--instructions``, the CPU instructions callgrind counts over those N resolves, all
+threads included: a figure no other load on the machine moves). Rounds
 alternate the trees' order, so a machine busy with other work slows both alike: the
 figure is the process's CPU, not wall time. bench/catalog.py measures the served
 catalog with Postgres; this isolates the app's own work per resolve (where a change
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -23,7 +26,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 _CHILD = r"""
-import asyncio, json, sys, time
+import asyncio, json, os, subprocess, sys, time
 from pathlib import Path
 import httpx
 from mol_catalog.app import create_app
@@ -49,24 +52,49 @@ async def main(tmp: str, n: int, settings: dict) -> None:
             assert r.status_code == 201, r.text
             for _ in range(300):  # warm-up: caches, the first statements
                 assert (await c.get("/v1/resolve/acme/bot@stable")).status_code == 200
+            counting = os.environ.get("MOL_BENCH_CALLGRIND") == "1"
+            if counting:
+                subprocess.run(["callgrind_control", "-i", "on", str(os.getpid())], check=True,
+                               capture_output=True)
             cpu = time.process_time()
             for _ in range(n):
                 await c.get("/v1/resolve/acme/bot@stable")
             cpu = time.process_time() - cpu
+            if counting:
+                subprocess.run(["callgrind_control", "-d", str(os.getpid())], check=True,
+                               capture_output=True)
     print(json.dumps({"cpu_us": cpu / n * 1e6}))
 
 asyncio.run(main(sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])))
 """
 
 
-def run(tree: Path, n: int, settings: dict[str, object]) -> float:
+def _callgrind_total(out: Path) -> int:
+    """The largest dump total among callgrind's files (the counted resolves)."""
+    best = 0
+    for path in out.parent.glob(out.name + "*"):
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith(("summary:", "totals:")):
+                best = max(best, int(line.split()[1]))
+    return best
+
+
+def run(tree: Path, n: int, settings: dict[str, object], instructions: bool) -> float:
+    """CPU us per resolve of ``tree``'s catalog, or its instructions per resolve."""
     paths = [str(tree / p) for p in ("platform", "catalog", "operator", "router", "testkit")]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     with tempfile.TemporaryDirectory(prefix="mol-resolve-cpu-") as tmp:
-        out = subprocess.run([sys.executable, "-c", _CHILD, tmp, str(n), json.dumps(settings)],
-                             env=env, capture_output=True, text=True, timeout=600)
-    if out.returncode != 0:
-        raise SystemExit(f"the run in {tree} failed:\n{out.stderr[-3000:]}")
+        argv = [sys.executable, "-c", _CHILD, tmp, str(n), json.dumps(settings)]
+        out_file = Path(tmp) / "callgrind.out"
+        if instructions:
+            env["MOL_BENCH_CALLGRIND"] = "1"
+            argv = ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                    f"--callgrind-out-file={out_file}", *argv]
+        out = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=3600)
+        if out.returncode != 0:
+            raise SystemExit(f"the run in {tree} failed:\n{out.stderr[-3000:]}")
+        if instructions:
+            return _callgrind_total(out_file) / n
     return float(json.loads(out.stdout.strip().splitlines()[-1])["cpu_us"])
 
 
@@ -77,7 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resolves", type=int, default=3000, help="resolves per measurement")
     p.add_argument("--settings", default="{}",
                    help="JSON CatalogSettings overrides for this tree's runs (e.g. tracing)")
+    p.add_argument("--instructions", action="store_true",
+                   help="count CPU instructions with callgrind instead of CPU time "
+                        "(needs valgrind; ~50x slower, load independent)")
     args = p.parse_args(argv)
+    if not 1 <= args.rounds <= 100 or not 1 <= args.resolves <= 1_000_000:
+        p.error("--rounds must be in 1..100 and --resolves in 1..1000000")
+    if args.instructions and shutil.which("callgrind_control") is None:
+        p.error("--instructions needs valgrind (Debian: valgrind)")
+    unit = "instructions" if args.instructions else "us CPU"
     mine: list[float] = []
     base: list[float] = []
     for i in range(args.rounds):
@@ -86,12 +122,12 @@ def main(argv: list[str] | None = None) -> int:
             order.reverse()
         for name, tree in order:
             settings = json.loads(args.settings) if name == "this" else {}
-            figure = run(tree, args.resolves, settings)
+            figure = run(tree, args.resolves, settings, args.instructions)
             (mine if name == "this" else base).append(figure)
-            print(f"round {i + 1} {name}: {figure:.1f} us CPU per resolve", flush=True)
+            print(f"round {i + 1} {name}: {figure:,.1f} {unit} per resolve", flush=True)
     m, b = statistics.median(mine), statistics.median(base)
-    print(f"this: median {m:.1f} us (range {min(mine):.1f}-{max(mine):.1f}); "
-          f"base: median {b:.1f} us (range {min(base):.1f}-{max(base):.1f}); "
+    print(f"this: median {m:,.1f} {unit} (range {min(mine):,.1f}-{max(mine):,.1f}); "
+          f"base: median {b:,.1f} {unit} (range {min(base):,.1f}-{max(base):,.1f}); "
           f"ratio {m / b:.3f}")
     return 0
 

@@ -41,7 +41,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--requests", type=int, default=500, help="requests counted per mode")
     p.add_argument("--warmup", type=int, default=300, help="requests sent before counting")
     p.add_argument("--concurrency", type=int, default=8, help="requests in flight")
+    p.add_argument("--settle", type=float, default=7.0,
+                   help="seconds idle between warm-up and counting, so one-time work the "
+                        "warm-up started (the tracer's first export: its imports and "
+                        "connection) is done before counting")
     p.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset")
+    p.add_argument("--tracing-ratio", type=float, default=TRACING_RATIO,
+                   help=f"sample ratio of the '{TRACED}' target (default {TRACING_RATIO}; "
+                        "0 measures the unsampled path alone)")
     p.add_argument("--write", action="store_true", help="write docs/benchmarks.md's section")
     args = p.parse_args(argv)
     unknown = set(args.targets.split(",")) - set(TARGETS)
@@ -49,6 +56,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         p.error(f"unknown targets {sorted(unknown)}; choose from {', '.join(TARGETS)}")
     if not 1 <= args.requests <= 100_000 or not 0 <= args.warmup <= 100_000:
         p.error("--requests must be in 1..100000 and --warmup in 0..100000")
+    if not 0.0 <= args.tracing_ratio <= 1.0:
+        p.error("--tracing-ratio must be within 0..1")
+    if not 0 <= args.settle <= 600:
+        p.error("--settle must be in 0..600 seconds")
     if not 1 <= args.concurrency <= 256:
         p.error("--concurrency must be in 1..256")
     return args
@@ -104,7 +115,7 @@ def count(name: str, upstream: str, workdir: Path, args: argparse.Namespace
             sink = Proc("otlp", [sys.executable, "-m", "mol_testkit.otlp", "--port",
                                  str(otlp)], log=workdir / "otlp.log")
             env = {**os.environ, "MOL_ROUTER_TRACING_ENDPOINT": f"http://127.0.0.1:{otlp}",
-                   "MOL_ROUTER_TRACING_SAMPLE_RATIO": str(TRACING_RATIO)}
+                   "MOL_ROUTER_TRACING_SAMPLE_RATIO": str(args.tracing_ratio)}
     else:
         argv = [sys.executable, str(HERE / "_bare_proxy.py"), "--port", str(port),
                 "--upstream", upstream]  # fmt: skip
@@ -120,6 +131,7 @@ def count(name: str, upstream: str, workdir: Path, args: argparse.Namespace
         try:
             wait_http(ready, proc, timeout=180)
             asyncio.run(send(url, args.warmup, args.concurrency, stream))
+            time.sleep(args.settle)
             _control("-i", "on", str(proc.popen.pid))
             asyncio.run(send(url, args.requests, args.concurrency, stream))
             _control("-d", str(proc.popen.pid))
@@ -133,7 +145,7 @@ def count(name: str, upstream: str, workdir: Path, args: argparse.Namespace
     return per
 
 
-def report(results: dict[str, dict[bool, float]], command: str) -> str:
+def report(results: dict[str, dict[bool, float]], command: str, ratio: float) -> str:
     lines = [
         "## Router CPU instructions per request (`bench/router_instructions.py`)",
         "",
@@ -145,7 +157,8 @@ def report(results: dict[str, dict[bool, float]], command: str) -> str:
         "|---|---:|---:|",
     ]
     for name, per in results.items():
-        lines.append(f"| {name} | {per[False]:,.0f} | {per[True]:,.0f} |")
+        label = name if name != TRACED else f"mol-router tracing {ratio:g}"
+        lines.append(f"| {label} | {per[False]:,.0f} | {per[True]:,.0f} |")
     return "\n".join(lines)
 
 
@@ -168,7 +181,8 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = count(name, upstream, workdir, args)
     finally:
         up.stop()
-    text = report(results, "python bench/router_instructions.py " + " ".join(argv))
+    text = report(results, "python bench/router_instructions.py " + " ".join(argv),
+                  args.tracing_ratio)
     print(text)
     print(f"({time.monotonic() - started:.0f} s)", file=sys.stderr)
     if args.write:

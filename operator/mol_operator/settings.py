@@ -34,6 +34,9 @@ class OperatorSettings(BaseSettings):
     router_image: str = Field(default=_DEFAULTS.router_image,
                               description="Image of the rendered routers.")
     router_cpu: str = Field(default=_DEFAULTS.router_cpu, description="Router CPU request.")
+    router_access_log: bool = Field(
+        default=_DEFAULTS.router_access_log,
+        description="Routers write one JSON access-log line per request.")
     router_memory: str = Field(default=_DEFAULTS.router_memory,
                                description="Router memory request.")
     router_cpu_limit: str | None = Field(default=None, description="Router CPU limit (none).")
@@ -142,4 +145,5 @@ class OperatorSettings(BaseSettings):
             prometheus_pod_labels=dict(self.prometheus_pod_labels),
             tracing_endpoint=self.tracing_endpoint,
             tracing_sample_ratio=self.tracing_sample_ratio,
+            router_access_log=self.router_access_log,
         )

@@ -22,7 +22,7 @@ from mol_router.spans import RequestSpans, end_engine_call
 from mol_router.upstream import Upstreams
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span
+    from mol_platform.clients.tracing import Span
 
 log = logging.getLogger("mol.router.classifier")
 _MAX_CHARS = 4000

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from mol_platform.clients.tracing import unsampled_traceparent
 from mol_platform.contract.spec import CLASSIFIER_MODES
 from mol_router import handoff
 from mol_router.bodies import nonneg, parse_body
@@ -45,7 +46,7 @@ from mol_router.upstream import Upstreams
 from mol_router.wire import Request, Response, Stream, error_response
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span
+    from mol_platform.clients.tracing import Span
 
 log = logging.getLogger("mol.router")
 _NO_TARGETS: frozenset[str] = frozenset()
@@ -64,8 +65,12 @@ class GenerationProxy:
         rid = request_id(request.headers.get("x-request-id"))
         rt = self.rt
         tracing = rt.tracing
-        spans = RequestSpans(tracing, request.headers, chat, rid) \
-            if tracing is not None else None
+        headers = {"Content-Type": "application/json", "X-Request-Id": rid}
+        spans = None
+        if tracing is not None:
+            spans = RequestSpans.begin(tracing, request.headers, chat, rid)
+            if spans is None:  # not traced: engines and the catalog follow that decision
+                headers["traceparent"] = unsampled_traceparent()
         trace = (spans.trace_id if spans is not None else None) or trace_id_of(
             request.headers.get("traceparent"), rid)
         served: Served | None = None
@@ -80,7 +85,6 @@ class GenerationProxy:
             user = body.get("user") if isinstance(body.get("user"), str) else None
             user = user or request.headers.get("x-mol-user")
             routing = rt.routing
-            headers = {"Content-Type": "application/json", "X-Request-Id": rid}
             choice = routing.select(body.get("router"), body.get("model"), user)
             if choice is None:
                 choice = await self._auto(routing, body, chat, user, headers, spans)
@@ -90,9 +94,11 @@ class GenerationProxy:
                 raise RouterError(403, f"this API key may not use adapters of namespace "
                                   f"{choice.ref.split('/', 1)[0]!r}", "namespace_forbidden",
                                   param="model")
-            choice, resolved = await self._resolve(choice, spans)
+            unsampled = headers.get("traceparent")
+            choice, resolved = await self._resolve(choice, spans, unsampled=unsampled)
             rt.metrics.saw(resolved.adapter, started)
-            served = Served(choice, resolved, [choice.expert], trace=trace, spans=spans)
+            served = Served(choice, resolved, [choice.expert], trace=trace, spans=spans,
+                            unsampled=unsampled)
             body.pop("router", None)
             if body.get("stream") is True:
                 resp, code = await self._stream(request, path, body, chat, served, tenant,
@@ -195,11 +201,13 @@ class GenerationProxy:
                                      route_value("default", None, why))
 
     async def _resolve(self, choice: Choice, spans: RequestSpans | None,
-                       parent: Span | None = None) -> tuple[Choice, Resolved]:
+                       parent: Span | None = None, *, unsampled: str | None = None
+                       ) -> tuple[Choice, Resolved]:
         """The immutable adapter for a choice. A canary that cannot be served (unknown,
         catalog down, incompatible) falls back to the stable version rather than failing
-        its users; anything else that cannot be served is refused."""
-        traceparent = span = None
+        its users; anything else that cannot be served is refused. ``unsampled``: the
+        untraced request's ``traceparent`` for the catalog."""
+        traceparent, span = unsampled, None
         if spans is not None:
             span = spans.child("mol.router.resolve", parent, {
                 ADAPTER_REF: choice.ref, EXPERT: choice.expert, CANARY: choice.canary})
@@ -224,7 +232,7 @@ class GenerationProxy:
                         choice.ref, choice.expert)
             stable = dataclasses.replace(
                 choice, ref=self.rt.routing.experts[choice.expert].adapter, canary=False)
-            return await self._resolve(stable, spans, parent)
+            return await self._resolve(stable, spans, parent, unsampled=unsampled)
         assert resolved is not None
         if not resolved.compatible:
             self.rt.metrics.rejected("incompatible")
@@ -267,7 +275,8 @@ class GenerationProxy:
             "mol.handoff.hop": len(served.path)}) if spans is not None else None
         try:
             served.choice = routing.expert_choice(call.expert, "handoff", user, "handoff")
-            served.choice, served.resolved = await self._resolve(served.choice, spans, span)
+            served.choice, served.resolved = await self._resolve(
+                served.choice, spans, span, unsampled=served.unsampled)
         finally:
             if span is not None:
                 span.end()

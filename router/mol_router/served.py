@@ -53,6 +53,7 @@ class Served:
     completion: int = 0
     trace: str | None = None
     spans: RequestSpans | None = None
+    unsampled: str | None = None  # an untraced request's traceparent (tracing on)
     replica: str | None = None  # the engine that answered (the last hop's)
     ttft: float | None = None  # streams: arrival to the first content byte sent
 

@@ -1,11 +1,12 @@
 """One request's spans, named and attributed after OpenTelemetry's GenAI semantic
 conventions (docs/observability.md).
 
-Only created when tracing is on (``Runtime.tracing``); with it off the request path
-holds ``None`` and makes no SDK call. A request that sampling leaves out makes no SDK
-call either: it gets a fresh ``traceparent`` flagged not sampled, which still goes to
-the engine, so an engine exporting spans of its own follows the router's decision
-instead of tracing everything.
+Only created when tracing is on (``Runtime.tracing``) and the request is traced
+(:meth:`RequestSpans.begin`); otherwise the request path holds ``None`` and makes no
+span. A request that sampling leaves out gets a fresh ``traceparent`` flagged not
+sampled instead (:func:`~mol_platform.clients.tracing.unsampled_traceparent`), which
+still goes to the engine and the catalog, so an engine exporting spans of its own
+follows the router's decision instead of tracing everything.
 
 The tree of one request::
 
@@ -22,14 +23,10 @@ The tree of one request::
 
 from __future__ import annotations
 
-import random
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from mol_platform.clients.tracing import Tracing, traceparent_of
-
-if TYPE_CHECKING:
-    from opentelemetry.trace import Span
+from mol_platform.clients.tracing import Span, Tracing, traceparent_of
 
 OPERATION = "gen_ai.operation.name"
 PROVIDER = "gen_ai.provider.name"
@@ -64,32 +61,34 @@ def operation(chat: bool) -> str:
 class RequestSpans:
     """The root span of one request and the children it makes while recording."""
 
-    __slots__ = ("op", "recording", "root", "tracing", "unsampled")
+    __slots__ = ("op", "recording", "root", "tracing")
 
-    def __init__(self, tracing: Tracing, headers: Mapping[str, str], chat: bool,
-                 rid: str) -> None:
+    def __init__(self, tracing: Tracing, root: Span, op: str) -> None:
         self.tracing = tracing
-        self.op = operation(chat)
-        self.root: Span | None = tracing.root(self.op, tracing.SERVER, headers,
-                                              {OPERATION: self.op, PROVIDER: PROVIDER_NAME,
-                                               REQUEST_ID: rid})
-        self.recording = self.root is not None and self.root.is_recording()
-        self.unsampled = "" if self.root is not None else \
-            f"00-{random.getrandbits(128) or 1:032x}-{random.getrandbits(64) or 1:016x}-00"
+        self.op = op
+        self.root = root
+        self.recording = root.is_recording()
+
+    @classmethod
+    def begin(cls, tracing: Tracing, headers: Mapping[str, str], chat: bool,
+              rid: str) -> RequestSpans | None:
+        """The request's spans, or None when it is not traced (sampling said no and no
+        trusted caller's ``traceparent`` decides)."""
+        op = operation(chat)
+        root = tracing.root(op, tracing.SERVER, headers,
+                            {OPERATION: op, PROVIDER: PROVIDER_NAME, REQUEST_ID: rid})
+        return None if root is None else cls(tracing, root, op)
 
     @property
     def trace_id(self) -> str | None:
         """The trace's id when it is recorded (the exemplar's and the access log's)."""
-        if not self.recording or self.root is None:
-            return None
-        return f"{self.root.get_span_context().trace_id:032x}"
+        return f"{self.root.trace_id:032x}" if self.recording else None
 
     def requested(self, body: Mapping[str, Any]) -> None:
         """What the client asked for: names the root ``{operation} {model}``."""
         if not self.recording:
             return
         root = self.root
-        assert root is not None
         model = body.get("model")
         if isinstance(model, str):
             root.update_name(f"{self.op} {model}")
@@ -117,17 +116,12 @@ class RequestSpans:
 
     def traceparent(self, span: Span | None) -> str:
         """The header for an engine or catalog call: ``span``'s, else the root's (not
-        recording: a trusted parent's context, not sampled), else the fresh unsampled
-        one."""
-        if span is not None:
-            return traceparent_of(span)
-        return traceparent_of(self.root) if self.root is not None else self.unsampled
+        recording: a trusted parent's context, not sampled)."""
+        return traceparent_of(span if span is not None else self.root)
 
     def end(self, status: int, expert: str | None, adapter: str | None,
             prompt: int, completion: int) -> None:
         root = self.root
-        if root is None:
-            return
         if self.recording:
             root.set_attribute(STATUS_CODE, status)
             if expert is not None:

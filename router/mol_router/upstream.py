@@ -22,7 +22,7 @@ from mol_router.runtime import Runtime
 from mol_router.spans import REPLICA, RequestSpans, replica_attrs
 
 if TYPE_CHECKING:
-    from opentelemetry.trace import Span
+    from mol_platform.clients.tracing import Span
 
 log = logging.getLogger("mol.router.upstream")
 _QUEUE_POLL = 0.05

@@ -79,6 +79,20 @@ def test_router_and_engine_resources_are_the_charts(
                          "limits": {"memory": "512Mi"}}
 
 
+def _router_env(built: dict[tuple[str, str], dict[str, Any]]) -> dict[str, str]:
+    container = built[("Deployment", "macaron-router")]["spec"]["template"]["spec"][
+        "containers"][0]
+    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+
+
+def test_router_access_log_is_the_charts(chart: helm.Chart,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    on = _build(_settings(render(chart, {"router": {"accessLog": True}}), monkeypatch))
+    assert _router_env(on)["MOL_ROUTER_ACCESS_LOG"] == "true"
+    off = _build(_settings(render(chart, {}), monkeypatch))
+    assert "MOL_ROUTER_ACCESS_LOG" not in _router_env(off)
+
+
 def test_operator_rendered_monitors_carry_the_charts_monitor_labels(
         chart: helm.Chart, monkeypatch: pytest.MonkeyPatch) -> None:
     built = _build(_settings(render(chart, FULL), monkeypatch))

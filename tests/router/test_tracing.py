@@ -215,18 +215,19 @@ async def test_a_client_traceparent_is_a_parent_only_when_trusted(
 
 async def test_tracing_off_creates_no_sdk_object(
         router_config: Any, start_router: Any, ready: Any) -> None:
-    """Default settings: no tracer, no exporter, no span; engines get no
-    traceparent from the router (a client's is not forwarded either)."""
-    import opentelemetry.sdk.trace as sdk_trace
+    """Default settings: no span processor, no exporter, no span; engines get no
+    traceparent from the router (a client's is not forwarded either). With tracing on,
+    the same count sees the processor, so the count can fail."""
+    import opentelemetry.sdk.trace.export as sdk_export
 
     made: list[object] = []
-    original = sdk_trace.TracerProvider.__init__
+    original = sdk_export.BatchSpanProcessor.__init__
 
     def counting(self: Any, *args: Any, **kwargs: Any) -> None:
         made.append(self)
         original(self, *args, **kwargs)
 
-    sdk_trace.TracerProvider.__init__ = counting  # type: ignore[method-assign]
+    sdk_export.BatchSpanProcessor.__init__ = counting  # type: ignore[method-assign]
     try:
         async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
             async with start_router(router_config(sims.urls)) as router, \
@@ -237,9 +238,15 @@ async def test_tracing_off_creates_no_sdk_object(
                                     headers={"traceparent": CLIENT_PARENT})
                 assert r.status_code == 200, r.text
             received = sims.state(0).received
+            assert made == []
+            async with OtlpReceiver() as rx, \
+                    start_router(router_config(sims.urls), tracing_endpoint=rx.url,
+                                 tracing_sample_ratio=0.0) as traced:
+                await ready(traced)
+                assert traced.runtime.tracing is not None
     finally:
-        sdk_trace.TracerProvider.__init__ = original  # type: ignore[method-assign]
-    assert made == []
+        sdk_export.BatchSpanProcessor.__init__ = original  # type: ignore[method-assign]
+    assert len(made) == 1
     assert "traceparent" not in received[0].headers
 
 

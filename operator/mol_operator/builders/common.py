@@ -117,6 +117,8 @@ class Defaults:
     # sample ratio (engines follow the router's decision through traceparent).
     tracing_endpoint: str | None = None
     tracing_sample_ratio: float = 0.1
+    # Routers write one JSON access-log line per request (chart: router.accessLog).
+    router_access_log: bool = False
 
 
 @dataclass(frozen=True)

@@ -151,7 +151,7 @@ def router_objects(facts: Facts) -> list[dict[str, Any]]:
         args=["router", "serve", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}",
               "--port", str(ROUTER_PORT)],
         ports=[V1ContainerPort(name="http", container_port=ROUTER_PORT)],
-        env=[token_env(facts), *tracing_env(facts)],
+        env=[token_env(facts), *tracing_env(facts), *access_log_env(facts)],
         resources=router_resources(facts),
         security_context=container_security(),
         readiness_probe=V1Probe(http_get=V1HTTPGetAction(path="/readyz", port="http"),
@@ -188,6 +188,13 @@ def endpoint(facts: Facts) -> str:
     """The URL clients call: the router Service inside the cluster."""
     return f"http://{facts.names.router}.{facts.namespace}.svc:80/v1"
 
+
+
+def access_log_env(facts: Facts) -> list[V1EnvVar]:
+    """The router's access log, on only where the chart asks (it costs CPU per request)."""
+    if not facts.defaults.router_access_log:
+        return []
+    return [V1EnvVar(name="MOL_ROUTER_ACCESS_LOG", value="true")]
 
 
 def tracing_env(facts: Facts) -> list[V1EnvVar]:
