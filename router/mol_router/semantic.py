@@ -47,6 +47,9 @@ class SemanticSignal:
         self._index: tuple[signals.ExpertIndex, ...] | None = None
         self._building: asyncio.Task[tuple[signals.ExpertIndex, ...]] | None = None
         self._cache: OrderedDict[str, signals.Vector] = OrderedDict()
+        # The keywords alone (no vectors): for keywords first and for an engine failure.
+        self._keywords = tuple(signals.expert_index(e.name, [], e.keywords)
+                               for e in cfg.experts)
 
     async def embed(self, session: aiohttp.ClientSession, texts: Sequence[str],
                     bound: float | None = None) -> list[signals.Vector]:
@@ -138,13 +141,15 @@ class SemanticSignal:
         (then only keywords could decide)."""
         text = text[-self.cfg.max_chars:]
         cfg = self.cfg
+        if cfg.keywords_decide:
+            settled = signals.keyword_verdict(self._keywords, text)
+            if settled is not None:
+                return settled, None
         try:
             index = await self.index(session)
             query = await self.query(session, text) if text.strip() else None
         except EmbeddingError as exc:
-            keywords_only = tuple(signals.expert_index(e.name, [], e.keywords)
-                                  for e in cfg.experts)
-            ranked = signals.scores(keywords_only, text, None)
+            ranked = signals.scores(self._keywords, text, None)
             return signals.decide(ranked, cfg.threshold, cfg.margin, embedded=False), exc
         ranked = signals.scores(index, text, query)
         return signals.decide(ranked, cfg.threshold, cfg.margin,

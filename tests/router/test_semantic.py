@@ -63,7 +63,8 @@ async def fake_embeddings() -> AsyncIterator[FakeEmbeddings]:
 
 
 def _config(urls: list[str], router_config: Any, embeddings: str, mode: str,
-            **kw: Any) -> RouterConfig:
+            keywords_decide: bool = False, **kw: Any) -> RouterConfig:
+    """Keywords first is off unless asked for: most tests look at the embedding."""
     cfg: RouterConfig = router_config(
         urls, mode=mode, classifier="router", default="chat",
         experts=[{"name": "chat", "adapter": "demo/chat@v1"},
@@ -71,7 +72,8 @@ def _config(urls: list[str], router_config: Any, embeddings: str, mode: str,
                  {"name": "ui", "adapter": "demo/ui@v1"},
                  {"name": "router", "adapter": "demo/router@v1"}],
         semantic={"embeddingsUrl": embeddings, "model": "mini", "threshold": 0.8,
-                  "margin": 0.1, "maxChars": 64, "experts": [
+                  "margin": 0.1, "maxChars": 64, "keywordsDecide": keywords_decide,
+                  "experts": [
                       {"name": "coding", "examples": ["code", "code code page"],
                        "keywords": ["python"]},
                       {"name": "ui", "examples": ["page"], "keywords": ["css"]},
@@ -125,6 +127,30 @@ async def test_semantic_decides_then_the_classifier_then_the_default(
             'mode="semantic-then-classifier",signal="classifier"} 1.0') in metrics
     assert ('mol_router_route_decisions_total{deployment="demo",expert="chat",'
             'mode="semantic-then-classifier",signal="default"} 1.0') in metrics
+
+
+async def test_keywords_of_one_expert_decide_without_an_embedding_call(
+        router_config: Any, start_router: Any, ready: Any) -> None:
+    async with fake_embeddings() as fake, AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        cfg = _config(sims.urls, router_config, fake.url, "semantic", keywords_decide=True)
+        assert cfg.semantic is not None
+        assert cfg.semantic.keywords_decide
+        async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+            await ready(router)
+            expert, route = await _ask(http, router.url, "code")  # no keyword: embedded
+            assert (expert, (route or "").split(";")[0]) == ("coding", "semantic")
+            examples_and_first = len(fake.inputs)
+            assert fake.inputs[-1] == ["code"]
+            assert await _ask(http, router.url, "my Python script") == (
+                "coding", "keywords; score=0.100; margin=0.100")
+            assert len(fake.inputs) == examples_and_first  # no call for it
+            # keywords of two experts: the embedding decides
+            expert, route = await _ask(http, router.url, "python css page page")
+            assert (expert, (route or "").split(";")[0]) == ("ui", "semantic")
+            assert fake.inputs[-1] == ["python css page page"]
+            metrics = await (await http.get(router.url + "/metrics")).text()
+    assert ('mol_router_route_decisions_total{deployment="demo",expert="coding",'
+            'mode="semantic",signal="keywords"} 1.0') in metrics
 
 
 @pytest.mark.parametrize(("fail", "reason"), [("status", "status"), ("hang", "timeout")])

@@ -75,6 +75,8 @@ class RouterSemantic(_Model):
     margin: float = Field(default=0.0, ge=0.0, le=2.0)
     max_chars: int = Field(default=2000, ge=16, le=100_000)
     cache_size: int = Field(default=1024, ge=0, le=1_000_000)  # embeddings of recent turns
+    # A turn holding keywords of exactly one expert goes there without an embedding call.
+    keywords_decide: bool = True
 
 
 class EndpointSliceSelector(_Model):
@@ -264,7 +266,7 @@ def router_config_from_spec(
                              "router.semantic.embeddingsUrl")
         semantic = RouterSemantic(
             embeddings_url=url, model=sem.model, threshold=sem.threshold,
-            margin=sem.margin,
+            margin=sem.margin, keywords_decide=sem.keywords_decide,
             experts=[RouterSemanticExpert(name=e.name, examples=list(e.examples),
                                           keywords=list(e.keywords)) for e in sem.experts])
     ns = obj.metadata.namespace or "default"

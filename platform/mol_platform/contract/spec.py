@@ -405,6 +405,9 @@ class SemanticSpec(_Model):
                              description="The lowest winning score that decides.")
     margin: float = Field(default=0.0, ge=0.0, le=2.0,
                           description="How far the best score must lead the second.")
+    keywords_decide: bool = Field(
+        default=True, description="A turn holding keywords of exactly one expert goes to "
+        "that expert without an embedding call (false: keywords only add to the score).")
     experts: list[SemanticExpertSpec] = Field(
         min_length=1, max_length=64, description="Example utterances and keywords per expert.")
 
