@@ -19,13 +19,9 @@ from pydantic.alias_generators import to_camel
 
 from mol_platform.contract.names import child_name
 from mol_platform.contract.refs import check_name
-from mol_platform.contract.spec import (
-    SEMANTIC_MODES,
-    AdapterRefStr,
-    MoLDeployment,
-    RoutingMode,
-    canonical_mode,
-)
+from mol_platform.contract.spec import MoLDeployment
+from mol_platform.contract.spec_base import AdapterRefStr
+from mol_platform.contract.spec_router import SEMANTIC_MODES, RoutingMode, canonical_mode
 
 # Where the operator mounts the Secret named by ``spec.router.apiKeys.secretRef``; the
 # Secret holds the API keys file under the key ``keys.yaml``.
