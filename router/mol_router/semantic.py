@@ -151,6 +151,14 @@ class SemanticSignal:
         except EmbeddingError as exc:
             ranked = signals.scores(self._keywords, text, None)
             return signals.decide(ranked, cfg.threshold, cfg.margin, embedded=False), exc
+        width = next((e.examples.shape[1] for e in index if e.centroid is not None), None)
+        if query is not None and width is not None and query.shape != (width,):
+            # the engine's model changed under the config: its examples are re-embedded
+            self._index = self._building = None
+            mismatch = EmbeddingError("invalid", f"{self.url}: {query.shape[0]} dimensions, "
+                                      f"the examples have {width}")
+            return signals.decide(signals.scores(self._keywords, text, None), cfg.threshold,
+                                  cfg.margin, embedded=False), mismatch
         ranked = signals.scores(index, text, query)
         return signals.decide(ranked, cfg.threshold, cfg.margin,
                               embedded=query is not None), None

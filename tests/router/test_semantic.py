@@ -27,6 +27,7 @@ class FakeEmbeddings:
     def __init__(self) -> None:
         self.fail: str | None = None
         self.delay_examples = 0.0  # seconds before answering a call of several inputs
+        self.extra_dims = 0  # a model of another size answering (a swapped engine)
         self.inputs: list[list[str]] = []
         self.url = ""
 
@@ -40,8 +41,8 @@ class FakeEmbeddings:
             await asyncio.sleep(5)
         if len(body["input"]) > 1:
             await asyncio.sleep(self.delay_examples)
-        data = [{"index": i, "embedding": [t.lower().count(w) + 0.01 for w in AXES]}
-                for i, t in enumerate(body["input"])]
+        data = [{"index": i, "embedding": [t.lower().count(w) + 0.01 for w in AXES]
+                 + [0.5] * self.extra_dims} for i, t in enumerate(body["input"])]
         return web.json_response({"data": data})
 
 
@@ -151,6 +152,22 @@ async def test_keywords_of_one_expert_decide_without_an_embedding_call(
             metrics = await (await http.get(router.url + "/metrics")).text()
     assert ('mol_router_route_decisions_total{deployment="demo",expert="coding",'
             'mode="semantic",signal="keywords"} 1.0') in metrics
+
+
+async def test_an_engine_answering_another_size_falls_back_then_rebuilds(
+        router_config: Any, start_router: Any, ready: Any) -> None:
+    async with fake_embeddings() as fake, AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        cfg = _config(sims.urls, router_config, fake.url, "semantic")
+        async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+            await ready(router)
+            assert (await _ask(http, router.url, "code"))[0] == "coding"
+            fake.extra_dims = 2  # the engine now serves a model of 5 dimensions
+            assert await _ask(http, router.url, "my python page") == (
+                "coding", "keywords; score=0.100; margin=0.100; embedding=invalid")
+            # the examples are embedded again with the new model, then it decides again
+            expert, route = await _ask(http, router.url, "page page")
+    assert (expert, (route or "").split(";")[0]) == ("ui", "semantic")
+    assert sum(len(batch) > 1 for batch in fake.inputs) == 2
 
 
 @pytest.mark.parametrize(("fail", "reason"), [("status", "status"), ("hang", "timeout")])

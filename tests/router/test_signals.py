@@ -65,7 +65,7 @@ def test_without_embedding_only_a_keyword_lead_decides() -> None:
 def test_bad_vectors_are_refused() -> None:
     with pytest.raises(ValueError, match="non-zero"):
         signals.unit([0.0, 0.0])
-    with pytest.raises(ValueError, match="zip"):
+    with pytest.raises(ValueError, match="different sizes"):
         signals.expert_index("x", [[1.0, 0.0], [1.0]], [])
     assert signals.decide((), 0.0, 0.0, embedded=True).expert is None
 
