@@ -49,7 +49,11 @@ from _report import percentile, write_section
 from mol_platform.apps.demo.build import build_demo
 from mol_platform.apps.up.stack import embedding_model_dir
 from mol_platform.contract.engine_args import EngineLaunch, embedding_args, engine_args
-from mol_platform.contract.router_config import RouterConfig, router_config_from_spec
+from mol_platform.contract.router_config import (
+    RouterConfig,
+    RouterSemantic,
+    router_config_from_spec,
+)
 from mol_platform.contract.spec import MoLDeployment
 from mol_router.classifier import instructions
 from mol_router.selection import Routing
@@ -158,6 +162,7 @@ class Timer:
     def __init__(self) -> None:
         self.latency: list[float] = []
         self.cpu: list[float] = []
+        self.keywords = 0  # decisions the keywords made alone (no embedding call)
 
     def __enter__(self) -> Timer:
         self._t, self._c = time.perf_counter(), time.process_time()
@@ -171,9 +176,6 @@ class Timer:
 async def run(args: argparse.Namespace, cfg: RouterConfig,
               classifier_url: str | None) -> dict[str, Any]:
     assert cfg.semantic is not None
-    # The examples' one call may take long on a loaded CPU; each turn's gets 10 s.
-    signal = SemanticSignal(cfg.semantic.model_copy(update={"cache_size": 0}),
-                            timeout=300.0)
     rows = load_prompts(args.prompts)
     routing = Routing.build(cfg)
     experts = [e.name for e in cfg.experts if e.name != cfg.classifier]
@@ -181,18 +183,14 @@ async def run(args: argparse.Namespace, cfg: RouterConfig,
     system = instructions(routing)
     out: dict[str, Any] = {"rows": rows, "experts": experts, "modes": {}}
     async with aiohttp.ClientSession() as session:
-        await signal.ready(session)
-        signal.timeout = 10.0
-        await signal.verdict(session, "warm up")
-        sem_t, semantic, undecided = Timer(), [], []
-        for row in rows:
-            with sem_t:
-                verdict, error = await signal.verdict(session, row["prompt"])
-            if error is not None:
-                raise SystemExit(f"embedding failed: {error}")
-            semantic.append(verdict.expert or cfg.default)  # what mode semantic does
-            undecided.append(verdict.expert is None)
-        out["modes"]["semantic"] = {"picked": semantic, "timer": sem_t}
+        sem_t, semantic, undecided = await semantic_mode(session, cfg, rows, cfg.semantic)
+        out["modes"]["semantic"] = {"picked": semantic, "timer": sem_t,
+                                    "keywords": sem_t.keywords}
+        if cfg.semantic.keywords_decide:  # the same without keywords first, for the trade
+            every = cfg.semantic.model_copy(update={"keywords_decide": False})
+            timer, picked, _ = await semantic_mode(session, cfg, rows, every)
+            out["modes"]["semantic, every turn embedded (keywordsDecide: false)"] = {
+                "picked": picked, "timer": timer, "keywords": timer.keywords}
         picks: list[str | None] = []
         cls_t = Timer()
         if classifier_url is not None:
@@ -221,6 +219,27 @@ async def run(args: argparse.Namespace, cfg: RouterConfig,
             "picked": both, "timer": both_t, "undecided": sum(undecided),
             "classifier": classifier_url is not None}
     return out
+
+
+async def semantic_mode(session: aiohttp.ClientSession, cfg: RouterConfig,
+                        rows: list[dict[str, Any]], semantic: RouterSemantic
+                        ) -> tuple[Timer, list[str], list[bool]]:
+    """Mode ``semantic`` over the prompts: the timer, the picks, which were undecided."""
+    # The examples' one call may take long on a loaded CPU; each turn's gets 10 s.
+    signal = SemanticSignal(semantic.model_copy(update={"cache_size": 0}), timeout=300.0)
+    await signal.ready(session)
+    signal.timeout = 10.0
+    await signal.verdict(session, "warm up")
+    timer, picked, undecided = Timer(), [], []
+    for row in rows:
+        with timer:
+            verdict, error = await signal.verdict(session, row["prompt"])
+        if error is not None:
+            raise SystemExit(f"embedding failed: {error}")
+        picked.append(verdict.expert or cfg.default)  # what mode semantic does
+        undecided.append(verdict.expert is None)
+        timer.keywords += verdict.signal == "keywords"
+    return timer, picked, undecided
 
 
 def accuracy(rows: list[dict[str, Any]], picked: list[str], keep: Any = None) -> str:
@@ -267,6 +286,9 @@ def report(result: dict[str, Any], prompts: Path, classifier: str) -> str:
         if "unanswered" in m:
             lines += ["", f"{m['unanswered']} prompts got no valid answer (counted as the "
                       "default expert's, as the router does)."]
+        if m.get("keywords"):
+            lines += ["", f"{m['keywords']} of {len(rows)} prompts were decided by keywords "
+                      "alone (no embedding call)."]
         if "undecided" in m:
             lines += ["", f"{m['undecided']} prompts below the threshold or margin went to "
                       + ("the classifier expert." if m["classifier"] else

@@ -10,7 +10,7 @@ import time
 import aiohttp
 
 from mol_platform.contract.router_config import RouterConfig
-from mol_platform.contract.spec import CLASSIFIER_MODES
+from mol_platform.contract.spec_router import CLASSIFIER_MODES
 from mol_router.semantic import EmbeddingError, SemanticSignal
 
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from mol_platform.clients.tracing import unsampled_traceparent
-from mol_platform.contract.spec import CLASSIFIER_MODES
+from mol_platform.contract.spec_router import CLASSIFIER_MODES
 from mol_router import handoff
 from mol_router.bodies import nonneg, parse_body
 from mol_router.classifier import classify, request_text

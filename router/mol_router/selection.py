@@ -22,7 +22,7 @@ from typing import Any
 
 from mol_platform.contract.refs import AdapterRef, RefError
 from mol_platform.contract.router_config import RouterConfig, RouterExpert
-from mol_platform.contract.spec import SEMANTIC_MODES
+from mol_platform.contract.spec_router import SEMANTIC_MODES
 from mol_router import handoff
 from mol_router.errors import RouterError
 

@@ -47,6 +47,9 @@ class SemanticSignal:
         self._index: tuple[signals.ExpertIndex, ...] | None = None
         self._building: asyncio.Task[tuple[signals.ExpertIndex, ...]] | None = None
         self._cache: OrderedDict[str, signals.Vector] = OrderedDict()
+        # The keywords alone (no vectors): for keywords first and for an engine failure.
+        self._keywords = tuple(signals.expert_index(e.name, [], e.keywords)
+                               for e in cfg.experts)
 
     async def embed(self, session: aiohttp.ClientSession, texts: Sequence[str],
                     bound: float | None = None) -> list[signals.Vector]:
@@ -138,14 +141,24 @@ class SemanticSignal:
         (then only keywords could decide)."""
         text = text[-self.cfg.max_chars:]
         cfg = self.cfg
+        if cfg.keywords_decide:
+            settled = signals.keyword_verdict(self._keywords, text)
+            if settled is not None:
+                return settled, None
         try:
             index = await self.index(session)
             query = await self.query(session, text) if text.strip() else None
         except EmbeddingError as exc:
-            keywords_only = tuple(signals.expert_index(e.name, [], e.keywords)
-                                  for e in cfg.experts)
-            ranked = signals.scores(keywords_only, text, None)
+            ranked = signals.scores(self._keywords, text, None)
             return signals.decide(ranked, cfg.threshold, cfg.margin, embedded=False), exc
+        width = next((e.examples.shape[1] for e in index if e.centroid is not None), None)
+        if query is not None and width is not None and query.shape != (width,):
+            # the engine's model changed under the config: its examples are re-embedded
+            self._index = self._building = None
+            mismatch = EmbeddingError("invalid", f"{self.url}: {query.shape[0]} dimensions, "
+                                      f"the examples have {width}")
+            return signals.decide(signals.scores(self._keywords, text, None), cfg.threshold,
+                                  cfg.margin, embedded=False), mismatch
         ranked = signals.scores(index, text, query)
         return signals.decide(ranked, cfg.threshold, cfg.margin,
                               embedded=query is not None), None

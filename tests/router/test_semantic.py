@@ -27,6 +27,7 @@ class FakeEmbeddings:
     def __init__(self) -> None:
         self.fail: str | None = None
         self.delay_examples = 0.0  # seconds before answering a call of several inputs
+        self.extra_dims = 0  # a model of another size answering (a swapped engine)
         self.inputs: list[list[str]] = []
         self.url = ""
 
@@ -40,8 +41,8 @@ class FakeEmbeddings:
             await asyncio.sleep(5)
         if len(body["input"]) > 1:
             await asyncio.sleep(self.delay_examples)
-        data = [{"index": i, "embedding": [t.lower().count(w) + 0.01 for w in AXES]}
-                for i, t in enumerate(body["input"])]
+        data = [{"index": i, "embedding": [t.lower().count(w) + 0.01 for w in AXES]
+                 + [0.5] * self.extra_dims} for i, t in enumerate(body["input"])]
         return web.json_response({"data": data})
 
 
@@ -63,7 +64,8 @@ async def fake_embeddings() -> AsyncIterator[FakeEmbeddings]:
 
 
 def _config(urls: list[str], router_config: Any, embeddings: str, mode: str,
-            **kw: Any) -> RouterConfig:
+            keywords_decide: bool = False, **kw: Any) -> RouterConfig:
+    """Keywords first is off unless asked for: most tests look at the embedding."""
     cfg: RouterConfig = router_config(
         urls, mode=mode, classifier="router", default="chat",
         experts=[{"name": "chat", "adapter": "demo/chat@v1"},
@@ -71,7 +73,8 @@ def _config(urls: list[str], router_config: Any, embeddings: str, mode: str,
                  {"name": "ui", "adapter": "demo/ui@v1"},
                  {"name": "router", "adapter": "demo/router@v1"}],
         semantic={"embeddingsUrl": embeddings, "model": "mini", "threshold": 0.8,
-                  "margin": 0.1, "maxChars": 64, "experts": [
+                  "margin": 0.1, "maxChars": 64, "keywordsDecide": keywords_decide,
+                  "experts": [
                       {"name": "coding", "examples": ["code", "code code page"],
                        "keywords": ["python"]},
                       {"name": "ui", "examples": ["page"], "keywords": ["css"]},
@@ -125,6 +128,46 @@ async def test_semantic_decides_then_the_classifier_then_the_default(
             'mode="semantic-then-classifier",signal="classifier"} 1.0') in metrics
     assert ('mol_router_route_decisions_total{deployment="demo",expert="chat",'
             'mode="semantic-then-classifier",signal="default"} 1.0') in metrics
+
+
+async def test_keywords_of_one_expert_decide_without_an_embedding_call(
+        router_config: Any, start_router: Any, ready: Any) -> None:
+    async with fake_embeddings() as fake, AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        cfg = _config(sims.urls, router_config, fake.url, "semantic", keywords_decide=True)
+        assert cfg.semantic is not None
+        assert cfg.semantic.keywords_decide
+        async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+            await ready(router)
+            expert, route = await _ask(http, router.url, "code")  # no keyword: embedded
+            assert (expert, (route or "").split(";")[0]) == ("coding", "semantic")
+            examples_and_first = len(fake.inputs)
+            assert fake.inputs[-1] == ["code"]
+            assert await _ask(http, router.url, "my Python script") == (
+                "coding", "keywords; score=0.100; margin=0.100")
+            assert len(fake.inputs) == examples_and_first  # no call for it
+            # keywords of two experts: the embedding decides
+            expert, route = await _ask(http, router.url, "python css page page")
+            assert (expert, (route or "").split(";")[0]) == ("ui", "semantic")
+            assert fake.inputs[-1] == ["python css page page"]
+            metrics = await (await http.get(router.url + "/metrics")).text()
+    assert ('mol_router_route_decisions_total{deployment="demo",expert="coding",'
+            'mode="semantic",signal="keywords"} 1.0') in metrics
+
+
+async def test_an_engine_answering_another_size_falls_back_then_rebuilds(
+        router_config: Any, start_router: Any, ready: Any) -> None:
+    async with fake_embeddings() as fake, AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        cfg = _config(sims.urls, router_config, fake.url, "semantic")
+        async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+            await ready(router)
+            assert (await _ask(http, router.url, "code"))[0] == "coding"
+            fake.extra_dims = 2  # the engine now serves a model of 5 dimensions
+            assert await _ask(http, router.url, "my python page") == (
+                "coding", "keywords; score=0.100; margin=0.100; embedding=invalid")
+            # the examples are embedded again with the new model, then it decides again
+            expert, route = await _ask(http, router.url, "page page")
+    assert (expert, (route or "").split(";")[0]) == ("ui", "semantic")
+    assert sum(len(batch) > 1 for batch in fake.inputs) == 2
 
 
 @pytest.mark.parametrize(("fail", "reason"), [("status", "status"), ("hang", "timeout")])

@@ -65,6 +65,18 @@ def test_without_embedding_only_a_keyword_lead_decides() -> None:
 def test_bad_vectors_are_refused() -> None:
     with pytest.raises(ValueError, match="non-zero"):
         signals.unit([0.0, 0.0])
-    with pytest.raises(ValueError, match="zip"):
+    with pytest.raises(ValueError, match="different sizes"):
         signals.expert_index("x", [[1.0, 0.0], [1.0]], [])
     assert signals.decide((), 0.0, 0.0, embedded=True).expert is None
+
+
+def test_keywords_of_one_expert_alone_settle_the_turn() -> None:
+    index = _index()
+    settled = signals.keyword_verdict(index, "my Python code")
+    assert settled is not None
+    assert (settled.expert, settled.signal, settled.score) == ("coding", "keywords", 0.1)
+    assert settled.margin == pytest.approx(0.1)
+    # keywords of two experts, or none: the embedding has to decide
+    assert signals.keyword_verdict(index, "python and css") is None
+    assert signals.keyword_verdict(index, "hello there") is None
+    assert signals.keyword_verdict([], "python") is None

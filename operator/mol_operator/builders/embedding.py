@@ -49,7 +49,7 @@ from mol_operator.builders.common import (
 )
 from mol_operator.builders.engine import ENGINE_HOME, scratch_mounts, scratch_volumes, weights
 from mol_platform.contract.engine_args import embedding_args
-from mol_platform.contract.spec import EmbeddingEngineSpec
+from mol_platform.contract.spec_router import EmbeddingEngineSpec
 
 COMPONENT = "embedding"
 SHM_SIZE = "256Mi"

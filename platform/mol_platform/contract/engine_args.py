@@ -193,7 +193,10 @@ def embedding_args(
     CPU), one process for the engine core and its worker (the multiprocess executor's
     shared-memory queue spins in ``sched_yield``), no per-request access log or stats
     logging; on CPU float32 (half precision is emulated without AVX-512 and costs twice
-    the CPU)."""
+    the CPU), and one OpenMP thread, not bound to a core: vLLM's CPU worker keeps a
+    thread per core it may use, and between the short forwards those threads spin,
+    taking the cores from the API server's process (8x the CPU per request on 2 cores,
+    docs/benchmarks.md); a pod on a shared node must not pin a core either."""
     flags = ["--runner", "pooling", "--served-model-name", served_model_name,
              *EMBEDDING_FLAGS]
     if host is not None:
@@ -207,6 +210,7 @@ def embedding_args(
     if cpu:
         flags += ["--dtype", "float32"]
         env.update(cpu_env(1))
+        env.update({"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"})
     return EngineLaunch(model=model, flags=flags, env=env)
 
 

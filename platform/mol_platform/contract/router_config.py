@@ -19,13 +19,9 @@ from pydantic.alias_generators import to_camel
 
 from mol_platform.contract.names import child_name
 from mol_platform.contract.refs import check_name
-from mol_platform.contract.spec import (
-    SEMANTIC_MODES,
-    AdapterRefStr,
-    MoLDeployment,
-    RoutingMode,
-    canonical_mode,
-)
+from mol_platform.contract.spec import MoLDeployment
+from mol_platform.contract.spec_base import AdapterRefStr
+from mol_platform.contract.spec_router import SEMANTIC_MODES, RoutingMode, canonical_mode
 
 # Where the operator mounts the Secret named by ``spec.router.apiKeys.secretRef``; the
 # Secret holds the API keys file under the key ``keys.yaml``.
@@ -75,6 +71,8 @@ class RouterSemantic(_Model):
     margin: float = Field(default=0.0, ge=0.0, le=2.0)
     max_chars: int = Field(default=2000, ge=16, le=100_000)
     cache_size: int = Field(default=1024, ge=0, le=1_000_000)  # embeddings of recent turns
+    # A turn holding keywords of exactly one expert goes there without an embedding call.
+    keywords_decide: bool = True
 
 
 class EndpointSliceSelector(_Model):
@@ -264,7 +262,7 @@ def router_config_from_spec(
                              "router.semantic.embeddingsUrl")
         semantic = RouterSemantic(
             embeddings_url=url, model=sem.model, threshold=sem.threshold,
-            margin=sem.margin,
+            margin=sem.margin, keywords_decide=sem.keywords_decide,
             experts=[RouterSemanticExpert(name=e.name, examples=list(e.examples),
                                           keywords=list(e.keywords)) for e in sem.experts])
     ns = obj.metadata.namespace or "default"

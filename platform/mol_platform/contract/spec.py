@@ -10,20 +10,21 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable
-from typing import Annotated, Any, Literal, get_args
+from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
     field_validator,
     model_validator,
 )
-from pydantic.alias_generators import to_camel
 
-from mol_platform.contract.refs import AdapterRef, RefError
+from mol_platform.contract.spec_base import AdapterRefStr, SpecModel, defaulted, rules
+from mol_platform.contract.spec_router import (
+    SEMANTIC_MODES,
+    RouterSpec,
+)
 from mol_platform.contract.spec_rules import (
     ARG_RULES,
     DNS_1035_PATTERN,
@@ -39,14 +40,12 @@ from mol_platform.contract.spec_rules import (
     MSG_CLASSIFIER,
     MSG_CPU_LORAS,
     MSG_DEFAULT,
-    MSG_EMBEDDING,
     MSG_GPUS,
     MSG_MIN_MAX,
     MSG_NAME,
     MSG_REPLICAS_XOR,
     MSG_SEMANTIC,
     MSG_STEPS,
-    REF_RULES,
     TEXT_MAX,
     CatalogName,
     Duration,
@@ -58,7 +57,6 @@ from mol_platform.contract.spec_rules import (
     LabelValue,
     MetricName,
     ObjectName,
-    Quantity,
     Revision,
     WeightsUri,
     cel,
@@ -79,40 +77,6 @@ DEFAULT_STEPS = (10, 25, 50, 100)
 _DNS_1035_RE = re.compile(DNS_1035_PATTERN)
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="forbid",
-        frozen=True,
-        use_attribute_docstrings=True,
-    )
-
-
-def _check_ref(value: str) -> str:
-    try:
-        AdapterRef.parse(value)
-    except RefError as exc:
-        raise ValueError(str(exc)) from None
-    return value
-
-
-AdapterRefStr = Annotated[str, AfterValidator(_check_ref), REF_RULES]
-"""An adapter reference (``ns/name@ref``) field, checked with the message users see."""
-
-
-def _defaulted(factory: Callable[[], Any]) -> Any:
-    """A field filled from ``factory`` when absent, and the CRD says so (``default``): the
-    API server fills it before validation, so CEL rules may rely on it being there."""
-    value = factory()
-    return Field(default_factory=factory,
-                 json_schema_extra={"default": {} if isinstance(value, BaseModel) else value})
-
-
-def _rules(*rules: dict[str, Any]) -> dict[str, Any]:
-    return {"x-kubernetes-validations": list(rules)}
-
-
 def parse_duration(value: str) -> int:
     """A duration as people write it -> seconds: bare seconds (``90``), one unit
     (``30s``, ``5m``, ``1h``, ``2d``) or several, largest first (``1h30m``); case and
@@ -130,7 +94,7 @@ def parse_duration(value: str) -> int:
     return sum(int(n) * _DURATION_UNITS[u] for n, u in parts)
 
 
-class BaseModelSpec(_Model):
+class BaseModelSpec(SpecModel):
     """The frozen base model every expert is a LoRA adapter of."""
 
     name: CatalogName
@@ -145,10 +109,10 @@ class BaseModelSpec(_Model):
     AWS_* keys for s3://, HF_TOKEN for hf:// (passed to the engine with envFrom)."""
 
 
-class EngineSpec(_Model):
+class EngineSpec(SpecModel):
     """The vLLM engines: each field maps to one vLLM flag."""
 
-    model_config = ConfigDict(json_schema_extra=_rules(
+    model_config = ConfigDict(json_schema_extra=rules(
         cel("has(self.maxCpuLoras) ? self.maxCpuLoras >= self.maxLoras : true", MSG_CPU_LORAS,
             field_path=".maxCpuLoras")))
 
@@ -205,7 +169,7 @@ class Toleration(BaseModel):
     """The taint effect to tolerate; empty: all."""
 
 
-class NodePoolSpec(_Model):
+class NodePoolSpec(SpecModel):
     """The GPU node pool the engines run on."""
 
     node_selector: dict[str, LabelValue] = Field(
@@ -218,10 +182,10 @@ class NodePoolSpec(_Model):
     """``nvidia.com/gpu`` per engine replica; 0 is a CPU engine (kind clusters, CI)."""
 
 
-class AutoscalingSpec(_Model):
+class AutoscalingSpec(SpecModel):
     """Engine autoscaling: a KEDA ScaledObject on a Prometheus query of a vLLM metric."""
 
-    model_config = ConfigDict(json_schema_extra=_rules(
+    model_config = ConfigDict(json_schema_extra=rules(
         cel("self.minReplicas <= self.maxReplicas", MSG_MIN_MAX, field_path=".minReplicas")))
 
     min_replicas: int = Field(default=1, ge=0, le=1000)
@@ -240,7 +204,7 @@ class AutoscalingSpec(_Model):
         return self
 
 
-class CanaryAnalysis(_Model):
+class CanaryAnalysis(SpecModel):
     """When a canary counts as healthy; values at the limits pass."""
 
     max_error_rate: float = Field(default=0.02, ge=0.0, le=1.0)
@@ -249,7 +213,7 @@ class CanaryAnalysis(_Model):
     """The most canary mean latency per stable mean latency."""
 
 
-class PromotionGate(_Model):
+class PromotionGate(SpecModel):
     """An offline check a canary must pass before promotion: the canary version's eval
     report of ``suite`` must score ``metric`` at least ``minDelta`` above the stable
     version's (both reports from the catalog, ``mol catalog eval attach``)."""
@@ -269,7 +233,7 @@ class PromotionGate(_Model):
     both versions have."""
 
 
-class CanarySpec(_Model):
+class CanarySpec(SpecModel):
     """A progressive rollout of another version of the expert's adapter."""
 
     adapter: AdapterRefStr
@@ -281,7 +245,7 @@ class CanarySpec(_Model):
     """Percent of the expert's traffic at each step, strictly increasing, in 1..100."""
     interval: Duration = "5m"
     """Time on each step: a number and s, m or h."""
-    analysis: CanaryAnalysis = _defaulted(CanaryAnalysis)
+    analysis: CanaryAnalysis = defaulted(CanaryAnalysis)
     """The health limits checked on every look."""
     gates: list[PromotionGate] = Field(default_factory=list, max_length=MAX_GATES)
     """Eval-report gates: the canary is promoted only when the live metrics are healthy
@@ -300,7 +264,7 @@ class CanarySpec(_Model):
         return parse_duration(self.interval)
 
 
-class ExpertSpec(_Model):
+class ExpertSpec(SpecModel):
     """One expert: a LoRA adapter from the catalog, under a name clients can call."""
 
     name: ExpertName
@@ -314,158 +278,17 @@ class ExpertSpec(_Model):
     """An optional progressive rollout of another version."""
 
 
-class ClassifierSpec(_Model):
-    """The L0 router: an expert asked to choose, its output constrained to expert names."""
-
-    expert: ExpertName
-    """The expert that classifies requests."""
-
-
-class HandoffSpec(_Model):
-    """Expert-to-expert handoff through a tool call."""
-
-    enabled: bool = False
-    """Offer the handoff tool (engines get --enable-auto-tool-choice)."""
-    max_hops: int = Field(default=2, ge=1, le=8)
-    """The most handoffs in one request."""
-
-
-class SecretRef(_Model):
-    """A Secret in the deployment's namespace."""
-
-    secret_ref: ObjectName
-    """The Secret's name."""
-
-
-# --- automatic routing: modes and the semantic signal ---------------------------------
-RoutingMode = Literal["explicit", "classifier", "semantic", "semantic-then-classifier"]
-SEMANTIC_MODES = frozenset({"semantic", "semantic-then-classifier"})
-CLASSIFIER_MODES = frozenset({"classifier", "semantic-then-classifier"})
-_MODE_ALIASES = {"auto": "classifier"}  # the classifier mode's first name, accepted
-_ROUTING_MODES: list[Any] = [*get_args(RoutingMode), *_MODE_ALIASES]  # the CRD enum
-
-
-def canonical_mode(value: object) -> object:
-    """``auto`` (the classifier mode's first name) -> ``classifier``; others unchanged."""
-    return _MODE_ALIASES.get(value, value) if isinstance(value, str) else value
-
-
-class SemanticExpertSpec(_Model):
-    name: ExpertName = Field(description="The expert these utterances stand for.")
-    examples: list[Annotated[str, Field(min_length=1, max_length=2000)]] = Field(
-        default_factory=list, max_length=256,
-        description="Example user turns this expert should answer (embedded once per "
-        "config); 8-30 varied ones, see docs/router.md.")
-    keywords: list[Annotated[str, Field(min_length=2, max_length=80)]] = Field(
-        default_factory=list, max_length=256,
-        description="Words or phrases that, found in the user's turn, add to this "
-        "expert's score.")
-
-
-EMBEDDING_MODEL_DIR = "/models/embedding/all-minilm-l6-v2"
-"""Where the CPU engine image (deploy/images/engine.Dockerfile) holds all-MiniLM-L6-v2."""
-EMBEDDING_IMAGE = "ghcr.io/mol-platform/vllm-mol-cpu:0.32.0"
-
-
-class EmbeddingEngineSpec(_Model):
-    """The embedding engine the operator runs for the semantic signal when
-    ``embeddingsUrl`` is not set: a CPU Deployment and Service with vLLM's pooling
-    runner (the flags ``mol up`` uses), beside the LLM engines."""
-
-    uri: WeightsUri = Field(
-        default=EMBEDDING_MODEL_DIR,
-        description="The sentence-embedding model's weights: a path in the image (default: "
-        "all-MiniLM-L6-v2, packaged in the CPU engine image), hf://org/model, "
-        "pvc://claim/path or s3://bucket/prefix.")
-    secret_ref: ObjectName | None = Field(
-        default=None, description="A Secret with credentials for the weights (env).")
-    image: ImageRef = Field(default=EMBEDDING_IMAGE,
-                            description="The vLLM CPU image (the project's CPU engine image).")
-    replicas: int = Field(default=1, ge=1, le=100, description="Embedding engine replicas.")
-    cpu: Quantity = Field(default="1", description="CPU request (no CPU limit: a throttled "
-                          "engine answers late).")
-    memory: Quantity = Field(default="2Gi", description="Memory request and limit.")
-
-
-class SemanticSpec(_Model):
-    model_config = ConfigDict(json_schema_extra=_rules(
-        cel("!(has(self.embeddingsUrl) && has(self.engine))", MSG_EMBEDDING,
-            field_path=".engine", reason="FieldValueForbidden")))
-
-    model: str = Field(default="all-minilm-l6-v2", max_length=253,
-                       description="The embedding model's served name.")
-    embeddings_url: str | None = Field(
-        default=None, max_length=2048, pattern=r"^https?://",
-        description="An OpenAI-compatible embeddings server to use (its base URL); unset, "
-        "mol up (and the operator, see engine) runs one on all-MiniLM-L6-v2.")
-    engine: EmbeddingEngineSpec | None = Field(
-        default=None, description="The embedding engine the operator runs when "
-        "embeddingsUrl is unset (unset: its defaults).")
-    threshold: float = Field(default=0.3, ge=-1.0, le=2.0,
-                             description="The lowest winning score that decides.")
-    margin: float = Field(default=0.0, ge=0.0, le=2.0,
-                          description="How far the best score must lead the second.")
-    experts: list[SemanticExpertSpec] = Field(
-        min_length=1, max_length=64, description="Example utterances and keywords per expert.")
-
-    @model_validator(mode="after")
-    def _one_server(self) -> SemanticSpec:
-        if self.embeddings_url is not None and self.engine is not None:
-            raise ValueError(MSG_EMBEDDING)
-        return self
-
-
-class RouterSpec(_Model):
-    """The per-deployment router."""
-
-    model_config = ConfigDict(json_schema_extra=_rules(
-        cel("!(self.mode in ['auto', 'classifier']) || has(self.classifier)", MSG_AUTO,
-            field_path=".classifier", reason="FieldValueRequired"),
-        cel("!(self.mode in ['semantic', 'semantic-then-classifier']) || has(self.semantic)",
-            MSG_SEMANTIC, field_path=".semantic", reason="FieldValueRequired")))
-
-    mode: RoutingMode = Field(
-        default="explicit", json_schema_extra={"enum": _ROUTING_MODES},
-        description="How model 'auto' picks the expert: explicit (the default expert), "
-        "classifier (the classifier expert; 'auto' is its former name), semantic (example "
-        "utterances), semantic-then-classifier.")
-    semantic: SemanticSpec | None = Field(
-        default=None, description="The semantic signal (modes semantic, "
-        "semantic-then-classifier).")
-    classifier: ClassifierSpec | None = None
-    """The classifier expert (needed by mode auto)."""
-    default: ExpertName | None = None
-    """The expert used when none is named or chosen; default: the first expert."""
-    handoff: HandoffSpec = _defaulted(HandoffSpec)
-    """Expert-to-expert handoff."""
-    api_keys: SecretRef | None = None
-    """A Secret with API keys (and the catalog namespaces each may use); else open."""
-    replicas: int = Field(default=2, ge=0, le=100)
-    """Router replicas (a Deployment and a Service per MoLDeployment)."""
-    cache_isolation: Literal["shared", "tenant"] = Field(
-        default="shared", json_schema_extra={"enum": ["shared", "tenant"]},
-        description="Prefix-cache isolation: shared (requests for the same adapter may "
-        "reuse each other's cached prompt prefixes on an engine) or tenant (the router sets "
-        "vLLM's cache_salt per API-key tenant, so tenants never share cached prefixes, and "
-        "scores prefixes within a tenant only).")
-
-    @field_validator("mode", mode="before")
-    @classmethod
-    def _mode(cls, v: object) -> object:
-        return canonical_mode(v)
-
-
-class ServingSpec(_Model):
+class ServingSpec(SpecModel):
     """How engines are run."""
 
     mode: Literal["raw", "kserve"] = "raw"
     """raw: a Deployment and a Service; kserve: a KServe LLMInferenceService."""
 
 
-class MoLDeploymentSpec(_Model):
+class MoLDeploymentSpec(SpecModel):
     """A base model on vLLM, LoRA experts from the catalog, and a router in front."""
 
-    model_config = ConfigDict(json_schema_extra=_rules(
+    model_config = ConfigDict(json_schema_extra=rules(
         cel("!has(self.replicas) || !has(self.autoscaling)", MSG_REPLICAS_XOR,
             field_path=".autoscaling", reason="FieldValueForbidden"),
         cel("has(self.router.default) ? "
@@ -482,9 +305,9 @@ class MoLDeploymentSpec(_Model):
 
     base_model: BaseModelSpec
     """The base model."""
-    engine: EngineSpec = _defaulted(EngineSpec)
+    engine: EngineSpec = defaulted(EngineSpec)
     """The vLLM engines."""
-    node_pool: NodePoolSpec = _defaulted(NodePoolSpec)
+    node_pool: NodePoolSpec = defaulted(NodePoolSpec)
     """Where engines run."""
     replicas: int | None = Field(default=None, ge=0, le=1000)
     """Engine replicas (or autoscaling, not both); default 1."""
@@ -498,9 +321,9 @@ class MoLDeploymentSpec(_Model):
     experts: list[ExpertSpec] = Field(min_length=1, max_length=MAX_EXPERTS, json_schema_extra={
         "x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]})
     """The experts, by unique name."""
-    router: RouterSpec = _defaulted(RouterSpec)
+    router: RouterSpec = defaulted(RouterSpec)
     """The router."""
-    serving: ServingSpec = _defaulted(ServingSpec)
+    serving: ServingSpec = defaulted(ServingSpec)
     """How engines are run."""
 
     @field_validator("adapter_namespaces")

@@ -1,0 +1,166 @@
+"""The router's part of the ``MoLDeployment`` spec (``spec.router``): routing modes,
+the classifier expert, handoff, API keys and the semantic signal with its embedding
+engine. Kept apart from :mod:`mol_platform.contract.spec`, which assembles it."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, get_args
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from mol_platform.contract.spec_base import SpecModel, defaulted, rules
+from mol_platform.contract.spec_rules import (
+    MSG_AUTO,
+    MSG_EMBEDDING,
+    MSG_SEMANTIC,
+    ExpertName,
+    ImageRef,
+    ObjectName,
+    Quantity,
+    WeightsUri,
+    cel,
+)
+
+
+class ClassifierSpec(SpecModel):
+    """The L0 router: an expert asked to choose, its output constrained to expert names."""
+
+    expert: ExpertName
+    """The expert that classifies requests."""
+
+
+class HandoffSpec(SpecModel):
+    """Expert-to-expert handoff through a tool call."""
+
+    enabled: bool = False
+    """Offer the handoff tool (engines get --enable-auto-tool-choice)."""
+    max_hops: int = Field(default=2, ge=1, le=8)
+    """The most handoffs in one request."""
+
+
+class SecretRef(SpecModel):
+    """A Secret in the deployment's namespace."""
+
+    secret_ref: ObjectName
+    """The Secret's name."""
+
+
+# --- automatic routing: modes and the semantic signal ---------------------------------
+RoutingMode = Literal["explicit", "classifier", "semantic", "semantic-then-classifier"]
+SEMANTIC_MODES = frozenset({"semantic", "semantic-then-classifier"})
+CLASSIFIER_MODES = frozenset({"classifier", "semantic-then-classifier"})
+_MODE_ALIASES = {"auto": "classifier"}  # the classifier mode's first name, accepted
+_ROUTING_MODES: list[Any] = [*get_args(RoutingMode), *_MODE_ALIASES]  # the CRD enum
+
+
+def canonical_mode(value: object) -> object:
+    """``auto`` (the classifier mode's first name) -> ``classifier``; others unchanged."""
+    return _MODE_ALIASES.get(value, value) if isinstance(value, str) else value
+
+
+class SemanticExpertSpec(SpecModel):
+    name: ExpertName = Field(description="The expert these utterances stand for.")
+    examples: list[Annotated[str, Field(min_length=1, max_length=2000)]] = Field(
+        default_factory=list, max_length=256,
+        description="Example user turns this expert should answer (embedded once per "
+        "config); 8-30 varied ones, see docs/router.md.")
+    keywords: list[Annotated[str, Field(min_length=2, max_length=80)]] = Field(
+        default_factory=list, max_length=256,
+        description="Words or phrases that, found in the user's turn, add to this "
+        "expert's score.")
+
+
+EMBEDDING_MODEL_DIR = "/models/embedding/all-minilm-l6-v2"
+"""Where the CPU engine image (deploy/images/engine.Dockerfile) holds all-MiniLM-L6-v2."""
+EMBEDDING_IMAGE = "ghcr.io/mol-platform/vllm-mol-cpu:0.32.0"
+
+
+class EmbeddingEngineSpec(SpecModel):
+    """The embedding engine the operator runs for the semantic signal when
+    ``embeddingsUrl`` is not set: a CPU Deployment and Service with vLLM's pooling
+    runner (the flags ``mol up`` uses), beside the LLM engines."""
+
+    uri: WeightsUri = Field(
+        default=EMBEDDING_MODEL_DIR,
+        description="The sentence-embedding model's weights: a path in the image (default: "
+        "all-MiniLM-L6-v2, packaged in the CPU engine image), hf://org/model, "
+        "pvc://claim/path or s3://bucket/prefix.")
+    secret_ref: ObjectName | None = Field(
+        default=None, description="A Secret with credentials for the weights (env).")
+    image: ImageRef = Field(default=EMBEDDING_IMAGE,
+                            description="The vLLM CPU image (the project's CPU engine image).")
+    replicas: int = Field(default=1, ge=1, le=100, description="Embedding engine replicas.")
+    cpu: Quantity = Field(default="1", description="CPU request (no CPU limit: a throttled "
+                          "engine answers late).")
+    memory: Quantity = Field(default="2Gi", description="Memory request and limit.")
+
+
+class SemanticSpec(SpecModel):
+    model_config = ConfigDict(json_schema_extra=rules(
+        cel("!(has(self.embeddingsUrl) && has(self.engine))", MSG_EMBEDDING,
+            field_path=".engine", reason="FieldValueForbidden")))
+
+    model: str = Field(default="all-minilm-l6-v2", max_length=253,
+                       description="The embedding model's served name.")
+    embeddings_url: str | None = Field(
+        default=None, max_length=2048, pattern=r"^https?://",
+        description="An OpenAI-compatible embeddings server to use (its base URL); unset, "
+        "mol up (and the operator, see engine) runs one on all-MiniLM-L6-v2.")
+    engine: EmbeddingEngineSpec | None = Field(
+        default=None, description="The embedding engine the operator runs when "
+        "embeddingsUrl is unset (unset: its defaults).")
+    threshold: float = Field(default=0.3, ge=-1.0, le=2.0,
+                             description="The lowest winning score that decides.")
+    margin: float = Field(default=0.0, ge=0.0, le=2.0,
+                          description="How far the best score must lead the second.")
+    keywords_decide: bool = Field(
+        default=True, description="A turn holding keywords of exactly one expert goes to "
+        "that expert without an embedding call (false: keywords only add to the score).")
+    experts: list[SemanticExpertSpec] = Field(
+        min_length=1, max_length=64, description="Example utterances and keywords per expert.")
+
+    @model_validator(mode="after")
+    def _one_server(self) -> SemanticSpec:
+        if self.embeddings_url is not None and self.engine is not None:
+            raise ValueError(MSG_EMBEDDING)
+        return self
+
+
+class RouterSpec(SpecModel):
+    """The per-deployment router."""
+
+    model_config = ConfigDict(json_schema_extra=rules(
+        cel("!(self.mode in ['auto', 'classifier']) || has(self.classifier)", MSG_AUTO,
+            field_path=".classifier", reason="FieldValueRequired"),
+        cel("!(self.mode in ['semantic', 'semantic-then-classifier']) || has(self.semantic)",
+            MSG_SEMANTIC, field_path=".semantic", reason="FieldValueRequired")))
+
+    mode: RoutingMode = Field(
+        default="explicit", json_schema_extra={"enum": _ROUTING_MODES},
+        description="How model 'auto' picks the expert: explicit (the default expert), "
+        "classifier (the classifier expert; 'auto' is its former name), semantic (example "
+        "utterances), semantic-then-classifier.")
+    semantic: SemanticSpec | None = Field(
+        default=None, description="The semantic signal (modes semantic, "
+        "semantic-then-classifier).")
+    classifier: ClassifierSpec | None = None
+    """The classifier expert (needed by mode auto)."""
+    default: ExpertName | None = None
+    """The expert used when none is named or chosen; default: the first expert."""
+    handoff: HandoffSpec = defaulted(HandoffSpec)
+    """Expert-to-expert handoff."""
+    api_keys: SecretRef | None = None
+    """A Secret with API keys (and the catalog namespaces each may use); else open."""
+    replicas: int = Field(default=2, ge=0, le=100)
+    """Router replicas (a Deployment and a Service per MoLDeployment)."""
+    cache_isolation: Literal["shared", "tenant"] = Field(
+        default="shared", json_schema_extra={"enum": ["shared", "tenant"]},
+        description="Prefix-cache isolation: shared (requests for the same adapter may "
+        "reuse each other's cached prompt prefixes on an engine) or tenant (the router sets "
+        "vLLM's cache_salt per API-key tenant, so tenants never share cached prefixes, and "
+        "scores prefixes within a tenant only).")
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _mode(cls, v: object) -> object:
+        return canonical_mode(v)
