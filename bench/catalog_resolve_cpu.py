@@ -105,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resolves", type=int, default=3000, help="resolves per measurement")
     p.add_argument("--settings", default="{}",
                    help="JSON CatalogSettings overrides for this tree's runs (e.g. tracing)")
+    p.add_argument("--both-settings", default="{}",
+                   help="JSON CatalogSettings overrides for both trees' runs (e.g. "
+                        "'{\"webhooks\": false}': no outbox polling beside the resolves)")
     p.add_argument("--instructions", action="store_true",
                    help="count CPU instructions with callgrind instead of CPU time "
                         "(needs valgrind; ~50x slower, load independent)")
@@ -121,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         if i % 2:
             order.reverse()
         for name, tree in order:
-            settings = json.loads(args.settings) if name == "this" else {}
+            settings = {**json.loads(args.both_settings),
+                        **(json.loads(args.settings) if name == "this" else {})}
             figure = run(tree, args.resolves, settings, args.instructions)
             (mine if name == "this" else base).append(figure)
             print(f"round {i + 1} {name}: {figure:,.1f} {unit} per resolve", flush=True)
