@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -18,35 +17,29 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from mol_platform.clients.tracing import unsampled_traceparent
-from mol_platform.contract.spec_router import CLASSIFIER_MODES
 from mol_router import handoff
 from mol_router.bodies import nonneg, parse_body
-from mol_router.classifier import classify, request_text
+from mol_router.choosing import Chooser
 from mol_router.errors import RouterError, error_body
 from mol_router.logs import access_line
 from mol_router.policy import RouteRequest
 from mol_router.policy.prefix import prefix_keys
 from mol_router.pool import UpstreamBroken
-from mol_router.resolver import Resolved, Unresolved
 from mol_router.runtime import Runtime
-from mol_router.selection import ADAPTER_LABEL, Choice, Routing
-from mol_router.served import Served, request_id, route_value, trace_id_of
+from mol_router.served import Served, request_id, trace_id_of
 from mol_router.spans import (
-    ADAPTER_REF,
-    CANARY,
-    EXPERT,
     HANDOFF_FROM,
     HANDOFF_TO,
     RequestSpans,
     end_engine_call,
 )
 from mol_router.sse import DONE_EVENT, StreamHop
-from mol_router.tenants import OPEN, Tenant
+from mol_router.tenants import Tenant
 from mol_router.upstream import Upstreams
 from mol_router.wire import Request, Response, Stream, error_response
 
 if TYPE_CHECKING:
-    from mol_platform.clients.tracing import Span
+    pass
 
 log = logging.getLogger("mol.router")
 _NO_TARGETS: frozenset[str] = frozenset()
@@ -56,6 +49,7 @@ class GenerationProxy:
     def __init__(self, runtime: Runtime) -> None:
         self.rt = runtime
         self.up = Upstreams(runtime)
+        self.choose = Chooser(runtime, self.up)
 
     # --- the request ---------------------------------------------------------------
 
@@ -77,7 +71,7 @@ class GenerationProxy:
         code = 200
         tenant_name = "none"
         try:
-            tenant = self._tenant(request)
+            tenant = self.choose.tenant(request)
             tenant_name = tenant.name
             body = parse_body(request.body, chat)
             if spans is not None:
@@ -87,7 +81,7 @@ class GenerationProxy:
             routing = rt.routing
             choice = routing.select(body.get("router"), body.get("model"), user)
             if choice is None:
-                choice = await self._auto(routing, body, chat, user, headers, spans)
+                choice = await self.choose.auto(routing, body, chat, user, headers, spans)
             rt.metrics.decision(choice.mode, choice.signal, choice.expert)
             if choice.mode == "adapter" and not tenant.may_use(choice.ref.split("/", 1)[0]):
                 rt.metrics.rejected("forbidden")
@@ -95,7 +89,7 @@ class GenerationProxy:
                                   f"{choice.ref.split('/', 1)[0]!r}", "namespace_forbidden",
                                   param="model")
             unsampled = headers.get("traceparent")
-            choice, resolved = await self._resolve(choice, spans, unsampled=unsampled)
+            choice, resolved = await self.choose.resolve(choice, spans, unsampled=unsampled)
             rt.metrics.saw(resolved.adapter, started)
             served = Served(choice, resolved, [choice.expert], trace=trace, spans=spans,
                             unsampled=unsampled)
@@ -151,104 +145,6 @@ class GenerationProxy:
                         handoffs=served.path, prompt=served.prompt,
                         completion=served.completion, trace_id=trace_id)
 
-    def _tenant(self, request: Request) -> Tenant:
-        keys = self.rt.keys
-        tenant = OPEN
-        if keys.enabled:
-            auth = request.headers.get("authorization")
-            found = keys.lookup(auth)
-            if found is None:
-                self.rt.metrics.rejected("unauthorized")
-                raise RouterError(401, "missing API key: send Authorization: Bearer <key>"
-                                  if not auth else "invalid API key", "invalid_api_key")
-            tenant = found
-        wait = tenant.admit()
-        if wait > 0:
-            self.rt.metrics.rejected("rate_limited")
-            raise RouterError(429, f"rate limit of tenant {tenant.name!r} reached; retry in "
-                              f"{wait:.1f} s", "rate_limit_exceeded", retry_after=wait)
-        return tenant
-
-    async def _auto(self, routing: Routing, body: dict[str, Any], chat: bool,
-                    user: str | None, headers: dict[str, str],
-                    spans: RequestSpans | None) -> Choice:
-        """``model: auto``: the semantic signal (semantic modes), then the classifier
-        expert (classifier modes), then the default expert; ``route`` says why."""
-        cfg = routing.config
-        rt = self.rt
-        why: list[str] = []
-        if rt.semantic is not None and rt.session is not None:
-            verdict, error = await rt.semantic.verdict(rt.session, request_text(body, chat))
-            if error is not None:
-                rt.metrics.embedding_error(error.reason)
-                log.info("embedding unavailable (%s); falling back", error)
-                why.append(f"embedding={error.reason}")
-            if verdict.expert is not None:
-                return routing.expert_choice(verdict.expert, cfg.mode, user, verdict.signal,
-                                             route_value(verdict.signal, verdict, why))
-            why.append(f"semantic={verdict.reason}")
-        if cfg.mode in CLASSIFIER_MODES and cfg.classifier is not None:
-            span = spans.child("mol.router.classify") if spans is not None else None
-            picked = await classify(rt, self.up, body, chat, headers, spans, span)
-            if span is not None:
-                span.set_attribute(EXPERT, picked or "")
-                span.end()
-            if picked is not None:
-                return routing.expert_choice(picked, cfg.mode, user, "classifier",
-                                             route_value("classifier", None, why))
-            why.append("classifier=no-answer")
-        return routing.expert_choice(cfg.default, cfg.mode, user, "default",
-                                     route_value("default", None, why))
-
-    async def _resolve(self, choice: Choice, spans: RequestSpans | None,
-                       parent: Span | None = None, *, unsampled: str | None = None
-                       ) -> tuple[Choice, Resolved]:
-        """The immutable adapter for a choice. A canary that cannot be served (unknown,
-        catalog down, incompatible) falls back to the stable version rather than failing
-        its users; anything else that cannot be served is refused. ``unsampled``: the
-        untraced request's ``traceparent`` for the catalog."""
-        traceparent, span = unsampled, None
-        if spans is not None:
-            span = spans.child("mol.router.resolve", parent, {
-                ADAPTER_REF: choice.ref, EXPERT: choice.expert, CANARY: choice.canary})
-            traceparent = spans.traceparent(span)
-        try:
-            resolved = await self.rt.resolver.resolve(choice.ref, traceparent)
-        except Unresolved as exc:
-            if span is not None:
-                span.set_attribute("error.type", str(exc.status or "unreachable"))
-                span.end()
-            if not choice.canary:
-                raise self._unresolved(choice, exc) from None
-            resolved = None
-        else:
-            if span is not None:
-                assert resolved is not None
-                span.set_attribute("mol.adapter.name", resolved.name)
-                span.set_attribute("mol.adapter.compatible", resolved.compatible)
-                span.end()
-        if choice.canary and (resolved is None or not resolved.compatible):
-            log.warning("canary %s of expert %s cannot be served; using the stable version",
-                        choice.ref, choice.expert)
-            stable = dataclasses.replace(
-                choice, ref=self.rt.routing.experts[choice.expert].adapter, canary=False)
-            return await self._resolve(stable, spans, parent, unsampled=unsampled)
-        assert resolved is not None
-        if not resolved.compatible:
-            self.rt.metrics.rejected("incompatible")
-            reasons = "; ".join(str(r.get("message", r)) for r in resolved.reasons)
-            raise RouterError(422, f"{resolved.name} is not compatible with serving profile "
-                              f"{self.rt.config.profile!r}: {reasons}", "adapter_incompatible",
-                              extra={"reasons": list(resolved.reasons)})
-        return choice, resolved
-
-    def _unresolved(self, choice: Choice, exc: Unresolved) -> RouterError:
-        if choice.expert == ADAPTER_LABEL and exc.status == 404:
-            return RouterError(404, f"adapter {choice.ref}: {exc.detail}", "model_not_found",
-                               param="model")
-        return RouterError(503, f"cannot resolve {choice.ref} for expert {choice.expert!r}: "
-                           f"{exc.detail}", "catalog_unavailable", retry_after=5.0)
-
     # --- handoff ----------------------------------------------------------------------
 
     def _offer(self, body: dict[str, Any], served: Served, hops: int,
@@ -275,7 +171,7 @@ class GenerationProxy:
             "mol.handoff.hop": len(served.path)}) if spans is not None else None
         try:
             served.choice = routing.expert_choice(call.expert, "handoff", user, "handoff")
-            served.choice, served.resolved = await self._resolve(
+            served.choice, served.resolved = await self.choose.resolve(
                 served.choice, spans, span, unsampled=served.unsampled)
         finally:
             if span is not None:
