@@ -190,8 +190,9 @@ class Rows:
     def adapter_tags(self) -> Iterator[str]:
         for i in range(1, self.n + 1):
             b = self.base(i)
+            full_name = f"{Layout.namespace(i)}/{Layout.name(i)}"
             for tag in Layout.tags(i):
-                yield f"{tag}\t{i}\t{b.name}\t{b.id}\n"
+                yield f"{tag}\t{i}\t{b.name}\t{b.id}\t{full_name}\n"
 
     def shared_docs(self) -> Iterator[str]:
         for digest, body in sorted(self.docs.items()):
@@ -248,7 +249,7 @@ COLUMNS: dict[str, tuple[tuple[str, ...], int]] = {
     "adapters": (("id", "namespace_id", "name", "full_name", "base_model_id", "base_name",
                   "tags", "labels", "latest_version", "version_count", "created_at",
                   "updated_at"), 1),
-    "adapter_tags": (("tag", "adapter_id", "base_name", "base_model_id"), 2),
+    "adapter_tags": (("tag", "adapter_id", "base_name", "base_model_id", "full_name"), 2),
     "versions": (("id", "adapter_id", "number", "digest", "base_model_id", "rank", "alpha",
                   "target_modules", "status", "yank_reason", "parent", "source", "size",
                   "files", "config_digest", "tensors_digest", "created_by", "created_at"),

@@ -78,6 +78,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="time box of each backend's usage load (stops after the day in flight)")
     p.add_argument("--usage-only", action="store_true",
                    help="only size the usage roll-ups (Postgres and SQLite), a minute or two")
+    p.add_argument("--console-list-only", action="store_true",
+                   help="only the console adapter list, on the catalog database --catalog-db "
+                        "seeded before (by an earlier run's seed: bench/_seed.py); no report")
+    p.add_argument("--catalog-db", default="",
+                   help="SQLAlchemy URL of that seeded, migrated catalog database")
+    p.add_argument("--postgres-pid", type=int, default=0,
+                   help="its postmaster's pid (CPU per page includes Postgres when given)")
     p.add_argument("--no-report", action="store_true", help="do not write docs/benchmarks.md")
     p.add_argument("--report", type=Path, default=DOCS)
     args = p.parse_args(argv)
@@ -88,6 +95,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         args.warmup = min(args.warmup, 2.0)
         args.publish_seconds = min(args.publish_seconds, 5.0)
         args.deep_items = min(args.deep_items, 200)
+    if args.console_list_only and not args.catalog_db:
+        p.error("--console-list-only needs --catalog-db")
     if args.adapters < 100 or args.mlflow_models < 10:
         p.error("--adapters must be >= 100 and --mlflow-models >= 10")
     return args
@@ -338,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.usage_only:
         return usage_only(args)
     require_wrk()
+    if args.console_list_only:
+        return console_list_only(args)
     ok, seen = quiet_check(args.busy_limit)
     progress(f"machine check: {seen}")
     busy_note = None
@@ -377,6 +388,48 @@ def main(argv: list[str] | None = None) -> int:
         write_section(args.report, "catalog", section(bench, rows, argv, elapsed, pg_version()))
         write_section(args.report, "catalog-usage", usage_section(bench, argv))
         progress(f"wrote {args.report}")
+    return 0
+
+
+def console_list_only(args: argparse.Namespace) -> int:
+    """``--console-list-only``: the console list part of ``run_ours`` on a database seeded
+    before (seeding 1M adapters is most of a full run). Prints the figures."""
+    import psycopg
+
+    from _pg import libpq
+
+    progress(f"machine check: {quiet_check(args.busy_limit)[1]}")
+    url = args.catalog_db
+    with psycopg.connect(libpq(url)) as conn:
+        row = conn.execute("SELECT max(id) FROM adapters").fetchone()
+    args.adapters = int(str(row[0])) if row and row[0] is not None else 0
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    workdir = Path(tempfile.mkdtemp(prefix="mol-bench-list-"))
+    bench = Bench(args, workdir)
+    try:
+        s3_port, port = free_port(), free_port()
+        s3 = _ours.start_s3(s3_port, workdir, args.server_cores or None)
+        bench.procs.append(s3)
+        token = "mol_" + secrets.token_urlsafe(32)
+        server = _ours.start_catalog(url, s3_port, port, args.workers, token, workdir,
+                                     args.server_cores or None)
+        bench.procs.append(server)
+        bench.cpu_roots = {"catalog": server.popen.pid}
+        if args.postgres_pid:
+            bench.cpu_roots["postgres"] = args.postgres_pid
+        base_url = f"http://127.0.0.1:{port}"
+        bench.run_console_list(_ours.Api(base_url, token), base_url, _seed.read_bases(url),
+                               token)
+    finally:
+        bench.stop()
+        for path in workdir.glob("*.txt"):
+            path.unlink()
+        progress(f"server logs kept in {workdir}")
+    for key in ("ours:console-list-first:latency", "ours:console-list-deep:latency"):
+        if key in bench.results:
+            print(f"{key:34s} {bench.results[key].line()}  {bench.cpu_line(key)}")
+    for note in bench.notes:
+        print(f"note: {note}")
     return 0
 
 

@@ -116,9 +116,12 @@ class Adapter(Base):
     __tablename__ = "adapters"
     __table_args__ = (
         UniqueConstraint("namespace_id", "name", name="uq_adapters_namespace_name"),
-        Index("ix_adapters_namespace_id_id", "namespace_id", "id"),
-        Index("ix_adapters_base_name_id", "base_name", "id"),
-        Index("ix_adapters_base_model_id_id", "base_model_id", "id"),
+        # Postgres: the name in the index too, for a search's scan of a namespace or a base.
+        Index("ix_adapters_namespace_id_id", "namespace_id", "id",
+              postgresql_include=["full_name"]),
+        Index("ix_adapters_base_name_id", "base_name", "id", postgresql_include=["full_name"]),
+        Index("ix_adapters_base_model_id_id", "base_model_id", "id",
+              postgresql_include=["full_name"]),
     )
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
@@ -138,7 +141,11 @@ class Adapter(Base):
 
 
 class AdapterTag(Base):
-    """(tag, base, adapter) side table: keyset listing by tag and base is one index range."""
+    """(tag, base, adapter) side table: keyset listing by tag and base is one index range.
+
+    ``full_name`` is the adapter's (names never change): a search within a tag scans the
+    tag's rows in key order with the name at hand (on Postgres, an index-only scan of
+    ``ix_adapter_tags_tag_adapter_id_name``, migration 0012)."""
 
     __tablename__ = "adapter_tags"
     __table_args__ = (
@@ -153,6 +160,7 @@ class AdapterTag(Base):
     )
     base_name: Mapped[str] = mapped_column(String(63))
     base_model_id: Mapped[int] = mapped_column(BigId)
+    full_name: Mapped[str] = mapped_column(String(127))
 
 
 class Version(Base):

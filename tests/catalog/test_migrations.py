@@ -25,6 +25,47 @@ def _tables_and_indexes(url: str) -> tuple[set[str], set[str]]:
         engine.dispose()
 
 
+def _included(url: str, index: str) -> list[str]:
+    """The INCLUDE columns of a Postgres index."""
+    return [r[0] for r in _rows(url, "SELECT a.attname FROM pg_index i JOIN pg_class c ON "
+                                "c.oid = i.indexrelid JOIN pg_attribute a ON a.attrelid = "
+                                "i.indrelid AND a.attnum = ANY(i.indkey[i.indnkeyatts:]) "
+                                f"WHERE c.relname = '{index}'")]
+
+
+def test_tag_rows_get_their_names(backend: str, tmp_path: object,
+                                  request: pytest.FixtureRequest) -> None:
+    """0012 copies each adapter's name onto its tag rows."""
+    if backend == "sqlite":
+        url = f"sqlite:///{tmp_path}/t.db"
+    else:
+        url = fresh_database(request.getfixturevalue("postgres_cluster"), "tagnames",
+                             extensions=())
+    migrate(url, "0011")
+    ts = "2026-01-01 00:00:00+00:00"
+    engine = create_engine(sync_url(url))
+    with engine.begin() as conn:
+        conn.execute(text("INSERT INTO namespaces (id, name, created_at) VALUES (1, 'ns', :ts)"),
+                     {"ts": ts})
+        conn.execute(text(
+            "INSERT INTO base_models (id, name, revision, architecture, config, tensors, shapes,"
+            " content_digest, created_at) VALUES (1, 'b', 'r1', 'LlamaForCausalLM', '{}', '{}',"
+            " '{}', 'sha256:0', :ts)"), {"ts": ts})
+        for i, name in ((1, "a"), (2, "z")):
+            conn.execute(text(
+                "INSERT INTO adapters (id, namespace_id, name, full_name, base_model_id,"
+                " base_name, tags, labels, latest_version, version_count, created_at,"
+                " updated_at) VALUES (:i, 1, :n, :f, 1, 'b', '[]', '{}', 1, 1, :ts, :ts)"),
+                {"i": i, "n": name, "f": f"ns/{name}", "ts": ts})
+        conn.execute(text("INSERT INTO adapter_tags (tag, adapter_id, base_name, base_model_id)"
+                          " VALUES ('chat', 1, 'b', 1), ('code', 1, 'b', 1), ('chat', 2, 'b', 1)"))
+    engine.dispose()
+    migrate(url)
+    assert _rows(url, "SELECT tag, adapter_id, full_name FROM adapter_tags ORDER BY tag, "
+                      "adapter_id") == [("chat", 1, "ns/a"), ("chat", 2, "ns/z"),
+                                        ("code", 1, "ns/a")]
+
+
 def test_sqlite_upgrade_downgrade_upgrade(tmp_path: object) -> None:
     url = f"sqlite:///{tmp_path}/m.db"
     migrate(url)
@@ -44,7 +85,16 @@ def test_postgres_upgrade_downgrade_upgrade(postgres_cluster: PostgresCluster) -
     tables, indexes = _tables_and_indexes(url)
     assert tables == set(Base.metadata.tables)
     assert {"ix_adapters_full_name_trgm", "ix_adapters_search_scan",
-            "ix_adapter_tags_tag_base_name_adapter_id", "ix_adapters_base_name_id"} <= indexes
+            "ix_adapter_tags_tag_base_name_adapter_id", "ix_adapters_base_name_id",
+            "ix_adapter_tags_tag_adapter_id_name"} <= indexes
+    assert _included(url, "ix_adapters_namespace_id_id") == ["full_name"]
+    downgrade(url, "0011")  # 0012 -> 0011: the tag rows' names and the covering indexes go
+    assert "ix_adapter_tags_tag_adapter_id_name" not in _tables_and_indexes(url)[1]
+    assert {"ix_adapters_namespace_id_id", "ix_adapters_base_name_id",
+            "ix_adapters_base_model_id_id"} <= _tables_and_indexes(url)[1]
+    assert _included(url, "ix_adapters_base_model_id_id") == []
+    migrate(url)
+    assert _included(url, "ix_adapters_base_model_id_id") == ["full_name"]
     downgrade(url, "0005")  # 0006 -> 0005: alias removals go
     downgrade(url, "0004")  # 0005 -> 0004: shared_docs goes
     assert "shared_docs" not in _tables_and_indexes(url)[0]

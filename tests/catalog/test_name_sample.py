@@ -53,16 +53,23 @@ async def test_rare_terms_skip_the_scan_and_common_ones_the_index() -> None:
     assert ids == [7]
     assert len(sql) == 1
     assert "LIKE" in sql[0]
-    assert "instr" not in sql[0]
+    assert " AS w " not in sql[0]  # no window scan
     ids, sql = await _search(False, [[_row(1), _row(2), _row(3)]])
     assert ids == [1, 2, 3]
     assert len(sql) == 1
-    assert "instr" in sql[0]
-    # A scan that does not fill the page hands over to the index, after the scanned range.
-    ids, sql = await _search(False, [[_row(1)], [_row(150), _row(160)]])
+    assert " AS w " in sql[0]
+    assert "LIKE" not in sql[0]
+    # A scan that does not fill the page hands over to the index, after the window's end.
+    ids, sql = await _search(False, [[_row(1)], [(140,)], [_row(150), _row(160)]])
     assert ids == [1, 150, 160]
+    assert len(sql) == 3
+    assert "OFFSET" in sql[1]
+    assert "LIKE" in sql[2]
+    # A window that reached the last entry leaves nothing for the index.
+    ids, sql = await _search(False, [[_row(1)], []])
+    assert ids == [1]
     assert len(sql) == 2
-    assert "LIKE" in sql[1]
+    assert "LIKE" not in "".join(sql)
 
 
 async def _db_with(tmp_path: Path, names: list[str]) -> Database:
@@ -111,7 +118,7 @@ async def test_sample_loads_refreshes_and_survives_failures(tmp_path: Path,
             await asyncio.sleep(0.02)
         assert not rare("gamma")
 
-        async def broken(*_args: Any) -> list[str]:
+        async def broken(*_args: Any) -> list[repo.Sampled]:
             raise RuntimeError("db down")
 
         monkeypatch.setattr(repo, "sample_names", broken)
@@ -141,9 +148,9 @@ async def test_the_cheaper_way_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     index goes first when fetching every match costs less than scanning for a page."""
     names = ["x-acme"] * 20 + ["x-bolt"] * 2 + ["x-core"] * 5 + ["x-other"] * 3973
 
-    async def fake(_conn: Any, count: int) -> tuple[list[str], int]:
+    async def fake(_conn: Any, count: int) -> tuple[list[repo.Sampled], int]:
         assert count == 4000
-        return names, 1_000_000
+        return [repo.Sampled(f"ns/{n}", "b", []) for n in names], 1_000_000
 
     monkeypatch.setattr(repo, "sample_names", fake)
     class NoDatabase:
@@ -161,15 +168,46 @@ async def test_the_cheaper_way_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     assert not sample.rare("x-", 20_000, 51)
 
 
+async def test_a_filter_changes_the_guess(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a filter the scan reads that filter's adapters: all of them when they are no
+    more than a window (no index needed); none fill a page when the term, common
+    elsewhere, never shows up there in the sample, so the index goes first."""
+    rows = ([repo.Sampled(f"team-a/x-acme-{i}", "llama", ["chat"]) for i in range(200)]
+            + [repo.Sampled(f"team-b/x-other-{i}", "qwen", ["chat"]) for i in range(3790)]
+            + [repo.Sampled(f"tiny/x-acme-{i}", "llama", ["code"]) for i in range(10)])
+
+    async def fake(_conn: Any, count: int) -> tuple[list[repo.Sampled], int]:
+        return rows, 1_000_000
+
+    monkeypatch.setattr(repo, "sample_names", fake)
+
+    class NoDatabase:
+        @asynccontextmanager
+        async def read(self) -> AsyncIterator[None]:
+            yield None
+
+    sample = NameSample()
+    await sample.ensure(NoDatabase())  # type: ignore[arg-type]
+    assert not sample.rare("acme", 20_000, 26)  # ~52,000 matches: a page in ~500 ids
+    assert not sample.rare("acme", 20_000, 26, ("base", "llama"))
+    assert sample.rare("acme", 20_000, 26, ("base", "qwen"))  # none of 3,790 (210 promised)
+    assert not sample.rare("acme", 20_000, 26, ("tag", "chat"))
+    assert not sample.rare("acme", 20_000, 26, ("tag", "unknown"))  # no sampled rows: scan
+    # ~2,500 adapters in namespace tiny: the scan reads them all, cheaper than the index
+    assert not sample.rare("acme", 20_000, 26, ("namespace", "tiny"))
+    assert not sample.rare("acme", 20_000, 26, ("namespace", "unknown"))
+    assert sample.rare("zzz", 20_000, 26, ("namespace", "tiny"))  # no match anywhere
+
+
 async def test_concurrent_first_searches_share_one_load(monkeypatch: pytest.MonkeyPatch) -> None:
     calls = 0
     gate = asyncio.Event()
 
-    async def slow(_conn: Any, _count: int) -> tuple[list[str], int]:
+    async def slow(_conn: Any, _count: int) -> tuple[list[repo.Sampled], int]:
         nonlocal calls
         calls += 1
         await gate.wait()
-        return ["x-acme"], 1
+        return [repo.Sampled("ns/x-acme", "b", [])], 1
 
     class NoDatabase:
         @asynccontextmanager

@@ -70,3 +70,13 @@ def test_seeded_versions_reference_content_addressed_docs_and_mix_shapes() -> No
     for i in range(1, n + 1):
         on_big = Layout.family(i) is _shapes.LLAMA_8B_ALL_LINEAR_R16
         assert (rows.base(i) == big) == on_big
+
+
+def test_seeded_tag_rows_carry_their_adapters_names() -> None:
+    rows = Rows(50, BASES)
+    names = {line.split("\t")[0]: line.split("\t")[3] for line in rows.adapters()}
+    columns = COLUMNS["adapter_tags"][0]
+    tags = [dict(zip(columns, line.rstrip("\n").split("\t"), strict=True))
+            for line in rows.adapter_tags()]
+    assert len(tags) == 100
+    assert all(t["full_name"] == names[t["adapter_id"]] for t in tags)

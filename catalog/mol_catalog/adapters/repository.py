@@ -7,6 +7,7 @@ connection; the domain's writes are in ``writes``.
 from __future__ import annotations
 
 import random
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -186,7 +187,7 @@ async def verdicts_for_version(conn: ReadConn, version_id: int) -> dict[str, Any
             for r in await _VERDICTS.all(conn, version_id=version_id)}
 
 
-# How many ids a search scans in key order before it hands over to the trigram index.
+# How many entries a search scans in key order before it hands over to the trigram index.
 SEARCH_WINDOW = 20_000
 
 
@@ -212,12 +213,13 @@ def _contains_instr(element: _Contains, compiler: SQLCompiler, **kw: Any) -> str
     return f"instr({haystack}, {needle}) > 0"
 
 
-def _filters(tag: bool, base: str, namespaces: int) -> list[Any]:
-    """The WHERE terms of a listing shape other than the search term and the cursor."""
+def _filters(tag: bool, base: str, namespaces: int, row: Any = Adapter) -> list[Any]:
+    """The WHERE terms of a listing shape other than the search term and the cursor
+    (``row``: the adapters table, or an alias of it)."""
     terms: list[Any] = []
     if tag:
         terms.append(AdapterTag.tag == bindparam("tag", type_=String))
-    src: Any = AdapterTag if tag else Adapter
+    src: Any = AdapterTag if tag else row
     if base == "id":
         terms.append(src.base_model_id == bindparam("base_id", type_=BigInteger))
     elif base == "name":
@@ -226,7 +228,7 @@ def _filters(tag: bool, base: str, namespaces: int) -> list[Any]:
         # Ids, not a subquery on names: the planner then knows how few adapters one
         # namespace holds and walks its (namespace_id, id) index, instead of scanning a
         # tag's or a base's adapters in id order until the namespace's first ones.
-        terms.append(Adapter.namespace_id.in_(
+        terms.append(row.namespace_id.in_(
             [bindparam(f"ns{i}", type_=BigInteger) for i in range(namespaces)]))
     return terms
 
@@ -246,11 +248,27 @@ async def namespace_ids(conn: ReadConn, names: list[str]) -> list[int]:
                                                        for i, n in enumerate(names)})]
 
 
-def _search_term() -> Any:
-    """Names are lowercase ASCII, so a LIKE on the lowercased pattern is the
-    case-insensitive match, at a fraction of ILIKE's per-row cost (both use the trigram
-    index)."""
-    return Adapter.full_name.like(bindparam("q", type_=String), escape="\\")
+# At most this many words of a search term go to the trigram index (the longest).
+TRIGRAM_WORDS = 4
+
+
+def trigram_patterns(needle: str) -> list[str]:
+    """The LIKE patterns the trigram index looks a search term up by: ``%word%`` for each
+    of its longest runs of 3 or more letters or digits (pg_trgm's words); else the whole
+    term, escaped.
+
+    Names are lowercase ASCII, so a LIKE on the lowercased pattern is the case-insensitive
+    match, at a fraction of ILIKE's per-row cost. Word by word, each pattern gives only
+    its inner trigrams: the whole term would add padded ones at its separators (a word
+    starting with "t" is in every name whose namespace starts with "team-"), whose long
+    posting lists cost most of the index scan. The term itself is checked on the rows.
+    """
+    words = sorted({w for w in re.findall(r"[a-z0-9]+", needle) if len(w) >= 3},
+                   key=lambda w: (-len(w), w))[:TRIGRAM_WORDS]
+    if words:
+        return [f"%{w}%" for w in words]
+    escaped = needle.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return [f"%{escaped}%"]
 
 
 def _item_columns(row: Any = Adapter) -> list[Any]:
@@ -259,7 +277,7 @@ def _item_columns(row: Any = Adapter) -> list[Any]:
             BaseLLM.name, BaseLLM.revision]
 
 
-def _listing_statement(tag: bool, base: str, q: bool, after: bool, namespaces: int) -> Prepared:
+def _listing_statement(tag: bool, base: str, after: bool, namespaces: int) -> Prepared:
     """Keyset page ordered by adapter id. With a tag the (tag, base, adapter) side table
     drives the scan; otherwise the adapters indexes by base or namespace. ``base`` is
     "id", "name" or "" (no base filter); ``namespaces`` is how many names to allow (0: all)."""
@@ -274,94 +292,165 @@ def _listing_statement(tag: bool, base: str, q: bool, after: bool, namespaces: i
         key = Adapter.id
     stmt = stmt.join(BaseLLM, BaseLLM.id == Adapter.base_model_id)
     stmt = stmt.where(*_filters(tag, base, namespaces))
-    if q:
-        stmt = stmt.where(_search_term())
     if after:
         stmt = stmt.where(key > bindparam("after", type_=BigInteger))
-    if q and not tag and after:
-        # Past a search's windows (see ``_search``): skipped outright, by a one-time filter,
-        # when no adapter lies beyond the cursor, where the trigram index would otherwise
-        # gather every match of a common term only to drop them all.
-        stmt = stmt.where(bindparam("after", type_=BigInteger)
-                          < select(func.max(Adapter.id)).scalar_subquery())
-    # A search without a tag orders by ``id + 0``: Postgres then always filters through the
-    # trigram index and sorts the matches. Ordered by the bare key, a generic plan of this
-    # prepared statement may walk the primary key instead, which reads the whole table for
-    # a rare term.
-    order = key + literal_column("0") if q and not tag else key
-    return Prepared(stmt.order_by(order).limit(bindparam("limit", type_=Integer)))
+        if tag:
+            # On both sides of the join: a merge join would otherwise walk the adapters'
+            # primary key from the first id up to the cursor.
+            stmt = stmt.where(Adapter.id > bindparam("after", type_=BigInteger))
+    return Prepared(stmt.order_by(key).limit(bindparam("limit", type_=Integer)))
 
 
-def _window_statement(base: str, namespaces: int) -> Prepared:
-    """A search's scan of the id range ``(lo, hi]`` in key order: its first ``limit`` matches.
+def _trigram_statement(tag: bool, base: str, namespaces: int, patterns: int) -> Prepared:
+    """A search's matches past ``after`` from the trigram index (``patterns``: how many
+    ``trigram_patterns``), in id order.
 
-    On Postgres the scan reads only the covering index ``ix_adapters_search_scan`` (id,
-    then name, base and namespace ids; migration 0003), stops at ``limit`` matches and
-    reads at most ``hi - lo`` entries; the matches' other columns are then joined by
-    primary key, for at most ``limit`` rows.
+    The matches come from the trigram index alone (a subquery behind OFFSET 0, which the
+    planner plans on its own): the other filters apply to the fetched rows (a tag by its
+    key), never as a second bitmap ANDed with the index's, which reads a base's or a
+    namespace's index in full, nor as a walk of a tag's rows or the primary key in id
+    order, which reads them all for a rare term.
     """
-    w = (select(Adapter.id, Adapter.base_model_id)
-         .where(Adapter.id > bindparam("lo", type_=BigInteger),
-                Adapter.id <= bindparam("hi", type_=BigInteger),
-                _Contains(Adapter.full_name, bindparam("needle", type_=String)),
-                *_filters(False, base, namespaces))
-         .order_by(Adapter.id)
-         .limit(bindparam("limit", type_=Integer))).subquery("w")
+    m = (select(Adapter.id, Adapter.full_name, Adapter.tags, Adapter.labels,
+                Adapter.latest_version, Adapter.updated_at, Adapter.base_model_id,
+                Adapter.base_name, Adapter.namespace_id)
+         .where(*[Adapter.full_name.like(bindparam(f"q{i}", type_=String), escape="\\")
+                  for i in range(patterns)],
+                _Contains(Adapter.full_name, bindparam("needle", type_=String)))
+         .offset(literal_column("0"))).subquery("m")
+    stmt = select(m.c.id, m.c.full_name, m.c.tags, m.c.labels, m.c.latest_version,
+                  m.c.updated_at, BaseLLM.name, BaseLLM.revision).select_from(m)
+    if tag:
+        stmt = stmt.join(AdapterTag, AdapterTag.adapter_id == m.c.id)
+    stmt = (stmt.join(BaseLLM, BaseLLM.id == m.c.base_model_id)
+            .where(*_filters(tag, base, namespaces, m.c),
+                   m.c.id > bindparam("after", type_=BigInteger)))
+    return Prepared(stmt.order_by(m.c.id).limit(bindparam("limit", type_=Integer)))
+
+
+def _scan(tag: bool, base: str, namespaces: int) -> str:
+    """Which index a search scans in key order: the tag's rows, else the one namespace's
+    adapters, else the base's, else all adapters. On Postgres each is a covering index
+    (``ix_adapter_tags_tag_adapter_id_name``, ``ix_adapters_namespace_id_id``,
+    ``ix_adapters_base_name_id`` / ``..._base_model_id_id``, ``ix_adapters_search_scan``),
+    read index-only."""
+    return ("tag" if tag else "namespace" if namespaces == 1 else "base" if base else "all")
+
+
+def _scan_source(scan: str, base: str) -> tuple[Any, Any, list[Any]]:
+    """(key, name, WHERE terms) of the scanned index."""
+    if scan == "tag":
+        return (AdapterTag.adapter_id, AdapterTag.full_name,
+                [AdapterTag.tag == bindparam("tag", type_=String)])
+    terms: list[Any] = []
+    if scan == "namespace":
+        terms = [Adapter.namespace_id == bindparam("ns0", type_=BigInteger)]
+    elif scan == "base":
+        terms = _filters(False, base, 0)
+    return Adapter.id, Adapter.full_name, terms
+
+
+def _window_statement(tag: bool, base: str, namespaces: int) -> Prepared:
+    """A search's scan: the first ``limit`` matches among the next ``window`` entries of
+    the scanned index (``_scan``) past ``lo``, in key order.
+
+    The window is a count of entries, so it bounds the work whichever filter drives the
+    scan. Only the matches are joined to their adapter rows (by primary key), where the
+    other filters apply: outside the window's LIMIT, so that it counts entries, not
+    matches.
+    """
+    scan = _scan(tag, base, namespaces)
+    key, name, terms = _scan_source(scan, base)
+    w = (select(key.label("id"), name.label("full_name"))
+         .where(*terms, key > bindparam("lo", type_=BigInteger))
+         .order_by(key)
+         .limit(bindparam("window", type_=Integer))).subquery("w")
     row = aliased(Adapter, name="a")
+    rest = _filters(False, base if scan in ("tag", "namespace") else "",
+                    0 if scan == "namespace" else namespaces, row)
     return Prepared(
         select(w.c.id, *_item_columns(row))
         .select_from(w)
         .join(row, row.id == w.c.id)
-        .join(BaseLLM, BaseLLM.id == w.c.base_model_id)
-        .order_by(w.c.id))
+        .join(BaseLLM, BaseLLM.id == row.base_model_id)
+        .where(_Contains(w.c.full_name, bindparam("needle", type_=String)), *rest)
+        .order_by(w.c.id)
+        .limit(bindparam("limit", type_=Integer)))
 
 
-_LISTINGS: dict[tuple[bool, str, bool, bool, int], Prepared] = {}
-_WINDOWS: dict[tuple[str, int], Prepared] = {}
+def _window_end_statement(scan: str, base: str) -> Prepared:
+    """The last key of a full window past ``lo`` (its ``window``-th entry), none when
+    fewer entries are left: where the trigram index takes over."""
+    key, _, terms = _scan_source(scan, base)
+    return Prepared(select(key).where(*terms, key > bindparam("lo", type_=BigInteger))
+                    .order_by(key).offset(bindparam("skip", type_=Integer)).limit(1))
 
 
-def _listing(shape: tuple[bool, str, bool, bool, int]) -> Prepared:
-    stmt = _LISTINGS.get(shape)
-    if stmt is None:
-        stmt = _LISTINGS[shape] = _listing_statement(*shape)
-    return stmt
+_LISTINGS: dict[tuple[bool, str, bool, int], Prepared] = {}
+_TRIGRAMS: dict[tuple[bool, str, int, int], Prepared] = {}
+_WINDOWS: dict[tuple[bool, str, int], Prepared] = {}
+_WINDOW_ENDS: dict[tuple[str, str], Prepared] = {}
 
 
-async def _search(conn: ReadConn, params: dict[str, Any], base: str, namespaces: int,
-                  window: int, rare: bool) -> list[Sequence[Any]]:
-    """A search without a tag: ``window`` ids scanned in key order, then the trigram index.
+async def _search(conn: ReadConn, params: dict[str, Any], tag: bool, base: str,
+                  namespaces: int, window: int, rare: bool) -> list[Sequence[Any]]:
+    """A search: ``window`` entries scanned in key order, then the trigram index.
 
-    A common term fills its page from the next few thousand ids, where the trigram index
-    would intersect long posting lists and sort every match; a rare term (``rare``: see
-    ``adapters.name_sample``) goes to the index at once, which finds its few matches cheaply.
-    The index takes over where the scanned range ended, so the rows are exactly the page,
-    in id order, whichever way the term was taken.
+    A common term fills its page from the next few thousand entries, where the trigram
+    index would intersect long posting lists and sort every match; a rare term (``rare``:
+    see ``adapters.name_sample``) goes to the index at once, which finds its few matches
+    cheaply. The index takes over where the scanned window ended (nothing is left when
+    the window reached the end), so the rows are exactly the page, in id order, whichever
+    way the term was taken.
     """
     limit: int = params["limit"]
     edge: int = params["after"] or 0
     rows: list[Sequence[Any]] = []
     if not rare and window > 0:
-        shape = (base, namespaces)
+        shape = (tag, base, namespaces)
         stmt = _WINDOWS.get(shape)
         if stmt is None:
             stmt = _WINDOWS[shape] = _window_statement(*shape)
-        rows = await stmt.all(conn, **{**params, "lo": edge, "hi": edge + window})
-        edge += window
-    if len(rows) < limit:
-        rows += await _listing((False, base, True, True, namespaces)).all(
-            conn, **{**params, "after": edge, "limit": limit - len(rows)})
+        rows = await stmt.all(conn, **{**params, "lo": edge, "window": window})
+        if len(rows) >= limit:
+            return rows
+        scan = (_scan(tag, base, namespaces), base)
+        end = _WINDOW_ENDS.get(scan)
+        if end is None:
+            end = _WINDOW_ENDS[scan] = _window_end_statement(*scan)
+        last = await end.first(conn, **{**params, "lo": edge, "skip": window - 1})
+        if last is None:
+            return rows
+        edge = int(last[0])
+    patterns = trigram_patterns(params["needle"])
+    index_shape = (tag, base, namespaces, len(patterns))
+    trigram = _TRIGRAMS.get(index_shape)
+    if trigram is None:
+        trigram = _TRIGRAMS[index_shape] = _trigram_statement(*index_shape)
+    rows += await trigram.all(conn, **{**params, "after": edge, "limit": limit - len(rows)},
+                              **{f"q{i}": p for i, p in enumerate(patterns)})
     return rows
 
 
 _MAX_ID = Prepared(select(func.max(Adapter.id)))
-_NAMES_BY_ID = Prepared(select(Adapter.full_name).where(
+_SAMPLED = (Adapter.full_name, Adapter.base_name, Adapter.tags)
+_NAMES_BY_ID = Prepared(select(*_SAMPLED).where(
     Adapter.id == any_(bindparam("ids", type_=ARRAY(BigInteger)))))
-_RANDOM_NAMES = Prepared(select(Adapter.full_name).order_by(func.random())
+_RANDOM_NAMES = Prepared(select(*_SAMPLED).order_by(func.random())
                          .limit(bindparam("count", type_=Integer)))
 
 
-async def sample_names(conn: ReadConn, count: int) -> tuple[list[str], int]:
-    """(about ``count`` names of adapters picked at random, the highest adapter id).
+@dataclass(frozen=True)
+class Sampled:
+    """An adapter of the search's name sample: its name and what a search filters on."""
+
+    full_name: str
+    base_name: str
+    tags: list[str]
+
+
+async def sample_names(conn: ReadConn, count: int) -> tuple[list[Sampled], int]:
+    """(about ``count`` adapters picked at random, the highest adapter id).
 
     Postgres: random ids, one index probe each, one array parameter; SQLite (small
     tables, read in the driver's thread): ``ORDER BY random()``."""
@@ -369,9 +458,24 @@ async def sample_names(conn: ReadConn, count: int) -> tuple[list[str], int]:
     if top == 0:
         return [], 0
     if conn.dialect.name != "postgresql":
-        return [r[0] for r in await _RANDOM_NAMES.all(conn, count=count)], top
-    ids = random.sample(range(1, top + 1), min(count, top))
-    return [r[0] for r in await _NAMES_BY_ID.all(conn, ids=ids)], top
+        rows = await _RANDOM_NAMES.all(conn, count=count)
+    else:
+        ids = random.sample(range(1, top + 1), min(count, top))
+        rows = await _NAMES_BY_ID.all(conn, ids=ids)
+    return [Sampled(r[0], r[1], list(json_value(r[2]) or [])) for r in rows], top
+
+
+def scanned_filter(tag: str | None, base: str | None, namespaces: set[str] | None,
+                   ) -> tuple[str, str] | None:
+    """The filter whose adapters a search scans in key order (see ``_scan``): ("tag",
+    name), ("namespace", name), ("base", name), or None for all adapters."""
+    if tag is not None:
+        return "tag", tag
+    if namespaces is not None and len(namespaces) == 1:
+        return "namespace", next(iter(namespaces))
+    if base:
+        return "base", base.partition("@")[0]
+    return None
 
 
 async def list_adapters(conn: ReadConn, *, after: int | None, limit: int,
@@ -381,7 +485,7 @@ async def list_adapters(conn: ReadConn, *, after: int | None, limit: int,
                         ) -> list[tuple[int, dict[str, Any]]]:
     """One keyset page: (adapter id, listing item) pairs, the items ready to encode.
 
-    A search without a tag scans ids or asks the trigram index first (``_search``): exact
+    A search scans in key order or asks the trigram index first (``_search``): exact
     either way.
     """
     base = "id" if base_model_id is not None else "name" if base_name is not None else ""
@@ -395,14 +499,15 @@ async def list_adapters(conn: ReadConn, *, after: int | None, limit: int,
     params.update({f"ns{i}": ns_id for i, ns_id in enumerate(ns)})
     if q:
         params["needle"] = q.lower()
-        escaped = q.lower().replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-        params["q"] = f"%{escaped}%"
     rows: list[Sequence[Any]]
-    if q and tag is None:
-        rows = await _search(conn, params, base, len(ns), window, rare)
+    if q:
+        rows = await _search(conn, params, tag is not None, base, len(ns), window, rare)
     else:
-        rows = await _listing((tag is not None, base, bool(q), after is not None, len(ns))).all(
-            conn, **params)
+        shape = (tag is not None, base, after is not None, len(ns))
+        stmt = _LISTINGS.get(shape)
+        if stmt is None:
+            stmt = _LISTINGS[shape] = _listing_statement(*shape)
+        rows = await stmt.all(conn, **params)
     return [(row[0], _listing_item(*row[1:])) for row in rows]
 
 

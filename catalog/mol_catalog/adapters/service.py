@@ -96,16 +96,16 @@ async def publish(uow: UnitOfWork, req: PublishRequest, base_profiles: list[Prof
             "namespace_id": ns_id, "name": req.name, "full_name": req.full_name, "tags": [],
             "labels": {}, "created_at": now, **changes})
         if req.tags:
-            await writes.set_tags(conn, adapter_id, req.tags, base_name, req.base_model_id,
-                                fresh=True)
+            await writes.set_tags(conn, adapter_id, req.full_name, req.tags, base_name,
+                                  req.base_model_id, fresh=True)
     else:
         adapter_id = found.id
         await writes.update_adapter(conn, adapter_id, changes)
         old_tags = list(found.tags or [])
         tags = req.tags if req.tags is not None else old_tags
         if tags != old_tags or found.base_model_id != req.base_model_id:
-            await writes.set_tags(conn, adapter_id, tags, base_name, req.base_model_id,
-                                fresh=False)
+            await writes.set_tags(conn, adapter_id, req.full_name, tags, base_name,
+                                  req.base_model_id, fresh=False)
     files = [{"path": p, "digest": f.digest, "size": f.size}
              for p, f in sorted(req.upload.files.items())]
     version_id = await writes.insert_version(conn, {
@@ -202,8 +202,8 @@ async def _apply_to_existing(uow: UnitOfWork, req: PublishRequest,
         applied["tags"] = req.tags
         if row.tags != req.tags:
             values["tags"] = req.tags
-            await writes.set_tags(uow.conn, row.id, req.tags, row.base_name, row.base_model_id,
-                               fresh=False)
+            await writes.set_tags(uow.conn, row.id, row.full_name, req.tags, row.base_name,
+                                  row.base_model_id, fresh=False)
             changed.append("tags")
     if req.labels is not None:
         applied["labels"] = req.labels
@@ -350,11 +350,12 @@ async def search(catalog: Catalog, who: Principal, *, base: str | None, tag: str
     clean_text(q, "q")
     if tag is not None:
         checked(refs.check_tag, tag)
-    searching = bool(q) and tag is None
+    searching = bool(q)
     rare = False
     if searching:
         await catalog.names.ensure(catalog.db)
-        rare = catalog.names.rare(str(q).lower(), catalog.settings.search_window, limit + 1)
+        rare = catalog.names.rare(str(q).lower(), catalog.settings.search_window, limit + 1,
+                                  repo.scanned_filter(tag, base, namespaces))
     async with catalog.db.read(generic_plans=searching) as conn:
         return await list_adapters(conn, base=base, tag=tag, q=q, namespaces=namespaces,
                                    after=after, limit=limit,

@@ -152,14 +152,14 @@ async def insert_rows(conn: AsyncConnection, table: Table, rows: list[dict[str, 
         await conn.execute(_INSERTS[table.name], rows)
 
 
-async def set_tags(conn: AsyncConnection, adapter_id: int, tags: list[str], base_name: str,
-                   base_model_id: int, fresh: bool) -> None:
+async def set_tags(conn: AsyncConnection, adapter_id: int, full_name: str, tags: list[str],
+                   base_name: str, base_model_id: int, fresh: bool) -> None:
     """Rows of the (tag, base, adapter) side table; ``fresh`` = the adapter has none yet."""
     if not fresh:
         await conn.execute(_DELETE_TAGS, {"adapter_id": adapter_id})
     await insert_rows(conn, ADAPTER_TAGS, [
         {"tag": t, "adapter_id": adapter_id, "base_name": base_name,
-         "base_model_id": base_model_id} for t in tags])
+         "base_model_id": base_model_id, "full_name": full_name} for t in tags])
 
 
 async def move_alias(conn: AsyncConnection, adapter_id: int, name: str, number: int,
