@@ -193,3 +193,14 @@ def own_seconds() -> float:
     me = resource.getrusage(resource.RUSAGE_SELF)
     kids = resource.getrusage(resource.RUSAGE_CHILDREN)
     return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+def callgrind_total(out: Path) -> int:
+    """The instructions callgrind counted: the largest dump total among the files it
+    wrote for ``out`` (``--callgrind-out-file``; one per dump and thread)."""
+    best = 0
+    for path in out.parent.glob(out.name + "*"):
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith(("summary:", "totals:")):
+                best = max(best, int(line.split()[1]))
+    return best

@@ -24,6 +24,10 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _machine import callgrind_total
+
 ROOT = Path(__file__).resolve().parents[1]
 _CHILD = r"""
 import asyncio, json, os, subprocess, sys, time
@@ -69,16 +73,6 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])))
 """
 
 
-def _callgrind_total(out: Path) -> int:
-    """The largest dump total among callgrind's files (the counted resolves)."""
-    best = 0
-    for path in out.parent.glob(out.name + "*"):
-        for line in path.read_text(errors="replace").splitlines():
-            if line.startswith(("summary:", "totals:")):
-                best = max(best, int(line.split()[1]))
-    return best
-
-
 def run(tree: Path, n: int, settings: dict[str, object], instructions: bool) -> float:
     """CPU us per resolve of ``tree``'s catalog, or its instructions per resolve."""
     paths = [str(tree / p) for p in ("platform", "catalog", "operator", "router", "testkit")]
@@ -94,7 +88,7 @@ def run(tree: Path, n: int, settings: dict[str, object], instructions: bool) -> 
         if out.returncode != 0:
             raise SystemExit(f"the run in {tree} failed:\n{out.stderr[-3000:]}")
         if instructions:
-            return _callgrind_total(out_file) / n
+            return callgrind_total(out_file) / n
     return float(json.loads(out.stdout.strip().splitlines()[-1])["cpu_us"])
 
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import aiohttp
 import orjson
 
-from _machine import Proc, machine_info, wait_http
+from _machine import Proc, callgrind_total, machine_info, wait_http
 from _report import write_section
 from mol_testkit.net import free_port
 from router_overhead import API_KEY, HERE, ROOT, TRACED, TRACING_RATIO, mol_router_config
@@ -89,16 +89,6 @@ def _control(*args: str) -> None:
     subprocess.run(["callgrind_control", *args], check=True, capture_output=True)
 
 
-def _total(out: Path) -> int:
-    """The largest dump total among callgrind's files (the counted load)."""
-    best = 0
-    for path in out.parent.glob(out.name + "*"):
-        for line in path.read_text(errors="replace").splitlines():
-            if line.startswith(("summary:", "totals:")):
-                best = max(best, int(line.split()[1]))
-    return best
-
-
 def count(name: str, upstream: str, workdir: Path, args: argparse.Namespace
           ) -> dict[bool, float]:
     """Instructions per request of one router, JSON (False) and SSE (True)."""
@@ -137,7 +127,7 @@ def count(name: str, upstream: str, workdir: Path, args: argparse.Namespace
             _control("-d", str(proc.popen.pid))
         finally:
             proc.stop()
-        per[stream] = _total(out) / args.requests
+        per[stream] = callgrind_total(out) / args.requests
         if sink is not None and stream:
             sink.stop()
         print(f"{name:14s} {'SSE ' if stream else 'JSON'} {per[stream]:>12,.0f} "

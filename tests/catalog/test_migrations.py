@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 import pytest
-from sqlalchemy import create_engine, inspect, text
+from sqlalchemy import Connection, create_engine, inspect, text
 
 from mol_catalog.db import downgrade, migrate, sync_url
 from mol_catalog.models import Base
@@ -33,6 +33,16 @@ def _included(url: str, index: str) -> list[str]:
                                 f"WHERE c.relname = '{index}'")]
 
 
+def _namespace_and_base(conn: Connection, ts: str) -> None:
+    """Namespace ``ns`` (id 1) and base ``b@r1`` (id 1), as raw rows of an old schema."""
+    conn.execute(text("INSERT INTO namespaces (id, name, created_at) VALUES (1, 'ns', :ts)"),
+                 {"ts": ts})
+    conn.execute(text(
+        "INSERT INTO base_models (id, name, revision, architecture, config, tensors, shapes,"
+        " content_digest, created_at) VALUES (1, 'b', 'r1', 'LlamaForCausalLM', '{}', '{}',"
+        " '{}', 'sha256:0', :ts)"), {"ts": ts})
+
+
 def test_tag_rows_get_their_names(backend: str, tmp_path: object,
                                   request: pytest.FixtureRequest) -> None:
     """0012 copies each adapter's name onto its tag rows."""
@@ -45,12 +55,7 @@ def test_tag_rows_get_their_names(backend: str, tmp_path: object,
     ts = "2026-01-01 00:00:00+00:00"
     engine = create_engine(sync_url(url))
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO namespaces (id, name, created_at) VALUES (1, 'ns', :ts)"),
-                     {"ts": ts})
-        conn.execute(text(
-            "INSERT INTO base_models (id, name, revision, architecture, config, tensors, shapes,"
-            " content_digest, created_at) VALUES (1, 'b', 'r1', 'LlamaForCausalLM', '{}', '{}',"
-            " '{}', 'sha256:0', :ts)"), {"ts": ts})
+        _namespace_and_base(conn, ts)
         for i, name in ((1, "a"), (2, "z")):
             conn.execute(text(
                 "INSERT INTO adapters (id, namespace_id, name, full_name, base_model_id,"
@@ -126,12 +131,7 @@ def _seed_inline(url: str) -> list[tuple[dict[str, Any], dict[str, Any]]]:
     engine = create_engine(sync_url(url))
     ts = "2026-01-01 00:00:00+00:00"
     with engine.begin() as conn:
-        conn.execute(text("INSERT INTO namespaces (id, name, created_at) VALUES (1, 'ns', :ts)"),
-                     {"ts": ts})
-        conn.execute(text(
-            "INSERT INTO base_models (id, name, revision, architecture, config, tensors, shapes,"
-            " content_digest, created_at) VALUES (1, 'b', 'r1', 'LlamaForCausalLM', '{}', '{}',"
-            " '{}', 'sha256:0', :ts)"), {"ts": ts})
+        _namespace_and_base(conn, ts)
         conn.execute(text(
             "INSERT INTO adapters (id, namespace_id, name, full_name, base_model_id, base_name,"
             " tags, labels, latest_version, version_count, created_at, updated_at) VALUES"

@@ -24,6 +24,14 @@ from mol_catalog.db import Database, Reader, migrate
 from mol_catalog.models import Adapter, BaseLLM, Namespace
 
 
+class NoDatabase:
+    """Stands for the database when ``repo.sample_names`` is faked: reads yield nothing."""
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[None]:
+        yield None
+
+
 class _Recorder:
     """A raw connection that records statements and answers from a script."""
 
@@ -153,10 +161,6 @@ async def test_the_cheaper_way_wins(monkeypatch: pytest.MonkeyPatch) -> None:
         return [repo.Sampled(f"ns/{n}", "b", []) for n in names], 1_000_000
 
     monkeypatch.setattr(repo, "sample_names", fake)
-    class NoDatabase:
-        @asynccontextmanager
-        async def read(self) -> AsyncIterator[None]:
-            yield None
 
     sample = NameSample()
     await sample.ensure(NoDatabase())  # type: ignore[arg-type]
@@ -181,10 +185,6 @@ async def test_a_filter_changes_the_guess(monkeypatch: pytest.MonkeyPatch) -> No
 
     monkeypatch.setattr(repo, "sample_names", fake)
 
-    class NoDatabase:
-        @asynccontextmanager
-        async def read(self) -> AsyncIterator[None]:
-            yield None
 
     sample = NameSample()
     await sample.ensure(NoDatabase())  # type: ignore[arg-type]
@@ -209,10 +209,6 @@ async def test_concurrent_first_searches_share_one_load(monkeypatch: pytest.Monk
         await gate.wait()
         return [repo.Sampled("ns/x-acme", "b", [])], 1
 
-    class NoDatabase:
-        @asynccontextmanager
-        async def read(self) -> AsyncIterator[None]:
-            yield None
 
     monkeypatch.setattr(repo, "sample_names", slow)
     sample = NameSample()

@@ -16,24 +16,14 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.catalog.test_search_window import pages
+
 N = 30
 TERMS = ("COMMON", "rarew", "n0", "mon-", "absent")
 
 
 def _word(i: int) -> str:
     return "rareword" if i == 23 else "common" if i % 3 else "other"
-
-
-async def _pages(client: httpx.AsyncClient, limit: int, **params: Any) -> list[str]:
-    out: list[str] = []
-    cursor = None
-    while True:
-        query = {**params, "limit": limit, **({"cursor": cursor} if cursor else {})}
-        r = await client.get("/v1/adapters", params=query)
-        assert r.status_code == 200, r.text
-        out += [item["adapter"] for item in r.json()["items"]]
-        if (cursor := r.json()["next_cursor"]) is None:
-            return out
 
 
 @pytest.fixture
@@ -87,7 +77,7 @@ async def test_searches_under_filters_page_exactly(make_client: Any,
         for term in TERMS:
             expected = _expected(everything, q=term, **filters)
             for limit in (1, 3):
-                got = await _pages(client, limit, q=term, **filters)
+                got = await pages(client, limit, q=term, **filters)
                 assert got == expected, (filters, term, limit)
     assert len(_expected(everything, q="common", tag="red")) > 3  # windows had work to do
 
@@ -103,6 +93,6 @@ async def test_tag_pages_from_a_cursor(make_client: Any,
                     and it["namespace"] == filters.get("namespace", it["namespace"])
                     and it["base"] == filters.get("base", it["base"])]
         for limit in (1, 2, 5):
-            assert await _pages(client, limit, **filters) == expected, (filters, limit)
+            assert await pages(client, limit, **filters) == expected, (filters, limit)
     assert "red" not in next(it for it in everything if it["adapter"] == "beta/n04-common")[
         "tags"]

@@ -16,7 +16,7 @@ import pytest
 N = 24
 
 
-async def _pages(client: httpx.AsyncClient, limit: int, **params: Any) -> list[str]:
+async def pages(client: httpx.AsyncClient, limit: int, **params: Any) -> list[str]:
     out: list[str] = []
     cursor = None
     while True:
@@ -39,7 +39,7 @@ async def seeded(make_client: Any, model: Any) -> list[str]:
         r = await client.post(f"/v1/adapters/{ns}/n{i:02d}-{word}/versions",
                               files=model.files(model.adapter(seed=i)))
         assert r.status_code == 201, r.text
-    everything = await _pages(client, 500)
+    everything = await pages(client, 500)
     assert len(everything) == N
     return everything
 
@@ -57,6 +57,6 @@ async def test_pages_equal_a_filtered_scan(make_client: Any, seeded: list[str],
                         and (namespace is None or name.startswith(f"{namespace}/"))]
             extra = {"namespace": namespace} if namespace else {}
             for limit in (1, 2, 5):
-                got = await _pages(client, limit, q=term, **extra)
+                got = await pages(client, limit, q=term, **extra)
                 assert got == expected, (term, namespace, limit)
     assert len([n for n in seeded if "common" in n]) == 15  # both phases had work to do
