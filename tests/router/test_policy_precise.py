@@ -110,3 +110,20 @@ def test_traffic_share_scales_this_routers_queue_to_the_fleets() -> None:
     assert traffic_share(four) == 4.0
     assert traffic_share([EngineStats(running=1, inflight=3)]) == 1.0  # scrape behind us
     assert traffic_share([EngineStats(running=5)]) == 1.0  # nothing of ours in flight
+
+
+def test_mol_sends_a_session_to_an_idle_replica_with_room_when_its_own_queues() -> None:
+    """A replica that no adapter calls home, idle with an empty slot, takes a turn
+    whose warm replica has requests queued beyond what its history saves; not one
+    whose slots are full (the load would evict another adapter's copy)."""
+    policy = make_policy("mol-affinity")
+    index = PrefixIndex()
+    history = prefix_keys(SYSTEM, A)
+    index.record(history, "e1")
+    request = RouteRequest(A, prompt_tokens=1000, prefix=history)
+    stats = _fleet(index, {"e1": 3})
+    stats["e2"] = EngineStats(max_lora=4)  # idle, nothing resident
+    assert policy.pick(["e1", "e2"], stats, request) == "e2"
+    stats["e2"] = EngineStats(max_lora=4, slot_adapters=("w", "x", "y", "z"))
+    stats = FleetStats.of(stats, Demand(), index)
+    assert policy.pick(["e1", "e2"], stats, request) == "e1"

@@ -10,19 +10,20 @@ in every router replica. Steps 1-4 pick where the adapter should run; step 0 wei
 that against the endpoints believed to hold a prefix of the prompt:
 
 0. of the endpoints where the router's prefix index (where it sent each prompt prefix
-   lately) believes some prefix of the prompt cached, and the one steps 1-4 pick,
+   lately) believes some prefix of the prompt cached, the one steps 1-4 pick, and the
+   first idle one (nothing running, waiting or in flight) with room for the adapter,
    the one whose first token costs least in prefill-token units: ``queue_tokens`` per
    request this router has in flight there (times its ``traffic_share``, so that one
    of N independent routers prices the whole queue, not its 1/N of it), plus the
-   prompt tokens not cached there,
-   plus ``load_tokens`` if the adapter is not resident there (the engine-wide stall of
-   a load, up to 2,200 tokens' worth from disk, and the slot it takes from another
-   adapter). A session or an agent whose context grows stays where its
-   history is until that replica's queue costs more than the history saves; in-flight
-   counts rather than scraped queues, as a scrape a second old misreads a replica's
-   queue more than the prompt's cost (``queue_tokens`` 2,000 and ``load_tokens``
-   5,000, and in-flight counts over scraped queues, measured best on the routing
-   benchmark's traces: docs/replica-picking.md);
+   prompt tokens not cached there, plus, where the adapter is not resident,
+   ``copy_tokens`` into an empty slot (a load's engine-wide stall: up to 2,200
+   tokens' worth from disk) or ``load_tokens`` when it evicts another adapter. A
+   session or an agent whose context grows stays where its history is until that
+   replica's queue costs more than the history saves. In-flight counts rather than
+   scraped queues, as a scrape a second old misreads a replica's queue more than the
+   prompt's cost; the idle endpoint keeps a replica that no adapter calls home from
+   starving while the others queue (the defaults and these choices measured on the
+   routing benchmark's traces, held-out seeds included: docs/replica-picking.md);
 1. the endpoint where the adapter is resident (running there per
    ``vllm:lora_requests_info``, or sent there lately by this router) under the bound
    with the lowest such cost (its load, scraped or in flight, times
@@ -90,6 +91,25 @@ def eviction_cost(s: EngineStats, demand: Demand | None) -> float:
     return max((demand.share(a) for a in idle), default=0.0)
 
 
+def slot_free(s: EngineStats) -> bool:
+    """A GPU slot is believed empty there (the tracker's slot estimate, else what the
+    metrics and this router show resident): a load evicts nothing."""
+    held = len(s.slot_adapters) if s.slot_adapters else len(s.resident)
+    return held < s.max_lora
+
+
+def has_room(s: EngineStats, adapter: str | None) -> bool:
+    """``adapter`` can run there now without evicting anything."""
+    if adapter is None or adapter in s.resident:
+        return True
+    return slot_free(s) and has_free_slot(s, adapter)
+
+
+def is_idle(s: EngineStats) -> bool:
+    """Nothing runs or waits there per the last scrape, and nothing of ours is in flight."""
+    return s.running + s.waiting == 0 and s.inflight == 0
+
+
 def traffic_share(stats: Iterable[EngineStats]) -> float:
     """How many times this router's in-flight requests the engines' queues hold (the
     last scrape's running + waiting over the fleet against ours now, at least 1): with
@@ -105,7 +125,8 @@ class MolAffinity(EligibleFirst):
     """``mol-affinity``: see the module docstring."""
 
     name = "mol-affinity"
-    KNOBS = ("load_factor", "slack", "candidates", "hot_share", "queue_tokens", "load_tokens")
+    KNOBS = ("load_factor", "slack", "candidates", "hot_share", "queue_tokens", "load_tokens",
+             "copy_tokens")  # fmt: skip
 
     def __init__(self, knobs: Mapping[str, Any] | None = None) -> None:
         k = Knobs(self.name, knobs or {}, self.KNOBS)
@@ -115,6 +136,7 @@ class MolAffinity(EligibleFirst):
         self.hot_share = k.get("hot_share", float, 0.01, 0.0, 1.0)
         self.queue_tokens = k.get("queue_tokens", float, 2000.0, 0.0, 1_000_000.0)
         self.load_tokens = k.get("load_tokens", float, 5000.0, 0.0, 1_000_000.0)
+        self.copy_tokens = k.get("copy_tokens", float, 2200.0, 0.0, 1_000_000.0)
 
     def choose_in(
         self, candidates: Candidates, request: RouteRequest, stats: Mapping[str, EngineStats]
@@ -145,26 +167,30 @@ class MolAffinity(EligibleFirst):
     def _warm_or(
         self, choice: str, candidates: Candidates, request: RouteRequest, prefix: PrefixIndex
     ) -> str:
-        """``choice``, or an endpoint believed to hold a prefix of the prompt where the
-        first token costs less (step 0 of the module docstring)."""
+        """``choice``, or an endpoint believed to hold a prefix of the prompt, or an idle
+        one with room for the adapter, where the first token costs less (step 0)."""
         names = [e for e, _ in candidates]
         depth = prefix.matches(request.prefix, names)
         warm = [e for e in names if depth[e] > 0]
         if not warm:
             return choice
-        if choice not in warm:
-            warm.append(choice)
         by_name = dict(candidates)
         adapter = request.adapter
+        idle = next((e for e in names if is_idle(by_name[e]) and has_room(by_name[e], adapter)),
+                    None)  # fmt: skip
+        for e in (choice, idle):
+            if e is not None and e not in warm:
+                warm.append(e)
         total = request.prompt_tokens
-        penalty = self.load_tokens
         q = self.queue_tokens * traffic_share(by_name.values())
 
         def cost(e: str) -> tuple[float, int]:
             s = by_name[e]
             cached = min(key_chars(depth[e]) // CHARS_PER_TOKEN, total)
-            cold = adapter is not None and adapter not in s.resident
-            return (s.inflight * q + total - cached + (penalty if cold else 0), s.load)
+            extra = 0.0
+            if adapter is not None and adapter not in s.resident:
+                extra = self.copy_tokens if slot_free(s) else self.load_tokens
+            return (s.inflight * q + total - cached + extra, s.load)
 
         return min(warm, key=cost)
 
