@@ -10,7 +10,10 @@ A trace line's ``segments`` become the prompt's token ids (equal ids, equal toke
 its blocks are shared with every request that has the same prefix and adapter. Each
 router replica is a real ``EngineTracker`` and policy: it observes every engine every
 ``scrape_interval`` (what ``/metrics`` would say: queue lengths, KV usage, and the
-adapters with running requests, as vLLM lists them) and books what it sends.
+adapters with running requests, as vLLM lists them) and books what it sends. A policy
+that reads the engines' KV events (``reads_kv_events``: llm-d's precise prefix scorer)
+gets them as vLLM publishes them over ZMQ, not at the scrape: each engine's events of
+the last ``KV_EVENT_STEP_S`` in one batch, applied to every router's own index.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import aiohttp
 from _workload import Arrival
 from mol_router.engine_metrics import EngineMetrics
 from mol_router.policy import RouteRequest, make_policy
+from mol_router.policy.interface import FleetStats
+from mol_router.policy.kvindex import KvBlockIndex
 from mol_router.policy.prefix import prefix_keys
 from mol_router.tracker import EngineTracker
 from mol_testkit.simulator.config import SimConfig
@@ -33,6 +38,9 @@ from mol_testkit.simulator.model import SlotEngine
 from mol_testkit.simulator.segments import prompt_text, prompt_token_ids
 
 TOKEN_STEPS = 4
+KV_EVENT_STEP_S = 0.02
+"""KV events reach the routers this often (vLLM publishes a batch per engine step, about
+one ITL; ZMQ on a cluster network adds well under a millisecond)."""
 """Generated tokens are booked in this many steps per request (not one event each)."""
 
 
@@ -159,9 +167,30 @@ async def _drive(
                 t.record_health(u, True)
             trackers.append(t)
         policies = [make_policy(policy, knobs) for _ in range(routers)]
+        events = bool(getattr(policies[0], "reads_kv_events", False))
+        indexes = [KvBlockIndex() for _ in range(routers)] if events else []
+        for e in engines.values():
+            if events:
+                e.enable_kv_events()
         result = RunResult(label, len(arrivals))
         done = asyncio.Event()
         left = [len(arrivals)]
+        reference = engines[urls[0]]
+
+        async def publish() -> None:
+            while not done.is_set():
+                await asyncio.sleep(KV_EVENT_STEP_S)
+                for u, e in engines.items():
+                    batch = e.publish_kv_events(loop.time())
+                    if batch is not None:
+                        for index in indexes:
+                            index.apply(u, batch.events)
+
+        def view(r: int) -> FleetStats:
+            snap = trackers[r].snapshot()
+            if not events:
+                return snap
+            return FleetStats.of(snap, snap.demand, snap.prefix, indexes[r])
 
         async def scrape(r: int) -> None:
             tracker = trackers[r]
@@ -173,14 +202,17 @@ async def _drive(
 
         async def one(i: int, a: Arrival) -> None:
             tracker, pol = trackers[i % routers], policies[i % routers]
-            request = RouteRequest(a.adapter, a.user, a.prompt_tokens, route_prefix(a))
-            endpoint = pol.pick(urls, tracker.snapshot(), request)
+            ids = prompt_token_ids(a.segments) if a.segments is not None else None
+            hashes = prompt_hashes(reference, reference.resolve_model(a.adapter), ids)
+            request = RouteRequest(a.adapter, a.user, a.prompt_tokens, route_prefix(a),
+                                   tuple(hashes) if events else ())  # fmt: skip
+            endpoint = pol.pick(urls, view(i % routers), request)
             assert endpoint is not None
             engine = engines[endpoint]
-            tracker.begin(endpoint, a.adapter)
+            tracker.begin(endpoint, a.adapter, request.prefix)
             adapter = engine.resolve_model(a.adapter)
             sim = engine.submit(config.model, adapter, a.prompt_tokens, a.max_tokens,
-                                hashes=prompt_hashes(engine, adapter, a))  # fmt: skip
+                                hashes=hashes, token_ids=ids if events else None)  # fmt: skip
             await engine.wait_due(sim)
             result.ttft.append(loop.time() - a.t)
             engine.token(sim)
@@ -200,6 +232,8 @@ async def _drive(
                 done.set()
 
         scrapers = [asyncio.create_task(scrape(r)) for r in range(routers)]
+        if events:
+            scrapers.append(asyncio.create_task(publish()))
         tasks = []
         for i, a in enumerate(arrivals):
             await asyncio.sleep(max(0.0, a.t - loop.time()))
@@ -234,12 +268,14 @@ def route_prefix(a: Arrival) -> tuple[int, ...]:
     return prefix_keys(prompt_text(a.segments).encode(), a.adapter or "")
 
 
-def prompt_hashes(engine: SlotEngine, adapter: str | None, a: Arrival) -> list[BlockHash]:
-    """The block hashes of a trace request's prompt (none without segments: a prompt of
-    its own shares no block)."""
-    if a.segments is None:
+def prompt_hashes(
+    engine: SlotEngine, adapter: str | None, ids: Sequence[int] | None
+) -> list[BlockHash]:
+    """The block hashes of a trace request's prompt token ``ids`` (none without
+    segments: a prompt of its own shares no block); every replica registers an
+    adapter under the same path, so any one computes them."""
+    if ids is None:
         return []
-    ids = prompt_token_ids(a.segments)
     return block_hashes(ids, engine.config.block_size, engine.lora_key(adapter))
 
 

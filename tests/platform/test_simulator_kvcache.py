@@ -9,8 +9,10 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mol_router.policy.kvindex import KvBlockIndex
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 from mol_testkit.simulator.kvcache import PrefixCache, block_hashes, extra_keys
+from mol_testkit.simulator.kvevents import AllBlocksCleared, BlockRemoved, BlockStored
 from mol_testkit.simulator.model import SlotEngine
 from mol_testkit.simulator.segments import prompt_token_ids
 
@@ -197,3 +199,77 @@ async def test_prefix_cache_metrics_count_tokens_as_vllm() -> None:
                          _counter(text, "vllm:prefix_cache_hits_total")))  # fmt: skip
         assert _counter(text, "vllm:prompt_tokens_cached_total") == 8
     assert seen == [(10, 0), (20, 8), (30, 8), (30, 8)]
+
+
+async def test_kv_events_tell_what_the_cache_stores_and_evicts_as_vllm() -> None:
+    """BlockStored per run of newly cached blocks (chain order, the parent's hash, the
+    blocks' tokens, the adapter's id and name), BlockRemoved on eviction,
+    AllBlocksCleared on a reset: the names and fields of vllm.distributed.kv_events."""
+    engine = SlotEngine(SimConfig(model="m", dynamic_loras=True, block_size=BS,
+                                  kv_cache_blocks=7))  # 6 usable  # fmt: skip
+    engine.enable_kv_events()
+    name = engine.resolve_model("a")
+    first = prompt_token_ids([("system", 8), ("q1", 1)])  # 9 tokens: 2 full blocks
+    r1 = engine.submit("m", name, token_ids=first)
+    batch = engine.publish_kv_events(1.5)
+    assert batch is not None
+    assert batch.ts == 1.5
+    (stored,) = batch.events
+    assert isinstance(stored, BlockStored)
+    assert stored.block_hashes == block_hashes(first, BS, engine.lora_key(name))
+    assert stored.parent_block_hash is None
+    assert stored.token_ids == first[:8]
+    assert (stored.block_size, stored.medium) == (BS, "GPU")
+    assert (stored.lora_id, stored.lora_name) == (engine.adapters["a"].int_id, "a")
+    assert engine.publish_kv_events(2.0) is None  # nothing new
+    engine.finish(r1, "stop")
+    # The same system prompt and a longer question: only the new block is told, chained
+    # from the last shared one.
+    second = prompt_token_ids([("system", 8), ("q2", 5)])
+    r2 = engine.submit("m", name, token_ids=second)
+    batch = engine.publish_kv_events(3.0)
+    assert batch is not None
+    (more,) = batch.events
+    assert isinstance(more, BlockStored)
+    hashes = block_hashes(second, BS, engine.lora_key(name))
+    assert more.block_hashes == hashes[2:3]
+    assert more.parent_block_hash == hashes[1]
+    assert more.token_ids == second[8:12]
+    engine.finish(r2, "stop")
+    # A base-model prompt needing every block evicts cached ones: told as removed.
+    r3 = engine.submit("m", None, token_ids=list(range(1000, 1024)))
+    batch = engine.publish_kv_events(4.0)
+    assert batch is not None
+    removed = [h for e in batch.events if isinstance(e, BlockRemoved) for h in e.block_hashes]
+    assert set(removed) <= set(stored.block_hashes) | set(more.block_hashes)
+    assert removed
+    assert not set(removed) & set(engine.cache.cached)
+    base = [e for e in batch.events if isinstance(e, BlockStored)]
+    assert base
+    assert all(e.lora_id is None and e.lora_name is None for e in base)
+    engine.finish(r3, "stop")
+    engine.cache.clear()
+    batch = engine.publish_kv_events(5.0)
+    assert batch is not None
+    assert isinstance(batch.events[-1], AllBlocksCleared)
+    assert not engine.cache.cached
+
+
+async def test_an_index_fed_by_the_events_holds_what_the_cache_holds() -> None:
+    """Replaying the event stream into the router's KV-block index (llm-d's precise
+    scorer's view) gives exactly the cache's contents, through stores and evictions."""
+    engine = SlotEngine(SimConfig(model="m", dynamic_loras=True, block_size=BS,
+                                  kv_cache_blocks=12))  # fmt: skip
+    engine.enable_kv_events()
+    index = KvBlockIndex()
+    for i in range(12):
+        adapter = engine.resolve_model(("a", "b", None)[i % 3])
+        ids = prompt_token_ids([("sys", 8), (f"q{i % 5}", 6)])
+        request = engine.submit("m", adapter, token_ids=ids)
+        engine.finish(request, "stop")
+        batch = engine.publish_kv_events(float(i))
+        if batch is not None:
+            index.apply("e0", batch.events)
+    held = {h for (_, h), pods in index._where.items() if "e0" in pods}
+    assert held == set(engine.cache.cached)
+    assert len(index) == len(engine.cache.cached)

@@ -32,6 +32,7 @@ def test_registry_names_default_first_and_rejects_bad_input() -> None:
     assert POLICY_NAMES[0] == DEFAULT_POLICY == "mol-affinity"
     assert set(POLICY_NAMES) == {
         "mol-affinity", "round-robin", "least-loaded", "gie-lora-affinity", "llmd-lora-load-state",
+        "llmd-precise-prefix",
     }  # fmt: skip
     with pytest.raises(ValueError, match="choose one of mol-affinity"):
         make_policy("fastest")

@@ -78,8 +78,11 @@ def test_index_stays_bounded_and_keeps_shared_prefixes_longest() -> None:
         PrefixIndex(0)
 
 
-def _fleet(index: PrefixIndex, loads: dict[str, int], adapter: str) -> FleetStats:
-    stats = {e: EngineStats(running=n, max_lora=4, running_adapters=frozenset({adapter}))
+def _fleet(
+    index: PrefixIndex, loads: dict[str, int], adapter: str, inflight: int = 0
+) -> FleetStats:
+    stats = {e: EngineStats(running=n, max_lora=4, running_adapters=frozenset({adapter}),
+                            inflight=min(n, inflight))
              for e, n in loads.items()}  # fmt: skip
     return FleetStats.of(stats, Demand(), index)
 
@@ -96,14 +99,14 @@ def test_mol_affinity_sends_a_session_where_its_prefix_is() -> None:
     assert policy.pick(list(loads), _fleet(PrefixIndex(), loads, A), request) == "e1"
     other = RouteRequest(B, prompt_tokens=900, prefix=prefix_keys(SYSTEM + b"turn 1", B))
     assert policy.pick(list(loads), _fleet(index, loads, B), other) == "e1"
-    # over the load bound the prefix does not hold it there
+    # with this router's own requests queued there the prefix does not hold it there
     busy = {"e1": 0, "e2": 0, "e3": 40}
-    assert policy.pick(list(busy), _fleet(index, busy, A), request) != "e3"
+    assert policy.pick(list(busy), _fleet(index, busy, A, inflight=40), request) != "e3"
     # base-model requests follow their prefix too
     base = prefix_keys(SYSTEM, "base")
     index.record(base, "e2")
     assert policy.pick(list(loads), _fleet(index, loads, A),
-                       RouteRequest(None, prefix=base)) == "e2"  # fmt: skip
+                       RouteRequest(None, prompt_tokens=900, prefix=base)) == "e2"  # fmt: skip
 
 
 async def test_tracker_records_sends_and_forgets_restarted_engines() -> None:

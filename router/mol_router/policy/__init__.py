@@ -12,7 +12,7 @@ from typing import Any
 
 from mol_router.policy.gie import GieLoraAffinity
 from mol_router.policy.interface import EngineStats, Policy, RouteRequest
-from mol_router.policy.llmd import LlmdLoraLoadState
+from mol_router.policy.llmd import LlmdLoraLoadState, LlmdPrecisePrefix
 from mol_router.policy.mol import MolAffinity
 from mol_router.policy.simple import LeastLoaded, RoundRobin
 
@@ -34,6 +34,7 @@ _FACTORIES: dict[str, Callable[[Mapping[str, Any]], Policy]] = {
     LeastLoaded.name: _no_knobs(LeastLoaded, LeastLoaded.name),
     GieLoraAffinity.name: GieLoraAffinity,
     LlmdLoraLoadState.name: LlmdLoraLoadState,
+    LlmdPrecisePrefix.name: LlmdPrecisePrefix,
 }
 
 POLICY_NAMES: tuple[str, ...] = tuple(_FACTORIES)

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
+from mol_router.policy.kvindex import KvBlockIndex
 from mol_router.policy.prefix import PrefixIndex
 
 
@@ -68,6 +69,9 @@ class RouteRequest:
     prefix: tuple[int, ...] = ()
     """Keys of the prompt's prefixes, shortest first (``policy.prefix.prefix_keys``;
     seeded with the adapter and tenant, so they match only the same adapter's)."""
+    blocks: tuple[bytes | int, ...] = ()
+    """The prompt's KV block hashes as the engine computes them, for a policy that
+    reads the engines' KV events (it needs the tokens: the router leaves it empty)."""
 
 
 class Policy(Protocol):
@@ -141,17 +145,20 @@ class FleetStats(dict[str, EngineStats]):
     estimate, read at pick time. Build one with :meth:`of` (dict's own constructor
     keeps copying cheap: the tracker makes one per request's begin and end)."""
 
-    __slots__ = ("demand", "prefix")
+    __slots__ = ("demand", "kv_blocks", "prefix")
     demand: Demand | None
     prefix: PrefixIndex | None
     """Where this router sent each prompt prefix lately (None when it keeps no index)."""
+    kv_blocks: KvBlockIndex | None
+    """What the engines' KV events say each holds (None unless subscribed)."""
 
     @classmethod
     def of(
         cls, stats: Mapping[str, EngineStats], demand: Demand | None,
-        prefix: PrefixIndex | None = None,
+        prefix: PrefixIndex | None = None, kv_blocks: KvBlockIndex | None = None,
     ) -> FleetStats:  # fmt: skip
         snap = cls(stats)
         snap.demand = demand
         snap.prefix = prefix
+        snap.kv_blocks = kv_blocks
         return snap

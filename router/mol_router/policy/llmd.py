@@ -1,6 +1,19 @@
-"""Baseline: llm-d-router's ``lora-residency-filter`` + ``lora-load-state-scorer``.
+"""Baselines from llm-d: its LoRA load-state rules and its precise prefix-cache scorer.
 
-Re-implemented from the published rules so it can be compared on the same traffic.
+Re-implemented from the published rules so they can be compared on the same traffic.
+
+``llmd-precise-prefix`` is llm-d's "precise prefix-cache aware" scheduling profile:
+the ``precise-prefix-cache-scorer`` (an index of the engines' KV events, keyed by
+block hash and LoRA name: ``policy.kvindex``) scores each pod by the blocks of the
+longest prefix of the request's block hashes it holds, min-max normalised over the
+pods holding the first block (the others score 0; one such pod alone scores 1); with
+the ``kv-cache-utilization-scorer`` (1 - usage) and the ``queue-scorer`` (min-max
+normalised waiting queue), weights 3, 2 and 2 as llm-d's guide sets them, best score
+wins, ties at random. It has no LoRA scorer: adapters count only through the block
+keys.
+
+``llmd-lora-load-state`` is llm-d-router's ``lora-residency-filter`` +
+``lora-load-state-scorer``:
 
 Filter: endpoints where the adapter is resident are its homes. With no home, every
 endpoint passes. If some home is not saturated (waiting queue over ``queue_threshold``
@@ -36,7 +49,8 @@ from mol_router.policy.base import (
     queue_scores,
 )
 from mol_router.policy.hashing import home
-from mol_router.policy.interface import EngineStats, RouteRequest
+from mol_router.policy.interface import EngineStats, FleetStats, RouteRequest
+from mol_router.policy.kvindex import KvBlockIndex
 
 GPU_RESIDENT, FREE_SLOT, SATURATED = 1.0, 0.6, 0.0
 PLACEMENT_BONUS = HEADROOM_BONUS = 0.03
@@ -120,3 +134,57 @@ class LlmdLoraLoadState(EligibleFirst):
             ],
             self._rng,
         )
+
+
+def precise_prefix_scores(
+    candidates: Candidates, request: RouteRequest, index: KvBlockIndex | None
+) -> list[float]:
+    """llm-d's precise prefix-cache scores: blocks of the longest cached prefix per pod,
+    min-max normalised over the pods that hold its first block (1 when they all hold
+    as many), 0 for the pods that hold none of it."""
+    if index is None or not request.blocks:
+        return [0.0] * len(candidates)
+    depth = index.longest_prefix(request.adapter, request.blocks, [e for e, _ in candidates])
+    if not depth:
+        return [0.0] * len(candidates)
+    lo, hi = min(depth.values()), max(depth.values())
+    return [
+        (1.0 if hi == lo else (depth[e] - lo) / (hi - lo)) if e in depth else 0.0
+        for e, _ in candidates
+    ]
+
+
+class LlmdPrecisePrefix(EligibleFirst):
+    """``llmd-precise-prefix``: KV-event prefix + KV-utilisation + queue scorers."""
+
+    name = "llmd-precise-prefix"
+    KNOBS = ("prefix_weight", "kv_cache_weight", "queue_weight", "seed")
+    reads_kv_events = True
+    """The benchmark subscribes this policy's routers to the engines' KV events."""
+
+    def __init__(self, knobs: Mapping[str, Any] | None = None) -> None:
+        k = Knobs(self.name, knobs or {}, self.KNOBS)
+        self.weights = (
+            k.get("prefix_weight", float, 3.0, 0.0, 100.0),
+            k.get("kv_cache_weight", float, 2.0, 0.0, 100.0),
+            k.get("queue_weight", float, 2.0, 0.0, 100.0),
+        )
+        self._rng = random.Random(k.get("seed", int, 0, 0, 2**63))
+
+    def choose_in(
+        self, candidates: Candidates, request: RouteRequest, stats: Mapping[str, EngineStats]
+    ) -> str | None:
+        index = stats.kv_blocks if isinstance(stats, FleetStats) else None
+        pw, kw, qw = self.weights
+        return max_score(
+            candidates,
+            [
+                (pw, lambda cs: precise_prefix_scores(cs, request, index)),
+                (kw, kv_cache_scores),
+                (qw, queue_scores),
+            ],
+            self._rng,
+        )
+
+    def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
+        return self.choose_in(candidates, request, {})

@@ -1,19 +1,34 @@
-"""``mol-affinity``, the default: adapter affinity, rendezvous homes, eviction by
-demand and bounded load.
+"""``mol-affinity``, the default: prefix-cache locality priced against queues, adapter
+affinity, rendezvous homes, eviction by demand and bounded load.
 
 vLLM keeps an adapter in its GPU slot until a newer one needs the slot (least recently
 used idle one first), and each request for an adapter that is not in a slot of the
 engine it lands on costs a load. The fleet's slots are few (replicas x ``max_loras``)
 and popularity is skewed, so the policy spends them on purpose. Each adapter has a
 fixed preference order over the endpoints (rendezvous hashing of its name), the same
-in every router replica. A request goes to:
+in every router replica. Steps 1-4 pick where the adapter should run; step 0 weighs
+that against the endpoints believed to hold a prefix of the prompt:
 
+0. of the endpoints where the router's prefix index (where it sent each prompt prefix
+   lately) believes some prefix of the prompt cached, the one steps 1-4 pick, and the
+   first idle one (nothing running, waiting or in flight) with room for the adapter,
+   the one whose first token costs least in prefill-token units: ``queue_tokens`` per
+   request this router has in flight there (times its ``traffic_share``, so that one
+   of N independent routers prices the whole queue, not its 1/N of it), plus the
+   prompt tokens not cached there, plus, where the adapter is not resident,
+   ``copy_tokens`` into an empty slot (a load's engine-wide stall: up to 2,200
+   tokens' worth from disk) or ``load_tokens`` when it evicts another adapter. A
+   session or an agent whose context grows stays where its history is until that
+   replica's queue costs more than the history saves. In-flight counts rather than
+   scraped queues, as a scrape a second old misreads a replica's queue more than the
+   prompt's cost; the idle endpoint keeps a replica that no adapter calls home from
+   starving while the others queue (the defaults and these choices measured on the
+   routing benchmark's traces, held-out seeds included: docs/replica-picking.md);
 1. the endpoint where the adapter is resident (running there per
-   ``vllm:lora_requests_info``, or sent there lately by this router) whose load is
-   under the bound with the longest prefix of the prompt believed cached there (the
-   router's prefix index: where it sent that prefix lately), least loaded on ties:
-   reuse, no load, and the cached prefix skips its prefill (a multi-turn session or
-   an agent whose context grows keeps landing where its history is);
+   ``vllm:lora_requests_info``, or sent there lately by this router) under the bound
+   with the lowest such cost (its load, scraped or in flight, times
+   ``queue_tokens`` plus the prompt tokens not believed cached there), least loaded
+   on ties: reuse, no load;
 2. else (a load is needed) the first endpoint in the adapter's order, among the first
    ``candidates`` under the bound, that can start it now (fewer adapters running
    than slots, counting those this router sent since the last scrape) without
@@ -30,7 +45,7 @@ the same engine metrics and a similar demand estimate, walks the same order. The
 bound is ``load_factor`` x the mean load after this request, plus ``slack``
 (consistent hashing with bounded loads): a hot adapter's traffic spills down its own
 order onto as many engines as its load needs. Base-model requests go to the endpoint
-under the bound with the longest cached prefix, least loaded on ties. Without a
+under the bound with the lowest such cost, least loaded on ties. Without a
 demand estimate (stats as a plain mapping) every eviction costs nothing, and step 2
 takes the first endpoint that can start the adapter now.
 """
@@ -38,13 +53,16 @@ takes the first endpoint that can start the adapter now.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from mol_router.policy.base import Candidates, EligibleFirst, Knobs
 from mol_router.policy.hashing import ranking
 from mol_router.policy.interface import Demand, EngineStats, FleetStats, RouteRequest
-from mol_router.policy.prefix import PrefixIndex
+from mol_router.policy.prefix import PrefixIndex, key_chars
+
+CHARS_PER_TOKEN = 4
+"""The proxy's estimate of a prompt's tokens from its bytes (``prompt_tokens``)."""
 
 
 def has_free_slot(s: EngineStats, adapter: str) -> bool:
@@ -73,11 +91,42 @@ def eviction_cost(s: EngineStats, demand: Demand | None) -> float:
     return max((demand.share(a) for a in idle), default=0.0)
 
 
+def slot_free(s: EngineStats) -> bool:
+    """A GPU slot is believed empty there (the tracker's slot estimate, else what the
+    metrics and this router show resident): a load evicts nothing."""
+    held = len(s.slot_adapters) if s.slot_adapters else len(s.resident)
+    return held < s.max_lora
+
+
+def has_room(s: EngineStats, adapter: str | None) -> bool:
+    """``adapter`` can run there now without evicting anything."""
+    if adapter is None or adapter in s.resident:
+        return True
+    return slot_free(s) and has_free_slot(s, adapter)
+
+
+def is_idle(s: EngineStats) -> bool:
+    """Nothing runs or waits there per the last scrape, and nothing of ours is in flight."""
+    return s.running + s.waiting == 0 and s.inflight == 0
+
+
+def traffic_share(stats: Iterable[EngineStats]) -> float:
+    """How many times this router's in-flight requests the engines' queues hold (the
+    last scrape's running + waiting over the fleet against ours now, at least 1): with
+    N router replicas sharing the traffic each sees about 1/N of every queue."""
+    scraped = mine = 0
+    for s in stats:
+        scraped += s.running + s.waiting
+        mine += s.inflight
+    return min(max(scraped / mine, 1.0), 64.0) if mine else 1.0
+
+
 class MolAffinity(EligibleFirst):
     """``mol-affinity``: see the module docstring."""
 
     name = "mol-affinity"
-    KNOBS = ("load_factor", "slack", "candidates", "hot_share")
+    KNOBS = ("load_factor", "slack", "candidates", "hot_share", "queue_tokens", "load_tokens",
+             "copy_tokens")  # fmt: skip
 
     def __init__(self, knobs: Mapping[str, Any] | None = None) -> None:
         k = Knobs(self.name, knobs or {}, self.KNOBS)
@@ -85,6 +134,9 @@ class MolAffinity(EligibleFirst):
         self.slack = k.get("slack", float, 1.0, 0.0, 1_000_000.0)
         self.candidates = k.get("candidates", int, 16, 1, 1_000_000)
         self.hot_share = k.get("hot_share", float, 0.01, 0.0, 1.0)
+        self.queue_tokens = k.get("queue_tokens", float, 2000.0, 0.0, 1_000_000.0)
+        self.load_tokens = k.get("load_tokens", float, 5000.0, 0.0, 1_000_000.0)
+        self.copy_tokens = k.get("copy_tokens", float, 2200.0, 0.0, 1_000_000.0)
 
     def choose_in(
         self, candidates: Candidates, request: RouteRequest, stats: Mapping[str, EngineStats]
@@ -107,6 +159,46 @@ class MolAffinity(EligibleFirst):
     ) -> str:  # fmt: skip
         if len(candidates) == 1:  # every rule below would pick it
             return candidates[0][0]
+        choice = self.place_cold(candidates, request, demand, prefix)
+        if prefix is None or not request.prefix:
+            return choice
+        return self._warm_or(choice, candidates, request, prefix)
+
+    def _warm_or(
+        self, choice: str, candidates: Candidates, request: RouteRequest, prefix: PrefixIndex
+    ) -> str:
+        """``choice``, or an endpoint believed to hold a prefix of the prompt, or an idle
+        one with room for the adapter, where the first token costs less (step 0)."""
+        names = [e for e, _ in candidates]
+        depth = prefix.matches(request.prefix, names)
+        warm = [e for e in names if depth[e] > 0]
+        if not warm:
+            return choice
+        by_name = dict(candidates)
+        adapter = request.adapter
+        idle = next((e for e in names if is_idle(by_name[e]) and has_room(by_name[e], adapter)),
+                    None)  # fmt: skip
+        for e in (choice, idle):
+            if e is not None and e not in warm:
+                warm.append(e)
+        total = request.prompt_tokens
+        q = self.queue_tokens * traffic_share(by_name.values())
+
+        def cost(e: str) -> tuple[float, int]:
+            s = by_name[e]
+            cached = min(key_chars(depth[e]) // CHARS_PER_TOKEN, total)
+            extra = 0.0
+            if adapter is not None and adapter not in s.resident:
+                extra = self.copy_tokens if slot_free(s) else self.load_tokens
+            return (s.inflight * q + total - cached + extra, s.load)
+
+        return min(warm, key=cost)
+
+    def place_cold(
+        self, candidates: Candidates, request: RouteRequest, demand: Demand | None,
+        prefix: PrefixIndex | None = None,
+    ) -> str:  # fmt: skip
+        """Steps 1-4 of the module docstring."""
         by_name = dict(candidates)
         loads = {e: s.load for e, s in candidates}
         adapter = request.adapter
@@ -114,13 +206,13 @@ class MolAffinity(EligibleFirst):
         bound = self.bound(list(loads.values()))
         under = [e for e in order if loads[e] < bound]
         if adapter is None:
-            return self._warmest(under or list(order), loads, request, prefix)
+            return self._cheapest(under or list(order), loads, request, prefix)
         if not under:  # everything is busy: least loaded, earliest home on ties
             return min(order, key=loads.__getitem__)
         resident = [e for e in under if adapter in by_name[e].running_adapters
                     or adapter in by_name[e].recent_adapters]  # fmt: skip
         if resident:
-            return self._warmest(resident, loads, request, prefix)
+            return self._cheapest(resident, loads, request, prefix)
         limit = min(demand.share(adapter), self.hot_share) if demand is not None else 0.0
         best, best_cost = None, math.inf
         for e in under[: self.candidates]:
@@ -134,14 +226,21 @@ class MolAffinity(EligibleFirst):
                 best, best_cost = e, cost
         return best if best is not None else under[0]
 
-    @staticmethod
-    def _warmest(
-        endpoints: list[str], loads: Mapping[str, int], request: RouteRequest,
+    def _cheapest(
+        self, endpoints: list[str], loads: Mapping[str, int], request: RouteRequest,
         prefix: PrefixIndex | None,
     ) -> str:  # fmt: skip
-        """The endpoint with the longest prefix of the prompt believed cached, least
-        loaded on ties (earliest in ``endpoints`` after that)."""
+        """The endpoint where the request's first token costs least: its queue (each
+        request ahead ``queue_tokens`` of prefill time) plus the prompt tokens not
+        believed cached there; least loaded on ties, then earliest."""
         if prefix is None or not request.prefix or len(endpoints) == 1:
             return min(endpoints, key=loads.__getitem__)
         depth = prefix.matches(request.prefix, endpoints)
-        return min(endpoints, key=lambda e: (-depth[e], loads[e]))
+        total = request.prompt_tokens
+        q = self.queue_tokens
+
+        def cost(e: str) -> tuple[float, int]:
+            cached = min(key_chars(depth[e]) // CHARS_PER_TOKEN, total)
+            return (loads[e] * q + total - cached, loads[e])
+
+        return min(endpoints, key=cost)

@@ -60,6 +60,16 @@ def prefix_keys(
     return tuple(keys)
 
 
+def key_chars(
+    depth: int, *, block_chars: int = DEFAULT_BLOCK_CHARS, fine_blocks: int = DEFAULT_FINE_BLOCKS
+) -> int:  # fmt: skip
+    """Bytes of the prompt that its first ``depth`` prefix keys cover (their layout in
+    ``prefix_keys``: ``fine_blocks`` blocks of ``block_chars``, then doubling steps)."""
+    if depth <= fine_blocks:
+        return depth * block_chars
+    return fine_blocks * block_chars + block_chars * ((2 << (depth - fine_blocks)) - 2)
+
+
 class PrefixIndex:
     """LRU of prefix keys -> endpoints they were sent to; see the module docstring."""
 

@@ -13,6 +13,10 @@ router can observe:
 - Blocks no request holds stay cached but free. Free blocks are reused least recently
   freed first; reusing a cached one evicts it. A request's blocks are freed tail first,
   so its last blocks are evicted before its first ones (the shared prefixes).
+- With ``events`` set (vLLM's ``--kv-events-config``), every block that enters the
+  cache and every eviction is told as vLLM's block pool tells it: ``BlockStored`` per
+  run of newly cached blocks of a request, ``BlockRemoved`` per allocation that evicts,
+  ``AllBlocksCleared`` on a reset (``mol_testkit.simulator.kvevents``).
 
 Hashes are SHA-256 over a compact encoding, not vLLM's pickle/CBOR bytes: equal
 inputs give equal hashes within and across simulator processes, which is all the
@@ -25,6 +29,13 @@ import hashlib
 from array import array
 from collections import OrderedDict
 from collections.abc import Sequence
+
+from mol_testkit.simulator.kvevents import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    KVCacheEvent,
+)
 
 BlockHash = bytes
 NONE_HASH: BlockHash = hashlib.sha256(b"mol-sim-none-hash").digest()
@@ -85,6 +96,8 @@ class PrefixCache:
         self.cached: dict[BlockHash, int] = {}
         """Block hash -> the block holding it (held or free)."""
         self.evictions = 0
+        self.events: list[KVCacheEvent] | None = None
+        """Events not yet published (None: the engine publishes none)."""
 
     @property
     def usable(self) -> int:
@@ -125,6 +138,7 @@ class PrefixCache:
         if n > len(self.free):
             return None
         out = []
+        removed: list[BlockHash] = []
         for _ in range(n):
             b, _ = self.free.popitem(last=False)
             old = self.hashes[b]
@@ -132,17 +146,55 @@ class PrefixCache:
                 del self.cached[old]
                 self.hashes[b] = None
                 self.evictions += 1
+                removed.append(old)
             self.refs[b] = 1
             out.append(b)
+        if removed and self.events is not None:
+            self.events.append(BlockRemoved(list(removed)))
         return out
 
-    def store(self, block_ids: Sequence[int], hashes: Sequence[BlockHash]) -> None:
+    def store(
+        self, block_ids: Sequence[int], hashes: Sequence[BlockHash],
+        token_ids: Sequence[int] | None = None, lora: tuple[int, str] | None = None,
+    ) -> None:  # fmt: skip
         """Cache full blocks under their hashes (a hash already cached keeps its block,
-        as vLLM does when two requests computed the same block at once)."""
-        for b, h in zip(block_ids, hashes, strict=False):
+        as vLLM does when two requests computed the same block at once); ``token_ids``
+        (the prompt's) and ``lora`` (the adapter's id and name) go into the events."""
+        events = self.events
+        run: list[int] = []  # indices of a run of newly cached blocks, for one event
+        for i, (b, h) in enumerate(zip(block_ids, hashes, strict=False)):
             if self.hashes[b] is None and h not in self.cached:
                 self.hashes[b] = h
                 self.cached[h] = b
+                if events is not None:
+                    if run and run[-1] != i - 1:
+                        events.append(self._stored(run, hashes, token_ids, lora))
+                        run = []
+                    run.append(i)
+        if run and events is not None:
+            events.append(self._stored(run, hashes, token_ids, lora))
+
+    def _stored(
+        self, run: list[int], hashes: Sequence[BlockHash], token_ids: Sequence[int] | None,
+        lora: tuple[int, str] | None,
+    ) -> BlockStored:  # fmt: skip
+        first, last, bs = run[0], run[-1] + 1, self.block_size
+        return BlockStored(
+            block_hashes=list(hashes[first:last]),
+            parent_block_hash=hashes[first - 1] if first else None,
+            token_ids=list(token_ids[first * bs : last * bs]) if token_ids is not None else [],
+            block_size=bs, lora_id=lora[0] if lora else None,
+            lora_name=lora[1] if lora else None,
+        )  # fmt: skip
+
+    def clear(self) -> None:
+        """Forget every cached block (vLLM's ``reset_prefix_cache``, or a restart)."""
+        for b, h in enumerate(self.hashes):
+            if h is not None:
+                self.hashes[b] = None
+        self.cached.clear()
+        if self.events is not None:
+            self.events.append(AllBlocksCleared())
 
     def release(self, block_ids: Sequence[int]) -> None:
         """A request lets go of its blocks, tail first (evicted before its prefix)."""

@@ -30,6 +30,7 @@ from typing import Literal
 from mol_testkit.simulator.adapters import AdapterInfo, AdapterRegistry, EngineError
 from mol_testkit.simulator.config import SimConfig
 from mol_testkit.simulator.kvcache import BlockHash, PrefixCache, block_hashes
+from mol_testkit.simulator.kvevents import KVEventBatch
 
 __all__ = ["AdapterInfo", "EngineError", "FinishReason", "ReplicaState", "SimRequest", "SlotEngine"]
 
@@ -52,6 +53,8 @@ class SimRequest:
     """Tokens it means to generate (the ``max_tokens`` histogram's, not reserved)."""
     hashes: list[BlockHash] = field(default_factory=list)
     """Hash chain of the prompt's full blocks."""
+    token_ids: Sequence[int] | None = None
+    """The prompt's token ids, when known (the KV events carry a block's tokens)."""
     generated: int = 0
     emitting: bool = False
     """Has produced its first token since it was (re)scheduled (from then on vLLM lists
@@ -166,7 +169,7 @@ class SlotEngine(AdapterRegistry):
         request = SimRequest(
             id=rid, model=model, adapter=adapter, arrival=loop.time(),
             admitted=loop.create_future(), prompt_tokens=prompt_tokens,
-            planned_tokens=planned_tokens, hashes=hashes or [],
+            planned_tokens=planned_tokens, hashes=hashes or [], token_ids=token_ids,
         )  # fmt: skip
         self.requests_by_model[model] += 1
         self.waiting.append(request)
@@ -283,7 +286,8 @@ class SlotEngine(AdapterRegistry):
             assert fresh is not None
             request.block_ids = hit + fresh
             if cfg.enable_prefix_caching:
-                self.cache.store(request.block_ids, request.hashes)
+                self.cache.store(request.block_ids, request.hashes, request.token_ids,
+                                 self._lora_ref(adapter))  # fmt: skip
                 if request.preemptions == 0:  # vLLM counts a preempted one apart
                     request.cached_tokens = len(hit) * cfg.block_size
                     self.prefix_queries += request.prompt_tokens
@@ -326,6 +330,27 @@ class SlotEngine(AdapterRegistry):
         request.admitted = asyncio.get_running_loop().create_future()
         self.waiting.insert(0, request)
         self._notify()
+
+    # KV events.
+
+    def enable_kv_events(self) -> None:
+        """Publish KV-cache events (vLLM's ``--kv-events-config``); take them with
+        :meth:`publish_kv_events`."""
+        if self.cache.events is None:
+            self.cache.events = []
+
+    def publish_kv_events(self, ts: float) -> KVEventBatch | None:
+        """The events since the last call as one batch (as vLLM's engine core
+        publishes a step's events), or None when there are none."""
+        events = self.cache.events
+        if not events:
+            return None
+        self.cache.events = []
+        return KVEventBatch(ts, events)
+
+    def _lora_ref(self, adapter: str | None) -> tuple[int, str] | None:
+        info = self.adapters.get(adapter) if adapter is not None else None
+        return (info.int_id, adapter) if info is not None and adapter is not None else None
 
     # Observation.
 
