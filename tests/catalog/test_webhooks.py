@@ -34,6 +34,8 @@ class Receiver:
         self.requests: list[tuple[dict[str, str], bytes]] = []
         self.statuses: list[int] = []
         self.lock = threading.Lock()
+        self.answer = threading.Event()  # cleared: hold each request (a slow receiver)
+        self.answer.set()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -43,6 +45,7 @@ class Receiver:
                     outer.requests.append(({k.lower(): v for k, v in self.headers.items()},
                                            body))
                     status = outer.statuses.pop(0) if outer.statuses else 200
+                outer.answer.wait(10)
                 self.send_response(status)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
@@ -227,3 +230,25 @@ async def test_urls_and_secrets_are_checked_and_hooks_deleted(client: AppClient)
     assert (await client.delete(f"{HOOKS}/{hook}")).status_code == 404
     assert (await client.get(f"{HOOKS}/{hook}/deliveries")).status_code == 404
     assert (await client.get(HOOKS)).json() == {"items": []}
+
+
+async def test_a_stopping_sender_releases_what_it_holds(
+        db_url: str, tmp_path: Path, model: Model, receiver: Receiver) -> None:
+    """A delivery in flight when the catalog stops is due again at once, not after its
+    claim's hold (the request timeout + 30 s): the next process sends it right away."""
+    values: dict[str, Any] = {"db_url": db_url, "blob_url": f"file://{tmp_path / 'blobs'}",
+                              "auth": "off", "pool_size": 4, **FAST}
+    receiver.answer.clear()
+    first = create_app(CatalogSettings(**values))
+    async with first.router.lifespan_context(first), AppClient(first) as http:
+        await _base(http, model)
+        await _hook(http, receiver.url, ["version.published"])
+        await _publish(http, model, seed=1, alias=None)
+        await until(lambda: len(receiver.requests) == 1)  # in flight, unanswered
+    receiver.answer.set()
+    second = create_app(CatalogSettings(**values))
+    async with second.router.lifespan_context(second), AppClient(second):
+        await until(lambda: len(receiver.requests) >= 2, seconds=5.0)
+    first_id, again_id = (h["x-mol-delivery"] for h, _ in receiver.requests[:2])
+    assert first_id == again_id
+

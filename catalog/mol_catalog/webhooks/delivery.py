@@ -8,7 +8,8 @@ Two steps, each its own transaction, so a restart loses nothing:
    allocated in commit order (``mol_catalog.db.unit``), so no event is skipped; on
    Postgres the cursor row is locked, so replicas fan out one at a time.
 2. Send: due deliveries are claimed (their next attempt pushed past the request
-   timeout, so a sender that dies leaves them to be retried), posted with at most
+   timeout, so a sender that dies leaves them to be retried; one that stops releases
+   what it still holds, so the next process sends them at once), posted with at most
    ``webhook_concurrency`` requests in flight, then marked delivered (2xx), rescheduled
    with exponential backoff, or failed after ``webhook_max_attempts``.
 
@@ -72,6 +73,7 @@ class WebhookSender:
         self.slots = asyncio.Semaphore(settings.webhook_concurrency)
         self.wakeup = asyncio.Event()
         self.task: asyncio.Task[None] | None = None
+        self._held: set[int] = set()  # claimed deliveries whose outcome is not recorded
 
     def start(self) -> None:
         self.task = asyncio.get_running_loop().create_task(self._run())
@@ -81,7 +83,23 @@ class WebhookSender:
             self.task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self.task
+        if self._held:
+            await self._release(sorted(self._held))
         await self.http.aclose()
+
+    async def _release(self, ids: list[int]) -> None:
+        """Make deliveries claimed by a stopping sender due now, not after the claim's
+        hold (``webhook_timeout + CLAIM_MARGIN``): the next process sends them at once
+        (at least once: their receivers may have seen them already, and dedupe)."""
+        async def release(uow: UnitOfWork) -> None:
+            await repository.update_delivery(uow.conn, ids, {"next_attempt_at": utcnow()})
+
+        try:
+            await self.db.transact(release)
+        except Exception:  # the database is away: the hold runs out instead
+            log.warning("could not release %d claimed webhook deliveries", len(ids),
+                        exc_info=True)
+        self._held.clear()
 
     async def _run(self) -> None:
         while True:
@@ -136,6 +154,7 @@ class WebhookSender:
 
     async def _send_due(self) -> int:
         due = await self.db.transact(self._claim)
+        self._held.update(d["id"] for d in due)
         await asyncio.gather(*(self._send(d) for d in due))
         return len(due)
 
@@ -177,3 +196,4 @@ class WebhookSender:
             await repository.update_delivery(uow.conn, [d["id"]], values)
 
         await self.db.transact(record)
+        self._held.discard(d["id"])
