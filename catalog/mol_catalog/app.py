@@ -128,6 +128,7 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                                 settings.presign_seconds, settings.s3_timeout)
         await leftovers.clean_at_start(blobs, settings.leftover_grace_seconds)
         names = NameSample(settings.search_sample)
+        names.preload(db)
         bindings = BindingRecorder(db, settings.alias_binding_retention_seconds,
                                    settings.alias_binding_refresh_seconds)
         sender = WebhookSender(db, settings, metrics_obj) if settings.webhooks else None

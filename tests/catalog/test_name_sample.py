@@ -218,3 +218,27 @@ async def test_concurrent_first_searches_share_one_load(monkeypatch: pytest.Monk
     await asyncio.gather(*waiting)
     assert calls == 1
     assert sample.rare("zzz", 20_000, 51)
+
+
+async def test_the_app_start_loads_the_sample_so_no_search_pays_for_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    calls = 0
+
+    async def fake(_conn: Any, _count: int) -> tuple[list[repo.Sampled], int]:
+        nonlocal calls
+        calls += 1
+        return [repo.Sampled("ns/x-acme", "b", [])], 1
+
+    monkeypatch.setattr(repo, "sample_names", fake)
+    sample = NameSample()
+    sample.preload(NoDatabase())  # type: ignore[arg-type]
+    sample.preload(NoDatabase())  # type: ignore[arg-type]  # one load in flight at most
+    await asyncio.sleep(0)
+    await asyncio.sleep(0)
+    assert calls == 1
+    await sample.ensure(NoDatabase())  # type: ignore[arg-type]  # loaded: no second read
+    assert calls == 1
+    assert sample.rare("zzz", 20_000, 51)
+    NameSample(size=0).preload(NoDatabase())  # type: ignore[arg-type]  # sampling off
+    await asyncio.sleep(0)
+    assert calls == 1
