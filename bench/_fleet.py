@@ -25,6 +25,7 @@ from typing import Any
 
 import aiohttp
 
+from _kvcapacity import H100_LLAMA3_8B_BLOCKS
 from _workload import Arrival
 from mol_router.engine_metrics import EngineMetrics
 from mol_router.policy import RouteRequest, make_policy
@@ -65,8 +66,9 @@ class FleetShape:
     """Adapters kept in host memory: the MoLDeployment's default (``engine.maxCpuLoras``;
     None: ``max_loras``, vLLM's own default, so every slot miss reads the disk)."""
     block_size: int = 16
-    kv_cache_blocks: int = 25_000
-    """~400k tokens of KV (128 KiB a token) in what the weights leave of 80 GB."""
+    kv_cache_blocks: int = H100_LLAMA3_8B_BLOCKS
+    """26,306 blocks: vLLM's 51.38 GiB of available KV for Llama-3-8B BF16 (128 KiB a
+    token) on an H100 80 GB at ``gpu_memory_utilization`` 0.9 (bench/_kvcapacity.py)."""
 
     def scaled(self, speed: float) -> FleetShape:
         """Token, load and prefill times divided by ``speed`` (a trace replayed faster)."""

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _fleet import FleetShape, RunResult, run_policy
 from _floor import Fleet, Floor, load_floor, online_floor
+from _kvcapacity import H100_LLAMA3_8B_BLOCKS
 from _machine import machine_info
 from _report import percentile, write_section
 from _workload import Arrival, load_trace, synthetic
@@ -60,9 +61,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefill-s-per-token", type=float, default=5e-5,
                    help="replica time per prompt token not in its prefix cache "
                    "(default: Llama-3-8B BF16 on one H100)")  # fmt: skip
-    p.add_argument("--kv-cache-blocks", type=int, default=25_000,
-                   help="KV blocks of 16 tokens per replica (default: an 80 GB H100 "
-                   "after Llama-3-8B's weights)")  # fmt: skip
+    p.add_argument("--kv-cache-blocks", type=int, default=H100_LLAMA3_8B_BLOCKS,
+                   help="KV blocks of 16 tokens per replica (default: Llama-3-8B BF16 "
+                   "on one H100 80 GB, vLLM's 51.38 GiB of available KV at "
+                   "gpu_memory_utilization 0.9, 128 KiB a token: "
+                   "bench/_kvcapacity.py)")  # fmt: skip
     p.add_argument("--scrape-interval", type=float, default=1.0,
                    help="how often each router reads every engine's metrics (the "
                    "router's default, scrape_interval_s, is 1 s)")  # fmt: skip
