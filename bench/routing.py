@@ -220,11 +220,18 @@ def row(r: RunResult, slos: tuple[float, ...] = SLOS) -> str:
     )
 
 
+HTTP_HEADER = [
+    "| router | adapter loads / 1,000 req | prefix hit rate | failed requests "
+    "| TTFT p50 ms | TTFT p99 ms | throughput req/s |",
+    "|---|---:|---:|---:|---:|---:|---:|",
+]
+
+
 def http_row(r: RunResult) -> str:
     """A row of the HTTP table."""
     return (
-        f"| {r.label} | {r.loads_per_1000:.0f} | {r.errors} | {ms(r, 50):.0f} "
-        f"| {ms(r, 99):.0f} | {r.throughput:.1f} |"
+        f"| {r.label} | {r.loads_per_1000:.0f} | {hit_rate(r):.1%} | {r.errors} "
+        f"| {ms(r, 50):.0f} | {ms(r, 99):.0f} | {r.throughput:.1f} |"
     )
 
 
@@ -249,9 +256,7 @@ def http_leg(args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival
         results.append(r)
     best = min(results[1:], key=lambda r: (r.errors, ms(r, 99)))
     lines = [
-        "| router | adapter loads / 1,000 req | failed requests "
-        "| TTFT p50 ms | TTFT p99 ms | throughput req/s |",
-        "|---|---:|---:|---:|---:|---:|",
+        *HTTP_HEADER,
         *(http_row(r) for r in results),
         "",
         f"HTTP leg (load average {os.getloadavg()[2]:.1f} over the last 15 minutes, on "
