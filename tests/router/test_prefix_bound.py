@@ -7,8 +7,11 @@ replicas, each an LRU cache of its KV blocks) are counted as the simulator count
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
@@ -103,3 +106,29 @@ def test_the_simulated_engine_counts_hits_as_the_bound_does() -> None:
     small = placement_bound(trace, 1, 20, BLOCK)
     assert sim.prefix_queries == small.queries
     assert sim.prefix_hits <= small.hits < bound.hits
+
+
+def test_the_routing_bench_sets_hit_rates_against_the_bound_at_both_capacities(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import routing
+    from _workload import to_line
+
+    trace = sorted((a for s in range(6) for a in chat(f"s{s}", "ns/a@v1", s * 0.3, 3, "sys")),
+                   key=lambda x: x.t)  # fmt: skip
+    path = tmp_path / "chat.jsonl"
+    path.write_text("".join(json.dumps(to_line(a)) + "\n" for a in trace))
+    argv = ["--trace", str(path), "--no-http", "--replicas", "2", "--kv-cache-blocks", "40"]
+    assert routing.main(argv) == 0
+    out = capsys.readouterr().out
+    best, full = ideal(trace, BLOCK), placement_bound(trace, 2, 40, BLOCK)
+    half = placement_bound(trace, 2, 20, BLOCK)
+    assert half.rate < full.rate <= best.rate  # 20 blocks: the sessions overflow
+    assert f"**ideal** (one unbounded cache) {best.rate:.1%}" in out
+    assert f"of 40 blocks) {full.rate:.1%}; at half the KV (20 blocks) {half.rate:.1%}" in out
+    assert "- prefix hit rate >= 90% of the placement bound: " in out
+    assert "At half the KV (20 blocks per replica):" in out
+    assert out.count("| mol-affinity x4 |") == 2  # both tables, every policy
+    assert "- at half the KV, prefix hit rate >= 90% of the placement bound: " in out
+    assert routing.main([*argv, "--no-half-kv"]) == 0
+    assert "At half the KV" not in capsys.readouterr().out
