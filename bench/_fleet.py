@@ -24,11 +24,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import aiohttp
+import orjson
 
+from _kvcapacity import H100_LLAMA3_8B_BLOCKS
 from _workload import Arrival
 from mol_router.engine_metrics import EngineMetrics
 from mol_router.policy import RouteRequest, make_policy
-from mol_router.policy.interface import FleetStats
+from mol_router.policy.interface import FleetStats, Policy
 from mol_router.policy.kvindex import KvBlockIndex
 from mol_router.policy.prefix import prefix_keys
 from mol_router.tracker import EngineTracker
@@ -65,8 +67,9 @@ class FleetShape:
     """Adapters kept in host memory: the MoLDeployment's default (``engine.maxCpuLoras``;
     None: ``max_loras``, vLLM's own default, so every slot miss reads the disk)."""
     block_size: int = 16
-    kv_cache_blocks: int = 25_000
-    """~400k tokens of KV (128 KiB a token) in what the weights leave of 80 GB."""
+    kv_cache_blocks: int = H100_LLAMA3_8B_BLOCKS
+    """26,306 blocks: vLLM's 51.38 GiB of available KV for Llama-3-8B BF16 (128 KiB a
+    token) on an H100 80 GB at ``gpu_memory_utilization`` 0.9 (bench/_kvcapacity.py)."""
 
     def scaled(self, speed: float) -> FleetShape:
         """Token, load and prefill times divided by ``speed`` (a trace replayed faster)."""
@@ -204,12 +207,10 @@ async def _drive(
             tracker, pol = trackers[i % routers], policies[i % routers]
             ids = prompt_token_ids(a.segments) if a.segments is not None else None
             hashes = prompt_hashes(reference, reference.resolve_model(a.adapter), ids)
-            request = RouteRequest(a.adapter, a.user, a.prompt_tokens, route_prefix(a),
-                                   tuple(hashes) if events else ())  # fmt: skip
-            endpoint = pol.pick(urls, view(i % routers), request)
+            request = route_request(a, hashes if events else ())
+            endpoint = pick_and_book(pol, tracker, urls, view(i % routers), request)
             assert endpoint is not None
             engine = engines[endpoint]
-            tracker.begin(endpoint, a.adapter, request.prefix)
             adapter = engine.resolve_model(a.adapter)
             sim = engine.submit(config.model, adapter, a.prompt_tokens, a.max_tokens,
                                 hashes=hashes, token_ids=ids if events else None)  # fmt: skip
@@ -260,12 +261,31 @@ async def _drive(
 
 
 def route_prefix(a: Arrival) -> tuple[int, ...]:
-    """The prefix keys the router computes for a trace request with segments, from the
-    text the HTTP leg sends (none without segments: a prompt of its own shares no
-    prefix)."""
+    """The prefix keys the router's proxy computes for a trace request with segments:
+    of the prompt the HTTP leg sends, as JSON, seeded by the adapter (none without
+    segments: a prompt of its own shares no prefix)."""
     if a.segments is None:
         return ()
-    return prefix_keys(prompt_text(a.segments).encode(), a.adapter or "")
+    return prefix_keys(orjson.dumps(prompt_text(a.segments)), a.adapter or "")
+
+
+def route_request(a: Arrival, hashes: Sequence[BlockHash] = ()) -> RouteRequest:
+    """What the proxy hands the policy for a trace request (``hashes``: the prompt's
+    block hashes, for a policy that reads KV events)."""
+    return RouteRequest(a.adapter, a.user, a.prompt_tokens, route_prefix(a), tuple(hashes))
+
+
+def pick_and_book(
+    policy: Policy, tracker: EngineTracker, endpoints: Sequence[str], stats: FleetStats,
+    request: RouteRequest,
+) -> str | None:  # fmt: skip
+    """The policy's pick, booked in the tracker with the prompt's prefix keys, as the
+    router's upstream does (both legs send through this: what ours remembers of where
+    prefixes went is the proxy's)."""
+    endpoint = policy.pick(endpoints, stats, request)
+    if endpoint is not None:
+        tracker.begin(endpoint, request.adapter, request.prefix)
+    return endpoint
 
 
 def prompt_hashes(

@@ -4,12 +4,14 @@ Used where a router can only be driven over HTTP (the vLLM project's `vllm-route
 and for ours on the same replicas and the same requests so the two compare fairly:
 ours runs in the load generator's process (each router replica is an `EngineTracker`
 scraping every replica's real `/metrics` over HTTP, plus the policy) and sends each
-request straight to the replica it picked; vllm-router is a separate process between
-the load generator and the replicas. Ours reads metrics once a second (the router's
-default), since 16 simulated replicas in one Python process cannot answer much more
-scraping on 2 cores while streaming every token. Both stream every reply (TTFT is the first SSE
-token seen by the client) from the same simulated replicas (their own process, restarted
-for each run; adapter loads read from their `mol_sim_adapter_loads_total`).
+request straight to the replica it picked, booked with the prompt's prefix keys as the
+proxy books it (``_fleet.pick_and_book``, as in-process); vllm-router is a separate
+process between the load generator and the replicas. Ours reads metrics once a second
+(the router's default), since 16 simulated replicas in one Python process cannot answer
+much more scraping on 2 cores while streaming every token. Both stream every reply
+(TTFT is the first SSE token seen by the client) from the same simulated replicas
+(their own process, restarted for each run; adapter loads and prefix-cache hits read
+from their `/metrics`).
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from pathlib import Path
 
 import aiohttp
 
-from _fleet import FleetShape, RunResult
+from _fleet import FleetShape, RunResult, pick_and_book, route_request
 from _workload import Arrival
-from mol_router.policy import RouteRequest, make_policy
+from mol_router.policy import make_policy
 from mol_router.tracker import EngineTracker
 from mol_testkit.net import free_port
 from mol_testkit.simulator.segments import prompt_text, segment_text
@@ -68,19 +70,27 @@ def replicas(shape: FleetShape, max_tokens: int, log: Path) -> Iterator[list[str
         except subprocess.TimeoutExpired:  # streams still open: do not wait for them
             proc.kill()
             proc.wait(5)
+        if proc.stdout is not None:
+            proc.stdout.close()
 
 
-def adapter_loads(urls: Sequence[str]) -> dict[str, int]:
-    """Adapter loads summed over the replicas' ``mol_sim_adapter_loads``: ``gpu`` (into
-    GPU slots) and ``cpu`` (read from disk into host memory)."""
-    total = {"gpu": 0.0, "cpu": 0.0}
+COUNTERS = {"vllm:prefix_cache_queries_total": "queries", "vllm:prefix_cache_hits_total": "hits"}
+
+
+def replica_counters(urls: Sequence[str]) -> dict[str, int]:
+    """Summed over the replicas' /metrics: adapter loads (``mol_sim_adapter_loads``:
+    ``gpu`` into GPU slots, ``cpu`` read from disk into host memory) and the prefix
+    cache's ``queries`` and ``hits`` in tokens (vLLM's ``prefix_cache_*``)."""
+    total = {"gpu": 0.0, "cpu": 0.0, "queries": 0.0, "hits": 0.0}
     for url in urls:
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
             for line in resp.read().decode().splitlines():
                 if line.startswith("mol_sim_adapter_loads_total{"):
                     tier = "gpu" if 'tier="gpu"' in line else "cpu"
                     total[tier] += float(line.rsplit(" ", 1)[1])
-    return {tier: int(n) for tier, n in total.items()}
+                elif (name := line.split("{", 1)[0]) in COUNTERS:
+                    total[COUNTERS[name]] += float(line.rsplit(" ", 1)[1])
+    return {key: int(n) for key, n in total.items()}
 
 
 def body(a: Arrival) -> dict[str, object]:
@@ -152,8 +162,9 @@ def _finish(
 ) -> RunResult:  # fmt: skip
     """Times are scaled back by ``speed`` to the nominal workload's."""
     result = RunResult(label, len(arrivals), [t * speed for t in ttft], makespan * speed)
-    loads = adapter_loads(urls)
-    result.adapter_loads, result.disk_loads = loads["gpu"], loads["cpu"]
+    got = replica_counters(urls)
+    result.adapter_loads, result.disk_loads = got["gpu"], got["cpu"]
+    result.prefix_queries, result.prefix_hits = got["queries"], got["hits"]
     result.errors = errors
     return result
 
@@ -201,11 +212,11 @@ def run_ours(
                 async def send(s: aiohttp.ClientSession, a: Arrival) -> float | None:
                     r = next(counter) % routers
                     tracker = trackers[r]
-                    request = RouteRequest(a.adapter, a.user, a.prompt_tokens)
-                    endpoint = policies[r].pick(urls, tracker.snapshot(), request)
+                    request = route_request(a)
+                    endpoint = pick_and_book(policies[r], tracker, urls, tracker.snapshot(),
+                                             request)  # fmt: skip
                     if endpoint is None:
                         return None
-                    tracker.begin(endpoint, a.adapter)
                     try:
                         return await _stream(s, endpoint, a, {})
                     finally:

@@ -9,7 +9,10 @@ and load times scaled alike. Every policy sees the same requests at the same tim
 fresh fleet; ours also runs as 4 independent router replicas (requests spread over
 them, each with its own tracker and no shared state). The simulator's engine model runs
 in-process on a virtual clock, so a run takes seconds and its figures do not depend on
-how busy the machine is. Writes its section of docs/benchmarks.md with `--write`.
+how busy the machine is. Each replica's KV cache is what vLLM gives Llama-3-8B BF16 on
+an H100 80 GB (bench/_kvcapacity.py); the policies run again at half of it
+(`--no-half-kv` skips that), and the prefix hit rates are set against what the trace
+allows (bench/_prefix_bound.py). Writes its section of docs/benchmarks.md with `--write`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -31,8 +35,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _fleet import FleetShape, RunResult, run_policy
 from _floor import Fleet, Floor, load_floor, online_floor
+from _kvcapacity import H100_LLAMA3_8B_BLOCKS
 from _machine import machine_info
-from _report import percentile, write_section
+from _prefix_bound import HitRate, ideal, placement_bound, trace_hashes
+from _report import write_section
+from _routing_rows import (
+    HTTP_HEADER,
+    SLOS,
+    goodput,
+    half_row,
+    half_table,
+    header,
+    hit_rate,
+    http_row,
+    ms,
+    row,
+)
 from _workload import Arrival, load_trace, synthetic
 from mol_router.policy import make_policy
 
@@ -60,9 +78,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--prefill-s-per-token", type=float, default=5e-5,
                    help="replica time per prompt token not in its prefix cache "
                    "(default: Llama-3-8B BF16 on one H100)")  # fmt: skip
-    p.add_argument("--kv-cache-blocks", type=int, default=25_000,
-                   help="KV blocks of 16 tokens per replica (default: an 80 GB H100 "
-                   "after Llama-3-8B's weights)")  # fmt: skip
+    p.add_argument("--kv-cache-blocks", type=int, default=H100_LLAMA3_8B_BLOCKS,
+                   help="KV blocks of 16 tokens per replica (default: Llama-3-8B BF16 "
+                   "on one H100 80 GB, vLLM's 51.38 GiB of available KV at "
+                   "gpu_memory_utilization 0.9, 128 KiB a token: "
+                   "bench/_kvcapacity.py)")  # fmt: skip
+    p.add_argument("--half-kv", action=argparse.BooleanOptionalAction, default=True,
+                   help="also run every policy at half the KV blocks (a compact second "
+                   "table; --no-half-kv for quick runs)")  # fmt: skip
     p.add_argument("--scrape-interval", type=float, default=1.0,
                    help="how often each router reads every engine's metrics (the "
                    "router's default, scrape_interval_s, is 1 s)")  # fmt: skip
@@ -146,6 +169,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error("--section must be lowercase letters, digits and '-', e.g. routing-chat")
     if args.utilisation is not None and not 0 < args.utilisation <= 1:
         p.error("--utilisation must be in (0, 1]")
+    if args.half_kv and args.kv_cache_blocks < 4:
+        p.error("--half-kv needs --kv-cache-blocks >= 4 (or --no-half-kv)")
     if any(not 0 < x < math.inf for x in args.slo_ttft):
         p.error("--slo-ttft must be a positive number of seconds")
     try:
@@ -177,54 +202,6 @@ def workload(args: argparse.Namespace, shape: FleetShape) -> tuple[list[Arrival]
     )
 
 
-def ms(r: RunResult, q: float) -> float:
-    """TTFT percentile in ms (infinite when no request got a first token)."""
-    return percentile(r.ttft, q) * 1000 if r.ttft else float("inf")
-
-
-SLOS = (1.0, 2.0)
-"""TTFT bounds (s) whose goodput the table shows; ``--slo-ttft`` adds more."""
-
-
-def goodput(r: RunResult, slo: float) -> float:
-    """Share of the run's requests whose first token came within ``slo`` seconds."""
-    return sum(t <= slo for t in r.ttft) / max(r.requests, 1)
-
-
-def hit_rate(r: RunResult) -> float:
-    """Prompt tokens found in the replicas' prefix caches over prompt tokens looked up."""
-    return r.prefix_hits / r.prefix_queries if r.prefix_queries else 0.0
-
-
-def header(slos: tuple[float, ...]) -> list[str]:
-    good = " | ".join(f"goodput TTFT <= {s:g} s" for s in slos)
-    return [
-        f"| policy | {good} | TTFT p50 ms | TTFT p99 ms | prefix hit rate | adapter loads "
-        "/ 1,000 req (disk) | router's estimate / 1,000 | replicas per adapter "
-        "| throughput req/s |",
-        "|---|" + "---:|" * (len(slos) + 7),
-    ]
-
-
-def row(r: RunResult, slos: tuple[float, ...] = SLOS) -> str:
-    """A row of the in-process table."""
-    good = " | ".join(f"{goodput(r, s):.1%}" for s in slos)
-    return (
-        f"| {r.label} | {good} | {ms(r, 50):.0f} | {ms(r, 99):.0f} | {hit_rate(r):.1%} "
-        f"| {r.loads_per_1000:.0f} ({1000 * r.disk_loads / max(r.requests, 1):.0f}) "
-        f"| {1000 * r.estimated_loads / r.requests:.0f} | {r.replicas_per_adapter:.2f} "
-        f"| {r.throughput:.1f} |"
-    )
-
-
-def http_row(r: RunResult) -> str:
-    """A row of the HTTP table."""
-    return (
-        f"| {r.label} | {r.loads_per_1000:.0f} | {r.errors} | {ms(r, 50):.0f} "
-        f"| {ms(r, 99):.0f} | {r.throughput:.1f} |"
-    )
-
-
 def http_leg(args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival]) -> list[str]:
     """vllm-router (each policy tried) and ours, over HTTP on the same replicas."""
     from _http_leg import run_ours, run_vllm_router
@@ -246,9 +223,7 @@ def http_leg(args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival
         results.append(r)
     best = min(results[1:], key=lambda r: (r.errors, ms(r, 99)))
     lines = [
-        "| router | adapter loads / 1,000 req | failed requests "
-        "| TTFT p50 ms | TTFT p99 ms | throughput req/s |",
-        "|---|---:|---:|---:|---:|---:|",
+        *HTTP_HEADER,
         *(http_row(r) for r in results),
         "",
         f"HTTP leg (load average {os.getloadavg()[2]:.1f} over the last 15 minutes, on "
@@ -315,7 +290,8 @@ def floors(
 
 
 def goals(
-    results: dict[str, RunResult], routers: int, offline: Floor, online: Floor
+    results: dict[str, RunResult], routers: int, offline: Floor, online: Floor,
+    bound: HitRate,
 ) -> list[str]:
     ours, gie, precise = results[OURS], results[BASELINE], results[PRECISE]
     many = results[f"{OURS} x{routers}"]
@@ -337,6 +313,9 @@ def goals(
         f"- prefix hit rate >= llm-d's precise prefix scorer's ({PRECISE}, from the "
         f"engines' KV events): {hit_rate(ours):.1%} vs {hit_rate(precise):.1%}: "
         f"{mark(hit_rate(ours) >= hit_rate(precise))}",
+        f"- prefix hit rate >= 90% of the placement bound: {hit_rate(ours):.1%} vs "
+        f"{bound.rate:.1%} (x0.9 = {0.9 * bound.rate:.1%}): "
+        f"{mark(hit_rate(ours) >= 0.9 * bound.rate - 1e-12)}",
         f"- adapter loads <= 1.10x the online floor at ours' longest wait (stationary "
         f"traffic): {ours.loads_per_1000:.0f} vs {online.describe()}: "
         + (mark(False) + " (no schedule fits)" if online.per_1000 is None else
@@ -348,6 +327,49 @@ def goals(
         f"{hit_rate(many) / max(hit_rate(ours), 1e-9):.2f}x: "
         f"{mark(agree)}",
     ]
+
+
+Run = tuple[str, str, int]
+"""(label, policy, router replicas)."""
+
+
+def run_all(
+    runs: list[Run], arrivals: list[Arrival], shape: FleetShape, args: argparse.Namespace,
+    show: Callable[[RunResult], str],
+) -> dict[str, RunResult]:  # fmt: skip
+    """Every policy on a fresh fleet of ``shape``, each row printed as it is done."""
+    results: dict[str, RunResult] = {}
+    for label, policy, routers in runs:
+        t0 = time.monotonic()
+        knobs = args.ours_knobs if policy == OURS else None
+        results[label] = r = run_policy(label, policy, routers, arrivals, shape, knobs)
+        print(f"{show(r)}  ({time.monotonic() - t0:.1f} s)", flush=True)
+    return results
+
+
+def prefix_bounds(
+    arrivals: list[Arrival], shape: FleetShape, half: FleetShape | None
+) -> tuple[HitRate, HitRate, HitRate | None, str]:  # fmt: skip
+    """The trace's ideal hit rate, the placement bound at ``shape``'s KV (and at
+    ``half``'s), and a line that says both."""
+    hashes = trace_hashes(arrivals, shape.block_size)
+    best = ideal(arrivals, shape.block_size, hashes)
+
+    def bound(s: FleetShape) -> HitRate:
+        return placement_bound(arrivals, s.replicas, s.kv_cache_blocks, s.block_size, hashes)
+
+    full = bound(shape)
+    low = bound(half) if half is not None else None
+    line = (
+        f"Prefix hit rate the trace allows (bench/_prefix_bound.py, requests in arrival "
+        f"order through the simulator's block hashing): **ideal** (one unbounded cache) "
+        f"{best.rate:.1%}; **placement bound** (every session whole on one of "
+        f"{shape.replicas} replicas, balanced by prompt tokens, each an LRU prefix cache "
+        f"of {shape.kv_cache_blocks:,} blocks) {full.rate:.1%}"
+        + (f"; at half the KV ({half.kv_cache_blocks:,} blocks) {low.rate:.1%}"
+           if half is not None and low is not None else "") + "."
+    )  # fmt: skip
+    return best, full, low, line
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -372,19 +394,31 @@ def main(argv: list[str] | None = None) -> int:
     runs = [(OURS, OURS, 1), (f"{OURS} x{args.routers}", OURS, args.routers),
             (PRECISE, PRECISE, 1), (LLMD, LLMD, 1), (BASELINE, BASELINE, 1),
             ("least-loaded", "least-loaded", 1), ("round-robin", "round-robin", 1)]  # fmt: skip
-    results: dict[str, RunResult] = {}
     started = time.monotonic()
     slos = tuple(sorted({*SLOS, *args.slo_ttft}))
+    half = replace(shape, kv_cache_blocks=shape.kv_cache_blocks // 2) if args.half_kv else None
+    _, bound, half_bound, bounds_line = prefix_bounds(arrivals, shape, half)
     print("\n".join(header(slos)), flush=True)
-    for label, policy, routers in runs:
-        t0 = time.monotonic()
-        knobs = args.ours_knobs if policy == OURS else None
-        results[label] = r = run_policy(label, policy, routers, arrivals, shape, knobs)
-        print(f"{row(r, slos)}  ({time.monotonic() - t0:.1f} s)", flush=True)
+    results = run_all(runs, arrivals, shape, args, lambda r: row(r, slos))
     table = "\n".join([*header(slos), *(row(r, slos) for r in results.values())])
     offline, online, floor_lines = floors(args, shape, arrivals, results)
-    verdict = [*goals(results, args.routers, offline, online), "", *floor_lines]
+    verdict = [bounds_line, "", *goals(results, args.routers, offline, online, bound), "",
+               *floor_lines]  # fmt: skip
     print("\n".join(verdict))
+    halved: list[str] = []
+    if half is not None and half_bound is not None:
+        print(f"\nAt half the KV ({half.kv_cache_blocks:,} blocks per replica):")
+        print("\n".join(half_table({}, slos)), flush=True)
+        low = run_all(runs, arrivals, half, args, lambda r: half_row(r, slos))
+        ours = hit_rate(low[OURS])
+        halved = [
+            f"At half the KV cache ({half.kv_cache_blocks:,} blocks of {half.block_size} "
+            "tokens per replica), the same requests:", "", *half_table(low, slos), "",
+            f"- at half the KV, prefix hit rate >= 90% of the placement bound: {ours:.1%} "
+            f"vs {half_bound.rate:.1%} (x0.9 = {0.9 * half_bound.rate:.1%}): "
+            + ("met" if ours >= 0.9 * half_bound.rate - 1e-12 else "**not met**"),
+        ]  # fmt: skip
+        print(halved[-1])
     http = http_leg(args, shape, arrivals) if args.http else []
     if args.write:
         command = "python bench/routing.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -395,19 +429,21 @@ def main(argv: list[str] | None = None) -> int:
             f"## {title}",
             "",
             f"Run {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC on {machine_info().markdown()}; "
-            f"`{command.strip()}` ({time.monotonic() - started:.0f} s wall; the first table "
-            "on a virtual clock" + (", the second in real time)." if http else ")."),
+            f"`{command.strip()}` ({time.monotonic() - started:.0f} s wall; the policies' "
+            "tables on a virtual clock" + (", the HTTP one in real time)." if http else ")."),
             "",
             f"Fleet: {shape.replicas} replicas, max_loras {shape.max_loras}, max_num_seqs "
             f"{shape.max_num_seqs}, TTFT {shape.ttft_s * 1000:g} ms once running, ITL "
             f"{shape.itl_s * 1000:g} ms, adapter load {shape.lora_load_s * 1000:g} ms from host "
             f"memory (+{shape.lora_disk_load_s * 1000:g} ms from disk), prefill "
-            f"{shape.prefill_s_per_token * 1e6:g} us per uncached token, metrics "
+            f"{shape.prefill_s_per_token * 1e6:g} us per uncached token, KV cache "
+            f"{shape.kv_cache_blocks:,} blocks of {shape.block_size} tokens, metrics "
             f"read every {shape.scrape_interval * 1000:g} ms. Workload: {described}.",
             "",
             table,
             "",
             *verdict,
+            *(["", *halved] if halved else []),
             *(["", *http] if http else []),
         ])  # fmt: skip
         from _plot import routing_figure

@@ -13,18 +13,24 @@ sequence. ``DELIBERATE`` names what differs on purpose and why.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from mol_platform.contract.engine_args import cpu_env
 from mol_testkit.simulator import SimConfig, SimulatorCluster, parse_sse
 from mol_testkit.simulator.segments import prompt_text
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from _kvcapacity import GIB, KvShape, kv_blocks
 
 pytestmark = pytest.mark.e2e
 
@@ -435,3 +441,17 @@ def test_prefix_cache_hits_mean_the_same(engine, sim, cache_info):
     assert real == [(tokens, 0), (tokens, full), (tokens, 0), (tokens, 0), (tokens, full),
                     (tokens, 0)], real  # fmt: skip
     assert fake == real
+
+
+def test_kv_blocks_follow_from_the_model_and_the_kv_space(engine, demo_assets, cache_info):
+    """bench/_kvcapacity.py's formula (what the routing benchmark derives its replicas' KV
+    blocks with), fed the demo model's config.json, the engine's KV dtype and the KV space
+    the testkit gives the CPU engine, gives the real engine's block count exactly."""
+    config = json.loads((demo_assets.base / "config.json").read_text())
+    # testkit's engine_command passes --dtype float32; cache_dtype "auto" follows it.
+    assert cache_info["cache_dtype"] == "auto"
+    shape = KvShape.from_config(config, dtype="float32")
+    space = int(cpu_env()["VLLM_CPU_KVCACHE_SPACE"]) * GIB
+    assert shape.bytes_per_token == 2 * 2 * 2 * 64 * 4  # layers, KV heads, head_dim, fp32
+    block = int(cache_info["block_size"])
+    assert kv_blocks(shape, space, block) == int(cache_info["num_gpu_blocks"]), cache_info
