@@ -36,6 +36,7 @@ from mol_router.policy.prefix import prefix_keys
 from mol_router.tracker import EngineTracker
 from mol_testkit.simulator.config import SimConfig
 from mol_testkit.simulator.kvcache import BlockHash, block_hashes
+from mol_testkit.simulator.kvevents import external_hash
 from mol_testkit.simulator.model import SlotEngine
 from mol_testkit.simulator.segments import prompt_text, prompt_token_ids
 
@@ -271,8 +272,9 @@ def route_prefix(a: Arrival) -> tuple[int, ...]:
 
 def route_request(a: Arrival, hashes: Sequence[BlockHash] = ()) -> RouteRequest:
     """What the proxy hands the policy for a trace request (``hashes``: the prompt's
-    block hashes, for a policy that reads KV events)."""
-    return RouteRequest(a.adapter, a.user, a.prompt_tokens, route_prefix(a), tuple(hashes))
+    block hashes, for a policy that reads KV events, as the events publish them)."""
+    blocks = tuple(external_hash(h) for h in hashes)
+    return RouteRequest(a.adapter, a.user, a.prompt_tokens, route_prefix(a), blocks)
 
 
 def pick_and_book(

@@ -12,7 +12,12 @@ from prometheus_client.parser import text_string_to_metric_families
 from mol_router.policy.kvindex import KvBlockIndex
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 from mol_testkit.simulator.kvcache import PrefixCache, block_hashes, extra_keys
-from mol_testkit.simulator.kvevents import AllBlocksCleared, BlockRemoved, BlockStored
+from mol_testkit.simulator.kvevents import (
+    AllBlocksCleared,
+    BlockRemoved,
+    BlockStored,
+    external_hash,
+)
 from mol_testkit.simulator.model import SlotEngine
 from mol_testkit.simulator.segments import prompt_token_ids
 
@@ -51,6 +56,22 @@ def test_cache_salt_keys_the_first_block_only() -> None:
     other = block_hashes(tokens, BS, cache_salt="t2")
     assert salted[0] != other[0]
     assert salted[1] != other[1]  # the chain carries it on
+
+
+def test_blocks_with_nothing_cached_are_reused_before_any_cached_one() -> None:
+    """vLLM 0.32 puts a freed block with no cached content (a partial last block) at
+    the front of the free queue and cached ones at its end."""
+    pool = PrefixCache(num_blocks=7, block_size=BS)  # 6 usable
+    first, second = pool.allocate(3), pool.allocate(3)
+    assert first is not None
+    assert second is not None
+    pool.store(second, [b"b0", b"b1", b"b2"])
+    pool.release(second)  # freed earlier: evicted first among the cached
+    pool.store(first[:2], [b"a0", b"a1"])  # its third block holds a partial one
+    pool.release(first)
+    assert pool.allocate(1) == first[2:]  # the partial block, not b2
+    assert pool.evictions == 0
+    assert pool.lookup([b"b0", b"b1", b"b2"], 100) == second
 
 
 def test_free_blocks_are_reused_least_recently_freed_first_tail_first() -> None:
@@ -135,9 +156,10 @@ async def test_an_adapter_load_stalls_every_running_request() -> None:
     running = engine.submit("m", None)
     engine.token(running)
     before = engine.due(running)
+    start = loop.time()
     loading = engine.submit("m", engine.resolve_model("x"))
     assert engine.due(running) == pytest.approx(before + 0.5)  # not just its own request
-    assert loading.ready == pytest.approx(loop.time() + 0.5)
+    assert start + 0.5 <= loading.ready <= loop.time() + 0.5  # wall time, not a step
     after_load = engine.submit("m", None)  # arrives during the load: starts after it
     assert after_load.ready == pytest.approx(loading.ready)
 
@@ -216,8 +238,12 @@ async def test_kv_events_tell_what_the_cache_stores_and_evicts_as_vllm() -> None
     assert batch.ts == 1.5
     (stored,) = batch.events
     assert isinstance(stored, BlockStored)
-    assert stored.block_hashes == block_hashes(first, BS, engine.lora_key(name))
+    assert stored.block_hashes == [
+        external_hash(h) for h in block_hashes(first, BS, engine.lora_key(name))]
+    assert all(isinstance(h, int) and 0 <= h < 1 << 64 for h in stored.block_hashes)
     assert stored.parent_block_hash is None
+    assert stored.extra_keys == [("a",), ("a",)]  # untagged: the LoRA's name per block
+    assert (stored.group_idx, stored.kv_cache_spec_kind) == (0, "full_attention")
     assert stored.token_ids == first[:8]
     assert (stored.block_size, stored.medium) == (BS, "GPU")
     assert (stored.lora_id, stored.lora_name) == (engine.adapters["a"].int_id, "a")
@@ -231,7 +257,7 @@ async def test_kv_events_tell_what_the_cache_stores_and_evicts_as_vllm() -> None
     assert batch is not None
     (more,) = batch.events
     assert isinstance(more, BlockStored)
-    hashes = block_hashes(second, BS, engine.lora_key(name))
+    hashes = [external_hash(h) for h in block_hashes(second, BS, engine.lora_key(name))]
     assert more.block_hashes == hashes[2:3]
     assert more.parent_block_hash == hashes[1]
     assert more.token_ids == second[8:12]
@@ -240,10 +266,12 @@ async def test_kv_events_tell_what_the_cache_stores_and_evicts_as_vllm() -> None
     r3 = engine.submit("m", None, token_ids=list(range(1000, 1024)))
     batch = engine.publish_kv_events(4.0)
     assert batch is not None
-    removed = [h for e in batch.events if isinstance(e, BlockRemoved) for h in e.block_hashes]
+    gone = [e for e in batch.events if isinstance(e, BlockRemoved)]
+    assert all(len(e.block_hashes) == 1 for e in gone)  # one event per evicted block
+    removed = [h for e in gone for h in e.block_hashes]
     assert set(removed) <= set(stored.block_hashes) | set(more.block_hashes)
     assert removed
-    assert not set(removed) & set(engine.cache.cached)
+    assert not set(removed) & {external_hash(h) for h in engine.cache.cached}
     base = [e for e in batch.events if isinstance(e, BlockStored)]
     assert base
     assert all(e.lora_id is None and e.lora_name is None for e in base)
@@ -271,5 +299,5 @@ async def test_an_index_fed_by_the_events_holds_what_the_cache_holds() -> None:
         if batch is not None:
             index.apply("e0", batch.events)
     held = {h for (_, h), pods in index._where.items() if "e0" in pods}
-    assert held == set(engine.cache.cached)
+    assert held == {external_hash(h) for h in engine.cache.cached}
     assert len(index) == len(engine.cache.cached)

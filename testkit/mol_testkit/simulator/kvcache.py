@@ -10,12 +10,13 @@ router can observe:
   later block chains from the salted first one).
 - A lookup returns the longest run of cached blocks from the start of the prompt,
   capped so that at least the last prompt token is computed (vLLM needs its logits).
-- Blocks no request holds stay cached but free. Free blocks are reused least recently
-  freed first; reusing a cached one evicts it. A request's blocks are freed tail first,
-  so its last blocks are evicted before its first ones (the shared prefixes).
+- Blocks no request holds stay cached but free. Free blocks with no cached content
+  (a partial last block) are reused first; cached ones least recently freed first, and
+  reusing a cached one evicts it. A request's blocks are freed tail first, so its last
+  blocks are evicted before its first ones (the shared prefixes).
 - With ``events`` set (vLLM's ``--kv-events-config``), every block that enters the
   cache and every eviction is told as vLLM's block pool tells it: ``BlockStored`` per
-  run of newly cached blocks of a request, ``BlockRemoved`` per allocation that evicts,
+  run of newly cached blocks of a request, ``BlockRemoved`` per evicted block,
   ``AllBlocksCleared`` on a reset (``mol_testkit.simulator.kvevents``).
 
 Hashes are SHA-256 over a compact encoding, not vLLM's pickle/CBOR bytes: equal
@@ -35,6 +36,7 @@ from mol_testkit.simulator.kvevents import (
     BlockRemoved,
     BlockStored,
     KVCacheEvent,
+    external_hash,
 )
 
 BlockHash = bytes
@@ -138,7 +140,6 @@ class PrefixCache:
         if n > len(self.free):
             return None
         out = []
-        removed: list[BlockHash] = []
         for _ in range(n):
             b, _ = self.free.popitem(last=False)
             old = self.hashes[b]
@@ -146,20 +147,21 @@ class PrefixCache:
                 del self.cached[old]
                 self.hashes[b] = None
                 self.evictions += 1
-                removed.append(old)
+                if self.events is not None:  # one event per evicted block, as vLLM
+                    self.events.append(BlockRemoved([external_hash(old)]))
             self.refs[b] = 1
             out.append(b)
-        if removed and self.events is not None:
-            self.events.append(BlockRemoved(list(removed)))
         return out
 
     def store(
         self, block_ids: Sequence[int], hashes: Sequence[BlockHash],
         token_ids: Sequence[int] | None = None, lora: tuple[int, str] | None = None,
+        cache_salt: str | None = None,
     ) -> None:  # fmt: skip
         """Cache full blocks under their hashes (a hash already cached keeps its block,
         as vLLM does when two requests computed the same block at once); ``token_ids``
-        (the prompt's) and ``lora`` (the adapter's id and name) go into the events."""
+        (the prompt's), ``lora`` (the adapter's id and name) and ``cache_salt`` go into
+        the events."""
         events = self.events
         run: list[int] = []  # indices of a run of newly cached blocks, for one event
         for i, (b, h) in enumerate(zip(block_ids, hashes, strict=False)):
@@ -168,23 +170,28 @@ class PrefixCache:
                 self.cached[h] = b
                 if events is not None:
                     if run and run[-1] != i - 1:
-                        events.append(self._stored(run, hashes, token_ids, lora))
+                        events.append(self._stored(run, hashes, token_ids, lora, cache_salt))
                         run = []
                     run.append(i)
         if run and events is not None:
-            events.append(self._stored(run, hashes, token_ids, lora))
+            events.append(self._stored(run, hashes, token_ids, lora, cache_salt))
 
     def _stored(
         self, run: list[int], hashes: Sequence[BlockHash], token_ids: Sequence[int] | None,
-        lora: tuple[int, str] | None,
+        lora: tuple[int, str] | None, cache_salt: str | None,
     ) -> BlockStored:  # fmt: skip
         first, last, bs = run[0], run[-1] + 1, self.block_size
+        name = lora[1] if lora else None
+        extra: list[tuple[str, ...] | None] = []
+        for i in range(first, last):
+            keys = ((name,) if name else ()) + ((cache_salt,) if cache_salt and i == 0 else ())
+            extra.append(keys or None)
         return BlockStored(
-            block_hashes=list(hashes[first:last]),
-            parent_block_hash=hashes[first - 1] if first else None,
+            block_hashes=[external_hash(h) for h in hashes[first:last]],
+            parent_block_hash=external_hash(hashes[first - 1]) if first else None,
             token_ids=list(token_ids[first * bs : last * bs]) if token_ids is not None else [],
-            block_size=bs, lora_id=lora[0] if lora else None,
-            lora_name=lora[1] if lora else None,
+            block_size=bs, lora_id=lora[0] if lora else None, lora_name=name,
+            extra_keys=extra,
         )  # fmt: skip
 
     def clear(self) -> None:
@@ -197,8 +204,17 @@ class PrefixCache:
             self.events.append(AllBlocksCleared())
 
     def release(self, block_ids: Sequence[int]) -> None:
-        """A request lets go of its blocks, tail first (evicted before its prefix)."""
+        """A request lets go of its blocks, tail first (evicted before its prefix). As
+        vLLM 0.32's block pool: cached blocks join the end of the free queue (LRU
+        eviction), blocks with no cached content its front (reused first)."""
+        uncached: list[int] = []
         for b in reversed(block_ids):
             self.refs[b] -= 1
             if self.refs[b] == 0:
-                self.free[b] = None
+                if self.hashes[b] is None:
+                    uncached.append(b)
+                else:
+                    self.free[b] = None
+        for b in reversed(uncached):  # the first of them ends up at the head
+            self.free[b] = None
+            self.free.move_to_end(b, last=False)

@@ -55,6 +55,7 @@ class SimRequest:
     """Hash chain of the prompt's full blocks."""
     token_ids: Sequence[int] | None = None
     """The prompt's token ids, when known (the KV events carry a block's tokens)."""
+    cache_salt: str | None = None
     generated: int = 0
     emitting: bool = False
     """Has produced its first token since it was (re)scheduled (from then on vLLM lists
@@ -170,6 +171,7 @@ class SlotEngine(AdapterRegistry):
             id=rid, model=model, adapter=adapter, arrival=loop.time(),
             admitted=loop.create_future(), prompt_tokens=prompt_tokens,
             planned_tokens=planned_tokens, hashes=hashes or [], token_ids=token_ids,
+            cache_salt=cache_salt,
         )  # fmt: skip
         self.requests_by_model[model] += 1
         self.waiting.append(request)
@@ -287,7 +289,7 @@ class SlotEngine(AdapterRegistry):
             request.block_ids = hit + fresh
             if cfg.enable_prefix_caching:
                 self.cache.store(request.block_ids, request.hashes, request.token_ids,
-                                 self._lora_ref(adapter))  # fmt: skip
+                                 self._lora_ref(adapter), request.cache_salt)  # fmt: skip
                 if request.preemptions == 0:  # vLLM counts a preempted one apart
                     request.cached_tokens = len(hit) * cfg.block_size
                     self.prefix_queries += request.prompt_tokens
