@@ -13,7 +13,7 @@ from mol_router.policy.gie import lora_affinity_score
 from mol_router.policy.hashing import home, ranking
 from mol_router.policy.interface import Demand, FleetStats
 from mol_router.policy.llmd import LlmdLoraLoadState
-from mol_router.policy.mol import eviction_cost
+from mol_router.policy.mol import eviction_cost, has_free_slot
 
 A = "acme/bot@v1"
 EPS = [f"http://e{i}" for i in range(4)]
@@ -202,6 +202,30 @@ def test_mol_rules(stats: dict[str, EngineStats], expected: str) -> None:
     pick = make_policy("mol-affinity").pick(list(real), real, RouteRequest(A))
     assert pick is not None
     assert back[pick] == expected
+
+
+@pytest.mark.parametrize(
+    ("stats", "share", "free"),
+    [
+        (S(running_adapters=frozenset("xyz")), 1.0, True),  # 3 of 4 slots busy
+        (S(running_adapters=frozenset("wxyz")), 1.0, False),
+        (S(running_adapters=frozenset({A, "x", "y", "z"})), 1.0, True),  # runs there
+        (S(running_adapters=frozenset("wxyz"), pending_adapters=frozenset({A})), 1.0, True),
+        # ours waiting for a slot, or sent since the scrape, will take one
+        (S(running_adapters=frozenset("xyz"), pending_adapters=frozenset("w")), 1.0, False),
+        (S(running_adapters=frozenset("xy"), pending_adapters=frozenset("x")), 1.0, True),
+        # one of 4 routers: each of its unseen adapters stands for about 4 sent there
+        (S(running_adapters=frozenset("x"), pending_adapters=frozenset("w")), 2.0, True),
+        (S(running_adapters=frozenset("x"), pending_adapters=frozenset("w")), 4.0, False),
+        (S(max_lora=0, running_adapters=frozenset("wxyz")), 4.0, True),  # no slot limit
+    ],
+    ids=["room", "full", "running", "ours-in-flight", "ours-take-the-last", "ours-running",
+         "two-routers", "four-routers", "no-limit"],
+)  # fmt: skip
+def test_free_slot_counts_the_adapters_in_flight_the_scrape_did_not_show(
+    stats: EngineStats, share: float, free: bool
+) -> None:
+    assert has_free_slot(stats, A, share) is free
 
 
 def test_mol_hot_adapter_spreads_over_a_few_replicas_only() -> None:

@@ -30,8 +30,9 @@ that against the endpoints believed to hold a prefix of the prompt:
    ``queue_tokens`` plus the prompt tokens not believed cached there), least loaded
    on ties: reuse, no load;
 2. else (a load is needed) the first endpoint in the adapter's order, among the first
-   ``candidates`` under the bound, that can start it now (fewer adapters running
-   than slots, counting those this router sent since the last scrape) without
+   ``candidates`` under the bound, that can start it now (fewer adapters busy than
+   slots: running at the last scrape, plus those of this router's requests in flight
+   there that the scrape did not show, times its traffic share) without
    evicting anything hotter: its eviction cost, the demand share of the least
    recently used idle adapter believed in its slots (0 with a slot empty), is at
    most the adapter's own share and at most ``hot_share``; failing that the one of
@@ -65,14 +66,17 @@ CHARS_PER_TOKEN = 4
 """The proxy's estimate of a prompt's tokens from its bytes (``prompt_tokens``)."""
 
 
-def has_free_slot(s: EngineStats, adapter: str) -> bool:
+def has_free_slot(s: EngineStats, adapter: str, share: float = 1.0) -> bool:
     """The adapter could start now without waiting for another adapter to drain: it
-    runs there, or fewer adapters than slots run there (per the last scrape, plus the
-    ones this router sent since)."""
-    if s.max_lora <= 0 or adapter in s.running_adapters:
+    runs there or has a request of ours there, or fewer adapters than slots are busy
+    there: the ones running at the last scrape, plus those of this router's requests
+    in flight there that it did not show, times ``share`` (the router's
+    ``traffic_share``: one of N routers sees about 1/N of the adapters sent there
+    since the scrape, or waiting there for a slot, and not the others')."""
+    if s.max_lora <= 0 or adapter in s.running_adapters or adapter in s.pending_adapters:
         return True
-    busy = s.running_adapters | s.pending_adapters if s.pending_adapters else s.running_adapters
-    return adapter in busy or len(busy) < s.max_lora
+    unseen = len(s.pending_adapters - s.running_adapters) if s.pending_adapters else 0
+    return len(s.running_adapters) + unseen * share < s.max_lora
 
 
 def eviction_cost(s: EngineStats, demand: Demand | None) -> float:
@@ -200,6 +204,7 @@ class MolAffinity(EligibleFirst):
     ) -> str:  # fmt: skip
         """Steps 1-4 of the module docstring."""
         by_name = dict(candidates)
+        share = traffic_share(by_name.values())
         loads = {e: s.load for e, s in candidates}
         adapter = request.adapter
         order = ranking(adapter if adapter is not None else "", list(by_name))
@@ -217,7 +222,7 @@ class MolAffinity(EligibleFirst):
         best, best_cost = None, math.inf
         for e in under[: self.candidates]:
             s = by_name[e]
-            if not has_free_slot(s, adapter):
+            if not has_free_slot(s, adapter, share):
                 continue
             cost = eviction_cost(s, demand)
             if cost <= limit:
