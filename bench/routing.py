@@ -29,7 +29,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _fleet import FleetShape, RunResult, run_policy
+from _fleet import FleetShape, OursWithKvEvents, RunResult, run_policy
 from _floor import Fleet, Floor, load_floor, online_floor
 from _machine import machine_info
 from _report import percentile, write_section
@@ -41,6 +41,7 @@ BASELINE = "gie-lora-affinity"
 LLMD = "llmd-lora-load-state"
 PRECISE = "llmd-precise-prefix"
 OURS = "mol-affinity"
+OURS_KV = OursWithKvEvents.name
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -116,6 +117,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ours-knobs", type=json.loads, default={}, metavar="JSON",
                    help=f"{OURS}'s policy knobs, e.g. '{{\"slack\": 4}}' (default: its own "
                    "defaults, as the router uses them)")
+    p.add_argument("--ours-kv-events", action="store_true",
+                   help=f"also run {OURS_KV} (one router and --routers): ours told what is "
+                   "cached by the engines' KV events instead of its own prefix index, to "
+                   "tell whether the router should subscribe to them")  # fmt: skip
     p.add_argument("--slo-ttft", type=float, action="append", default=[], metavar="S",
                    help="also report goodput at TTFT <= S seconds (repeatable; 1 and 2 "
                    "always)")
@@ -350,10 +355,9 @@ def goals(
     ]
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    # SIGTERM must unwind through the finally blocks so no replica or router outlives it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+def setup(args: argparse.Namespace) -> tuple[FleetShape, list[Arrival], str]:
+    """The fleet and the requests the arguments describe, and a sentence saying so
+    (no requests: an empty list)."""
     shape = FleetShape(
         args.replicas, args.max_loras, args.max_num_seqs, args.ttft_s, args.itl_s,
         args.lora_load_s, args.scrape_interval, lora_disk_load_s=args.lora_disk_load_s,
@@ -363,22 +367,32 @@ def main(argv: list[str] | None = None) -> int:
     if args.trace is not None:
         shape = shape.scaled(args.speed)
     arrivals, described = workload(args, shape)
+    if arrivals and args.utilisation is not None:
+        shape = sized(shape, arrivals, args.utilisation)
+        described += f"; fleet sized for {args.utilisation:.0%} utilisation"
+    return shape, arrivals, described
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # SIGTERM must unwind through the finally blocks so no replica or router outlives it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    shape, arrivals, described = setup(args)
     if not arrivals:
         print("no requests to replay", file=sys.stderr)
         return 2
-    if args.utilisation is not None:
-        shape = sized(shape, arrivals, args.utilisation)
-        described += f"; fleet sized for {args.utilisation:.0%} utilisation"
     runs = [(OURS, OURS, 1), (f"{OURS} x{args.routers}", OURS, args.routers),
             (PRECISE, PRECISE, 1), (LLMD, LLMD, 1), (BASELINE, BASELINE, 1),
             ("least-loaded", "least-loaded", 1), ("round-robin", "round-robin", 1)]  # fmt: skip
+    if args.ours_kv_events:
+        runs[2:2] = [(OURS_KV, OURS_KV, 1), (f"{OURS_KV} x{args.routers}", OURS_KV, args.routers)]
     results: dict[str, RunResult] = {}
     started = time.monotonic()
     slos = tuple(sorted({*SLOS, *args.slo_ttft}))
     print("\n".join(header(slos)), flush=True)
     for label, policy, routers in runs:
         t0 = time.monotonic()
-        knobs = args.ours_knobs if policy == OURS else None
+        knobs = args.ours_knobs if policy in (OURS, OURS_KV) else None
         results[label] = r = run_policy(label, policy, routers, arrivals, shape, knobs)
         print(f"{row(r, slos)}  ({time.monotonic() - t0:.1f} s)", flush=True)
     table = "\n".join([*header(slos), *(row(r, slos) for r in results.values())])
