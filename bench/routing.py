@@ -286,37 +286,49 @@ def longest_wait(r: RunResult, shape: FleetShape) -> float:
     return max((t - shape.ttft_s for t in r.ttft), default=0.0)
 
 
+class Floors:
+    """Both adapter-load floors of a workload on a fleet, at any allowed wait:
+    ``offline`` (no schedule loads less, even one that knows the future; a bound on
+    any trace) and ``online`` (the best router that does not know the future, in
+    expectation, on stationary Poisson traffic at the trace's rates)."""
+
+    def __init__(self, shape: FleetShape, arrivals: list[Arrival]) -> None:
+        self.shape, self.arrivals = shape, arrivals
+        self.fleet = Fleet(shape.replicas * shape.max_loras, shape.max_num_seqs,
+                           shape.lora_load_s, shape.replicas)  # fmt: skip
+        self.mean_service = sum(map(self.service, arrivals)) / len(arrivals)
+
+    def service(self, a: Arrival) -> float:
+        return self.shape.ttft_s + (a.max_tokens - 1) * self.shape.itl_s
+
+    def offline(self, wait_s: float) -> Floor:
+        return load_floor(self.arrivals, self.fleet, self.service, wait_s=wait_s)
+
+    def online(self, wait_s: float) -> Floor:
+        return online_floor(self.arrivals, self.fleet, self.mean_service, wait_s=wait_s)
+
+
 def floors(
     args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival],
     results: dict[str, RunResult],
 ) -> tuple[Floor, Floor, list[str]]:  # fmt: skip
-    """The offline floor (a bound on any trace) and the online one (stationary Poisson
-    traffic, in expectation) at ours' longest wait, and lines with both at each of
-    ``--floor-waits``."""
-    fleet = Fleet(shape.replicas * shape.max_loras, shape.max_num_seqs, shape.lora_load_s,
-                  shape.replicas)  # fmt: skip
-
-    def service(a: Arrival) -> float:
-        return shape.ttft_s + (a.max_tokens - 1) * shape.itl_s
-
-    mean_service = sum(map(service, arrivals)) / len(arrivals)
+    """The offline floor and the online one at ours' longest wait, and lines with both
+    at each of ``--floor-waits``."""
+    model = Floors(shape, arrivals)
     waits = [float(w) for w in args.floor_waits.split(",") if w.strip()]
     wait = longest_wait(results[OURS], shape)
-    offline = load_floor(arrivals, fleet, service, wait_s=wait)
-    online = online_floor(arrivals, fleet, mean_service, wait_s=wait)
     lines = [
         "Adapter-load floors (bench/_floor.py), at each allowed wait before a request starts: "
         "**offline** (no schedule, even one that knows the future, loads less; a bound on "
         "any trace) "
-        + "; ".join(load_floor(arrivals, fleet, service, wait_s=w).describe() for w in waits)
+        + "; ".join(model.offline(w).describe() for w in waits)
         + ". **Online** (the best router that does not know the future, in expectation, if "
         "the traffic is stationary Poisson at the trace's rates) "
-        + "; ".join(online_floor(arrivals, fleet, mean_service, wait_s=w).describe()
-                    for w in waits) + ".",
+        + "; ".join(model.online(w).describe() for w in waits) + ".",
         "Longest wait before a request started: "
         + ", ".join(f"{k} {longest_wait(v, shape):.2f} s" for k, v in results.items()) + ".",
     ]
-    return offline, online, lines
+    return model.offline(wait), model.online(wait), lines
 
 
 def goals(
