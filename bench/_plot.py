@@ -67,7 +67,7 @@ def tradeoff_figure(
     left.set_ylabel("goodput: TTFT <= 1 s (%)")
     right.set_ylabel("TTFT p99 (ms)")
     right.set_yscale("log")
-    left.legend(fontsize=7, loc="lower right")
+    left.legend(fontsize=7, loc="lower left")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)

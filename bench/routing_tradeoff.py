@@ -86,11 +86,16 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Namespac
     return own, routing
 
 
-def sweeps(own: argparse.Namespace, base: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
-    """Per knob, the knob sets of its line: ours' starting point with that knob moved."""
+def sweeps(
+    own: argparse.Namespace, base: Mapping[str, Any]
+) -> dict[str, list[tuple[float, dict[str, Any]]]]:
+    """Per knob, its line: each value with ours' starting point, that knob moved to it
+    (the starting point itself where the value is its own)."""
     families = {"slack": own.slacks, "load_factor": own.load_factors,
                 "hot_share": own.hot_shares, "load_tokens": own.load_tokens}  # fmt: skip
-    return {k: [{**base, k: v} for v in sorted(vs)] for k, vs in families.items() if vs}
+    start = MolAffinity(base)
+    return {k: [(v, dict(base) if v == getattr(start, k) else {**base, k: v})
+                for v in sorted(vs)] for k, vs in families.items() if vs}  # fmt: skip
 
 
 def _fmt(v: float) -> str:
@@ -133,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print("\n".join(HEADER), flush=True)
     start = ours(base)
-    lines = {knob: [(_fmt(k[knob]), ours(k)) for k in sets]
+    lines = {knob: [(_fmt(v), ours(k)) for v, k in sets]
              for knob, sets in sweeps(own, base).items()}  # fmt: skip
     peers = []
     for name in PEERS:
@@ -194,10 +199,19 @@ def judge(
                  f"({fewest.label}), are {fewest.loads_per_1000 / floor:.2f}x it, at "
                  f"{goodput(fewest, 1.0):.1%} goodput (TTFT <= 1 s)")  # fmt: skip
     peer = min(peers, key=lambda r: r.loads_per_1000)
+    good = [r for r in points if goodput(r, 1.0) >= 0.9]
+    if good:
+        cheap = min(good, key=lambda r: r.loads_per_1000)
+        keeping = (f"{cheap.loads_per_1000:.0f} per 1,000 ({cheap.label}, "
+                   f"{cheap.loads_per_1000 / floor:.2f}x the online floor, "
+                   f"{goodput(cheap, 1.0):.1%})")  # fmt: skip
+    else:
+        keeping = "none of the points keeps 90%"
     return [
         f"- online floor at no wait: {model.online(0.0).describe()}; {goal:.2f}x it: "
         f"{goal * floor:.0f}; offline floor at no wait: {model.offline(0.0).describe()}",
         f"- ours' curve against {goal:.2f}x the online floor at no wait: {meets}",
+        f"- the fewest loads that keep goodput at TTFT <= 1 s at 90% or more: {keeping}",
         f"- judged at each point's own longest wait (the floor falls as the wait grows, as "
         f"bench/routing.py judges): met at {len(met_wait)} of {len(points)} points",
         f"- ours' starting point ({start.label}): {start.loads_per_1000:.0f} per 1,000, "

@@ -35,6 +35,7 @@ def test_the_curve_meets_the_goal_where_loads_are_close_enough_to_the_floor() ->
     lines = judge([spread, packed, start], start, peers, model, SHAPE, 1.10)
     assert "met at 1 of 3 points" in lines[1]
     assert "packed, 20 per 1,000 at 40.0% goodput" in lines[1]
+    assert "keep goodput at TTFT <= 1 s at 90% or more: 50 per 1,000 (start, 2.50x" in lines[2]
     frontier = lines[-1]
     assert "packed: 20, 40.0%" in frontier
     assert "start: 50, 90.0%" in frontier
@@ -44,13 +45,15 @@ def test_the_curve_meets_the_goal_where_loads_are_close_enough_to_the_floor() ->
 
 
 def test_each_knob_moves_alone_from_the_starting_point() -> None:
-    own, routing = parse(["--slacks", "0,4", "--load-factors", "2", "--hot-shares", "",
+    own, routing = parse(["--slacks", "0,1,4", "--load-factors", "2", "--hot-shares", "",
                           "--ours-knobs", '{"queue_tokens": 900}', "--duration", "5"])  # fmt: skip
     assert routing.duration == 5
     assert routing.http is False
     assert sweeps(own, routing.ours_knobs) == {
-        "slack": [{"queue_tokens": 900, "slack": 0.0}, {"queue_tokens": 900, "slack": 4.0}],
-        "load_factor": [{"queue_tokens": 900, "load_factor": 2.0}],
+        "slack": [(0.0, {"queue_tokens": 900, "slack": 0.0}),
+                  (1.0, {"queue_tokens": 900}),  # its own value: the starting point
+                  (4.0, {"queue_tokens": 900, "slack": 4.0})],
+        "load_factor": [(2.0, {"queue_tokens": 900, "load_factor": 2.0})],
     }
     with pytest.raises(SystemExit):  # the policy's own range check, before any run
         parse(["--load-factors", "0.5"])
