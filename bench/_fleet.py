@@ -29,9 +29,10 @@ import orjson
 from _kvcapacity import H100_LLAMA3_8B_BLOCKS
 from _workload import Arrival
 from mol_router.engine_metrics import EngineMetrics
-from mol_router.policy import RouteRequest, make_policy
-from mol_router.policy.interface import FleetStats, Policy
+from mol_router.policy import Policy, RouteRequest, make_policy
+from mol_router.policy.interface import FleetStats
 from mol_router.policy.kvindex import KvBlockIndex
+from mol_router.policy.mol import MolAffinity
 from mol_router.policy.prefix import prefix_keys
 from mol_router.tracker import EngineTracker
 from mol_testkit.simulator.config import SimConfig
@@ -137,6 +138,36 @@ class RunResult:
         return self.requests / self.makespan if self.makespan > 0 else 0.0
 
 
+class OursWithKvEvents(MolAffinity):
+    """``mol-affinity`` told what is cached by the engines' KV events (each request's
+    block hashes against their index, as ``llmd-precise-prefix`` is) instead of its
+    own prefix index: measured here to tell whether the router should subscribe to
+    vLLM's KV events; the router does not. Session keys still come from the prefix
+    index, which the tracker keeps as before."""
+
+    name = "mol-affinity+kv-events"
+    reads_kv_events = True
+
+    def __init__(self, knobs: Mapping[str, Any] | None = None, block_tokens: int = 16) -> None:
+        super().__init__(knobs)
+        self.block_tokens = block_tokens
+
+    def cached(
+        self, request: RouteRequest, endpoints: Sequence[str], fleet: FleetStats
+    ) -> dict[str, int]:
+        if fleet.kv_blocks is None or not request.blocks:
+            return super().cached(request, endpoints, fleet)
+        blocks = fleet.kv_blocks.longest_prefix(request.adapter, request.blocks, endpoints)
+        return {e: min(n * self.block_tokens, request.prompt_tokens) for e, n in blocks.items()}
+
+
+def build_policy(name: str, knobs: Mapping[str, Any] | None, shape: FleetShape) -> Policy:
+    """A router's policy by name: the registry's, or the KV-events variant of ours."""
+    if name == OursWithKvEvents.name:
+        return OursWithKvEvents(knobs, shape.block_size)
+    return make_policy(name, knobs)
+
+
 def _metrics(engine: SlotEngine) -> EngineMetrics:
     """What the replica's /metrics shows (the simulator's own bookkeeping of it)."""
     return EngineMetrics(
@@ -170,7 +201,7 @@ async def _drive(
             for u in urls:
                 t.record_health(u, True)
             trackers.append(t)
-        policies = [make_policy(policy, knobs) for _ in range(routers)]
+        policies = [build_policy(policy, knobs, shape) for _ in range(routers)]
         events = bool(getattr(policies[0], "reads_kv_events", False))
         indexes = [KvBlockIndex() for _ in range(routers)] if events else []
         for e in engines.values():

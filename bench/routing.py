@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _fleet import FleetShape, RunResult, run_policy
+from _fleet import FleetShape, OursWithKvEvents, RunResult, run_policy
 from _floor import Fleet, Floor, load_floor, online_floor
 from _kvcapacity import H100_LLAMA3_8B_BLOCKS
 from _machine import machine_info
@@ -59,6 +59,7 @@ BASELINE = "gie-lora-affinity"
 LLMD = "llmd-lora-load-state"
 PRECISE = "llmd-precise-prefix"
 OURS = "mol-affinity"
+OURS_KV = OursWithKvEvents.name
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -139,6 +140,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--ours-knobs", type=json.loads, default={}, metavar="JSON",
                    help=f"{OURS}'s policy knobs, e.g. '{{\"slack\": 4}}' (default: its own "
                    "defaults, as the router uses them)")
+    p.add_argument("--ours-kv-events", action="store_true",
+                   help=f"also run {OURS_KV} (one router and --routers): ours told what is "
+                   "cached by the engines' KV events instead of its own prefix index, to "
+                   "tell whether the router should subscribe to them")  # fmt: skip
     p.add_argument("--slo-ttft", type=float, action="append", default=[], metavar="S",
                    help="also report goodput at TTFT <= S seconds (repeatable; 1 and 2 "
                    "always)")
@@ -256,37 +261,49 @@ def longest_wait(r: RunResult, shape: FleetShape) -> float:
     return max((t - shape.ttft_s for t in r.ttft), default=0.0)
 
 
+class Floors:
+    """Both adapter-load floors of a workload on a fleet, at any allowed wait:
+    ``offline`` (no schedule loads less, even one that knows the future; a bound on
+    any trace) and ``online`` (the best router that does not know the future, in
+    expectation, on stationary Poisson traffic at the trace's rates)."""
+
+    def __init__(self, shape: FleetShape, arrivals: list[Arrival]) -> None:
+        self.shape, self.arrivals = shape, arrivals
+        self.fleet = Fleet(shape.replicas * shape.max_loras, shape.max_num_seqs,
+                           shape.lora_load_s, shape.replicas)  # fmt: skip
+        self.mean_service = sum(map(self.service, arrivals)) / len(arrivals)
+
+    def service(self, a: Arrival) -> float:
+        return self.shape.ttft_s + (a.max_tokens - 1) * self.shape.itl_s
+
+    def offline(self, wait_s: float) -> Floor:
+        return load_floor(self.arrivals, self.fleet, self.service, wait_s=wait_s)
+
+    def online(self, wait_s: float) -> Floor:
+        return online_floor(self.arrivals, self.fleet, self.mean_service, wait_s=wait_s)
+
+
 def floors(
     args: argparse.Namespace, shape: FleetShape, arrivals: list[Arrival],
     results: dict[str, RunResult],
 ) -> tuple[Floor, Floor, list[str]]:  # fmt: skip
-    """The offline floor (a bound on any trace) and the online one (stationary Poisson
-    traffic, in expectation) at ours' longest wait, and lines with both at each of
-    ``--floor-waits``."""
-    fleet = Fleet(shape.replicas * shape.max_loras, shape.max_num_seqs, shape.lora_load_s,
-                  shape.replicas)  # fmt: skip
-
-    def service(a: Arrival) -> float:
-        return shape.ttft_s + (a.max_tokens - 1) * shape.itl_s
-
-    mean_service = sum(map(service, arrivals)) / len(arrivals)
+    """The offline floor and the online one at ours' longest wait, and lines with both
+    at each of ``--floor-waits``."""
+    model = Floors(shape, arrivals)
     waits = [float(w) for w in args.floor_waits.split(",") if w.strip()]
     wait = longest_wait(results[OURS], shape)
-    offline = load_floor(arrivals, fleet, service, wait_s=wait)
-    online = online_floor(arrivals, fleet, mean_service, wait_s=wait)
     lines = [
         "Adapter-load floors (bench/_floor.py), at each allowed wait before a request starts: "
         "**offline** (no schedule, even one that knows the future, loads less; a bound on "
         "any trace) "
-        + "; ".join(load_floor(arrivals, fleet, service, wait_s=w).describe() for w in waits)
+        + "; ".join(model.offline(w).describe() for w in waits)
         + ". **Online** (the best router that does not know the future, in expectation, if "
         "the traffic is stationary Poisson at the trace's rates) "
-        + "; ".join(online_floor(arrivals, fleet, mean_service, wait_s=w).describe()
-                    for w in waits) + ".",
+        + "; ".join(model.online(w).describe() for w in waits) + ".",
         "Longest wait before a request started: "
         + ", ".join(f"{k} {longest_wait(v, shape):.2f} s" for k, v in results.items()) + ".",
     ]
-    return offline, online, lines
+    return model.offline(wait), model.online(wait), lines
 
 
 def goals(
@@ -341,7 +358,7 @@ def run_all(
     results: dict[str, RunResult] = {}
     for label, policy, routers in runs:
         t0 = time.monotonic()
-        knobs = args.ours_knobs if policy == OURS else None
+        knobs = args.ours_knobs if policy in (OURS, OURS_KV) else None
         results[label] = r = run_policy(label, policy, routers, arrivals, shape, knobs)
         print(f"{show(r)}  ({time.monotonic() - t0:.1f} s)", flush=True)
     return results
@@ -372,10 +389,9 @@ def prefix_bounds(
     return best, full, low, line
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    # SIGTERM must unwind through the finally blocks so no replica or router outlives it.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+def setup(args: argparse.Namespace) -> tuple[FleetShape, list[Arrival], str]:
+    """The fleet and the requests the arguments describe, and a sentence saying so
+    (no requests: an empty list)."""
     shape = FleetShape(
         args.replicas, args.max_loras, args.max_num_seqs, args.ttft_s, args.itl_s,
         args.lora_load_s, args.scrape_interval, lora_disk_load_s=args.lora_disk_load_s,
@@ -385,15 +401,25 @@ def main(argv: list[str] | None = None) -> int:
     if args.trace is not None:
         shape = shape.scaled(args.speed)
     arrivals, described = workload(args, shape)
+    if arrivals and args.utilisation is not None:
+        shape = sized(shape, arrivals, args.utilisation)
+        described += f"; fleet sized for {args.utilisation:.0%} utilisation"
+    return shape, arrivals, described
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    # SIGTERM must unwind through the finally blocks so no replica or router outlives it.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    shape, arrivals, described = setup(args)
     if not arrivals:
         print("no requests to replay", file=sys.stderr)
         return 2
-    if args.utilisation is not None:
-        shape = sized(shape, arrivals, args.utilisation)
-        described += f"; fleet sized for {args.utilisation:.0%} utilisation"
     runs = [(OURS, OURS, 1), (f"{OURS} x{args.routers}", OURS, args.routers),
             (PRECISE, PRECISE, 1), (LLMD, LLMD, 1), (BASELINE, BASELINE, 1),
             ("least-loaded", "least-loaded", 1), ("round-robin", "round-robin", 1)]  # fmt: skip
+    if args.ours_kv_events:
+        runs[2:2] = [(OURS_KV, OURS_KV, 1), (f"{OURS_KV} x{args.routers}", OURS_KV, args.routers)]
     started = time.monotonic()
     slos = tuple(sorted({*SLOS, *args.slo_ttft}))
     half = replace(shape, kv_cache_blocks=shape.kv_cache_blocks // 2) if args.half_kv else None

@@ -7,8 +7,9 @@ sent a moment ago counts as resident before the next scrape shows it), ejects a
 replica after consecutive failures and re-admits it once a health check passes again
 after a delay, and estimates adapter loads for ``mol_router_adapter_loads_total``.
 It also estimates what a policy needs to spend GPU slots well: each engine's slot
-contents in least-recently-used order (what vLLM would evict next), the adapters sent
-there since the last scrape, and each adapter's share of recent requests (``demand``).
+contents in least-recently-used order (what vLLM would evict next), the adapters of
+its requests in flight there (running or waiting for a slot), and each adapter's share
+of recent requests (``demand``).
 From the same estimate it tells the proxy which sends are cold (the engine did not
 hold the adapter: the request waits for a load), for the per-adapter cold metrics.
 
@@ -83,9 +84,11 @@ class _Engine:
     sent_view: frozenset[str] = frozenset()
     slots_view: tuple[str, ...] = ()
     pending: frozenset[str] = frozenset()
-    # Stats differ between a request's begin and end only in ``inflight``: keep them by
-    # that count until anything else changes (``changed``), so most refreshes build none.
-    by_inflight: dict[int, EngineStats] = field(default_factory=dict)
+    """The adapters in ``active``, as the stats show them."""
+    # Stats differ between a request's begin and end only in ``inflight`` and
+    # ``pending``: keep them by those until anything else changes (``changed``), so
+    # most refreshes build none.
+    by_inflight: dict[tuple[int, frozenset[str]], EngineStats] = field(default_factory=dict)
 
     def changed(self) -> None:
         """Something other than ``inflight`` that the stats show has changed."""
@@ -100,10 +103,11 @@ class _Engine:
         return self.probed and self.ejected_until is None
 
     def stats(self) -> EngineStats:
-        stats = self.by_inflight.get(self.inflight)
+        key = (self.inflight, self.pending)
+        stats = self.by_inflight.get(key)
         if stats is None:
             m = self.metrics
-            stats = self.by_inflight[self.inflight] = EngineStats(
+            stats = self.by_inflight[key] = EngineStats(
                 m.running, m.waiting, m.kv_cache_usage, m.max_lora, self.running_view,
                 self.sent_view, self.inflight, self.probed and self.ejected_until is None,
                 self.pending, self.slots_view,
@@ -220,7 +224,6 @@ class EngineTracker:
                 engine.changed()
             if adapter not in engine.pending:
                 engine.pending = engine.pending | {adapter}
-                engine.changed()
             engine.active[adapter] = engine.active.get(adapter, 0) + 1
             self._touch(engine, adapter)
         self._refresh(endpoint, engine)
@@ -249,6 +252,7 @@ class EngineTracker:
                 engine.active[adapter] = left
             else:
                 del engine.active[adapter]
+                engine.pending = engine.pending - {adapter}
             if adapter in engine.in_slots:  # it ran until now: the engine touched it last
                 self._touch(engine, adapter)
         self._refresh(endpoint, engine)
@@ -287,7 +291,6 @@ class EngineTracker:
         engine.metrics = metrics
         running = metrics.running_adapters
         engine.running_view = frozenset(running)
-        engine.pending = frozenset()
         engine.changed()
         keep = engine.running_view.union(engine.active)
         for adapter in running:

@@ -13,7 +13,8 @@ from mol_router.policy.gie import lora_affinity_score
 from mol_router.policy.hashing import home, ranking
 from mol_router.policy.interface import Demand, FleetStats
 from mol_router.policy.llmd import LlmdLoraLoadState
-from mol_router.policy.mol import eviction_cost
+from mol_router.policy.mol import eviction_cost, has_free_slot, session_home
+from mol_router.policy.prefix import PrefixIndex, prefix_keys
 
 A = "acme/bot@v1"
 EPS = [f"http://e{i}" for i in range(4)]
@@ -204,6 +205,30 @@ def test_mol_rules(stats: dict[str, EngineStats], expected: str) -> None:
     assert back[pick] == expected
 
 
+@pytest.mark.parametrize(
+    ("stats", "share", "free"),
+    [
+        (S(running_adapters=frozenset("xyz")), 1.0, True),  # 3 of 4 slots busy
+        (S(running_adapters=frozenset("wxyz")), 1.0, False),
+        (S(running_adapters=frozenset({A, "x", "y", "z"})), 1.0, True),  # runs there
+        (S(running_adapters=frozenset("wxyz"), pending_adapters=frozenset({A})), 1.0, True),
+        # ours waiting for a slot, or sent since the scrape, will take one
+        (S(running_adapters=frozenset("xyz"), pending_adapters=frozenset("w")), 1.0, False),
+        (S(running_adapters=frozenset("xy"), pending_adapters=frozenset("x")), 1.0, True),
+        # one of 4 routers: each of its unseen adapters stands for about 4 sent there
+        (S(running_adapters=frozenset("x"), pending_adapters=frozenset("w")), 2.0, True),
+        (S(running_adapters=frozenset("x"), pending_adapters=frozenset("w")), 4.0, False),
+        (S(max_lora=0, running_adapters=frozenset("wxyz")), 4.0, True),  # no slot limit
+    ],
+    ids=["room", "full", "running", "ours-in-flight", "ours-take-the-last", "ours-running",
+         "two-routers", "four-routers", "no-limit"],
+)  # fmt: skip
+def test_free_slot_counts_the_adapters_in_flight_the_scrape_did_not_show(
+    stats: EngineStats, share: float, free: bool
+) -> None:
+    assert has_free_slot(stats, A, share) is free
+
+
 def test_mol_hot_adapter_spreads_over_a_few_replicas_only() -> None:
     """Feed back the in-flight load: one hot adapter fills its home up to the bound and
     spills down its own order; the other replicas stay free for other adapters."""
@@ -326,3 +351,87 @@ def test_demand_shares_decay_and_stay_bounded() -> None:
     assert 0 < sum(s > 0 for s in rest) < 20
     with pytest.raises(ValueError, match="half_life"):
         Demand(half_life=0)
+
+
+# Sessions across independent routers: each saw some turns; all agree on a home.
+
+SYSTEM = b"You are a careful travel agent. " * 100  # ~3.2 KB shared by every session
+
+
+def _conversation(name: bytes, turns: int) -> list[tuple[int, ...]]:
+    text, out = SYSTEM, []
+    for k in range(turns):
+        text += b" user: " + name + b" plans trip %d " % k * 40
+        out.append(prefix_keys(text, A))
+        text += b" assistant: an itinerary for " + name + b" " * 200
+    return out
+
+
+def _router_index(*sent: tuple[tuple[int, ...], str]) -> PrefixIndex:
+    index = PrefixIndex()
+    for keys, endpoint in sent:
+        index.record(keys, endpoint)
+    return index
+
+
+ALICE, BOB, CAROL = (_conversation(name, 6) for name in (b"alice", b"bob", b"carol"))
+ALICE_KEY = _router_index((ALICE[0], "x"), (BOB[0], "x")).session(ALICE[0])
+
+
+def _queues(
+    per_engine: int, ours: dict[str, int], resident: frozenset[str]
+) -> dict[str, EngineStats]:
+    """Scraped queues of ``per_engine`` everywhere, ``ours`` of them this router's
+    (1 where not given); the adapter running on ``resident``."""
+    return {e: S(running=per_engine, inflight=ours.get(e, 1),
+                 running_adapters=frozenset({A}) if e in resident else frozenset())
+            for e in EPS}  # fmt: skip
+
+
+HOME = ranking(f"{ALICE_KEY:016x}", EPS)[0]
+AWAY = next(e for e in EPS if e != HOME)
+
+
+@pytest.mark.parametrize(
+    ("stats", "expected"),
+    [
+        # one of four routers (scraped queues 4x its own), every endpoint resident
+        (_queues(4, {}, frozenset(EPS)), HOME),
+        # alone (its own requests are the whole queue): no home, it prices what it knows
+        (_queues(1, {}, frozenset(EPS)), None),
+        # the home is among the endpoints where the adapter is resident only
+        (_queues(4, {}, frozenset({AWAY})), AWAY),
+        (_queues(4, {}, frozenset()), None),
+    ],
+    ids=["one-of-four", "alone", "resident-only", "resident-nowhere"],
+)  # fmt: skip
+def test_session_home(stats: dict[str, EngineStats], expected: str | None) -> None:
+    index = _router_index((ALICE[0], "x"), (BOB[0], "x"))
+    request = RouteRequest(A, prompt_tokens=4000, prefix=ALICE[5])
+    share = sum(s.running for s in stats.values()) / sum(s.inflight for s in stats.values())
+    assert session_home(request, stats, index, share) == expected
+
+
+@pytest.mark.parametrize(
+    ("ours_at_home", "to_home"),
+    # 3/4 of 4,000 tokens believed cached at home: less than one more request of ours
+    # in flight there (2,000 tokens times a traffic share of 4)
+    [(1, True), (2, False)],
+    ids=["home-as-busy", "home-busier"],
+)
+def test_independent_routers_send_a_session_to_its_home(ours_at_home: int, to_home: bool) -> None:
+    """Four routers share nothing; one of them sent Alice's turn 2, another none of
+    her turns (both saw other sessions, which show them where the shared prompt
+    ends). For turn 6 both weigh
+    the session's home as holding 3/4 of the prompt and agree on it, unless their own
+    queue there costs more than that."""
+    seen_turn_2 = _router_index((BOB[0], AWAY), (ALICE[1], AWAY))
+    seen_nothing = _router_index((BOB[0], AWAY), (CAROL[1], EPS[-1]))
+    request = RouteRequest(A, prompt_tokens=4000, prefix=ALICE[5])
+    stats = _queues(4, {HOME: ours_at_home}, frozenset(EPS))
+    picks = {make_policy("mol-affinity").pick(EPS, FleetStats.of(stats, Demand(), index), request)
+             for index in (seen_turn_2, seen_nothing)}  # fmt: skip
+    assert (picks == {HOME}) is to_home
+    alone = {e: S(running=1, inflight=1, running_adapters=frozenset({A})) for e in EPS}
+    assert make_policy("mol-affinity").pick(EPS, FleetStats.of(alone, Demand(), seen_turn_2),
+                                            request) == AWAY  # alone: where it sent turn 2

@@ -78,6 +78,39 @@ def test_index_stays_bounded_and_keeps_shared_prefixes_longest() -> None:
         PrefixIndex(0)
 
 
+def _turns(name: bytes, n: int) -> list[tuple[int, ...]]:
+    """Prefix keys of a conversation's first ``n`` prompts: each turn repeats the one
+    before, its reply and a new message."""
+    text, out = SYSTEM, []
+    for k in range(n):
+        text += b" user: " + name + b" asks question %d " % k * 12
+        out.append(prefix_keys(text, A))
+        text += b" assistant: an answer to " + name + b" " * 30
+    return out
+
+
+def test_the_session_key_is_the_key_past_the_shared_prompt_for_every_turn() -> None:
+    shared = len(prefix_keys(SYSTEM, A))
+    a, b = _turns(b"alice", 5), _turns(b"bob", 2)
+    index = PrefixIndex()
+    index.record(a[0], "e1")
+    assert index.session(a[2]) is None  # one conversation seen: nothing branches yet
+    index.record(b[0], "e2")
+    key = index.session(a[2])
+    assert key == a[0][shared]  # the first key past the system prompt's full blocks
+    assert index.session(a[0]) == index.session(a[4]) == key != index.session(b[1])
+    for turn in a[1:]:  # the conversation's own turns grow it and never branch it
+        index.record(turn, "e1")
+    assert index.session(a[4]) == key
+    # another router that saw other turns of both derives the same key
+    other = PrefixIndex()
+    other.record(b[1], "x")
+    other.record(a[3], "y")
+    assert other.session(a[4]) == key
+    assert index.session(prefix_keys(SYSTEM, A)) is None  # nothing past the branch
+    assert index.matches(a[4], ["e1", "e2"]) == {"e1": len(a[4]), "e2": shared}
+
+
 def _fleet(
     index: PrefixIndex, loads: dict[str, int], adapter: str, inflight: int = 0
 ) -> FleetStats:

@@ -276,17 +276,19 @@ def test_slot_estimate_and_demand_follow_sends_and_scrapes() -> None:
     t.observe(url, EngineMetrics(max_lora=2, running_adapters=(A,)))
     t.begin(url, B)
     assert t.snapshot()[url].slot_adapters == (A, B)
-    assert t.snapshot()[url].pending_adapters == {B}  # sent since the scrape
+    assert t.snapshot()[url].pending_adapters == {B}  # in flight, not in the scrape yet
     # B's request is in flight, so the engine cannot evict B; A, seen running at the
     # last scrape (maybe finished since), is the least recent: it leaves the estimate
     t.begin(url, C)
     assert t.snapshot()[url].slot_adapters == (B, C)
+    assert t.snapshot()[url].pending_adapters == {B, C}
+    t.observe(url, EngineMetrics(max_lora=2, running_adapters=(B,)))
+    # C waits for a slot: the scrape lists only running adapters, so it stays pending
+    assert t.snapshot()[url].pending_adapters == {B, C}
     t.end(url, B)
     t.end(url, C)  # both done, C last
     assert t.snapshot()[url].slot_adapters == (B, C)
-    assert t.snapshot()[url].pending_adapters == {B, C}
-    t.observe(url, EngineMetrics(max_lora=2, running_adapters=()))
-    assert t.snapshot()[url].pending_adapters == set()  # the scrape shows them now
+    assert t.snapshot()[url].pending_adapters == set()  # nothing of ours in flight
     t.begin(url, B)
     assert t.snapshot()[url].slot_adapters == (C, B)
     t.begin(url, B)

@@ -39,8 +39,9 @@ class EngineStats:
     inflight: int = 0
     healthy: bool = True
     pending_adapters: frozenset[str] = frozenset()
-    """Adapters this router sent there since the last scrape (most are running now,
-    though the metrics cannot show them yet)."""
+    """Adapters of this router's requests in flight there: running, or waiting for a
+    slot (the metrics list only running adapters, and not yet the ones sent since the
+    last scrape)."""
     slot_adapters: tuple[str, ...] = ()
     """The tracker's estimate of the adapters in the engine's GPU slots, least recently
     used first: the last ``max_lora`` distinct ones seen running there or sent there

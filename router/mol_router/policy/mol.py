@@ -23,15 +23,24 @@ that against the endpoints believed to hold a prefix of the prompt:
    scraped queues, as a scrape a second old misreads a replica's queue more than the
    prompt's cost; the idle endpoint keeps a replica that no adapter calls home from
    starving while the others queue (the defaults and these choices measured on the
-   routing benchmark's traces, held-out seeds included: docs/replica-picking.md);
+   routing benchmark's traces, held-out seeds included: docs/replica-picking.md).
+   A router among several (traffic share N > 1) saw only some of a session's turns,
+   so its index misses where the others sent the rest; all of them also weigh the
+   session's **home**, the rendezvous first for the prompt's session key (the key
+   past the shared prompt the session started from: ``PrefixIndex.session``) among
+   the endpoints where the adapter is resident, as holding ``1 - 1/N`` of the
+   prompt (the chance that another router sent the turn before, there). Routers
+   that share nothing thus send a session's turns to the same replica; a router
+   alone (N = 1) prices only what it knows;
 1. the endpoint where the adapter is resident (running there per
    ``vllm:lora_requests_info``, or sent there lately by this router) under the bound
    with the lowest such cost (its load, scraped or in flight, times
    ``queue_tokens`` plus the prompt tokens not believed cached there), least loaded
    on ties: reuse, no load;
 2. else (a load is needed) the first endpoint in the adapter's order, among the first
-   ``candidates`` under the bound, that can start it now (fewer adapters running
-   than slots, counting those this router sent since the last scrape) without
+   ``candidates`` under the bound, that can start it now (fewer adapters busy than
+   slots: running at the last scrape, plus those of this router's requests in flight
+   there that the scrape did not show, times its traffic share) without
    evicting anything hotter: its eviction cost, the demand share of the least
    recently used idle adapter believed in its slots (0 with a slot empty), is at
    most the adapter's own share and at most ``hot_share``; failing that the one of
@@ -65,14 +74,17 @@ CHARS_PER_TOKEN = 4
 """The proxy's estimate of a prompt's tokens from its bytes (``prompt_tokens``)."""
 
 
-def has_free_slot(s: EngineStats, adapter: str) -> bool:
+def has_free_slot(s: EngineStats, adapter: str, share: float = 1.0) -> bool:
     """The adapter could start now without waiting for another adapter to drain: it
-    runs there, or fewer adapters than slots run there (per the last scrape, plus the
-    ones this router sent since)."""
-    if s.max_lora <= 0 or adapter in s.running_adapters:
+    runs there or has a request of ours there, or fewer adapters than slots are busy
+    there: the ones running at the last scrape, plus those of this router's requests
+    in flight there that it did not show, times ``share`` (the router's
+    ``traffic_share``: one of N routers sees about 1/N of the adapters sent there
+    since the scrape, or waiting there for a slot, and not the others')."""
+    if s.max_lora <= 0 or adapter in s.running_adapters or adapter in s.pending_adapters:
         return True
-    busy = s.running_adapters | s.pending_adapters if s.pending_adapters else s.running_adapters
-    return adapter in busy or len(busy) < s.max_lora
+    unseen = len(s.pending_adapters - s.running_adapters) if s.pending_adapters else 0
+    return len(s.running_adapters) + unseen * share < s.max_lora
 
 
 def eviction_cost(s: EngineStats, demand: Demand | None) -> float:
@@ -121,6 +133,25 @@ def traffic_share(stats: Iterable[EngineStats]) -> float:
     return min(max(scraped / mine, 1.0), 64.0) if mine else 1.0
 
 
+def session_home(
+    request: RouteRequest, stats: Mapping[str, EngineStats], prefix: PrefixIndex | None,
+    share: float,
+) -> str | None:  # fmt: skip
+    """Where every router sends a session whose turns it did not all see: the
+    rendezvous first, for the prompt's session key (``PrefixIndex.session``), of the
+    endpoints where the adapter is resident (all of them for the base model); None
+    for a router alone (``share`` 1: it saw every turn), or without a session key or
+    a resident endpoint."""
+    if share <= 1.0 or prefix is None or not request.prefix:
+        return None
+    key = prefix.session(request.prefix)
+    if key is None:
+        return None
+    adapter = request.adapter
+    homes = [e for e, s in stats.items() if adapter is None or adapter in s.resident]
+    return ranking(f"{key:016x}", homes)[0] if homes else None
+
+
 class MolAffinity(EligibleFirst):
     """``mol-affinity``: see the module docstring."""
 
@@ -141,9 +172,7 @@ class MolAffinity(EligibleFirst):
     def choose_in(
         self, candidates: Candidates, request: RouteRequest, stats: Mapping[str, EngineStats]
     ) -> str | None:
-        if isinstance(stats, FleetStats):
-            return self.place(candidates, request, stats.demand, stats.prefix)
-        return self.place(candidates, request, None)
+        return self.place(candidates, request, stats if isinstance(stats, FleetStats) else None)
 
     def choose(self, candidates: Candidates, request: RouteRequest) -> str | None:
         return self.place(candidates, request, None)
@@ -153,71 +182,89 @@ class MolAffinity(EligibleFirst):
         mean = (sum(loads) + 1) / len(loads)
         return math.ceil(self.load_factor * mean + self.slack)
 
+    def cached(
+        self, request: RouteRequest, endpoints: Sequence[str], fleet: FleetStats
+    ) -> dict[str, int]:
+        """Prompt tokens believed cached on each endpoint, from the prefix index (the
+        bytes its matched keys cover, ``CHARS_PER_TOKEN`` a token); empty without an
+        index or prefix keys."""
+        if fleet.prefix is None or not request.prefix:
+            return {}
+        depth = fleet.prefix.matches(request.prefix, endpoints)
+        total = request.prompt_tokens
+        return {e: min(key_chars(d) // CHARS_PER_TOKEN, total) for e, d in depth.items()}
+
     def place(
-        self, candidates: Candidates, request: RouteRequest, demand: Demand | None,
-        prefix: PrefixIndex | None = None,
-    ) -> str:  # fmt: skip
+        self, candidates: Candidates, request: RouteRequest, fleet: FleetStats | None
+    ) -> str:
         if len(candidates) == 1:  # every rule below would pick it
             return candidates[0][0]
-        choice = self.place_cold(candidates, request, demand, prefix)
-        if prefix is None or not request.prefix:
+        choice = self.place_cold(candidates, request, fleet)
+        if fleet is None:
             return choice
-        return self._warm_or(choice, candidates, request, prefix)
+        return self._warm_or(choice, candidates, request, fleet)
 
     def _warm_or(
-        self, choice: str, candidates: Candidates, request: RouteRequest, prefix: PrefixIndex
+        self, choice: str, candidates: Candidates, request: RouteRequest, fleet: FleetStats
     ) -> str:
-        """``choice``, or an endpoint believed to hold a prefix of the prompt, or an idle
-        one with room for the adapter, where the first token costs less (step 0)."""
+        """``choice``, an endpoint believed to hold a prefix of the prompt, the session's
+        home, or an idle one with room for the adapter, where the first token costs
+        less (step 0)."""
         names = [e for e, _ in candidates]
-        depth = prefix.matches(request.prefix, names)
-        warm = [e for e in names if depth[e] > 0]
-        if not warm:
-            return choice
+        cached = self.cached(request, names, fleet)
+        warm = [e for e in names if cached.get(e, 0) > 0]
         by_name = dict(candidates)
         adapter = request.adapter
+        total = request.prompt_tokens
+        share = traffic_share(by_name.values())
+        home = session_home(request, by_name, fleet.prefix, share)
+        if home is not None:
+            cached[home] = max(cached.get(home, 0), int(total * (1 - 1 / share)))
+            if home not in warm:
+                warm.append(home)
+        if not warm:
+            return choice
         idle = next((e for e in names if is_idle(by_name[e]) and has_room(by_name[e], adapter)),
                     None)  # fmt: skip
         for e in (choice, idle):
             if e is not None and e not in warm:
                 warm.append(e)
-        total = request.prompt_tokens
-        q = self.queue_tokens * traffic_share(by_name.values())
+        q = self.queue_tokens * share
 
         def cost(e: str) -> tuple[float, int]:
             s = by_name[e]
-            cached = min(key_chars(depth[e]) // CHARS_PER_TOKEN, total)
             extra = 0.0
             if adapter is not None and adapter not in s.resident:
                 extra = self.copy_tokens if slot_free(s) else self.load_tokens
-            return (s.inflight * q + total - cached + extra, s.load)
+            return (s.inflight * q + total - cached.get(e, 0) + extra, s.load)
 
         return min(warm, key=cost)
 
     def place_cold(
-        self, candidates: Candidates, request: RouteRequest, demand: Demand | None,
-        prefix: PrefixIndex | None = None,
-    ) -> str:  # fmt: skip
+        self, candidates: Candidates, request: RouteRequest, fleet: FleetStats | None
+    ) -> str:
         """Steps 1-4 of the module docstring."""
+        demand = fleet.demand if fleet is not None else None
         by_name = dict(candidates)
+        share = traffic_share(by_name.values())
         loads = {e: s.load for e, s in candidates}
         adapter = request.adapter
         order = ranking(adapter if adapter is not None else "", list(by_name))
         bound = self.bound(list(loads.values()))
         under = [e for e in order if loads[e] < bound]
         if adapter is None:
-            return self._cheapest(under or list(order), loads, request, prefix)
+            return self._cheapest(under or list(order), loads, request, fleet)
         if not under:  # everything is busy: least loaded, earliest home on ties
             return min(order, key=loads.__getitem__)
         resident = [e for e in under if adapter in by_name[e].running_adapters
                     or adapter in by_name[e].recent_adapters]  # fmt: skip
         if resident:
-            return self._cheapest(resident, loads, request, prefix)
+            return self._cheapest(resident, loads, request, fleet)
         limit = min(demand.share(adapter), self.hot_share) if demand is not None else 0.0
         best, best_cost = None, math.inf
         for e in under[: self.candidates]:
             s = by_name[e]
-            if not has_free_slot(s, adapter):
+            if not has_free_slot(s, adapter, share):
                 continue
             cost = eviction_cost(s, demand)
             if cost <= limit:
@@ -228,19 +275,18 @@ class MolAffinity(EligibleFirst):
 
     def _cheapest(
         self, endpoints: list[str], loads: Mapping[str, int], request: RouteRequest,
-        prefix: PrefixIndex | None,
+        fleet: FleetStats | None,
     ) -> str:  # fmt: skip
         """The endpoint where the request's first token costs least: its queue (each
         request ahead ``queue_tokens`` of prefill time) plus the prompt tokens not
         believed cached there; least loaded on ties, then earliest."""
-        if prefix is None or not request.prefix or len(endpoints) == 1:
+        cached = self.cached(request, endpoints, fleet) if fleet is not None else {}
+        if not cached or len(endpoints) == 1:
             return min(endpoints, key=loads.__getitem__)
-        depth = prefix.matches(request.prefix, endpoints)
         total = request.prompt_tokens
         q = self.queue_tokens
 
         def cost(e: str) -> tuple[float, int]:
-            cached = min(key_chars(depth[e]) // CHARS_PER_TOKEN, total)
-            return (loads[e] * q + total - cached, loads[e])
+            return (loads[e] * q + total - cached.get(e, 0), loads[e])
 
         return min(endpoints, key=cost)

@@ -21,6 +21,16 @@ The index is an LRU of prefix keys bounded in entries; each entry holds a bitmas
 the endpoints it was sent to. An engine that restarts (its cache empty) is forgotten by
 giving it a new bit: masks are read against the live bits only. Every router replica
 hashes the same way, so replicas that see a session's turns agree on where it lives.
+
+Two more bits an entry mark the prompt's shape: that some prompt went on past that
+prefix, and that prompts went on past it in two different ways: a **branch**, where a
+shared prompt (a system prompt, an agent's tools) ends and sessions part. The key just
+past the deepest branch on a prompt's path is its **session key**
+(:meth:`PrefixIndex.session`): the same for every turn of a conversation whose history
+only grows, whichever router sent the turns before, and different between
+conversations. Router replicas that share nothing agree on it once each has seen two
+sessions start from that shared prompt, and hash it to the same home replica
+(``mol-affinity``'s step 0).
 """
 
 from __future__ import annotations
@@ -70,6 +80,13 @@ def key_chars(
     return fine_blocks * block_chars + block_chars * ((2 << (depth - fine_blocks)) - 2)
 
 
+_WENT_ON = 1
+"""Entry flag: some prompt went on past this prefix."""
+_BRANCH = 2
+"""Entry flag: prompts went on past this prefix in two different ways."""
+_FLAGS = _WENT_ON | _BRANCH
+
+
 class PrefixIndex:
     """LRU of prefix keys -> endpoints they were sent to; see the module docstring."""
 
@@ -82,7 +99,7 @@ class PrefixIndex:
         self._entries: dict[int, int] = {}  # insertion order = recency
         self._bits: dict[str, int] = {}
         self._live = 0
-        self._next_bit = 0
+        self._next_bit = 2  # bits 0 and 1 hold _FLAGS
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -108,15 +125,38 @@ class PrefixIndex:
             return
         bit = self._bit(endpoint)
         entries = self._entries
+        keep = self._live | _FLAGS
         # Deepest first, so the shallow prefixes many requests share are the most
         # recent and outlive the deep ones under eviction (a match walks from shallow).
+        # A prefix that went on before and is now followed by a key never seen branches.
+        flags = 0  # for the key before the one in hand: it goes on, maybe somewhere new
         for key in reversed(keys):
-            mask = entries.pop(key, 0)
-            entries[key] = (mask & self._live) | bit
+            old = entries.pop(key, None)
+            mask = 0 if old is None else old & keep
+            if flags & _BRANCH and mask & _WENT_ON:
+                mask |= _BRANCH
+            entries[key] = mask | bit | (flags & _WENT_ON)
+            flags = _WENT_ON | (_BRANCH if old is None else 0)
         excess = len(entries) - self._capacity
         if excess > 0:
             for old in list(_first(entries, excess)):
                 del entries[old]
+
+    def session(self, keys: Sequence[int]) -> int | None:
+        """The prompt's session key: the first of ``keys`` past the deepest prefix the
+        index has seen prompts go on from in two different ways (None when there is no
+        such branch on the prompt's path, or nothing past it). Pure read."""
+        entries = self._entries
+        branch = -1
+        for i, key in enumerate(keys):
+            mask = entries.get(key)
+            if mask is None:
+                break
+            if mask & _BRANCH:
+                branch = i
+        if branch < 0 or branch + 1 >= len(keys):
+            return None
+        return keys[branch + 1]
 
     def matches(self, keys: Sequence[int], endpoints: Iterable[str]) -> dict[str, int]:
         """How many leading keys of ``keys`` each of ``endpoints`` was sent (0 for
