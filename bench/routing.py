@@ -308,8 +308,10 @@ def floors(
 
 def goals(
     results: dict[str, RunResult], routers: int, offline: Floor, online: Floor,
-    bound: HitRate,
+    bound: HitRate, *, stationary: bool = True,
 ) -> list[str]:
+    """The report's goal lines; the loads goal is judged on stationary traffic only
+    (``stationary``: the built-in Poisson workload, not a replayed trace)."""
     ours, gie, precise = results[OURS], results[BASELINE], results[PRECISE]
     many = results[f"{OURS} x{routers}"]
     others = {k: v for k, v in results.items() if not k.startswith(OURS)}
@@ -337,7 +339,9 @@ def goals(
         f"traffic): {ours.loads_per_1000:.0f} vs {online.describe()}: "
         + (mark(False) + " (no schedule fits)" if online.per_1000 is None else
            f"{ours.loads_per_1000 / max(online.per_1000, 1e-9):.2f}x: "
-           f"{mark(ours.loads_per_1000 <= 1.10 * online.per_1000)}")
+           + (mark(ours.loads_per_1000 <= 1.10 * online.per_1000) if stationary else
+              "not judged (the goal is set for stationary traffic; a trace's sessions "
+              "and bursts are not)"))
         + f"; offline floor {offline.describe()}; {BASELINE}: {gie.loads_per_1000:.0f}",
         f"- {routers} independent routers <= 1.15x the loads and >= 0.95x the prefix hit "
         f"rate of one: {many.loads_per_1000 / max(ours.loads_per_1000, 1e-9):.2f}x, "
@@ -428,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
     results = run_all(runs, arrivals, shape, args, lambda r: row(r, slos))
     table = "\n".join([*header(slos), *(row(r, slos) for r in results.values())])
     offline, online, floor_lines = floors(args, shape, arrivals, results)
-    verdict = [bounds_line, "", *goals(results, args.routers, offline, online, bound), "",
+    verdict = [bounds_line, "", *goals(results, args.routers, offline, online, bound,
+                                         stationary=args.trace is None), "",
                *floor_lines]  # fmt: skip
     print("\n".join(verdict))
     halved: list[str] = []
