@@ -8,6 +8,8 @@ short requests understate that cost. The body is a template with two slots, the
 session number and the request number, filled in by the load generator for every
 request (`wrk_post.lua`, or `fill` here), so every session adds a new branch to the
 routers' prefix structures and every request a new leaf, as production traffic does.
+``ACTIVE`` sessions are under way at once and their turns interleave, as concurrent
+users' do: consecutive requests share the system prompt, not the session.
 The text is deterministic (seeded), about ``CHARS_PER_TOKEN`` characters per token
 of English, as the routers themselves estimate.
 """
@@ -22,6 +24,8 @@ from pathlib import Path
 CHARS_PER_TOKEN = 4
 TURNS = 4
 """Requests per session: they share the session's context and differ in the question."""
+ACTIVE = 64
+"""Sessions under way at once: request n belongs to session ``session_of(n)``."""
 DEFAULT_TOKENS = (1000, 4000)
 SESSION, REQUEST = "\x01", "\x02"  # slots; JSON writes them as \u0001 and \u0002
 _VOCABULARY = (
@@ -61,14 +65,21 @@ class Template:
         """The body of request number ``request`` (from ``start``), as wrk_post.lua
         builds it."""
         n = start + request
-        return f"{self.head}{n // TURNS}{self.mid}{n}{self.tail}".encode()
+        return f"{self.head}{session_of(n)}{self.mid}{n}{self.tail}".encode()
 
     def write(self, path: Path, start: int = 0) -> Path:
-        """The file wrk_post.lua reads: a header line (requests per session and the
-        first request's number), then the three parts, one a line (JSON text never
-        holds a raw newline)."""
-        path.write_text(f"mol-template {TURNS} {start}\n{self.head}\n{self.mid}\n{self.tail}\n")
+        """The file wrk_post.lua reads: a header line (requests per session, sessions
+        under way, the first request's number), then the three parts, one a line
+        (JSON text never holds a raw newline)."""
+        path.write_text(f"mol-template {TURNS} {ACTIVE} {start}\n{self.head}\n{self.mid}\n"
+                        f"{self.tail}\n")
         return path
+
+
+def session_of(n: int) -> int:
+    """The session of request number ``n``: ``ACTIVE`` sessions of ``TURNS`` requests
+    each take turns, then the next ``ACTIVE`` start."""
+    return n // (ACTIVE * TURNS) * ACTIVE + n % ACTIVE
 
 
 def chat_template(tokens: int, stream: bool, *, seed: int = 7) -> Template:

@@ -40,7 +40,7 @@ import yaml
 
 from _load import LoadResult, require_wrk, run_wrk_script
 from _machine import Proc, machine_info, pinned, quiet_check, tree_cpu, wait_http
-from _prompts import DEFAULT_TOKENS, TURNS, chat_template, parse_tokens
+from _prompts import ACTIVE, DEFAULT_TOKENS, TURNS, chat_template, parse_tokens
 from _report import write_section
 from mol_platform.contract.router_config import RouterConfig
 from mol_testkit.net import free_port
@@ -303,8 +303,9 @@ def long_report(ms: list[Measure]) -> list[str]:
     lengths = sorted({m.tokens for m in ms})
     lines = [
         "Long prompts (bench/_prompts.py: a shared system prompt of half the tokens, a "
-        f"session context shared by {TURNS} turns, a question of each request's own; "
-        "every request a new body), the routers in front of two upstreams, "
+        f"session context shared by {TURNS} turns, {ACTIVE} sessions interleaved, a "
+        "question of each request's own; every request a new body), the routers in front "
+        "of two upstreams, "
         f"{LONG_RATE} req/s paced, then unpaced (JSON):",
         "",
         f"| router | prompt tokens | mode | +p50 ms @{LONG_RATE} | +p99 ms @{LONG_RATE} "

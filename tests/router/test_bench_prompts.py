@@ -16,33 +16,49 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _load import run_wrk_script  # noqa: E402
-from _prompts import CHARS_PER_TOKEN, TURNS, chat_template, parse_tokens  # noqa: E402
+from _prompts import (  # noqa: E402
+    ACTIVE,
+    CHARS_PER_TOKEN,
+    TURNS,
+    chat_template,
+    parse_tokens,
+    session_of,
+)
 
 LUA = ROOT / "bench" / "wrk_post.lua"
 
 
 def test_bodies_share_the_system_prompt_and_a_session_its_context() -> None:
     template = chat_template(4000, stream=False)
-    bodies = [json.loads(template.fill(i, start=40)) for i in range(2 * TURNS)]
+    start = 3 * ACTIVE * TURNS
+    bodies = [json.loads(template.fill(i, start)) for i in range(2 * ACTIVE * TURNS)]
     chars = sum(len(m["content"]) for m in bodies[0]["messages"])
     assert 0.9 * 4000 * CHARS_PER_TOKEN <= chars <= 1.1 * 4000 * CHARS_PER_TOKEN
-    assert bodies[0]["stream"] is False and bodies[0]["model"] == "chat"
+    assert bodies[0]["stream"] is False
+    assert bodies[0]["model"] == "chat"
     assert len({b["messages"][0]["content"] for b in bodies}) == 1  # one system prompt
     context = [b["messages"][1]["content"] for b in bodies]
-    assert context[0].startswith(f"Session {40 // TURNS}. ")
-    assert len(set(context[:TURNS])) == 1 and len(set(context)) == 2  # two sessions
+    assert context[0].startswith(f"Session {3 * ACTIVE}. ")
+    assert len(set(context)) == 2 * ACTIVE  # every session has TURNS turns
+    assert all(context[i] == context[i + ACTIVE] for i in range(ACTIVE))  # interleaved
+    assert context[0] != context[1]  # consecutive requests: other sessions
     questions = [b["messages"][3]["content"] for b in bodies]
-    assert questions[0].startswith("Question 40: ") and len(set(questions)) == len(bodies)
+    assert questions[0].startswith(f"Question {start}: ")
+    assert len(set(questions)) == len(bodies)
+    turns = [session_of(n) for n in range(2 * ACTIVE * TURNS)]
+    assert turns[: ACTIVE * TURNS] == list(range(ACTIVE)) * TURNS
+    assert set(turns[ACTIVE * TURNS :]) == set(range(ACTIVE, 2 * ACTIVE))
     assert json.loads(chat_template(1000, stream=True).fill(0))["stream"] is True
     assert chat_template(1000, stream=False).fill(3) == chat_template(1000, False).fill(3)
 
 
 def test_token_counts_are_parsed_and_bounded() -> None:
     assert parse_tokens("1000,4000") == (1000, 4000)
-    assert parse_tokens("0") == () and parse_tokens("") == ()
-    with pytest.raises(ValueError):
+    assert parse_tokens("0") == ()
+    assert parse_tokens("") == ()
+    with pytest.raises(ValueError, match=r"within 20\.\.200000"):
         parse_tokens("5")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least 20 tokens"):
         chat_template(10, stream=False)
 
 
@@ -54,7 +70,7 @@ def recorder() -> Iterator[tuple[str, list[bytes]]]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
-        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        def do_POST(self) -> None:
             seen.append(self.rfile.read(int(self.headers["Content-Length"])))
             self.send_response(200)
             self.send_header("Content-Length", "2")
@@ -82,7 +98,8 @@ def test_wrk_sends_the_template_bodies_in_order(
     path = template.write(tmp_path / "template.txt", start=5000)
     load = run_wrk_script(url, LUA, [str(path), "50", "Authorization: Bearer k"],
                           connections=1, seconds=1)  # fmt: skip
-    assert load.errors == 0 and load.requests >= 5
+    assert load.errors == 0
+    assert load.requests >= 5
     numbers = [json.loads(b)["messages"][3]["content"].split(":")[0] for b in seen]
     first = int(numbers[0].split()[1])
     assert first >= 5000
@@ -96,4 +113,5 @@ def test_wrk_sends_a_plain_body_file_as_is(
     body = json.dumps({"model": "chat", "messages": [{"role": "user", "content": "hi"}]})
     (tmp_path / "body.json").write_text(body)
     run_wrk_script(url, LUA, [str(tmp_path / "body.json"), "50"], connections=1, seconds=1)
-    assert seen and set(seen) == {body.encode()}
+    assert seen
+    assert set(seen) == {body.encode()}
