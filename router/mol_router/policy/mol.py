@@ -159,22 +159,25 @@ class MolAffinity(EligibleFirst):
     ) -> str:  # fmt: skip
         if len(candidates) == 1:  # every rule below would pick it
             return candidates[0][0]
-        choice = self.place_cold(candidates, request, demand, prefix)
-        if prefix is None or not request.prefix:
+        by_name = dict(candidates)
+        depth = None  # each endpoint's longest prefix, the same for any subset asked
+        if prefix is not None and request.prefix:
+            depth = prefix.matches(request.prefix, by_name)
+        choice = self.place_cold(candidates, request, demand, depth, by_name)
+        if depth is None:
             return choice
-        return self._warm_or(choice, candidates, request, prefix)
+        return self._warm_or(choice, by_name, request, depth)
 
     def _warm_or(
-        self, choice: str, candidates: Candidates, request: RouteRequest, prefix: PrefixIndex
-    ) -> str:
+        self, choice: str, by_name: Mapping[str, EngineStats], request: RouteRequest,
+        depth: Mapping[str, int],
+    ) -> str:  # fmt: skip
         """``choice``, or an endpoint believed to hold a prefix of the prompt, or an idle
         one with room for the adapter, where the first token costs less (step 0)."""
-        names = [e for e, _ in candidates]
-        depth = prefix.matches(request.prefix, names)
+        names = list(by_name)
         warm = [e for e in names if depth[e] > 0]
         if not warm:
             return choice
-        by_name = dict(candidates)
         adapter = request.adapter
         idle = next((e for e in names if is_idle(by_name[e]) and has_room(by_name[e], adapter)),
                     None)  # fmt: skip
@@ -196,23 +199,25 @@ class MolAffinity(EligibleFirst):
 
     def place_cold(
         self, candidates: Candidates, request: RouteRequest, demand: Demand | None,
-        prefix: PrefixIndex | None = None,
+        depth: Mapping[str, int] | None = None, by_name: Mapping[str, EngineStats] | None = None,
     ) -> str:  # fmt: skip
-        """Steps 1-4 of the module docstring."""
-        by_name = dict(candidates)
+        """Steps 1-4 of the module docstring; ``depth``: each candidate's longest prefix
+        of the prompt (``PrefixIndex.matches``), None without an index."""
+        if by_name is None:
+            by_name = dict(candidates)
         loads = {e: s.load for e, s in candidates}
         adapter = request.adapter
         order = ranking(adapter if adapter is not None else "", list(by_name))
         bound = self.bound(list(loads.values()))
         under = [e for e in order if loads[e] < bound]
         if adapter is None:
-            return self._cheapest(under or list(order), loads, request, prefix)
+            return self._cheapest(under or list(order), loads, request, depth)
         if not under:  # everything is busy: least loaded, earliest home on ties
             return min(order, key=loads.__getitem__)
         resident = [e for e in under if adapter in by_name[e].running_adapters
                     or adapter in by_name[e].recent_adapters]  # fmt: skip
         if resident:
-            return self._cheapest(resident, loads, request, prefix)
+            return self._cheapest(resident, loads, request, depth)
         limit = min(demand.share(adapter), self.hot_share) if demand is not None else 0.0
         best, best_cost = None, math.inf
         for e in under[: self.candidates]:
@@ -228,14 +233,13 @@ class MolAffinity(EligibleFirst):
 
     def _cheapest(
         self, endpoints: list[str], loads: Mapping[str, int], request: RouteRequest,
-        prefix: PrefixIndex | None,
+        depth: Mapping[str, int] | None,
     ) -> str:  # fmt: skip
         """The endpoint where the request's first token costs least: its queue (each
         request ahead ``queue_tokens`` of prefill time) plus the prompt tokens not
         believed cached there; least loaded on ties, then earliest."""
-        if prefix is None or not request.prefix or len(endpoints) == 1:
+        if depth is None or len(endpoints) == 1:
             return min(endpoints, key=loads.__getitem__)
-        depth = prefix.matches(request.prefix, endpoints)
         total = request.prompt_tokens
         q = self.queue_tokens
 
