@@ -210,12 +210,13 @@ def report(results: dict[str, dict[tuple[int, bool], float]], command: str,
                     lines.append(f"| {name} | {t:,} | {per[t, False]:,.0f} "
                                  f"| {per[t, True]:,.0f} |")  # fmt: skip
         ours, ca = results.get("mol-router", {}), results.get("vllm-router cache_aware", {})
-        goals = [f"- {t:,}-token prompts, {'SSE' if s else 'JSON'}: instructions per "
-                 f"request <= vllm-router cache_aware's: {ours[t, s]:,.0f} vs "
-                 f"{ca[t, s]:,.0f}: {'met' if ours[t, s] <= ca[t, s] else '**not met**'}"
-                 for t in lengths for s in (False, True) if (t, s) in ours and (t, s) in ca]
-        if goals:
-            lines += ["", "Targets for ours (long prompts):", *goals]
+        ratios = [f"- {t:,}-token prompts, {'SSE' if s else 'JSON'}: ours "
+                  f"{ours[t, s]:,.0f} vs vllm-router cache_aware's {ca[t, s]:,.0f} "
+                  f"instructions per request ({ours[t, s] / ca[t, s]:.2f}x)"
+                  for t in lengths for s in (False, True) if (t, s) in ours and (t, s) in ca]
+        if ratios:
+            lines += ["", "Ours against cache_aware (long prompts; the goal itself is on CPU "
+                      "time, `router_overhead.py`):", *ratios]
     return "\n".join(lines)
 
 

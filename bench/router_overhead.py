@@ -306,7 +306,7 @@ def long_report(ms: list[Measure]) -> list[str]:
         f"session context shared by {TURNS} turns, {ACTIVE} sessions interleaved, a "
         "question of each request's own; every request a new body), the routers in front "
         "of two upstreams, "
-        f"{LONG_RATE} req/s paced, then unpaced (JSON):",
+        f"{LONG_RATE:,} req/s paced, then unpaced (JSON):",
         "",
         f"| router | prompt tokens | mode | +p50 ms @{LONG_RATE} | +p99 ms @{LONG_RATE} "
         f"| CPU ms/req @{LONG_RATE} | max req/s |",
