@@ -204,3 +204,18 @@ def callgrind_total(out: Path) -> int:
             if line.startswith(("summary:", "totals:")):
                 best = max(best, int(line.split()[1]))
     return best
+
+
+def callgrind_dumps(out: Path) -> list[int]:
+    """The instructions of each dump callgrind wrote for ``out``, in order: the files
+    ``out.1``, ``out.2``, ... that ``callgrind_control -d`` makes, counters zeroed
+    (``-z``) before each counting phase."""
+    found: dict[int, int] = {}
+    for path in out.parent.glob(out.name + ".*"):
+        suffix = path.name[len(out.name) + 1 :]
+        if not suffix.isdigit():
+            continue
+        for line in path.read_text(errors="replace").splitlines():
+            if line.startswith("summary:"):
+                found[int(suffix)] = int(line.split()[1])
+    return [found[k] for k in sorted(found)]

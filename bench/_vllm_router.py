@@ -41,16 +41,21 @@ def ensure_binary() -> Path:
     return binary
 
 
+def command(workers: list[str], policy: str, port: int, metrics_port: int) -> list[str]:
+    """The command line of a vllm-router in front of ``workers`` on ``port``."""
+    return [
+        str(ensure_binary()), "--host", "127.0.0.1", "--port", str(port),
+        "--policy", policy, "--prometheus-port", str(metrics_port),
+        "--log-level", "warning", "--worker-urls", *workers,
+    ]  # fmt: skip
+
+
 def start(
     workers: list[str], policy: str, port: int, metrics_port: int, log: Path,
     cores: str | None = None,
 ) -> Proc:  # fmt: skip
     """A running vllm-router in front of ``workers`` (it needs only their /health)."""
-    argv = [
-        str(ensure_binary()), "--host", "127.0.0.1", "--port", str(port),
-        "--policy", policy, "--prometheus-port", str(metrics_port),
-        "--log-level", "warning", "--worker-urls", *workers,
-    ]  # fmt: skip
+    argv = command(workers, policy, port, metrics_port)
     proc = Proc(f"vllm-router {policy}", pinned(argv, cores), log=log)
     try:
         wait_http(f"http://127.0.0.1:{port}/health", proc, timeout=60)

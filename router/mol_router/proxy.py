@@ -23,7 +23,7 @@ from mol_router.choosing import Chooser
 from mol_router.errors import RouterError, error_body
 from mol_router.logs import access_line
 from mol_router.policy import RouteRequest
-from mol_router.policy.prefix import prefix_keys
+from mol_router.policy.prefix import PrefixHasher
 from mol_router.pool import UpstreamBroken
 from mol_router.runtime import Runtime
 from mol_router.served import Served, request_id, trace_id_of
@@ -50,6 +50,7 @@ class GenerationProxy:
         self.rt = runtime
         self.up = Upstreams(runtime)
         self.choose = Chooser(runtime, self.up)
+        self.prefix_keys = PrefixHasher()
 
     # --- the request ---------------------------------------------------------------
 
@@ -217,13 +218,18 @@ class GenerationProxy:
         body["model"] = adapter
         if self.rt.config.cache_isolation == "tenant":
             body["cache_salt"] = tenant.cache_salt  # the client's own salt never wins
-        payload = orjson.dumps(body)
-        prompt = body.get("messages", body.get("prompt"))
+        field = "messages" if "messages" in body else "prompt"
+        prompt = body.get(field)
         keys: tuple[int, ...] = ()
-        if prompt is not None:
+        if prompt is None:
+            payload = orjson.dumps(body)
+        else:
             salt = body.get("cache_salt")
             seed = f"{adapter}\0{salt}" if isinstance(salt, str) else adapter
-            keys = prefix_keys(orjson.dumps(prompt), seed)
+            text = orjson.dumps(prompt)
+            keys = self.prefix_keys(text, seed)
+            # the prompt serialised once: the same bytes as orjson.dumps(body)
+            payload = orjson.dumps({**body, field: orjson.Fragment(text)})
         return payload, RouteRequest(adapter, user, len(payload) // 4, keys), offered
 
     # --- whole responses -----------------------------------------------------------------

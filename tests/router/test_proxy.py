@@ -8,7 +8,9 @@ import contextlib
 from typing import Any
 
 import aiohttp
+import orjson
 
+from mol_router.policy.prefix import prefix_keys
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig, parse_sse, reply_text
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, max_loras=4, output_tokens=6)
@@ -169,3 +171,34 @@ async def test_whole_request_disconnect_cancels_upstream(router_config: Any, sta
                 break
             await asyncio.sleep(0.05)
         assert sims.state(0).finished_by_reason.get("abort") == 1
+
+
+async def test_the_prompt_reaches_the_engine_as_sent_and_its_prefixes_are_indexed(
+        router_config: Any, start_router: Any, ready: Any) -> None:
+    """The prompt is serialised once for the body and its prefix keys: the engine gets
+    the client's fields in the client's order, the prompt intact (escapes, non-ASCII),
+    and the index holds the keys of exactly that prompt, chat and completions alike."""
+    system = 'Rules: "quote" \\ back\\slash, tab\t, newline\n, é, 漢字, 🙂. ' * 80
+    messages = [{"role": "system", "content": system},
+                {"role": "user", "content": "hello there", "name": None}]
+    async with AsyncSimulatorCluster(replicas=2, config=SIM) as sims, \
+            start_router(router_config(sims.urls)) as router, aiohttp.ClientSession() as http:
+        await ready(router, 2)
+        for path, body in (
+            ("/v1/chat/completions", {"temperature": 0.5, "messages": messages,
+                                      "max_tokens": 3, "metadata": {"messages": 1}}),
+            ("/v1/completions", {"prompt": system, "model": "chat", "max_tokens": 2}),
+        ):
+            async with http.post(router.url + path, json=body) as resp:
+                assert resp.status == 200, await resp.text()
+            got = [r for s in sims.states() for r in s.received if r.path == path]
+            assert len(got) == 1
+            sent = got[0].body
+            assert list(sent)[: len(body)] == list(body)  # the client's order
+            field = "messages" if "messages" in body else "prompt"
+            assert sent[field] == body[field]
+            assert sent["model"] == "demo/chat@v1"
+            keys = prefix_keys(orjson.dumps(body[field]), "demo/chat@v1")
+            assert len(keys) > 16  # past the fine blocks
+            depth = router.runtime.tracker.prefix.matches(keys, sims.urls)
+            assert max(depth.values()) == len(keys)

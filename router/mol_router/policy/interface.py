@@ -11,7 +11,7 @@ same few engines for an adapter without talking to each other.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from mol_router.policy.kvindex import KvBlockIndex
@@ -47,16 +47,16 @@ class EngineStats:
     used first: the last ``max_lora`` distinct ones seen running there or sent there
     by this router."""
 
-    @property
-    def resident(self) -> frozenset[str]:
-        """Adapters believed to be loaded on the engine: its metrics plus our record."""
-        return self.running_adapters | self.recent_adapters
+    resident: frozenset[str] = field(init=False, repr=False, compare=False)
+    """Adapters believed to be loaded on the engine: its metrics plus our record."""
+    load: int = field(init=False, repr=False, compare=False)
+    """Queue depth seen from here: scraped running + waiting, or our in-flight count
+    when that is higher (metrics lag; our own count does not)."""
 
-    @property
-    def load(self) -> int:
-        """Queue depth seen from here: scraped running + waiting, or our in-flight count
-        when that is higher (metrics lag; our own count does not)."""
-        return max(self.running + self.waiting, self.inflight)
+    def __post_init__(self) -> None:
+        # read many times per pick, built once per snapshot of the engine
+        object.__setattr__(self, "resident", self.running_adapters | self.recent_adapters)
+        object.__setattr__(self, "load", max(self.running + self.waiting, self.inflight))
 
 
 @dataclass(frozen=True, slots=True)

@@ -199,27 +199,30 @@ class MolAffinity(EligibleFirst):
     ) -> str:
         if len(candidates) == 1:  # every rule below would pick it
             return candidates[0][0]
-        choice = self.place_cold(candidates, request, fleet)
+        by_name = dict(candidates)
+        # Prompt tokens believed cached per endpoint: one index lookup per pick.
+        cached = self.cached(request, list(by_name), fleet) if fleet is not None else {}
+        choice = self.place_cold(candidates, request, fleet, cached, by_name)
         if fleet is None:
             return choice
-        return self._warm_or(choice, candidates, request, fleet)
+        return self._warm_or(choice, by_name, request, fleet, cached)
 
     def _warm_or(
-        self, choice: str, candidates: Candidates, request: RouteRequest, fleet: FleetStats
-    ) -> str:
+        self, choice: str, by_name: Mapping[str, EngineStats], request: RouteRequest,
+        fleet: FleetStats, cached: Mapping[str, int],
+    ) -> str:  # fmt: skip
         """``choice``, an endpoint believed to hold a prefix of the prompt, the session's
         home, or an idle one with room for the adapter, where the first token costs
         less (step 0)."""
-        names = [e for e, _ in candidates]
-        cached = self.cached(request, names, fleet)
+        names = list(by_name)
         warm = [e for e in names if cached.get(e, 0) > 0]
-        by_name = dict(candidates)
         adapter = request.adapter
         total = request.prompt_tokens
         share = traffic_share(by_name.values())
         home = session_home(request, by_name, fleet.prefix, share)
+        believed = dict(cached)
         if home is not None:
-            cached[home] = max(cached.get(home, 0), int(total * (1 - 1 / share)))
+            believed[home] = max(believed.get(home, 0), int(total * (1 - 1 / share)))
             if home not in warm:
                 warm.append(home)
         if not warm:
@@ -236,16 +239,22 @@ class MolAffinity(EligibleFirst):
             extra = 0.0
             if adapter is not None and adapter not in s.resident:
                 extra = self.copy_tokens if slot_free(s) else self.load_tokens
-            return (s.inflight * q + total - cached.get(e, 0) + extra, s.load)
+            return (s.inflight * q + total - believed.get(e, 0) + extra, s.load)
 
         return min(warm, key=cost)
 
     def place_cold(
-        self, candidates: Candidates, request: RouteRequest, fleet: FleetStats | None
-    ) -> str:
-        """Steps 1-4 of the module docstring."""
+        self, candidates: Candidates, request: RouteRequest, fleet: FleetStats | None,
+        cached: Mapping[str, int] | None = None,
+        by_name: Mapping[str, EngineStats] | None = None,
+    ) -> str:  # fmt: skip
+        """Steps 1-4 of the module docstring; ``cached``: prompt tokens believed cached
+        on each candidate (``cached()``; empty or None without an index)."""
         demand = fleet.demand if fleet is not None else None
-        by_name = dict(candidates)
+        if by_name is None:
+            by_name = dict(candidates)
+        if cached is None:
+            cached = self.cached(request, list(by_name), fleet) if fleet is not None else {}
         share = traffic_share(by_name.values())
         loads = {e: s.load for e, s in candidates}
         adapter = request.adapter
@@ -253,13 +262,13 @@ class MolAffinity(EligibleFirst):
         bound = self.bound(list(loads.values()))
         under = [e for e in order if loads[e] < bound]
         if adapter is None:
-            return self._cheapest(under or list(order), loads, request, fleet)
+            return self._cheapest(under or list(order), loads, request, cached)
         if not under:  # everything is busy: least loaded, earliest home on ties
             return min(order, key=loads.__getitem__)
         resident = [e for e in under if adapter in by_name[e].running_adapters
                     or adapter in by_name[e].recent_adapters]  # fmt: skip
         if resident:
-            return self._cheapest(resident, loads, request, fleet)
+            return self._cheapest(resident, loads, request, cached)
         limit = min(demand.share(adapter), self.hot_share) if demand is not None else 0.0
         best, best_cost = None, math.inf
         for e in under[: self.candidates]:
@@ -275,12 +284,11 @@ class MolAffinity(EligibleFirst):
 
     def _cheapest(
         self, endpoints: list[str], loads: Mapping[str, int], request: RouteRequest,
-        fleet: FleetStats | None,
+        cached: Mapping[str, int],
     ) -> str:  # fmt: skip
         """The endpoint where the request's first token costs least: its queue (each
         request ahead ``queue_tokens`` of prefill time) plus the prompt tokens not
         believed cached there; least loaded on ties, then earliest."""
-        cached = self.cached(request, endpoints, fleet) if fleet is not None else {}
         if not cached or len(endpoints) == 1:
             return min(endpoints, key=loads.__getitem__)
         total = request.prompt_tokens
