@@ -61,7 +61,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         "connection) is done before counting")
     p.add_argument("--targets", default=",".join(TARGETS), help="comma-separated subset")
     p.add_argument("--tracing-ratio", type=float, default=TRACING_RATIO,
-                   help=f"sample ratio of the '{TRACED}' target (default {TRACING_RATIO}; "
+                   help=f"sample ratio of the '{TRACED.replace('%', '%%')}' target (default "
+                        f"{TRACING_RATIO}; "
                         "0 measures the unsampled path alone)")
     p.add_argument(
         "--prompt-tokens",
