@@ -14,7 +14,8 @@ from mol_router.policy.hashing import home, ranking
 from mol_router.policy.interface import Demand, FleetStats
 from mol_router.policy.llmd import LlmdLoraLoadState
 from mol_router.policy.mol import eviction_cost, has_free_slot, session_home
-from mol_router.policy.prefix import PrefixIndex, prefix_keys
+from mol_router.policy.prefix import PrefixIndex
+from tests.router.test_prefix import conversation_keys
 
 A = "acme/bot@v1"
 EPS = [f"http://e{i}" for i in range(4)]
@@ -359,12 +360,8 @@ SYSTEM = b"You are a careful travel agent. " * 100  # ~3.2 KB shared by every se
 
 
 def _conversation(name: bytes, turns: int) -> list[tuple[int, ...]]:
-    text, out = SYSTEM, []
-    for k in range(turns):
-        text += b" user: " + name + b" plans trip %d " % k * 40
-        out.append(prefix_keys(text, A))
-        text += b" assistant: an itinerary for " + name + b" " * 200
-    return out
+    return conversation_keys(SYSTEM, A, name, turns, message=b" plans trip %d ", repeat=40,
+                             reply=200)  # fmt: skip
 
 
 def _router_index(*sent: tuple[tuple[int, ...], str]) -> PrefixIndex:

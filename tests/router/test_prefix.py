@@ -142,15 +142,24 @@ def test_index_stays_bounded_and_keeps_shared_prefixes_longest() -> None:
         PrefixIndex(0)
 
 
-def _turns(name: bytes, n: int) -> list[tuple[int, ...]]:
+def conversation_keys(
+    system: bytes, adapter: str, name: bytes, n: int, *, message: bytes, repeat: int,
+    reply: int,
+) -> list[tuple[int, ...]]:  # fmt: skip
     """Prefix keys of a conversation's first ``n`` prompts: each turn repeats the one
-    before, its reply and a new message."""
-    text, out = SYSTEM, []
+    before, its reply and a new message (``message`` and the turn number, ``repeat``
+    times; the reply pads with ``reply`` spaces)."""
+    text, out = system, []
     for k in range(n):
-        text += b" user: " + name + b" asks question %d " % k * 12
-        out.append(prefix_keys(text, A))
-        text += b" assistant: an answer to " + name + b" " * 30
+        text += b" user: " + name + message % k * repeat
+        out.append(prefix_keys(text, adapter))
+        text += b" assistant: an answer for " + name + b" " * reply
     return out
+
+
+def _turns(name: bytes, n: int) -> list[tuple[int, ...]]:
+    return conversation_keys(SYSTEM, A, name, n, message=b" asks question %d ", repeat=12,
+                             reply=30)  # fmt: skip
 
 
 def test_the_session_key_is_the_key_past_the_shared_prompt_for_every_turn() -> None:
