@@ -245,16 +245,12 @@ class MolAffinity(EligibleFirst):
 
     def place_cold(
         self, candidates: Candidates, request: RouteRequest, fleet: FleetStats | None,
-        cached: Mapping[str, int] | None = None,
-        by_name: Mapping[str, EngineStats] | None = None,
+        cached: Mapping[str, int], by_name: Mapping[str, EngineStats],
     ) -> str:  # fmt: skip
         """Steps 1-4 of the module docstring; ``cached``: prompt tokens believed cached
-        on each candidate (``cached()``; empty or None without an index)."""
+        on each candidate (``cached()``; empty without an index), ``by_name``: the
+        candidates' stats by endpoint."""
         demand = fleet.demand if fleet is not None else None
-        if by_name is None:
-            by_name = dict(candidates)
-        if cached is None:
-            cached = self.cached(request, list(by_name), fleet) if fleet is not None else {}
         share = traffic_share(by_name.values())
         loads = {e: s.load for e, s in candidates}
         adapter = request.adapter
