@@ -23,7 +23,7 @@ from mol_router.choosing import Chooser
 from mol_router.errors import RouterError, error_body
 from mol_router.logs import access_line
 from mol_router.policy import RouteRequest
-from mol_router.policy.prefix import PrefixHasher
+from mol_router.policy.prefix import prefix_keys
 from mol_router.pool import UpstreamBroken
 from mol_router.runtime import Runtime
 from mol_router.served import Served, request_id, trace_id_of
@@ -50,7 +50,6 @@ class GenerationProxy:
         self.rt = runtime
         self.up = Upstreams(runtime)
         self.choose = Chooser(runtime, self.up)
-        self.prefix_keys = PrefixHasher()
 
     # --- the request ---------------------------------------------------------------
 
@@ -227,7 +226,7 @@ class GenerationProxy:
             salt = body.get("cache_salt")
             seed = f"{adapter}\0{salt}" if isinstance(salt, str) else adapter
             text = orjson.dumps(prompt)
-            keys = self.prefix_keys(text, seed)
+            keys = prefix_keys(text, seed)
             # the prompt serialised once: the same bytes as orjson.dumps(body)
             payload = orjson.dumps({**body, field: orjson.Fragment(text)})
         return payload, RouteRequest(adapter, user, len(payload) // 4, keys), offered

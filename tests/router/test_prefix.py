@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import bisect
 import json
 import random
 import subprocess
 import sys
-import zlib
 
 import aiohttp
 import pytest
+import xxhash
 
 from mol_router.engine_metrics import EngineMetrics
 from mol_router.policy import make_policy
 from mol_router.policy.interface import Demand, EngineStats, FleetStats, RouteRequest
-from mol_router.policy.prefix import PrefixHasher, PrefixIndex, prefix_ends, prefix_keys
+from mol_router.policy.prefix import PrefixIndex, prefix_ends, prefix_keys
 from mol_router.tracker import EngineTracker
 
 SYSTEM = b"You are a careful coding assistant. " * 40  # ~1.4 KB, shared by every turn
@@ -40,18 +41,22 @@ def test_long_prompts_cost_few_keys() -> None:
 
 
 def _by_definition(data: bytes, seed: str) -> tuple[int, ...]:
-    """Each key hashed from scratch: CRC-32 and Adler-32 of seed, NUL and the prefix."""
-    base = seed.encode() + b"\0"
+    """Each key XXH3-64 of its block, seeded with the key before (the first with the
+    hash of seed and NUL)."""
     ends = [*range(256, 16 * 256 + 1, 256)]
     step = 512
     while ends[-1] + step <= len(data):
         ends.append(ends[-1] + step)
         step *= 2
-    return tuple(zlib.crc32(base + data[:e]) << 32 | zlib.adler32(base + data[:e])
-                 for e in ends if e <= len(data))  # fmt: skip
+    key, keys, start = xxhash.xxh3_64_intdigest(seed.encode() + b"\0"), [], 0
+    for end in (e for e in ends if e <= len(data)):
+        key = xxhash.xxh3_64_intdigest(data[start:end], seed=key)
+        keys.append(key)
+        start = end
+    return tuple(keys)
 
 
-def test_keys_are_crc32_and_adler32_of_each_prefix() -> None:
+def test_keys_are_xxh3_chained_over_each_prefix() -> None:
     rng = random.Random(3)
     for size in (0, 255, 256, 4095, 4096, 4607, 4608, 5631, 5632, 100_000):
         data = rng.randbytes(size)
@@ -59,46 +64,21 @@ def test_keys_are_crc32_and_adler32_of_each_prefix() -> None:
     assert prefix_ends(256, 16)[15:19] == (4096, 4608, 5632, 7680)
 
 
-def test_hasher_gives_the_keys_of_prefix_keys_whatever_it_saw_before() -> None:
-    """It resumes from the last prompt of the same seed and first block: prompts that
-    part from it at any offset, repeat it, are longer or shorter than it, or come with
-    another seed give prefix_keys' keys all the same, with a memo of any size."""
+def test_a_key_stands_for_its_whole_prefix() -> None:
+    """Change one byte anywhere: the keys of the prefixes that hold it all change, the
+    ones before stay; prompts that agree up to an end agree on every key to it."""
     rng = random.Random(5)
-    system = rng.randbytes(9000)
-    for memo, memo_bytes in ((256, 32 << 20), (2, 1 << 20), (3, 10_000)):
-        hasher = PrefixHasher(memo, memo_bytes)
-        seen: list[bytes] = []
-        for i in range(300):
-            kind = rng.randrange(5)
-            if kind == 0 or not seen:  # the shared system prompt, cut anywhere
-                data = system[: rng.randrange(20_000)] + rng.randbytes(rng.randrange(3000))
-            elif kind == 1:  # an earlier prompt again, or a prefix of it
-                old = rng.choice(seen)
-                data = old[: rng.randrange(len(old) + 1)] if rng.random() < 0.5 else old
-            elif kind == 2:  # an earlier prompt grown (a session's next turn)
-                data = rng.choice(seen) + rng.randbytes(rng.randrange(1, 9000))
-            elif kind == 3:  # parts from an earlier one at a random byte
-                old = rng.choice(seen)
-                cut = rng.randrange(len(old) + 1)
-                data = old[:cut] + bytes([(old[cut] + 1) % 256]) if cut < len(old) else old
-                data += rng.randbytes(rng.randrange(5000))
-            else:  # unrelated
-                data = rng.randbytes(rng.randrange(12_000))
-            seed = A if rng.random() < 0.8 else f"{B}\0tenant-{i % 3}"
-            assert hasher(data, seed) == prefix_keys(data, seed), (memo, i, kind)
-            seen.append(data)
-        assert 1 <= len(hasher) <= memo
-
-
-def test_hasher_keeps_at_most_its_bytes() -> None:
-    hasher = PrefixHasher(memo=100, memo_bytes=50_000)
-    for i in range(20):
-        hasher(bytes([i]) * 20_000, A)
-    assert len(hasher) == 2  # 40,000 bytes kept; a third would pass the bound
-    hasher(b"z" * 80_000, A)  # one prompt over the bound: kept alone
-    assert len(hasher) == 1
-    with pytest.raises(ValueError, match="memo"):
-        PrefixHasher(memo=0)
+    data = rng.randbytes(40_000)
+    keys = prefix_keys(data, A)
+    ends = prefix_ends(256, 16)
+    for _ in range(200):
+        at = rng.randrange(len(data))
+        changed = prefix_keys(data[:at] + bytes([data[at] ^ 1]) + data[at + 1 :], A)
+        first = bisect.bisect_right(ends, at)  # the first prefix that holds byte `at`
+        assert changed[:first] == keys[:first]
+        assert all(c != k for c, k in zip(changed[first:], keys[first:], strict=True))
+        grown = prefix_keys(data[:at] + rng.randbytes(rng.randrange(9000)), A)
+        assert grown[:first] == keys[:first]
 
 
 def test_keys_are_the_same_in_every_process() -> None:
