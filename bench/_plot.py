@@ -1,10 +1,12 @@
 """The routing benchmarks' pictures: adapter loads per policy and the TTFT tail, and
-ours' loads against its latency as its knobs trade one for the other."""
+ours' loads and prefix-cache hit rate against its latency as its knobs trade one for
+the other."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from matplotlib.figure import Figure
 
@@ -31,6 +33,28 @@ def routing_figure(results: Sequence[RunResult], path: Path, title: str) -> None
     right.set_ylabel("share of requests with a longer TTFT")
     right.grid(True, which="both", alpha=0.3)
     right.legend(fontsize=8)
+    _save(fig, title, path)
+
+
+Sweeps = Mapping[str, Sequence[tuple[str, RunResult]]]
+"""Per swept knob, its points: (the value as labelled, the run)."""
+
+
+def _sweeps(ax: Any, sweeps: Sweeps, peers: Sequence[RunResult],
+            x: Callable[[RunResult], float], y: Callable[[RunResult], float]) -> None:  # fmt: skip
+    """One line per swept knob (each point labelled with its value), the peers as
+    single points, on ``ax`` at (``x``, ``y``) of each run."""
+    for i, (knob, points) in enumerate(sweeps.items()):
+        xs, ys = [x(r) for _, r in points], [y(r) for _, r in points]
+        ax.plot(xs, ys, marker="o", color=f"C{i}", lw=1.4, label=f"mol-affinity, {knob}")
+        for (value, _), px, py in zip(points, xs, ys, strict=True):
+            ax.annotate(value, (px, py), fontsize=7, xytext=(3, 3), textcoords="offset points")
+    for j, r in enumerate(peers):
+        ax.plot([x(r)], [y(r)], marker="s", ls="", color=f"C{len(sweeps) + j}", label=r.label)
+    ax.grid(True, alpha=0.3)
+
+
+def _save(fig: Figure, title: str, path: Path) -> None:
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -38,37 +62,44 @@ def routing_figure(results: Sequence[RunResult], path: Path, title: str) -> None
 
 
 def tradeoff_figure(
-    sweeps: Mapping[str, Sequence[tuple[str, RunResult]]], peers: Sequence[RunResult],
+    sweeps: Sweeps, peers: Sequence[RunResult],
     floors: Sequence[tuple[str, float, str]], goodput: Callable[[RunResult], float],
     p99_ms: Callable[[RunResult], float], path: Path, title: str,
 ) -> None:  # fmt: skip
     """Adapter loads per 1,000 requests (x) against goodput (left) and the TTFT p99
-    (right): one line per swept knob (each point labelled with its value), the peers
-    as single points, and each floor ``(label, loads per 1,000, line style)`` as a
-    vertical line."""
+    (right): one line per swept knob, the peers as single points, and each floor
+    ``(label, loads per 1,000, line style)`` as a vertical line."""
     fig = Figure(figsize=(12, 4.8), dpi=110)
     left, right = fig.subplots(1, 2, sharex=True)
-    for i, (knob, points) in enumerate(sweeps.items()):
-        xs = [r.loads_per_1000 for _, r in points]
-        for ax, ys in ((left, [100 * goodput(r) for _, r in points]),
-                       (right, [p99_ms(r) for _, r in points])):  # fmt: skip
-            ax.plot(xs, ys, marker="o", color=f"C{i}", lw=1.4, label=f"mol-affinity, {knob}")
-            for (value, _), x, y in zip(points, xs, ys, strict=True):
-                ax.annotate(value, (x, y), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    for j, r in enumerate(peers):
-        for ax, y in ((left, 100 * goodput(r)), (right, p99_ms(r))):
-            ax.plot([r.loads_per_1000], [y], marker="s", ls="", color=f"C{len(sweeps) + j}",
-                    label=r.label)  # fmt: skip
+
+    def loads(r: RunResult) -> float:
+        return r.loads_per_1000
+
+    _sweeps(left, sweeps, peers, loads, lambda r: 100 * goodput(r))
+    _sweeps(right, sweeps, peers, loads, p99_ms)
     for ax in (left, right):
         for label, x, style in floors:
             ax.axvline(x, color="0.35", ls=style, lw=1.1, label=label)
         ax.set_xlabel("adapter loads per 1,000 requests")
-        ax.grid(True, alpha=0.3)
     left.set_ylabel("goodput: TTFT <= 1 s (%)")
     right.set_ylabel("TTFT p99 (ms)")
     right.set_yscale("log")
     left.legend(fontsize=7, loc="lower left")
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    _save(fig, title, path)
+
+
+def hit_figure(
+    sweeps: Sweeps, peers: Sequence[RunResult], bounds: Sequence[tuple[str, float, str]],
+    goodput: Callable[[RunResult], float], path: Path, title: str,
+) -> None:  # fmt: skip
+    """Prefix-cache hit rate (x) against goodput: one line per swept knob, the peers as
+    single points, and each bound ``(label, hit rate, line style)`` as a vertical line."""
+    fig = Figure(figsize=(7.5, 5), dpi=110)
+    ax = fig.subplots(1, 1)
+    _sweeps(ax, sweeps, peers, lambda r: 100 * r.prefix_hit_rate, lambda r: 100 * goodput(r))
+    for label, x, style in bounds:
+        ax.axvline(100 * x, color="0.35", ls=style, lw=1.1, label=label)
+    ax.set_xlabel("prefix-cache hit rate (% of prompt tokens)")
+    ax.set_ylabel("goodput: TTFT <= 1 s (%)")
+    ax.legend(fontsize=7, loc="lower left")
+    _save(fig, title, path)

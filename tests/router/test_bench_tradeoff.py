@@ -11,9 +11,11 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
 from _fleet import FleetShape, RunResult  # noqa: E402
+from _prefix_bound import HitRate  # noqa: E402
+from _routing_rows import goodput  # noqa: E402
 from _workload import Arrival  # noqa: E402
 from routing import Floors  # noqa: E402
-from routing_tradeoff import judge, parse, sweeps  # noqa: E402
+from routing_tradeoff import hit_judge, judge, parse, sweeps  # noqa: E402
 
 SHAPE = FleetShape(replicas=2, max_loras=1, max_num_seqs=4, ttft_s=0.05, itl_s=0.01,
                    lora_load_s=0.01, scrape_interval=0.1)  # fmt: skip
@@ -57,3 +59,56 @@ def test_each_knob_moves_alone_from_the_starting_point() -> None:
     }
     with pytest.raises(SystemExit):  # the policy's own range check, before any run
         parse(["--load-factors", "0.5"])
+
+
+def _hits(label: str, hit: int, fast: int) -> RunResult:
+    """100 requests of 100 prompt tokens each, ``hit`` of them per 100 found cached and
+    ``fast`` with their first token within 1 s."""
+    r = _run(label, 0, fast)
+    r.prefix_queries, r.prefix_hits = 100, hit
+    return r
+
+
+def test_the_hit_rate_curve_is_judged_against_the_precise_scorer_and_the_best_peer() -> None:
+    sticky, spread, start = _hits("sticky", 91, 40), _hits("spread", 80, 97), _hits("start", 85, 95)
+    precise, rr = _hits("llmd-precise-prefix", 90, 45), _hits("round-robin", 80, 96)
+    best, bound = HitRate(91, 100), HitRate(89, 100)
+    lines = hit_judge([sticky, spread, start], start, [precise, rr], best, bound, SHAPE)
+    assert "ideal (one unbounded cache) 91.0%; placement bound" in lines[0]
+    assert "89.0%" in lines[0]
+    assert "(90.0% at 45.0% goodput, TTFT <= 1 s): met at 1 of 3 points" in lines[1]
+    assert "sticky, 91.0% at 40.0%" in lines[1]
+    # only spread keeps round-robin's 96%: its hit rate is the highest that does
+    assert "(round-robin, 96.0%): 80.0% (spread, 97.0%)" in lines[2]
+    assert lines[3].endswith("sticky: 91.0%, 40.0%; start: 85.0%, 95.0%; spread: 80.0%, 97.0%")
+    lines = hit_judge([spread, start], start, [precise, _hits("round-robin", 80, 99)], best,
+                      bound, SHAPE)  # fmt: skip
+    assert "**nowhere**: ours' highest, 85.0% (start), at 95.0% goodput" in lines[1]
+    assert "no point of ours reaches it" in lines[2]
+
+
+def test_queue_tokens_is_swept_when_given_and_the_section_is_checked() -> None:
+    own, routing = parse(["--slacks", "", "--load-factors", "", "--hot-shares", "",
+                          "--queue-tokens", "500,2000", "--section", "routing-tradeoff-chat"])
+    assert own.section == "routing-tradeoff-chat"
+    assert sweeps(own, routing.ours_knobs) == {
+        "queue_tokens": [(500.0, {"queue_tokens": 500.0}), (2000.0, {})],
+    }
+    for bad in ("Routing", "routing-", "routing\n", "../x"):
+        with pytest.raises(SystemExit):
+            parse(["--section", bad])
+    with pytest.raises(SystemExit):  # queue_tokens' own range check
+        parse(["--queue-tokens", "-1"])
+
+
+def test_both_figures_are_drawn(tmp_path: Path) -> None:
+    from _plot import hit_figure, tradeoff_figure
+
+    lines = {"queue_tokens": [("500", _hits("a", 88, 93)), ("2000", _hits("b", 85, 97))]}
+    peers = [_hits("round-robin", 80, 98)]
+    hit_figure(lines, peers, [("ideal", 0.9, "-")], lambda r: goodput(r, 1.0),
+               tmp_path / "hits.png", "t")  # fmt: skip
+    tradeoff_figure(lines, peers, [("floor", 10.0, "-")], lambda r: goodput(r, 1.0),
+                    lambda r: 100.0, tmp_path / "loads.png", "t")  # fmt: skip
+    for name in ("hits.png", "loads.png"):
+        assert (tmp_path / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
