@@ -78,14 +78,14 @@ COUNTERS = {"vllm:prefix_cache_queries_total": "queries", "vllm:prefix_cache_hit
 
 
 def replica_counters(urls: Sequence[str]) -> dict[str, int]:
-    """Summed over the replicas' /metrics: adapter loads (``mol_sim_adapter_loads``:
+    """Summed over the replicas' /metrics: adapter loads (``mol_engine_adapter_loads``:
     ``gpu`` into GPU slots, ``cpu`` read from disk into host memory) and the prefix
     cache's ``queries`` and ``hits`` in tokens (vLLM's ``prefix_cache_*``)."""
     total = {"gpu": 0.0, "cpu": 0.0, "queries": 0.0, "hits": 0.0}
     for url in urls:
         with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
             for line in resp.read().decode().splitlines():
-                if line.startswith("mol_sim_adapter_loads_total{"):
+                if line.startswith("mol_engine_adapter_loads_total{"):
                     tier = "gpu" if 'tier="gpu"' in line else "cpu"
                     total[tier] += float(line.rsplit(" ", 1)[1])
                 elif (name := line.split("{", 1)[0]) in COUNTERS:

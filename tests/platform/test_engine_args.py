@@ -130,17 +130,19 @@ def test_cpu_variant(cpu, dtype, env_keys):
 @pytest.mark.parametrize(
     ("settings", "env"),
     [
-        (PluginSettings(), {}),
+        (PluginSettings(), {"MOL_COUNT_ADAPTER_LOADS": "true"}),
+        (PluginSettings(count_loads=False), {}),
         (
             PluginSettings(catalog_url="http://catalog:8080", catalog_token="t0k",
                            serving_profile="qwen3-gpu", cache_dir="/cache",
                            cache_bytes=10 * 2**30, plugins=("mol",)),
             {"MOL_CATALOG_URL": "http://catalog:8080", "MOL_CATALOG_TOKEN": "t0k",
              "MOL_SERVING_PROFILE": "qwen3-gpu", "MOL_ADAPTER_CACHE_DIR": "/cache",
-             "MOL_ADAPTER_CACHE_BYTES": str(10 * 2**30), "VLLM_PLUGINS": "mol"},
+             "MOL_ADAPTER_CACHE_BYTES": str(10 * 2**30), "VLLM_PLUGINS": "mol",
+             "MOL_COUNT_ADAPTER_LOADS": "true"},
         ),
-        (PluginSettings(plugins=()), {"VLLM_PLUGINS": ""}),
-        (PluginSettings(plugins=("a", "b")), {"VLLM_PLUGINS": "a,b"}),
+        (PluginSettings(plugins=(), count_loads=False), {"VLLM_PLUGINS": ""}),
+        (PluginSettings(plugins=("a", "b"), count_loads=False), {"VLLM_PLUGINS": "a,b"}),
     ],
 )
 def test_plugin_settings_become_env(settings, env):

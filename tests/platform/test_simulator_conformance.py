@@ -201,7 +201,7 @@ def loads(text: str) -> dict[str, float]:
     return {
         s.labels["tier"]: s.value
         for f in text_string_to_metric_families(text)
-        if f.name == "mol_sim_adapter_loads"
+        if f.name == "mol_engine_adapter_loads"
         for s in f.samples
         if s.name.endswith("_total")
     }
@@ -239,7 +239,7 @@ async def test_scheduler_metrics_only_keeps_what_a_router_reads(http):
     assert names == {
         "vllm:num_requests_running", "vllm:num_requests_waiting",
         "vllm:num_requests_waiting_by_reason", "vllm:kv_cache_usage_perc",
-        "vllm:lora_requests_info", "vllm:cache_config_info", "mol_sim_adapter_loads",
+        "vllm:lora_requests_info", "vllm:cache_config_info", "mol_engine_adapter_loads",
     }  # fmt: skip
 
 

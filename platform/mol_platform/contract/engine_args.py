@@ -26,6 +26,8 @@ class PluginSettings:
 
     ``plugins`` sets ``VLLM_PLUGINS`` (which entry points of the ``vllm.*_plugins``
     groups load): None leaves it unset (all load), an empty tuple loads none.
+    ``count_loads`` has the plugin count adapter loads where the engine makes them
+    (``mol_engine_adapter_loads_total``), with or without a catalog.
     """
 
     catalog_url: str | None = None
@@ -34,6 +36,7 @@ class PluginSettings:
     cache_dir: str | None = None
     cache_bytes: int | None = None
     plugins: tuple[str, ...] | None = None
+    count_loads: bool = True
 
     def env(self) -> dict[str, str]:
         if self.cache_bytes is not None and self.cache_bytes <= 0:
@@ -49,6 +52,7 @@ class PluginSettings:
             "MOL_ADAPTER_CACHE_DIR": self.cache_dir,
             "MOL_ADAPTER_CACHE_BYTES": None if self.cache_bytes is None else str(self.cache_bytes),
             "VLLM_PLUGINS": None if self.plugins is None else ",".join(self.plugins),
+            "MOL_COUNT_ADAPTER_LOADS": "true" if self.count_loads else None,
         }
         return {k: v for k, v in values.items() if v is not None}
 

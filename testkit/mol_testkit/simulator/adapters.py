@@ -60,7 +60,7 @@ class AdapterRegistry:
         self.cpu_loads: Counter[str] = Counter()
         self.total_loads = {"gpu": 0, "cpu": 0}
         """Slot entries (gpu: a copy from host memory) and disk reads into host memory
-        (cpu), for ``mol_sim_adapter_loads_total``."""
+        (cpu), for ``mol_engine_adapter_loads_total``."""
         self.listeners: list[Callable[[], None]] = []
         self._lora_ids = itertools.count(1)
         for name, path in config.lora_modules.items():

@@ -66,7 +66,7 @@ class SimConfig:
     detailed_metrics: bool = True
     """Expose every vLLM family; off, ``/metrics`` carries only the scheduler families
     (requests running/waiting, KV-cache usage and config, ``lora_requests_info``,
-    ``mol_sim_adapter_loads_total``), ~10x cheaper to scrape for many-replica runs."""
+    ``mol_engine_adapter_loads_total``), ~10x cheaper to scrape for many-replica runs."""
     check_adapter_paths: bool = True
     """Require ``<path>/adapter_config.json`` on disk when an adapter is loaded
     (404 ``NotFoundError`` otherwise, as vLLM does); off, any path is accepted (an

@@ -267,9 +267,9 @@ class SimMetrics:
             registry=sched,
         ).labels(**cache_info).set(1)
         self.adapter_loads = Counter(
-            "mol_sim_adapter_loads",
-            "Simulator only: adapters brought into GPU slots (tier=gpu) or read into host "
-            "memory (tier=cpu) that were not resident there.",
+            "mol_engine_adapter_loads",
+            "Adapters brought into GPU slots (tier=gpu) or read into host memory (tier=cpu) "
+            "that were not resident there (the MoL engine plugin's counter).",
             [*labels, "tier"],
             registry=sched,
         )

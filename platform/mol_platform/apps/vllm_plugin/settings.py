@@ -15,8 +15,9 @@ def default_cache_dir() -> Path:
 
 
 class ResolverSettings(BaseSettings):
-    """``MOL_CATALOG_URL`` unset means the plugin is off (the engine serves only what it
-    was started with); the same engine install then behaves exactly like plain vLLM."""
+    """``MOL_CATALOG_URL`` unset means the resolver is off (the engine serves only what
+    it was started with) and, unless ``MOL_COUNT_ADAPTER_LOADS`` is set, the plugin does
+    nothing: the same engine install then behaves exactly like plain vLLM."""
 
     model_config = SettingsConfigDict(env_prefix="MOL_", extra="ignore")
 
@@ -32,6 +33,9 @@ class ResolverSettings(BaseSettings):
     # key the catalog names).
     require_signatures: bool = False
     trusted_signers: str = ""
+    # Count adapter loads in the engine (``mol_engine_adapter_loads_total``: loads.py);
+    # on for every engine the platform starts, independent of the catalog URL.
+    count_adapter_loads: bool = False
 
     @property
     def trusted_keys(self) -> frozenset[str]:
