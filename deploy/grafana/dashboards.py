@@ -209,16 +209,20 @@ def _fleet_table(title: str, expr: str) -> PanelBuilder:
 def lora_fleet() -> dashboard.Dashboard:
     d = _deployment_var(_base("mol-lora-fleet", "MoL LoRA fleet", ["vllm", "lora"],
                               "mol_router_requests_total"))
-    loads, req = "mol_router_adapter_loads_total", "mol_router_requests_total"
+    req = "mol_router_requests_total"
+    # The engines' own count (the MoL plugin's) where they export it, else the routers'
+    # estimate (plain vLLM engines): docs/replica-picking.md, "Adapter loads".
+    loads = (f"(sum by (deployment) (rate(mol_engine_adapter_loads_total{{tier=\"gpu\",{DEP}}}"
+             f"[{RATE}])) or sum by (deployment) (rate(mol_router_adapter_loads_total{{{DEP}}}"
+             f"[{RATE}])))")
     panels: list[PanelBuilder] = [
         _fleet_table("Adapters running per replica (newest vllm:lora_requests_info)",
                      f"topk by (namespace, deployment, instance) "
                      f"(1, vllm:lora_requests_info{{{DEP}}})"),
-        ts("Adapter loads seen by the router", "short",
-           Query(f"sum by (deployment) (rate({loads}{{{DEP}}}[{RATE}]))", "{{deployment}}")),
+        ts("Adapter loads into GPU slots", "short", Query(loads, "{{deployment}}")),
         ts("Adapter loads per request", "percentunit",
-           Query(f"sum by (deployment) (rate({loads}{{{DEP}}}[{RATE}])) / "
-                 f"sum by (deployment) (rate({req}{{{DEP}}}[{RATE}]))", "{{deployment}}")),
+           Query(f"{loads} / sum by (deployment) (rate({req}{{{DEP}}}[{RATE}]))",
+                 "{{deployment}}")),
         ts("Requests waiting per replica", "short",
            Query(f"sum by (instance) (vllm:num_requests_waiting{{{DEP}}})", "{{instance}}")),
         ts("Requests running per replica", "short",

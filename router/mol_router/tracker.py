@@ -15,10 +15,11 @@ hold the adapter: the request waits for a load), for the per-adapter cold metric
 
 Adapter loads are estimated where this router causes them. vLLM 0.32 exports no load
 counter or event (``vllm:lora_requests_info`` lists only the adapters with running
-requests; its KV events cover blocks), and the resolver plugin runs in the API server,
-not in the worker that fills GPU slots, so there is no hook to count them at the
-source. vLLM keeps an idle adapter in its GPU slot until a newer one needs the slot
-(least recently used, touched while it runs); the tracker mirrors that per engine
+requests; its KV events cover blocks); engines with the MoL plugin count their own
+(``mol_engine_adapter_loads_total``, exact), which the dashboards prefer, and this
+estimate serves plain vLLM engines and the proxy's cold-send metrics. vLLM keeps an
+idle adapter in its GPU slot until a newer one needs the slot (least recently used,
+touched while it runs); the tracker mirrors that per engine
 (``in_slots``: adapters sent there or seen running, touched again when this router's
 request on one ends, never evicting one this router has in flight) and counts a load
 for each send whose adapter is not in it: a cold send, whose request waits for that

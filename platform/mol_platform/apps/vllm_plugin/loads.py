@@ -123,7 +123,7 @@ def shared_folder() -> Path:
     return folder
 
 
-def wrap(model_manager: type, worker_manager: type, counts: Counts) -> bool:
+def wrap(model_manager: Any, worker_manager: Any, counts: Counts) -> bool:
     """Count loads in vLLM's LoRA managers (``LoRAModelManager``,
     ``WorkerLoRAManager``); False when they were wrapped already (vLLM loads general
     plugins more than once in some processes)."""
@@ -154,16 +154,16 @@ def wrap(model_manager: type, worker_manager: type, counts: Counts) -> bool:
 
     for fn in (activate_adapter, _load_adapter, dummy_lora_cache):
         setattr(fn, _WRAPPED, True)
-    model_manager.activate_adapter = activate_adapter  # type: ignore[attr-defined]
-    worker_manager._load_adapter = _load_adapter  # type: ignore[attr-defined]
-    worker_manager.dummy_lora_cache = dummy_lora_cache  # type: ignore[attr-defined]
+    model_manager.activate_adapter = activate_adapter
+    worker_manager._load_adapter = _load_adapter
+    worker_manager.dummy_lora_cache = dummy_lora_cache
     return True
 
 
 _installed: list[LoadsCollector] = []
 
 
-def install(model_manager: type, worker_manager: type) -> None:
+def install(model_manager: Any, worker_manager: Any) -> None:
     """Count this process's loads and export the engine's (once per process)."""
     if _installed:
         return
