@@ -347,7 +347,21 @@ def goals(
         f"rate of one: {many.loads_per_1000 / max(ours.loads_per_1000, 1e-9):.2f}x, "
         f"{hit_rate(many) / max(hit_rate(ours), 1e-9):.2f}x: "
         f"{mark(agree)}",
+        "- the routers' adapter-load estimate (`mol_router_adapter_loads_total`, summed) "
+        "within 10% of the engines' own count (`mol_engine_adapter_loads_total`, which "
+        "the dashboards read where engines export it): one router "
+        f"{estimate_error(ours)}, {routers} routers {estimate_error(many)}: "
+        + mark(all(abs(r.estimated_loads - r.adapter_loads) <= 0.10 * r.adapter_loads
+                   for r in (ours, many))),
     ]
+
+
+def estimate_error(r: RunResult) -> str:
+    """The routers' load estimate against the engines' count, as a signed share."""
+    if not r.adapter_loads:
+        return f"{r.estimated_loads} against none"
+    share = r.estimated_loads / r.adapter_loads - 1
+    return f"{share:+.0%} ({r.estimated_loads} / {r.adapter_loads})"
 
 
 Run = tuple[str, str, int]

@@ -33,3 +33,19 @@ def test_loads_far_above_the_floor_fail_on_stationary_traffic_only() -> None:
     assert "**not met**" not in trace
     close = _loads_line(goals(_results(2), 4, floor, floor, hit))
     assert "1.00x: met" in close
+
+
+def test_the_routers_load_estimate_is_judged_against_the_engines_count() -> None:
+    floor = Floor(loads=2, requests=100, wait_s=0.0)
+    results = _results(20)
+    results[OURS].estimated_loads = 21  # +5%
+    results[f"{OURS} x4"].estimated_loads = 22  # +10%: still within
+    line = goals(results, 4, floor, floor, HitRate(0, 0))[-1]
+    assert line.endswith("one router +5% (21 / 20), 4 routers +10% (22 / 20): met"), line
+    results[f"{OURS} x4"].estimated_loads = 23
+    line = goals(results, 4, floor, floor, HitRate(0, 0))[-1]
+    assert line.endswith("4 routers +15% (23 / 20): **not met**"), line
+    results = _results(0)
+    line = goals(results, 4, floor, floor, HitRate(0, 0))[-1]
+    assert "one router 0 against none" in line
+    assert line.endswith(": met")
