@@ -56,7 +56,9 @@ from routing import (
 )
 
 SECTION = "routing-tradeoff"
-SWEPT = ("slack", "load_factor", "hot_share", "load_tokens", "queue_tokens")
+SWEPT = {"slack": "slacks", "load_factor": "load_factors", "hot_share": "hot_shares",
+         "load_tokens": "load_tokens", "queue_tokens": "queue_tokens"}
+"""Each swept knob of ours and the option (its ``argparse`` name) that lists its values."""
 PEERS = (PRECISE, LLMD, BASELINE, "least-loaded", "round-robin")
 
 
@@ -90,9 +92,7 @@ def parse(argv: list[str] | None) -> tuple[argparse.Namespace, argparse.Namespac
     if re.fullmatch(r"[a-z0-9]+(?:-[a-z0-9]+)*", own.section) is None:
         p.error(f"--section must be lowercase words joined by '-', not {own.section!r}")
     routing = parse_args([*rest, "--no-http"])
-    for knob, values in (("slack", own.slacks), ("load_factor", own.load_factors),
-                         ("hot_share", own.hot_shares), ("load_tokens", own.load_tokens),
-                         ("queue_tokens", own.queue_tokens)):
+    for knob, values in families(own).items():
         try:  # the policy's own range checks, before minutes of runs
             for v in values:
                 MolAffinity({**routing.ours_knobs, knob: v})
@@ -106,12 +106,14 @@ def sweeps(
 ) -> dict[str, list[tuple[float, dict[str, Any]]]]:
     """Per knob, its line: each value with ours' starting point, that knob moved to it
     (the starting point itself where the value is its own)."""
-    families = {"slack": own.slacks, "load_factor": own.load_factors,
-                "hot_share": own.hot_shares, "load_tokens": own.load_tokens,
-                "queue_tokens": own.queue_tokens}  # fmt: skip
     start = MolAffinity(base)
     return {k: [(v, dict(base) if v == getattr(start, k) else {**base, k: v})
-                for v in sorted(vs)] for k, vs in families.items() if vs}  # fmt: skip
+                for v in sorted(vs)] for k, vs in families(own).items() if vs}  # fmt: skip
+
+
+def families(own: argparse.Namespace) -> dict[str, list[float]]:
+    """Each swept knob's values, as the options give them."""
+    return {knob: getattr(own, option) for knob, option in SWEPT.items()}
 
 
 def _fmt(v: float) -> str:
