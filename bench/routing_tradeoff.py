@@ -40,20 +40,10 @@ from _fleet import FleetShape, RunResult, run_policy
 from _machine import machine_info
 from _prefix_bound import HitRate
 from _report import write_section
+from _routing_goals import BASELINE, LLMD, OURS, PRECISE, Floors, longest_wait, prefix_bounds
 from _routing_rows import goodput, ms
 from mol_router.policy.mol import MolAffinity
-from routing import (
-    BASELINE,
-    LLMD,
-    OURS,
-    PRECISE,
-    ROOT,
-    Floors,
-    longest_wait,
-    parse_args,
-    prefix_bounds,
-    setup,
-)
+from routing import ROOT, parse_args, setup
 
 SECTION = "routing-tradeoff"
 SWEPT = {"slack": "slacks", "load_factor": "load_factors", "hot_share": "hot_shares",

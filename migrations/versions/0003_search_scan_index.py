@@ -1,7 +1,7 @@
 """substring search: covering index for the key-order scan of a search (Postgres only)
 
 A search scans id ranges in key order before it hands over to the trigram index
-(mol_catalog.adapters.repository._search). With the name and the filter columns in
+(mol_catalog.adapters.listing._search). With the name and the filter columns in
 the index, that scan never visits the table: an index-only scan reads a few thousand
 narrow entries instead of as many wide adapter rows. SQLite walks its rowid table.
 

@@ -1,7 +1,7 @@
 """search within a tag, namespace or base: the name on the tag rows, covering indexes
 
 A search within a tag, one namespace or one base scans those adapters in key order
-before the trigram index takes over (mol_catalog.adapters.repository._search), as a
+before the trigram index takes over (mol_catalog.adapters.listing._search), as a
 search of the whole catalog scans ``ix_adapters_search_scan`` (0003). The scan needs the
 name at hand: ``adapter_tags`` gets ``full_name`` (copied from the adapter; names never
 change) and, on Postgres, covering indexes make the scans index-only:

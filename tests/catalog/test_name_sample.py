@@ -18,14 +18,14 @@ import pytest
 from sqlalchemy import insert
 from sqlalchemy.dialects import sqlite
 
-from mol_catalog.adapters import repository as repo
+from mol_catalog.adapters import listing
 from mol_catalog.adapters.name_sample import NameSample
 from mol_catalog.db import Database, Reader, migrate
 from mol_catalog.models import Adapter, BaseLLM, Namespace
 
 
 class NoDatabase:
-    """Stands for the database when ``repo.sample_names`` is faked: reads yield nothing."""
+    """Stands for the database when ``listing.sample_names`` is faked: reads yield nothing."""
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[None]:
@@ -50,7 +50,7 @@ def _row(i: int) -> tuple[Any, ...]:
 
 async def _search(rare: bool, answers: list[list[Sequence[Any]]]) -> tuple[list[int], list[str]]:
     raw = _Recorder(answers)
-    rows = await repo.list_adapters(Reader(sqlite.dialect(), raw=raw), after=None, limit=3,
+    rows = await listing.list_adapters(Reader(sqlite.dialect(), raw=raw), after=None, limit=3,
                                     tag=None, base_name=None, base_model_id=None, q="n",
                                     namespaces=None, window=100, rare=rare)
     return [i for i, _ in rows], raw.sql
@@ -126,10 +126,10 @@ async def test_sample_loads_refreshes_and_survives_failures(tmp_path: Path,
             await asyncio.sleep(0.02)
         assert not rare("gamma")
 
-        async def broken(*_args: Any) -> list[repo.Sampled]:
+        async def broken(*_args: Any) -> list[listing.Sampled]:
             raise RuntimeError("db down")
 
-        monkeypatch.setattr(repo, "sample_names", broken)
+        monkeypatch.setattr(listing, "sample_names", broken)
         await asyncio.sleep(0.1)
         await sample.ensure(db)
         await asyncio.sleep(0.05)
@@ -156,11 +156,11 @@ async def test_the_cheaper_way_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     index goes first when fetching every match costs less than scanning for a page."""
     names = ["x-acme"] * 20 + ["x-bolt"] * 2 + ["x-core"] * 5 + ["x-other"] * 3973
 
-    async def fake(_conn: Any, count: int) -> tuple[list[repo.Sampled], int]:
+    async def fake(_conn: Any, count: int) -> tuple[list[listing.Sampled], int]:
         assert count == 4000
-        return [repo.Sampled(f"ns/{n}", "b", []) for n in names], 1_000_000
+        return [listing.Sampled(f"ns/{n}", "b", []) for n in names], 1_000_000
 
-    monkeypatch.setattr(repo, "sample_names", fake)
+    monkeypatch.setattr(listing, "sample_names", fake)
 
     sample = NameSample()
     await sample.ensure(NoDatabase())  # type: ignore[arg-type]
@@ -176,14 +176,14 @@ async def test_a_filter_changes_the_guess(monkeypatch: pytest.MonkeyPatch) -> No
     """Under a filter the scan reads that filter's adapters: all of them when they are no
     more than a window (no index needed); none fill a page when the term, common
     elsewhere, never shows up there in the sample, so the index goes first."""
-    rows = ([repo.Sampled(f"team-a/x-acme-{i}", "llama", ["chat"]) for i in range(200)]
-            + [repo.Sampled(f"team-b/x-other-{i}", "qwen", ["chat"]) for i in range(3790)]
-            + [repo.Sampled(f"tiny/x-acme-{i}", "llama", ["code"]) for i in range(10)])
+    rows = ([listing.Sampled(f"team-a/x-acme-{i}", "llama", ["chat"]) for i in range(200)]
+            + [listing.Sampled(f"team-b/x-other-{i}", "qwen", ["chat"]) for i in range(3790)]
+            + [listing.Sampled(f"tiny/x-acme-{i}", "llama", ["code"]) for i in range(10)])
 
-    async def fake(_conn: Any, count: int) -> tuple[list[repo.Sampled], int]:
+    async def fake(_conn: Any, count: int) -> tuple[list[listing.Sampled], int]:
         return rows, 1_000_000
 
-    monkeypatch.setattr(repo, "sample_names", fake)
+    monkeypatch.setattr(listing, "sample_names", fake)
 
 
     sample = NameSample()
@@ -203,14 +203,14 @@ async def test_concurrent_first_searches_share_one_load(monkeypatch: pytest.Monk
     calls = 0
     gate = asyncio.Event()
 
-    async def slow(_conn: Any, _count: int) -> tuple[list[repo.Sampled], int]:
+    async def slow(_conn: Any, _count: int) -> tuple[list[listing.Sampled], int]:
         nonlocal calls
         calls += 1
         await gate.wait()
-        return [repo.Sampled("ns/x-acme", "b", [])], 1
+        return [listing.Sampled("ns/x-acme", "b", [])], 1
 
 
-    monkeypatch.setattr(repo, "sample_names", slow)
+    monkeypatch.setattr(listing, "sample_names", slow)
     sample = NameSample()
     waiting = [asyncio.create_task(sample.ensure(NoDatabase())) for _ in range(5)]  # type: ignore[arg-type]
     await asyncio.sleep(0.01)
@@ -224,12 +224,12 @@ async def test_the_app_start_loads_the_sample_so_no_search_pays_for_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
     calls = 0
 
-    async def fake(_conn: Any, _count: int) -> tuple[list[repo.Sampled], int]:
+    async def fake(_conn: Any, _count: int) -> tuple[list[listing.Sampled], int]:
         nonlocal calls
         calls += 1
-        return [repo.Sampled("ns/x-acme", "b", [])], 1
+        return [listing.Sampled("ns/x-acme", "b", [])], 1
 
-    monkeypatch.setattr(repo, "sample_names", fake)
+    monkeypatch.setattr(listing, "sample_names", fake)
     sample = NameSample()
     sample.preload(NoDatabase())  # type: ignore[arg-type]
     sample.preload(NoDatabase())  # type: ignore[arg-type]  # one load in flight at most

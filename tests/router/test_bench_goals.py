@@ -11,7 +11,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _fleet import RunResult  # noqa: E402
 from _floor import Floor  # noqa: E402
 from _prefix_bound import HitRate  # noqa: E402
-from routing import BASELINE, OURS, PRECISE, goals  # noqa: E402
+from _routing_goals import BASELINE, OURS, PRECISE, goals  # noqa: E402
 
 
 def _results(loads: int) -> dict[str, RunResult]:

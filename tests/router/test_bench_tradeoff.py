@@ -12,9 +12,9 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from _fleet import FleetShape, RunResult  # noqa: E402
 from _prefix_bound import HitRate  # noqa: E402
+from _routing_goals import Floors  # noqa: E402
 from _routing_rows import goodput  # noqa: E402
 from _workload import Arrival  # noqa: E402
-from routing import Floors  # noqa: E402
 from routing_tradeoff import hit_judge, judge, parse, sweeps  # noqa: E402
 
 SHAPE = FleetShape(replicas=2, max_loras=1, max_num_seqs=4, ttft_s=0.05, itl_s=0.01,

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import time
 
-from mol_catalog.adapters import repository as repo
+from mol_catalog.adapters import listing
 from mol_catalog.db import Database
 
 log = logging.getLogger("mol_catalog")
@@ -51,7 +51,7 @@ class NameSample:
         From the sample: about ``matches`` adapters contain the term, so a scan reads
         about ``limit / selectivity`` entries (at most ``window``) and the index fetches
         and checks every match, each ~RECHECK_COST times a scanned entry. ``within``: the
-        filter whose adapters the search scans (``repo.scanned_filter``; None: all). When
+        filter whose adapters the search scans (``listing.scanned_filter``; None: all). When
         it holds no more than a window, the scan reads them all and the index is never
         needed; when none of its sampled adapters has the term although the term's share
         promised ``ABSENT`` or more, the term shuns the filter (a base it was never
@@ -111,7 +111,7 @@ class NameSample:
 
     async def _load(self, db: Database) -> None:
         async with db.read() as conn:
-            rows, self._table_size = await repo.sample_names(conn, self.size)
+            rows, self._table_size = await listing.sample_names(conn, self.size)
         groups: dict[tuple[str, str], list[str]] = {}
         for row in rows:
             keys = [("base", row.base_name), ("namespace", row.full_name.partition("/")[0])]

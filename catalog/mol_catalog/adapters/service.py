@@ -6,7 +6,7 @@ import dataclasses
 from datetime import datetime
 from typing import Any
 
-from mol_catalog.adapters import protection, writes
+from mol_catalog.adapters import listing, protection, writes
 from mol_catalog.adapters import repository as repo
 from mol_catalog.adapters.repository import AdapterRow, VersionRow
 from mol_catalog.adapters.schemas import PublishRequest
@@ -284,7 +284,7 @@ async def yank(uow: UnitOfWork, full_name: str, number: int, reason: str) -> dic
 
 
 async def describe(conn: ReadConn, full_name: str) -> dict[str, Any]:
-    item = await repo.adapter_item(conn, full_name)
+    item = await listing.adapter_item(conn, full_name)
     if item is None:
         raise NotFound(f"unknown adapter {full_name!r}")
     adapter_id, body = item
@@ -312,7 +312,7 @@ async def version_detail(conn: ReadConn, full_name: str, number: int) -> dict[st
 
 async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,
                         q: str | None, namespaces: set[str] | None, after: int | None,
-                        limit: int, window: int = repo.SEARCH_WINDOW, rare: bool = False,
+                        limit: int, window: int = listing.SEARCH_WINDOW, rare: bool = False,
                         ) -> tuple[list[dict[str, Any]], int | None]:
     """One page of the listing on a read connection (single statements, no transaction).
 
@@ -328,7 +328,7 @@ async def list_adapters(conn: ReadConn, *, base: str | None, tag: str | None,
             base_id = await base_repo.id_of(conn, base_name, revision)
             if base_id is None:
                 return [], None
-    rows = await repo.list_adapters(conn, after=after, limit=limit + 1, tag=tag,
+    rows = await listing.list_adapters(conn, after=after, limit=limit + 1, tag=tag,
                                     base_name=base_name, base_model_id=base_id, q=q,
                                     namespaces=namespaces, window=window, rare=rare)
     items = [item for _, item in rows[:limit]]
@@ -355,7 +355,7 @@ async def search(catalog: Catalog, who: Principal, *, base: str | None, tag: str
     if searching:
         await catalog.names.ensure(catalog.db)
         rare = catalog.names.rare(str(q).lower(), catalog.settings.search_window, limit + 1,
-                                  repo.scanned_filter(tag, base, namespaces))
+                                  listing.scanned_filter(tag, base, namespaces))
     async with catalog.db.read(generic_plans=searching) as conn:
         return await list_adapters(conn, base=base, tag=tag, q=q, namespaces=namespaces,
                                    after=after, limit=limit,

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated
 
@@ -152,14 +155,48 @@ def events_verb(
         if not follow:
             emit(output, page, lambda: _print_page(page))
             return
-        try:
-            while True:
-                for e in page.items:
-                    _print_event(e, output)
-                after = page.last
-                page = client.events(after=after, limit=limit, wait=FOLLOW_WAIT)
-        except KeyboardInterrupt:
-            raise typer.Exit(0) from None
+        with _interrupt_flag() as interrupted:
+            try:
+                while not interrupted:
+                    for e in page.items:
+                        _print_event(e, output)
+                    after = page.last
+                    page = client.events(after=after, limit=limit, wait=FOLLOW_WAIT)
+            except KeyboardInterrupt:
+                pass
+        raise typer.Exit(0)
+
+
+class _Flag:
+    """Set once; false until then (``while not flag``)."""
+
+    def __init__(self) -> None:
+        self.set = False
+
+    def __bool__(self) -> bool:
+        return self.set
+
+
+@contextlib.contextmanager
+def _interrupt_flag() -> Iterator[_Flag]:
+    """Ctrl-C raises KeyboardInterrupt as usual and also sets the flag: CPython drops an
+    exception raised while a finaliser runs ("Exception ignored in ..."), and then the
+    loop still stops once the long-poll in hand returns."""
+    flag = _Flag()
+
+    def on_sigint(_signum: int, _frame: object) -> None:
+        flag.set = True
+        raise KeyboardInterrupt
+
+    try:
+        previous = signal.signal(signal.SIGINT, on_sigint)
+    except ValueError:  # not the main thread: Ctrl-C is not ours to take
+        yield flag
+        return
+    try:
+        yield flag
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def register_versions(app: typer.Typer) -> None:
