@@ -225,7 +225,7 @@ async def _drive(
             snap = trackers[r].snapshot()
             if not events:
                 return snap
-            return FleetStats.of(snap, snap.demand, snap.prefix, indexes[r])
+            return FleetStats.of(snap, snap.demand, snap.prefix, indexes[r], snap.last_sent)
 
         async def scrape(r: int) -> None:
             tracker = trackers[r]

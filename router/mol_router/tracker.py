@@ -120,7 +120,8 @@ class EngineTracker:
     """Per-engine state for replica picking; see the module docstring.
 
     ``snapshot()`` is cheap (rebuilt only for the engine that changed) and never
-    mutated after it is returned, so a policy may hold it for the whole pick.
+    mutated after it is returned, so a policy may hold it for the whole pick (its
+    demand estimate and send counts are live: read at pick time).
     """
 
     def __init__(
@@ -151,9 +152,11 @@ class EngineTracker:
         self.readmit_after = readmit_after
         self._on_adapter_load = on_adapter_load or (lambda _endpoint: None)
         self._engines: dict[str, _Engine] = {}
+        self._sends = 0
+        self._last_sent: dict[str, int] = {}
         self.demand = Demand(demand_half_life)
         self.prefix = PrefixIndex(prefix_capacity)
-        self._snapshot = FleetStats.of({}, self.demand, self.prefix)
+        self._snapshot = FleetStats.of({}, self.demand, self.prefix, last_sent=self._last_sent)
         self._ready: list[str] = []
         self._task: asyncio.Task[None] | None = None
         self._wake = asyncio.Event()
@@ -167,11 +170,12 @@ class EngineTracker:
         wanted = list(dict.fromkeys(u.rstrip("/") for u in urls))
         for gone in set(self._engines) - set(wanted):
             self.prefix.forget(gone)
+            self._last_sent.pop(gone, None)
         engines = {u: self._engines.get(u) or _Engine() for u in wanted}
         added = any(u not in self._engines for u in wanted)
         self._engines = engines
         self._snapshot = FleetStats.of({u: e.stats() for u, e in engines.items()}, self.demand,
-                                       self.prefix)  # fmt: skip
+                                       self.prefix, last_sent=self._last_sent)  # fmt: skip
         self._ready = [u for u, e in engines.items() if e.ready]
         if added:
             self._wake.set()
@@ -192,7 +196,7 @@ class EngineTracker:
     def _refresh(self, endpoint: str, engine: _Engine) -> None:
         """Replace one engine's entry in a new snapshot (snapshots already handed out
         stay as they were); every readiness change passes here."""
-        snap = FleetStats.of(self._snapshot, self.demand, self.prefix)
+        snap = FleetStats.of(self._snapshot, self.demand, self.prefix, last_sent=self._last_sent)
         old = snap.get(endpoint)
         stats = snap[endpoint] = engine.stats()
         self._snapshot = snap
@@ -211,6 +215,8 @@ class EngineTracker:
         if engine is None:
             return False
         engine.inflight += 1
+        self._sends += 1
+        self._last_sent[endpoint] = self._sends
         self.prefix.record(prefix, endpoint)
         cold = False
         if adapter is not None:

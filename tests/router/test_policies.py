@@ -432,3 +432,42 @@ def test_independent_routers_send_a_session_to_its_home(ours_at_home: int, to_ho
     alone = {e: S(running=1, inflight=1, running_adapters=frozenset({A})) for e in EPS}
     assert make_policy("mol-affinity").pick(EPS, FleetStats.of(alone, Demand(), seen_turn_2),
                                             request) == AWAY  # alone: where it sent turn 2
+
+
+def test_alone_ties_go_to_the_endpoint_sent_to_least_recently() -> None:
+    """Every endpoint runs the adapter and holds the shared prompt, with one request of
+    ours each: the pick is the one this router sent to least recently (its batch lanes
+    hold the oldest requests, which free first)."""
+    index = _router_index(*((ALICE[0], e) for e in EPS))
+    request = RouteRequest(A, prompt_tokens=1000, prefix=ALICE[0])
+    stats = {e: S(running=1, inflight=1, running_adapters=frozenset({A})) for e in EPS}
+    policy = make_policy("mol-affinity")
+
+    def pick(last_sent: dict[str, int]) -> str | None:
+        return policy.pick(EPS, FleetStats.of(stats, Demand(), index, last_sent=last_sent),
+                           request)  # fmt: skip
+
+    assert pick({EPS[0]: 7, EPS[1]: 5, EPS[2]: 9, EPS[3]: 8}) == EPS[1]
+    assert pick({EPS[0]: 7, EPS[1]: 10, EPS[2]: 9, EPS[3]: 8}) == EPS[0]
+    assert pick({EPS[0]: 7, EPS[1]: 10, EPS[2]: 9}) == EPS[3]  # never sent there
+
+
+@pytest.mark.parametrize(
+    ("other_running", "expected"),
+    # alone (scraped queues are ours: traffic share 4/3), the endpoint with a free slot
+    # and nothing of ours costs a copy (2,200 tokens) against three requests ahead; one
+    # of several routers (share 8/3) cannot tell a free slot from another router's
+    # adapter there, and keeps to where the adapter runs
+    [(1, 1), (5, 0)],
+    ids=["alone", "one-of-several"],
+)  # fmt: skip
+def test_alone_it_weighs_every_endpoint_with_room_for_the_adapter(
+    other_running: int, expected: int
+) -> None:
+    eps = EPS[:2]
+    index = _router_index((ALICE[0], eps[0]))
+    request = RouteRequest(A, prompt_tokens=1000, prefix=ALICE[0])
+    stats = {eps[0]: S(running=3, inflight=3, running_adapters=frozenset({A})),
+             eps[1]: S(running=other_running, running_adapters=frozenset({"other/x@v1"}))}
+    snap = FleetStats.of(stats, Demand(), index)
+    assert make_policy("mol-affinity").pick(eps, snap, request) == eps[expected]

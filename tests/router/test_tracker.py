@@ -321,3 +321,19 @@ def test_begin_says_when_a_request_waits_for_a_load() -> None:
     assert t.begin(url, B) is True
     assert t.begin(url, None) is False  # the base model never loads
     assert t.begin("http://unknown", A) is False
+
+
+def test_the_snapshot_tells_which_endpoint_was_sent_to_least_recently() -> None:
+    session: aiohttp.ClientSession = None  # type: ignore[assignment]
+    t = EngineTracker(session, scrape_interval=60)
+    a, b = "http://a:8000", "http://b:8000"
+    t.set_endpoints([a, b])
+    held = t.snapshot()
+    t.begin(a, A)
+    t.begin(b, A)
+    t.end(b, A)  # ends move nothing: the send count is what ages the lanes
+    t.begin(a, None)
+    assert dict(t.snapshot().last_sent) == {b: 2, a: 3}
+    assert held.last_sent[b] < held.last_sent[a]  # live, as the demand estimate is
+    t.set_endpoints([a])
+    assert dict(t.snapshot().last_sent) == {a: 3}

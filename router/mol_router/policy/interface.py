@@ -146,20 +146,26 @@ class FleetStats(dict[str, EngineStats]):
     estimate, read at pick time. Build one with :meth:`of` (dict's own constructor
     keeps copying cheap: the tracker makes one per request's begin and end)."""
 
-    __slots__ = ("demand", "kv_blocks", "prefix")
+    __slots__ = ("demand", "kv_blocks", "last_sent", "prefix")
     demand: Demand | None
     prefix: PrefixIndex | None
     """Where this router sent each prompt prefix lately (None when it keeps no index)."""
     kv_blocks: KvBlockIndex | None
     """What the engines' KV events say each holds (None unless subscribed)."""
+    last_sent: Mapping[str, int]
+    """This router's send count at its latest send to each endpoint (absent: none yet),
+    live like ``demand``: the lower, the older the requests of ours in that engine's
+    batch lanes, and the sooner one of them frees."""
 
     @classmethod
     def of(
         cls, stats: Mapping[str, EngineStats], demand: Demand | None,
         prefix: PrefixIndex | None = None, kv_blocks: KvBlockIndex | None = None,
+        last_sent: Mapping[str, int] | None = None,
     ) -> FleetStats:  # fmt: skip
         snap = cls(stats)
         snap.demand = demand
         snap.prefix = prefix
         snap.kv_blocks = kv_blocks
+        snap.last_sent = last_sent if last_sent is not None else {}
         return snap

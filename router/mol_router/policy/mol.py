@@ -10,10 +10,12 @@ in every router replica. Steps 1-4 pick where the adapter should run; step 0 wei
 that against the endpoints believed to hold a prefix of the prompt:
 
 0. of the endpoints where the router's prefix index (where it sent each prompt prefix
-   lately) believes some prefix of the prompt cached, the one steps 1-4 pick, and the
+   lately) believes some prefix of the prompt cached, the one steps 1-4 pick, the
    first idle one (nothing running, waiting or in flight) with room for the adapter,
-   the one whose first token costs least in prefill-token units: ``queue_tokens`` per
-   request this router has in flight there (times its ``traffic_share``, so that one
+   and, for a router alone (traffic share up to ``LONE_SHARE``), every endpoint with
+   room for it, the one whose first token costs least in prefill-token units:
+   ``queue_tokens`` per request this router has in flight there (times its
+   ``traffic_share``, so that one
    of N independent routers prices the whole queue, not its 1/N of it), plus the
    prompt tokens not cached there, plus, where the adapter is not resident,
    ``copy_tokens`` into an empty slot (a load's engine-wide stall: up to 2,200
@@ -24,6 +26,10 @@ that against the endpoints believed to hold a prefix of the prompt:
    prompt's cost; the idle endpoint keeps a replica that no adapter calls home from
    starving while the others queue (the defaults and these choices measured on the
    routing benchmark's traces, held-out seeds included: docs/replica-picking.md).
+   Ties go to the endpoint this router sent to least recently: its batch lanes hold
+   the oldest requests, which free first (round-robin's one advantage on multi-turn
+   chat, where every replica holds every expert and the shared system prompt, and
+   the history a session leaves behind is worth less than the stagger).
    A router among several (traffic share N > 1) saw only some of a session's turns,
    so its index misses where the others sent the rest; all of them also weigh the
    session's **home**, the rendezvous first for the prompt's session key (the key
@@ -72,6 +78,9 @@ from mol_router.policy.prefix import PrefixIndex, key_chars
 
 CHARS_PER_TOKEN = 4
 """The proxy's estimate of a prompt's tokens from its bytes (``prompt_tokens``)."""
+LONE_SHARE = 1.5
+"""Traffic share up to which a router takes itself to be alone (scrape lag alone reads
+1-1.5): its in-flight counts and slot estimates are then the engines' whole truth."""
 
 
 def has_free_slot(s: EngineStats, adapter: str, share: float = 1.0) -> bool:
@@ -232,14 +241,17 @@ class MolAffinity(EligibleFirst):
         for e in (choice, idle):
             if e is not None and e not in warm:
                 warm.append(e)
+        if share <= LONE_SHARE:  # alone, it sees every slot it fills: any with room may serve
+            warm.extend(e for e in names if e not in warm and has_room(by_name[e], adapter))
         q = self.queue_tokens * share
+        sent = fleet.last_sent
 
         def cost(e: str) -> tuple[float, int]:
             s = by_name[e]
             extra = 0.0
             if adapter is not None and adapter not in s.resident:
                 extra = self.copy_tokens if slot_free(s) else self.load_tokens
-            return (s.inflight * q + total - believed.get(e, 0) + extra, s.load)
+            return (s.inflight * q + total - believed.get(e, 0) + extra, sent.get(e, 0))
 
         return min(warm, key=cost)
 
