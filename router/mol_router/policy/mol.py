@@ -26,10 +26,11 @@ that against the endpoints believed to hold a prefix of the prompt:
    prompt's cost; the idle endpoint keeps a replica that no adapter calls home from
    starving while the others queue (the defaults and these choices measured on the
    routing benchmark's traces, held-out seeds included: docs/replica-picking.md).
-   Ties go to the endpoint this router sent to least recently: its batch lanes hold
-   the oldest requests, which free first (round-robin's one advantage on multi-turn
-   chat, where every replica holds every expert and the shared system prompt, and
-   the history a session leaves behind is worth less than the stagger).
+   Ties go, for a router alone, to the endpoint it sent to least recently: its batch
+   lanes hold the oldest requests, which free first (round-robin's one advantage on
+   multi-turn chat, where every replica can hold every expert and the shared system
+   prompt, and the history a session leaves behind is worth less than the stagger);
+   among several routers, to the least loaded, which their scrapes agree on.
    A router among several (traffic share N > 1) saw only some of a session's turns,
    so its index misses where the others sent the rest; all of them also weigh the
    session's **home**, the rendezvous first for the prompt's session key (the key
@@ -241,17 +242,20 @@ class MolAffinity(EligibleFirst):
         for e in (choice, idle):
             if e is not None and e not in warm:
                 warm.append(e)
-        if share <= LONE_SHARE:  # alone, it sees every slot it fills: any with room may serve
+        lone = share <= LONE_SHARE
+        if lone:  # it sees every slot it fills: any endpoint with room may serve
             warm.extend(e for e in names if e not in warm and has_room(by_name[e], adapter))
         q = self.queue_tokens * share
-        sent = fleet.last_sent
+        # Ties: alone, to where it sent least recently; among several, to the least loaded
+        # (their scrapes agree on it, their send counts do not).
+        tie = fleet.last_sent if lone else {e: s.load for e, s in by_name.items()}
 
         def cost(e: str) -> tuple[float, int]:
             s = by_name[e]
             extra = 0.0
             if adapter is not None and adapter not in s.resident:
                 extra = self.copy_tokens if slot_free(s) else self.load_tokens
-            return (s.inflight * q + total - believed.get(e, 0) + extra, sent.get(e, 0))
+            return (s.inflight * q + total - believed.get(e, 0) + extra, tie.get(e, 0))
 
         return min(warm, key=cost)
 
