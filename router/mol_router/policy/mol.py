@@ -15,8 +15,8 @@ that against the endpoints believed to hold a prefix of the prompt:
    and, for a router alone (traffic share up to ``LONE_SHARE``), every endpoint with
    room for it, the one whose first token costs least in prefill-token units:
    ``queue_tokens`` per request this router has in flight there (times its
-   ``traffic_share``, so that one
-   of N independent routers prices the whole queue, not its 1/N of it), plus the
+   ``traffic_share``, so that one of N independent routers prices the whole queue,
+   not its 1/N of it), plus the
    prompt tokens not cached there, plus, where the adapter is not resident,
    ``copy_tokens`` into an empty slot (a load's engine-wide stall: up to 2,200
    tokens' worth from disk) or ``load_tokens`` when it evicts another adapter. A
@@ -246,16 +246,17 @@ class MolAffinity(EligibleFirst):
         if lone:  # it sees every slot it fills: any endpoint with room may serve
             warm.extend(e for e in names if e not in warm and has_room(by_name[e], adapter))
         q = self.queue_tokens * share
-        # Ties: alone, to where it sent least recently; among several, to the least loaded
-        # (their scrapes agree on it, their send counts do not).
-        tie = fleet.last_sent if lone else {e: s.load for e, s in by_name.items()}
+        sent = fleet.last_sent
 
         def cost(e: str) -> tuple[float, int]:
             s = by_name[e]
             extra = 0.0
             if adapter is not None and adapter not in s.resident:
                 extra = self.copy_tokens if slot_free(s) else self.load_tokens
-            return (s.inflight * q + total - believed.get(e, 0) + extra, tie.get(e, 0))
+            # Ties: alone, to where it sent least recently; among several, to the least
+            # loaded (their scrapes agree on it, their send counts do not).
+            return (s.inflight * q + total - believed.get(e, 0) + extra,
+                    sent.get(e, 0) if lone else s.load)  # fmt: skip
 
         return min(warm, key=cost)
 
