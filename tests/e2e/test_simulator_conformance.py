@@ -278,6 +278,9 @@ def run_over_adapters(url: str, adapters: dict[str, str]) -> list[dict[str, Any]
                 except httpx.HTTPError as e:  # a slow scrape: try again
                     errors.append(f"scrape failed (retried): {e!r}")
                     continue
+                except Exception as e:  # e.g. a family missing: reported below
+                    errors.append(f"scrape: {e!r}")
+                    return
                 during += not done.is_set()
                 time.sleep(0.02)
 
