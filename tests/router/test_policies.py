@@ -412,7 +412,9 @@ def test_session_home(stats: dict[str, EngineStats], expected: str | None) -> No
 @pytest.mark.parametrize(
     ("ours_at_home", "to_home"),
     # 3/4 of 4,000 tokens believed cached at home: less than one more request of ours
-    # in flight there (2,000 tokens times a traffic share of 4)
+    # in flight there (the mean of 2,000 tokens times the traffic share, 3.2 with two of
+    # ours there, and the
+    # scrape, which shows the same 4 everywhere)
     [(1, True), (2, False)],
     ids=["home-as-busy", "home-busier"],
 )
@@ -469,5 +471,27 @@ def test_alone_it_weighs_every_endpoint_with_room_for_the_adapter(
     request = RouteRequest(A, prompt_tokens=1000, prefix=ALICE[0])
     stats = {eps[0]: S(running=3, inflight=3, running_adapters=frozenset({A})),
              eps[1]: S(running=other_running, running_adapters=frozenset({"other/x@v1"}))}
+    snap = FleetStats.of(stats, Demand(), index)
+    assert make_policy("mol-affinity").pick(eps, snap, request) == eps[expected]
+
+
+@pytest.mark.parametrize(
+    ("scraped", "expected"),
+    # Both endpoints run the adapter and hold the prompt; this router has 1 request in
+    # flight on the first and 2 on the second. Alone (the scrape shows its own 3), the
+    # first is cheaper; one of four routers (the scrape shows 12) prices each queue as
+    # the mean of its own count times 4 and the scrape, so the first, where the others
+    # sent 10, costs 7.5 requests against the second's 4.5
+    [((1, 2), 0), ((11, 1), 1), ((5, 7), 0)],
+    ids=["alone-own-count", "one-of-four-sees-the-others", "one-of-four-agrees"],
+)  # fmt: skip
+def test_among_several_routers_the_queue_is_priced_from_both_views(
+    scraped: tuple[int, int], expected: int
+) -> None:
+    eps = EPS[:2]
+    index = _router_index((ALICE[0], eps[0]), (ALICE[0], eps[1]))
+    request = RouteRequest(A, prompt_tokens=1000, prefix=ALICE[0])
+    stats = {e: S(running=r, inflight=i, running_adapters=frozenset({A}))
+             for e, r, i in zip(eps, scraped, (1, 2), strict=True)}  # fmt: skip
     snap = FleetStats.of(stats, Demand(), index)
     assert make_policy("mol-affinity").pick(eps, snap, request) == eps[expected]

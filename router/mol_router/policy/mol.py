@@ -16,7 +16,9 @@ that against the endpoints believed to hold a prefix of the prompt:
    room for it, the one whose first token costs least in prefill-token units:
    ``queue_tokens`` per request this router has in flight there (times its
    ``traffic_share``, so that one of N independent routers prices the whole queue,
-   not its 1/N of it), plus the
+   not its 1/N of it; among several routers, the mean of that and the last scrape's
+   running + waiting there: its own count is fresh but samples about 1/N of the
+   queue, the scrape whole but a second old, and each alone herds), plus the
    prompt tokens not cached there, plus, where the adapter is not resident,
    ``copy_tokens`` into an empty slot (a load's engine-wide stall: up to 2,200
    tokens' worth from disk) or ``load_tokens`` when it evicts another adapter. A
@@ -253,9 +255,14 @@ class MolAffinity(EligibleFirst):
             extra = 0.0
             if adapter is not None and adapter not in s.resident:
                 extra = self.copy_tokens if slot_free(s) else self.load_tokens
+            # Among several: the mean of two views of the whole queue, its own count
+            # times its share (fresh, a 1/N sample) and the scrape (whole, a scrape old).
+            queue = s.inflight * q
+            if not lone:
+                queue = (queue + (s.running + s.waiting) * self.queue_tokens) / 2
             # Ties: alone, to where it sent least recently; among several, to the least
             # loaded (their scrapes agree on it, their send counts do not).
-            return (s.inflight * q + total - believed.get(e, 0) + extra,
+            return (queue + total - believed.get(e, 0) + extra,
                     sent.get(e, 0) if lone else s.load)  # fmt: skip
 
         return min(warm, key=cost)
