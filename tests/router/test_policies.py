@@ -412,9 +412,8 @@ def test_session_home(stats: dict[str, EngineStats], expected: str | None) -> No
 @pytest.mark.parametrize(
     ("ours_at_home", "to_home"),
     # 3/4 of 4,000 tokens believed cached at home: less than one more request of ours
-    # in flight there (the mean of 2,000 tokens times the traffic share, 3.2 with two of
-    # ours there, and the
-    # scrape, which shows the same 4 everywhere)
+    # in flight there (the mean of 2,000 tokens times the traffic share, 3.2 with two
+    # of ours there, and the scrape, which shows the same 4 everywhere)
     [(1, True), (2, False)],
     ids=["home-as-busy", "home-busier"],
 )
