@@ -494,3 +494,25 @@ def test_among_several_routers_the_queue_is_priced_from_both_views(
              for e, r, i in zip(eps, scraped, (1, 2), strict=True)}  # fmt: skip
     snap = FleetStats.of(stats, Demand(), index)
     assert make_policy("mol-affinity").pick(eps, snap, request) == eps[expected]
+
+
+@pytest.mark.parametrize(
+    ("running", "ours", "expected"),
+    # The prompt is cached where the adapter runs (the first endpoint); the second is
+    # idle with a slot believed empty. Alone (the scrape shows only its requests), two
+    # requests ahead cost more than a copy into the empty slot (2,200 tokens); one of
+    # two routers (the scrape shows twice its own) prices the same queue, but a slot it
+    # believes empty may hold the other router's adapter: a load's 5,000 tokens
+    [(2, 2, 1), (2, 1, 0)],
+    ids=["alone-copies-into-the-free-slot", "one-of-two-prices-a-load"],
+)  # fmt: skip
+def test_among_several_routers_a_free_slot_is_priced_as_a_load(
+    running: int, ours: int, expected: int
+) -> None:
+    eps = EPS[:2]
+    index = _router_index((ALICE[0], eps[0]))
+    request = RouteRequest(A, prompt_tokens=1000, prefix=ALICE[0])
+    stats = {eps[0]: S(running=running, inflight=ours, running_adapters=frozenset({A})),
+             eps[1]: S()}  # fmt: skip
+    snap = FleetStats.of(stats, Demand(), index)
+    assert make_policy("mol-affinity").pick(eps, snap, request) == eps[expected]

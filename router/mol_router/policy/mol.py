@@ -21,7 +21,9 @@ that against the endpoints believed to hold a prefix of the prompt:
    queue, the scrape whole but a second old, and each alone herds), plus the
    prompt tokens not cached there, plus, where the adapter is not resident,
    ``copy_tokens`` into an empty slot (a load's engine-wide stall: up to 2,200
-   tokens' worth from disk) or ``load_tokens`` when it evicts another adapter. A
+   tokens' worth from disk) or ``load_tokens`` when it evicts another adapter (always,
+   for a router among several: a slot it believes empty may hold an adapter another
+   router sent there, which its scrapes show only while it runs). A
    session or an agent whose context grows stays where its history is until that
    replica's queue costs more than the history saves. In-flight counts rather than
    scraped queues, as a scrape a second old misreads a replica's queue more than the
@@ -254,7 +256,8 @@ class MolAffinity(EligibleFirst):
             s = by_name[e]
             extra = 0.0
             if adapter is not None and adapter not in s.resident:
-                extra = self.copy_tokens if slot_free(s) else self.load_tokens
+                # Among several, a slot it believes free may hold another's adapter.
+                extra = self.copy_tokens if lone and slot_free(s) else self.load_tokens
             # Among several: the mean of two views of the whole queue, its own count
             # times its share (fresh, a 1/N sample) and the scrape (whole, a scrape old).
             queue = s.inflight * q
