@@ -257,20 +257,26 @@ def figure(outcomes: Sequence[Outcome], shapes: Sequence[str], seeds: Sequence[i
            path: Path, title: str) -> None:  # fmt: skip
     """Per shape, each seed's goodput difference at TTFT <= 1 s, ours less each peer."""
     from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
     fig = Figure(figsize=(4.2 * len(shapes), 3.8), dpi=110)
     axes = fig.subplots(1, len(shapes), squeeze=False)[0]
     for ax, shape in zip(axes, shapes, strict=True):
         table = by_label(outcomes, shape)
+        widest = 1.0
         for j, peer in enumerate(PEERS):
             diffs = [100 * (table[OURS][s].goodput[0] - table[peer][s].goodput[0])
                      for s in seeds]
+            widest = max(widest, *map(abs, diffs))
             ax.scatter(diffs, [j] * len(diffs), s=12, alpha=0.6, color=f"C{j}")
             ax.plot([statistics.fmean(diffs)], [j], marker="|", markersize=16, color="k")
         ax.axvline(0, color="grey", lw=0.8)
         ax.set_yticks(range(len(PEERS)), PEERS if ax is axes[0] else [""] * len(PEERS))
-        ax.set_xscale("symlog", linthresh=2)
-        ax.set_xlabel("ours less peer, goodput TTFT <= 1 s (points)")
+        ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlim(-1.6 * widest, 1.6 * widest)  # nothing clipped at the edges
+        ax.set_xticks([t for t in (-100, -10, -1, 0, 1, 10, 100) if abs(t) <= 1.6 * widest])
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel("ours less peer, goodput (points)")
         ax.set_title(shape, fontsize=9)
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()
@@ -313,7 +319,8 @@ def main(argv: list[str] | None = None) -> int:
                      list(range(args.seeds[0], args.seeds[-1] + 1)) else
                      f"{args.duration:g} s traces, seeds {', '.join(map(str, args.seeds))}")
         figure(outcomes, args.shapes, args.seeds, ROOT / f"docs/img/{SECTION}.png",
-               f"{described}; fleet sized for {args.utilisation:.0%} utilisation")
+               f"Goodput at TTFT <= 1 s, ours less each peer, per seed (|: the mean); "
+               f"{described}, fleet sized for {args.utilisation:.0%} utilisation")
         write_section(ROOT / "docs/benchmarks.md", SECTION, "\n".join([
             "## Routing over many seeds: the goals judged on held-out traces "
             "(`bench/routing_seeds.py`)",
