@@ -103,3 +103,29 @@ def hit_figure(
     ax.set_ylabel("goodput: TTFT <= 1 s (%)")
     ax.legend(fontsize=7, loc="lower left")
     _save(fig, title, path)
+
+
+def seeds_figure(gaps: Mapping[str, Mapping[str, Sequence[float]]], path: Path,
+                 title: str) -> None:  # fmt: skip
+    """Per shape, per peer (``gaps``): each seed's goodput difference, ours less the
+    peer's, in points, and their mean (bench/routing_seeds.py)."""
+    from statistics import fmean
+
+    from matplotlib.ticker import FuncFormatter
+
+    fig = Figure(figsize=(4.2 * len(gaps), 3.8), dpi=110)
+    axes = fig.subplots(1, len(gaps), squeeze=False)[0]
+    for ax, (shape, peers) in zip(axes, gaps.items(), strict=True):
+        widest = max([1.0, *(abs(d) for diffs in peers.values() for d in diffs)])
+        for j, diffs in enumerate(peers.values()):
+            ax.scatter(diffs, [j] * len(diffs), s=12, alpha=0.6, color=f"C{j}")
+            ax.plot([fmean(diffs)], [j], marker="|", markersize=16, color="k")
+        ax.axvline(0, color="grey", lw=0.8)
+        ax.set_yticks(range(len(peers)), list(peers) if ax is axes[0] else [""] * len(peers))
+        ax.set_xscale("symlog", linthresh=1)
+        ax.set_xlim(-1.6 * widest, 1.6 * widest)  # nothing clipped at the edges
+        ax.set_xticks([t for t in (-100, -10, -1, 0, 1, 10, 100) if abs(t) <= 1.6 * widest])
+        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+        ax.set_xlabel("ours less peer, goodput (points)")
+        ax.set_title(shape, fontsize=9)
+    _save(fig, title, path)

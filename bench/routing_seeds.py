@@ -46,8 +46,7 @@ from _machine import machine_info
 from _report import write_section
 from _routing_goals import BASELINE, LLMD, OURS, PRECISE
 from _routing_rows import SLOS, goodput, hit_rate
-from _workload import to_line
-from traces import SHAPES
+from traces import SHAPES, write
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "routing-seeds"
@@ -133,8 +132,7 @@ def runs(routers: int) -> list[tuple[str, str, int]]:
 def write_trace(shape: str, seed: int, duration: float, folder: Path) -> Path:
     """The seed's trace as bench/traces.py writes it (so a seed replays with --trace)."""
     path = folder / f"{shape}-s{seed}.jsonl"
-    arrivals = SHAPES[shape](duration=duration, seed=seed)
-    path.write_text("".join(json.dumps(to_line(a)) + "\n" for a in arrivals), encoding="utf-8")
+    write(path, SHAPES[shape](duration=duration, seed=seed))
     return path
 
 
@@ -253,35 +251,16 @@ def shape_report(shape: str, table: Table, seeds: Sequence[int], routers: int) -
     return [*lines, "", *judged]
 
 
-def figure(outcomes: Sequence[Outcome], shapes: Sequence[str], seeds: Sequence[int],
-           path: Path, title: str) -> None:  # fmt: skip
-    """Per shape, each seed's goodput difference at TTFT <= 1 s, ours less each peer."""
-    from matplotlib.figure import Figure
-    from matplotlib.ticker import FuncFormatter
-
-    fig = Figure(figsize=(4.2 * len(shapes), 3.8), dpi=110)
-    axes = fig.subplots(1, len(shapes), squeeze=False)[0]
-    for ax, shape in zip(axes, shapes, strict=True):
+def goodput_gaps(outcomes: Sequence[Outcome], shapes: Sequence[str],
+                 seeds: Sequence[int]) -> dict[str, dict[str, list[float]]]:  # fmt: skip
+    """Per shape, per peer: each seed's goodput at TTFT <= 1 s, ours less the peer's,
+    in points (what the figure plots)."""
+    out: dict[str, dict[str, list[float]]] = {}
+    for shape in shapes:
         table = by_label(outcomes, shape)
-        widest = 1.0
-        for j, peer in enumerate(PEERS):
-            diffs = [100 * (table[OURS][s].goodput[0] - table[peer][s].goodput[0])
-                     for s in seeds]
-            widest = max(widest, *map(abs, diffs))
-            ax.scatter(diffs, [j] * len(diffs), s=12, alpha=0.6, color=f"C{j}")
-            ax.plot([statistics.fmean(diffs)], [j], marker="|", markersize=16, color="k")
-        ax.axvline(0, color="grey", lw=0.8)
-        ax.set_yticks(range(len(PEERS)), PEERS if ax is axes[0] else [""] * len(PEERS))
-        ax.set_xscale("symlog", linthresh=1)
-        ax.set_xlim(-1.6 * widest, 1.6 * widest)  # nothing clipped at the edges
-        ax.set_xticks([t for t in (-100, -10, -1, 0, 1, 10, 100) if abs(t) <= 1.6 * widest])
-        ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.set_xlabel("ours less peer, goodput (points)")
-        ax.set_title(shape, fontsize=9)
-    fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+        out[shape] = {p: [100 * (table[OURS][s].goodput[0] - table[p][s].goodput[0])
+                          for s in seeds] for p in PEERS}  # fmt: skip
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -318,7 +297,10 @@ def main(argv: list[str] | None = None) -> int:
                      f"{args.seeds[0]}-{args.seeds[-1]}" if args.seeds ==
                      list(range(args.seeds[0], args.seeds[-1] + 1)) else
                      f"{args.duration:g} s traces, seeds {', '.join(map(str, args.seeds))}")
-        figure(outcomes, args.shapes, args.seeds, ROOT / f"docs/img/{SECTION}.png",
+        from _plot import seeds_figure
+
+        seeds_figure(goodput_gaps(outcomes, args.shapes, args.seeds),
+                     ROOT / f"docs/img/{SECTION}.png",
                f"Goodput at TTFT <= 1 s, ours less each peer, per seed (|: the mean); "
                f"{described}, fleet sized for {args.utilisation:.0%} utilisation")
         write_section(ROOT / "docs/benchmarks.md", SECTION, "\n".join([

@@ -126,6 +126,14 @@ SHAPES: dict[str, Callable[..., list[Arrival]]] = {
 }  # fmt: skip
 
 
+def write(path: Path, arrivals: list[Arrival]) -> list[Arrival]:
+    """``arrivals`` as a JSONL trace at ``path`` (``--trace``'s input); returns them."""
+    with path.open("w", encoding="utf-8") as f:
+        for a in arrivals:
+            f.write(json.dumps(to_line(a)) + "\n")
+    return arrivals
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("shape", choices=sorted(SHAPES), help="which workload")
@@ -135,10 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.duration <= 0:
         p.error("--duration must be > 0")
-    arrivals = SHAPES[args.shape](duration=args.duration, seed=args.seed)
-    with args.out.open("w", encoding="utf-8") as f:
-        for a in arrivals:
-            f.write(json.dumps(to_line(a)) + "\n")
+    arrivals = write(args.out, SHAPES[args.shape](duration=args.duration, seed=args.seed))
     tokens = sum(a.prompt_tokens for a in arrivals)
     print(f"{args.out}: {len(arrivals):,} requests, {tokens:,} prompt tokens")
     return 0
