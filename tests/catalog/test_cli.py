@@ -544,12 +544,17 @@ def test_ctrl_c_stops_the_follow_loop_even_where_python_drops_the_interrupt(
         def __del__(self) -> None:
             os.kill(os.getpid(), signal.SIGINT)
 
-    with _interrupt_flag() as interrupted:
-        assert not interrupted
-        Finalised()  # dropped at once: the handler runs inside __del__
-        assert interrupted
-    assert [d.exc_type for d in dropped] == [KeyboardInterrupt]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    # As in a terminal, whatever the test process inherited (a background job's is SIG_IGN).
+    inherited = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with _interrupt_flag() as interrupted:
+            assert not interrupted
+            Finalised()  # dropped at once: the handler runs inside __del__
+            assert interrupted
+        assert [d.exc_type for d in dropped] == [KeyboardInterrupt]
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, inherited)
 
 
 def test_protected_alias_refused_by_publish_and_alias_set_then_forced(
