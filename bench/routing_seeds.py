@@ -14,7 +14,10 @@ on bench/routing.py's virtual clock and defaults, and reports per shape:
   (Student's t over the seeds) and the seeds ours wins, ties and loses;
 - `--routers` independent routers against one, per seed: loads and hit-rate ratios
   against the goal (<= 1.15x the loads, >= 0.95x the hit rate), in how many seeds
-  both hold.
+  both hold;
+- with `--ours-kv-events`, the same for ours told what is cached by the engines' KV
+  events (`mol-affinity+kv-events`, one router and `--routers`; bench/routing.py's
+  variant), to tell what subscribing to them would buy independent routers.
 
 The default seeds, 6-25, are none that tuned the policy (seeds 1-3 did; 4-5 were held
 out then). `python bench/routing_seeds.py [--seeds 6-25] [--jobs 2] [--write]`;
@@ -41,7 +44,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _fleet import run_policy
+from _fleet import OursWithKvEvents, run_policy
 from _machine import machine_info
 from _report import write_section
 from _routing_goals import BASELINE, LLMD, OURS, PRECISE
@@ -51,6 +54,7 @@ from traces import SHAPES, write
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "routing-seeds"
 PEERS = (PRECISE, LLMD, BASELINE, "least-loaded", "round-robin")
+OURS_KV = OursWithKvEvents.name
 # Student's t, two-sided 95%, by degrees of freedom (between rows: the smaller df's,
 # which is wider: the interval errs wide, never narrow).
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
@@ -101,6 +105,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--jobs", type=int, default=2, help="runs at once (processes)")
     p.add_argument("--ours-knobs", type=json.loads, default={}, metavar="JSON",
                    help="mol-affinity's knobs (default: its own defaults)")
+    p.add_argument("--ours-kv-events", action="store_true",
+                   help=f"also run {OURS_KV} (one router and --routers): ours told what is "
+                   "cached by the engines' KV events instead of its own prefix index")
     p.add_argument("--write", action="store_true",
                    help=f"write docs/benchmarks.md's {SECTION} section and its figure")
     args = p.parse_args(argv)
@@ -123,10 +130,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def runs(routers: int) -> list[tuple[str, str, int]]:
+def runs(routers: int, kv_events: bool = False) -> list[tuple[str, str, int]]:
     """(label, policy, router replicas) of every run on a trace."""
-    return [(OURS, OURS, 1), (f"{OURS} x{routers}", OURS, routers),
+    ours = (OURS, OURS_KV) if kv_events else (OURS,)
+    return [*((run_label(o, n), o, n) for o in ours for n in (1, routers)),
             *((p, p, 1) for p in PEERS)]  # fmt: skip
+
+
+def run_label(policy: str, routers: int) -> str:
+    """A run's label: the policy, with `` xN`` for N independent routers."""
+    return policy if routers == 1 else f"{policy} x{routers}"
 
 
 def write_trace(shape: str, seed: int, duration: float, folder: Path) -> Path:
@@ -144,7 +157,8 @@ def run_one(trace: Path, shape: str, seed: int, label: str, policy: str, routers
     args = routing.parse_args(["--trace", str(trace), "--utilisation", str(utilisation),
                                "--no-http", "--no-half-kv"])  # fmt: skip
     fleet, arrivals, _ = routing.setup(args)
-    r = run_policy(label, policy, routers, arrivals, fleet, knobs if policy == OURS else None)
+    r = run_policy(label, policy, routers, arrivals, fleet,
+                   knobs if policy in (OURS, OURS_KV) else None)
     return Outcome(shape, seed, label, r.requests, tuple(goodput(r, s) for s in SLOS),
                    hit_rate(r), r.loads_per_1000)  # fmt: skip
 
@@ -200,8 +214,8 @@ def pts(v: float) -> str:
 
 def shape_report(shape: str, table: Table, seeds: Sequence[int], routers: int) -> list[str]:
     """The shape's tables and goal lines."""
-    many = f"{OURS} x{routers}"
-    labels = [OURS, many, *PEERS]
+    ours_runs = [o for o in (OURS, OURS_KV) if o in table]
+    labels = [*(run_label(o, n) for o in ours_runs for n in (1, routers)), *PEERS]
     good = " | ".join(f"goodput TTFT <= {s:g} s" for s in SLOS)
     lines = [f"### `{shape}`, {len(seeds)} seeds", "",
              f"| policy | {good} | prefix hit rate | adapter loads / 1,000 |",
@@ -238,17 +252,22 @@ def shape_report(shape: str, table: Table, seeds: Sequence[int], routers: int) -
                       f"{pts(d.mean)} points on average [{pts(d.low)}, "
                       f"{pts(d.mean + d.half_width)}], ours ahead on {d.wins} of "
                       f"{len(seeds)} seeds and behind on {d.losses}: {verdict}")
-    loads = [table[many][s].loads_per_1000 / max(table[OURS][s].loads_per_1000, 1e-9)
-             for s in seeds]
-    hits = [table[many][s].hit_rate / max(table[OURS][s].hit_rate, 1e-9) for s in seeds]
-    both = sum(a <= 1.15 and b >= 0.95 for a, b in zip(loads, hits, strict=True))
-    judged.append(
-        f"- {routers} independent routers <= 1.15x the loads and >= 0.95x the hit rate of "
-        f"one: loads median {statistics.median(loads):.2f}x ({min(loads):.2f}-"
-        f"{max(loads):.2f}x), hit rate median {statistics.median(hits):.2f}x "
-        f"({min(hits):.2f}-{max(hits):.2f}x); both on {both} of {len(seeds)} seeds: "
-        + ("met" if both == len(seeds) else "**not met**"))
+    judged += [routers_line(table, o, seeds, routers) for o in ours_runs]
     return [*lines, "", *judged]
+
+
+def routers_line(table: Table, policy: str, seeds: Sequence[int], routers: int) -> str:
+    """The goal line of ``routers`` independent routers of ``policy`` against one."""
+    one, many = table[policy], table[run_label(policy, routers)]
+    loads = [many[s].loads_per_1000 / max(one[s].loads_per_1000, 1e-9) for s in seeds]
+    hits = [many[s].hit_rate / max(one[s].hit_rate, 1e-9) for s in seeds]
+    both = sum(a <= 1.15 and b >= 0.95 for a, b in zip(loads, hits, strict=True))
+    who = "" if policy == OURS else f" ({policy})"
+    return (f"- {routers} independent routers{who} <= 1.15x the loads and >= 0.95x the hit "
+            f"rate of one: loads median {statistics.median(loads):.2f}x ({min(loads):.2f}-"
+            f"{max(loads):.2f}x), hit rate median {statistics.median(hits):.2f}x "
+            f"({min(hits):.2f}-{max(hits):.2f}x); both on {both} of {len(seeds)} seeds: "
+            + ("met" if both == len(seeds) else "**not met**"))
 
 
 def goodput_gaps(outcomes: Sequence[Outcome], shapes: Sequence[str],
@@ -267,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     started = time.monotonic()
-    plan = runs(args.routers)
+    plan = runs(args.routers, args.ours_kv_events)
     outcomes: list[Outcome] = []
     with tempfile.TemporaryDirectory(prefix="mol-routing-seeds-") as tmp:
         traces = {(shape, seed): write_trace(shape, seed, args.duration, Path(tmp))

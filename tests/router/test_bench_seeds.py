@@ -17,6 +17,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _routing_goals import OURS  # noqa: E402
 from _workload import load_trace  # noqa: E402
 from routing_seeds import (  # noqa: E402
+    OURS_KV,
     PEERS,
     Outcome,
     by_label,
@@ -112,3 +113,29 @@ def test_a_short_run_reports_every_policy_on_every_seed(capsys: pytest.CaptureFi
     for label in (OURS, f"{OURS} x4", *PEERS):
         assert f"| {label} | " in out
     assert "- highest goodput at TTFT <= 1 s: the closest peer" in out
+
+
+def test_kv_events_runs_are_judged_against_their_own_lone_router() -> None:
+    outcomes = _outcomes("tenants", [0.95, 0.96, 0.97], [0.2, 0.2, 0.2], [130, 125, 120])
+    for seed, many in enumerate((110, 114, 120), 1):  # x4 against one router's 100
+        outcomes.append(Outcome("tenants", seed, OURS_KV, 100, (0.97, 1.0), 0.8, 100.0))
+        outcomes.append(Outcome("tenants", seed, f"{OURS_KV} x4", 100, (0.96, 1.0), 0.78,
+                                float(many)))  # fmt: skip
+    lines = shape_report("tenants", by_label(outcomes, "tenants"), [1, 2, 3], 4)
+    assert f"| {OURS_KV} x4 | 96.0% | 100.0% | 78.0% | 115 |" in lines
+    plain, kv = (x for x in lines if "independent routers" in x)
+    assert "loads median 1.25x" in plain and plain.endswith("both on 0 of 3 seeds: **not met**")
+    assert f"routers ({OURS_KV}) <=" in kv
+    assert "loads median 1.14x (1.10-1.20x), hit rate median 0.97x" in kv
+    assert kv.endswith("both on 2 of 3 seeds: **not met**")
+
+
+def test_a_short_run_with_kv_events_adds_both_of_its_runs(capsys: pytest.CaptureFixture[str]
+                                                          ) -> None:  # fmt: skip
+    assert main(["--shapes", "agents", "--seeds", "1-2", "--duration", "4", "--jobs", "1",
+                 "--ours-kv-events"]) == 0  # fmt: skip
+    out = capsys.readouterr().out
+    assert "[18/18]" in out  # 2 seeds x (ours and the KV variant, one and x4, 5 peers)
+    for label in (OURS_KV, f"{OURS_KV} x4"):
+        assert f"| {label} | " in out
+    assert f"- 4 independent routers ({OURS_KV}) <= 1.15x the loads" in out
