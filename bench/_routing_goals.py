@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from _fleet import FleetShape, RunResult
+from _fleet import FleetShape, OursWithKvEvents, RunResult
 from _floor import Fleet, Floor, load_floor, online_floor
 from _prefix_bound import HitRate, ideal, placement_bound, trace_hashes
 from _routing_rows import SLOS, goodput, hit_rate
@@ -16,6 +16,8 @@ BASELINE = "gie-lora-affinity"
 LLMD = "llmd-lora-load-state"
 PRECISE = "llmd-precise-prefix"
 OURS = "mol-affinity"
+OURS_KV = OursWithKvEvents.name
+"""Ours told what is cached by the engines' KV events (bench-only variant)."""
 
 
 def longest_wait(r: RunResult, shape: FleetShape) -> float:

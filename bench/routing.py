@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _fleet import FleetShape, OursWithKvEvents, RunResult, run_policy
+from _fleet import FleetShape, RunResult, run_policy
 from _kvcapacity import H100_LLAMA3_8B_BLOCKS
 from _machine import machine_info
 from _report import write_section
@@ -41,6 +41,7 @@ from _routing_goals import (
     BASELINE,
     LLMD,
     OURS,
+    OURS_KV,
     PRECISE,
     floors,
     goals,
@@ -61,7 +62,6 @@ from _workload import Arrival, load_trace, synthetic
 from mol_router.policy import make_policy
 
 ROOT = Path(__file__).resolve().parents[1]
-OURS_KV = OursWithKvEvents.name
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -20,7 +20,7 @@ on bench/routing.py's virtual clock and defaults, and reports per shape:
   variant), to tell what subscribing to them would buy independent routers.
 
 The default seeds, 6-25, are none that tuned the policy (seeds 1-3 did; 4-5 were held
-out then). `python bench/routing_seeds.py [--seeds 6-25] [--jobs 2] [--write]`;
+out then). `python bench/routing_seeds.py [--seeds 6-25] [--jobs 2] [--ours-kv-events] [--write]`;
 `--write` replaces docs/benchmarks.md's `routing-seeds` section and writes
 docs/img/routing-seeds.png (each seed's goodput difference, ours less each peer).
 """
@@ -44,17 +44,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _fleet import OursWithKvEvents, run_policy
+from _fleet import run_policy
 from _machine import machine_info
 from _report import write_section
-from _routing_goals import BASELINE, LLMD, OURS, PRECISE
+from _routing_goals import BASELINE, LLMD, OURS, OURS_KV, PRECISE
 from _routing_rows import SLOS, goodput, hit_rate
 from traces import SHAPES, write
 
 ROOT = Path(__file__).resolve().parents[1]
 SECTION = "routing-seeds"
 PEERS = (PRECISE, LLMD, BASELINE, "least-loaded", "round-robin")
-OURS_KV = OursWithKvEvents.name
 # Student's t, two-sided 95%, by degrees of freedom (between rows: the smaller df's,
 # which is wider: the interval errs wide, never narrow).
 _T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,

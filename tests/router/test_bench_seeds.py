@@ -14,10 +14,9 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _routing_goals import OURS  # noqa: E402
+from _routing_goals import OURS, OURS_KV  # noqa: E402
 from _workload import load_trace  # noqa: E402
 from routing_seeds import (  # noqa: E402
-    OURS_KV,
     PEERS,
     Outcome,
     by_label,
