@@ -3,8 +3,9 @@
 Built-in kinds (Deployment, Service, ConfigMap, PodDisruptionBudget, ...) go through
 ``kubernetes_validate`` in strict mode (unknown fields are errors). Custom resources
 go through ``jsonschema`` against their CRD's ``openAPIV3Schema``, found in the CRD
-folders (``$MOL_CRD_DIRS``, ``os.pathsep``-separated; else the third-party CRDs in
-``../shared/schemas/crds`` beside the clone and the chart's ``charts/mol-platform/files/crds``).
+folders (``$MOL_CRD_DIRS``, ``os.pathsep``-separated; else the third-party CRDs vendored
+in ``mol_testkit/crds`` (sources, versions and licence in its README) and the chart's
+``charts/mol-platform/files/crds``). Nothing outside the repository is read.
 CRD schemas are made strict the way an API server with ``fieldValidation=Strict``
 behaves: an object schema with ``properties`` rejects unknown fields unless it says
 ``x-kubernetes-preserve-unknown-fields``; ``nullable`` allows null.
@@ -23,7 +24,7 @@ import kubernetes_validate
 import yaml
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-SHARED_CRDS = REPO_ROOT.parent / "shared" / "schemas" / "crds"
+THIRD_PARTY_CRDS = Path(__file__).resolve().parent / "crds"
 CHART_CRDS = REPO_ROOT / "charts" / "mol-platform" / "files" / "crds"
 
 
@@ -35,7 +36,7 @@ def crd_dirs() -> list[Path]:
     env = os.environ.get("MOL_CRD_DIRS")
     if env:
         return [Path(p) for p in env.split(os.pathsep) if p]
-    return [SHARED_CRDS, CHART_CRDS]
+    return [THIRD_PARTY_CRDS, CHART_CRDS]
 
 
 _Loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)

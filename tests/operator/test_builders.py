@@ -17,7 +17,6 @@ from mol_testkit.kube_validate import validate_builtin, validate_custom_resource
 from mol_testkit.pod_security import pod_spec_of, restricted_violations
 
 ROOT = Path(__file__).resolve().parents[2]
-SCHEMAS = ROOT.parent / "shared" / "schemas" / "crds"
 CUSTOM = {"ScaledObject", "ServiceMonitor", "LLMInferenceService"}
 
 
@@ -71,10 +70,6 @@ CHART_DEFAULTS = Defaults(prometheus_url="http://prometheus:9090", network_polic
                           operator_namespace="mol-system",
                           operator_pod_labels={"app.kubernetes.io/component": "operator"},
                           monitor_labels={"release": "kube-prometheus-stack"})
-
-
-def test_crd_schemas_are_there() -> None:
-    assert (SCHEMAS / "serving.kserve.io_llminferenceservices.yaml").exists()
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))

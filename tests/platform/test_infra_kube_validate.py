@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import copy
 import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mol_testkit.kube_validate import (
-    SHARED_CRDS,
+    REPO_ROOT,
     ManifestError,
+    crd_dirs,
     custom_resource_errors,
+    find_crd_schema,
     validate_builtin,
     validate_custom_resource,
     validate_manifest,
@@ -68,15 +74,6 @@ def test_builtin_other_kinds() -> None:
                           "spec": {"ports": [{"port": "http"}]}})
 
 
-# The third-party CRDs live beside the clone (../shared/schemas, see its README): a clone
-# elsewhere skips these with a message; CI has the folder.
-needs_crds = pytest.mark.skipif(
-    not SHARED_CRDS.is_dir() and "MOL_CRD_DIRS" not in os.environ,
-    reason=f"third-party CRD schemas not found at {SHARED_CRDS} (or set MOL_CRD_DIRS)",
-)
-
-
-@needs_crds
 def test_custom_resource_good_and_bad() -> None:
     validate_custom_resource(SCALED_OBJECT)
     bad = copy.deepcopy(SCALED_OBJECT)
@@ -89,7 +86,6 @@ def test_custom_resource_good_and_bad() -> None:
         validate_custom_resource(bad)
 
 
-@needs_crds
 def test_monitoring_and_kserve_kinds() -> None:
     monitor: dict[str, Any] = {"apiVersion": "monitoring.coreos.com/v1", "kind": "ServiceMonitor",
                "metadata": {"name": "router"},
@@ -119,3 +115,51 @@ def test_explicit_schema_and_unknown_kind() -> None:
         validate_custom_resource({**mold, "spec": {}}, schema)
     with pytest.raises(LookupError, match="no CRD schema"):
         validate_custom_resource({"apiVersion": "example.com/v1", "kind": "Nope"})
+
+
+def test_schemas_come_from_inside_the_repository() -> None:
+    """A clone, a fork or a packaged source tree has nothing beside it: every folder the
+    loader searches by default lies inside the repository, and the kinds the operator and
+    the chart render are all found there."""
+    root = REPO_ROOT.resolve()
+    for folder in crd_dirs():
+        assert folder.resolve().is_relative_to(root), folder
+        assert folder.is_dir(), folder
+    for group, version, kind in [("keda.sh", "v1alpha1", "ScaledObject"),
+                                 ("monitoring.coreos.com", "v1", "ServiceMonitor"),
+                                 ("monitoring.coreos.com", "v1", "PodMonitor"),
+                                 ("monitoring.coreos.com", "v1", "PrometheusRule"),
+                                 ("serving.kserve.io", "v1beta1", "InferenceService"),
+                                 ("serving.kserve.io", "v1alpha1", "ServingRuntime"),
+                                 ("serving.kserve.io", "v1alpha1", "LLMInferenceService")]:
+        assert find_crd_schema(group, version, kind) is not None, kind
+
+
+def test_schema_tests_pass_from_a_copy_with_nothing_beside_it(tmp_path: Path) -> None:
+    """The schema-reading tests run from a copy of the tracked tree placed in an empty
+    folder (no sibling folders at all), importing the copy's packages, not this clone's."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=REPO_ROOT, check=True,
+                            capture_output=True).stdout.decode().split("\0")
+    copy_root = tmp_path / "alone" / "mol-platform"
+    for name in filter(None, listed):
+        src = REPO_ROOT / name
+        if src.is_file():
+            dst = copy_root / name
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dst)
+    assert sorted(p.name for p in (tmp_path / "alone").iterdir()) == ["mol-platform"]
+    packages = ["platform", "catalog", "operator", "router", "testkit"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(copy_root / p) for p in packages)}
+    env.pop("MOL_CRD_DIRS", None)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import mol_testkit.kube_validate as k; print(k.__file__)"],
+        cwd=copy_root, env=env, check=True, capture_output=True, text=True)
+    assert probe.stdout.strip().startswith(str(copy_root)), probe.stdout
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         "tests/platform/test_infra_kube_validate.py", "tests/operator/test_builders.py",
+         "-k", "not copy_with_nothing_beside_it"],
+        cwd=copy_root, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout, run.stdout[-2000:]
+    assert "skipped" not in run.stdout, run.stdout[-2000:]
