@@ -180,7 +180,9 @@ class RouterHandler:
                     "kv_cache_usage": s.kv_cache_usage, "max_lora": s.max_lora,
                     "adapters": sorted(s.resident)} for url, s in snapshot.items()]
         body = {"deployment": cfg.deployment, "base_model": cfg.base_model, "mode": cfg.mode,
-                "default": cfg.default, "experts": experts, "engines": engines}
+                "default": cfg.default, "experts": experts, "engines": engines,
+                "avoided": rt.tracker.adapter_failures.listing() if rt.tracker is not None
+                else []}
         return Response(200, orjson.dumps(body), _JSON)
 
     async def metrics(self, request: Request) -> Response:
@@ -197,9 +199,11 @@ class RouterHandler:
         return Response(200, b"ok", {"Content-Type": "text/plain; charset=utf-8"})
 
     async def readyz(self, request: Request) -> Response:
-        """Ready when an engine is ready; the reason otherwise (503)."""
+        """Ready when an engine is ready and the router is not draining; the reason
+        otherwise (503)."""
         rt = self.rt
         ready = rt.tracker.ready_endpoints() if rt.tracker is not None else []
-        body = {"ready": bool(ready), "endpoints": len(ready),
+        ok = bool(ready) and not rt.draining
+        body = {"ready": ok, "endpoints": len(ready), "draining": rt.draining,
                 "catalog_feed": bool(getattr(rt.resolver, "feed_ok", True))}
-        return Response(200 if ready else 503, orjson.dumps(body), _JSON)
+        return Response(200 if ok else 503, orjson.dumps(body), _JSON)

@@ -222,13 +222,14 @@ class Connection(asyncio.Protocol):
         if transport.is_closing():
             return
         if response is not None:
-            keep = request.keep_alive and not response.close
+            keep = request.keep_alive and not response.close and not self.listener.draining
             transport.write(response.encode(keep))
             if not keep:
                 self._close_gently()
                 return
-        elif not (request.keep_alive and request.chunked and request.stream_ended()):
-            self._close_gently()  # a stream cut short, or one only a close can end
+        elif not (request.keep_alive and request.chunked and request.stream_ended()) \
+                or self.listener.draining:
+            self._close_gently()  # a stream cut short, one only a close can end, or draining
             return
         self._next()
 
@@ -306,7 +307,9 @@ class Connection(asyncio.Protocol):
 
 class Listener:
     """Accepts connections for ``app``; :meth:`stop` lets requests in flight finish
-    (up to ``shutdown_timeout``) before closing every connection."""
+    (up to ``shutdown_timeout``) before closing every connection. :meth:`drain` goes
+    first on a SIGTERM: requests still arriving are served, but each connection closes
+    after its response, so clients and load balancers reconnect elsewhere."""
 
     def __init__(self, app: App, header_read: float, *, shutdown_timeout: float = 5.0) -> None:
         self.app = app
@@ -317,6 +320,14 @@ class Listener:
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self.now = time.monotonic  # the loop's clock once started
+        self.draining = False
+
+    def drain(self) -> None:
+        """Close idle keep-alive connections now and busy ones after their response."""
+        self.draining = True
+        for conn in list(self.connections):
+            if conn.phase == _IDLE:  # not one whose request is arriving
+                conn.close_if_idle()
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
@@ -336,15 +347,17 @@ class Listener:
                          c.deadline <= now]:
                 conn.expire()
 
-    async def stop(self) -> None:
+    async def stop(self, shutdown_timeout: float | None = None) -> None:
         if self._server is None:
             return
+        self.draining = True
         self._server.close()
         for conn in list(self.connections):
             conn.close_if_idle()
         busy = [c.task for c in self.connections if c.task is not None]
         if busy:
-            await asyncio.wait(busy, timeout=self.shutdown_timeout)
+            await asyncio.wait(busy, timeout=self.shutdown_timeout if shutdown_timeout is None
+                               else shutdown_timeout)
         for conn in list(self.connections):
             if conn.transport is not None:
                 conn.transport.abort()

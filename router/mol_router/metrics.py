@@ -85,8 +85,13 @@ class RouterMetrics:
             "mol_router_tenant_time_to_first_token_seconds",
             "Arrival to the first streamed content byte, by tenant.", ["deployment", "tenant"],
             lat)
+        self.adapter_failures = Counters(
+            "mol_router_adapter_replica_failures", "Answers of a replica saying it could "
+            "not load the request's adapter (the replica is then avoided for that adapter "
+            "for a back-off), by adapter (top K or other).", ["deployment", "adapter"],
+            by_adapter)
         r.register(FamilyCollector([
-            self.requests, self.duration, self.ttft, self.tokens, self.decisions,
+            self.adapter_failures, self.requests, self.duration, self.ttft, self.tokens, self.decisions,
             self.adapter_duration, self.adapter_ttft, self.adapter_tokens, self.cold,
             self.cold_start, self.tenant_requests, self.tenant_duration, self.tenant_ttft]))
         self.embedding_errors = Counter(
@@ -99,6 +104,18 @@ class RouterMetrics:
         self.upstream_errors = Counter(
             "mol_router_upstream_errors", "Failed upstream attempts by reason (connect, "
             "status, timeout, stream).", ["deployment", "reason"], registry=r)
+        self.retries = Counter(
+            "mol_router_retries", "Requests sent again to another replica before any byte "
+            "reached the client, by why the attempt before failed (connect, status, adapter: "
+            "the engine could not load the adapter, broken: the answer broke before its "
+            "first byte).", ["deployment", "reason"], registry=r)
+        self.avoided = Gauge(
+            "mol_router_avoided_adapter_replicas", "(replica, adapter) pairs avoided now "
+            "because the adapter failed to load there.", ["deployment"], registry=r)
+        self.ejections = Counter(
+            "mol_router_ejections", "Replicas taken out of selection, by reason (down: no "
+            "answer at all; failures: failed requests in a row).", ["deployment", "reason"],
+            registry=r)
         self.pending = Gauge(
             "mol_router_pending_requests", "Requests waiting for a ready engine.",
             ["deployment"], registry=r)
@@ -192,3 +209,12 @@ class RouterMetrics:
 
     def handoff(self, src: str, dst: str) -> None:
         self._child(self.handoffs, self.deployment, src, dst).inc()
+
+    def retried(self, reason: str) -> None:
+        self._child(self.retries, self.deployment, reason).inc()
+
+    def adapter_failed(self, adapter: str) -> None:
+        self.adapter_failures.inc((self.deployment, self.top.label(adapter)))
+
+    def ejected(self, reason: str) -> None:
+        self._child(self.ejections, self.deployment, reason).inc()

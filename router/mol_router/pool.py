@@ -32,7 +32,12 @@ _TARGETS_LIMIT = 4096
 
 class UpstreamUnreachable(Exception):
     """No answer began: connect failed, or the connection closed before a status line.
-    Safe to try another engine."""
+    Safe to try another engine. ``down``: nothing listens there (connection refused),
+    so the engine is taken out of selection at once rather than after a count."""
+
+    def __init__(self, message: str, *, down: bool = False) -> None:
+        super().__init__(message)
+        self.down = down
 
 
 class UpstreamBroken(Exception):
@@ -171,6 +176,12 @@ class UpstreamResponse:
                 raise self._error
             await self._waiter.wait()
 
+    def unread(self, data: bytes) -> None:
+        """Put a whole body read with :meth:`read` back, for the next reader: a caller
+        that looked at an engine's error and passes it on."""
+        if data:
+            self._chunks.appendleft(data)
+
     async def read(self) -> bytes:
         while not self.done:
             if self._error is not None:
@@ -298,6 +309,9 @@ class EnginePool:
                     _Connection, target.host, target.port, ssl=target.ssl)
         except TimeoutError:
             raise UpstreamUnreachable(f"connect timed out after {within:g} s") from None
+        except ConnectionRefusedError as exc:
+            raise UpstreamUnreachable(f"connect failed: {exc.strerror or exc}",
+                                      down=True) from None
         except OSError as exc:
             raise UpstreamUnreachable(f"connect failed: {exc.strerror or exc}") from None
         return conn

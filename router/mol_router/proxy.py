@@ -239,6 +239,8 @@ class GenerationProxy:
         handoff_on = chat and self.rt.config.handoff_enabled and handoff.may_offer(body)
         client_tools = body.get("tools")
         hops = 0
+        tried: set[str] = set()
+        retry = True  # one retry elsewhere for an answer that broke while being read
         while True:
             adapter = served.resolved.name
             payload, route, offered = self._hop(body, served, hops, handoff_on,
@@ -247,7 +249,8 @@ class GenerationProxy:
             engine = spans.engine_call(adapter) if spans is not None else None
             try:
                 resp, endpoint, cold = await self.up.send(path, payload, headers, route,
-                                                          self.rt.limits.upstream, spans, engine)
+                                                          self.rt.limits.upstream, spans, engine,
+                                                          tried)
             except RouterError as exc:
                 end_engine_call(engine, exc.status, None, None, 0, 0, False)
                 raise
@@ -262,6 +265,10 @@ class GenerationProxy:
             except (UpstreamBroken, TimeoutError) as exc:
                 self.rt.metrics.upstream_error("stream")
                 end_engine_call(engine, 0, endpoint, None, 0, 0, cold)
+                if retry and isinstance(exc, UpstreamBroken) and self.up.another(tried):
+                    retry = False  # nothing reached the client: once more, elsewhere
+                    self.rt.metrics.retried("broken")
+                    continue
                 raise RouterError(502, f"the engine failed while answering: "
                                   f"{exc.__class__.__name__}", "upstream_error") from None
             finally:
@@ -288,6 +295,7 @@ class GenerationProxy:
             call = handoff.from_message(obj) if offered and isinstance(obj, dict) else None
             if call is not None and call.expert in offered:
                 hops += 1
+                tried = set()
                 await self._hand_over(body, served, call, user)
                 continue
             if hops and isinstance(obj, dict):
@@ -316,6 +324,8 @@ class GenerationProxy:
         first_id: bytes | None = None
         first_sent = False
         hops = 0
+        tried: set[str] = set()
+        retry = True  # one retry elsewhere for an answer that broke before its first byte
         while True:
             adapter = served.resolved.name
             try:
@@ -326,7 +336,8 @@ class GenerationProxy:
                     else None
                 try:
                     resp, endpoint, cold = await self.up.send(
-                        path, payload, headers, route, rt.limits.upstream, served.spans, engine)
+                        path, payload, headers, route, rt.limits.upstream, served.spans, engine,
+                        tried)
                 except RouterError as exc:
                     end_engine_call(engine, exc.status, None, None, 0, 0, False)
                     raise
@@ -367,6 +378,7 @@ class GenerationProxy:
                             continuation=hops > 0, rewrite_id=first_id, targets=offered,
                             want_id=handoff_on)
             complete = False
+            wrote = False  # whether this hop sent the client anything
             try:
                 while chunk := await resp.next_chunk():
                     if cold:  # the engine's first event: the load is behind us
@@ -384,6 +396,7 @@ class GenerationProxy:
                         if resp.done:  # the last piece: leaves with what follows it
                             out.hold(data)
                         else:
+                            wrote = True
                             await out.write(data)
                 rest = hop.finish()
                 if rest:
@@ -391,6 +404,11 @@ class GenerationProxy:
                 complete = True
             except (UpstreamBroken, TimeoutError) as exc:
                 rt.metrics.upstream_error("stream")
+                if retry and not wrote and isinstance(exc, UpstreamBroken) \
+                        and self.up.another(tried):
+                    retry = False  # this hop sent nothing yet: once more, elsewhere
+                    rt.metrics.retried("broken")
+                    continue
                 self._stream_error(out, 502, "the engine failed mid-stream: "
                                    f"{exc.__class__.__name__}", "upstream_error")
                 return None, 502
@@ -403,6 +421,7 @@ class GenerationProxy:
             if hop.call is not None:
                 source = served.choice.expert
                 hops += 1
+                tried = set()
                 try:
                     await self._hand_over(body, served, hop.call, user)
                 except RouterError as exc:  # e.g. the target's adapter is incompatible

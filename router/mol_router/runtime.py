@@ -120,6 +120,7 @@ class Runtime:
         self._catalog: AsyncCatalogClient | None = None
         self._catalog_key = ""
         self.pool = EnginePool(settings.max_connections_per_engine)
+        self.draining = False  # SIGTERM: readiness fails while requests in flight finish
         self.session: aiohttp.ClientSession | None = None  # health checks and scrapes
         self.tracker: EngineTracker | None = None
         self.endpoints: EndpointSource | None = None
@@ -144,7 +145,8 @@ class Runtime:
         self.tracker = EngineTracker(self.session, scrape_interval=cfg.scrape_interval_seconds,
                                      eject_after_failures=cfg.eject_after_failures,
                                      readmit_after=cfg.readmit_after_seconds,
-                                     on_adapter_load=self._adapter_loaded)
+                                     on_adapter_load=self._adapter_loaded,
+                                     on_eject=lambda _e, why: self.metrics.ejected(why))
         try:
             await self.apply(cfg, first=True)
         except BaseException:
@@ -155,6 +157,8 @@ class Runtime:
             self.usage.start()
         self.metrics.ready_child.set_function(lambda: len(self.tracker.ready_endpoints())
                                               if self.tracker is not None else 0)
+        self.metrics.avoided.labels(self.metrics.deployment).set_function(
+            lambda: self.tracker.adapter_failures.avoided() if self.tracker is not None else 0)
         with contextlib.suppress(OSError):
             self._file_state = self._stat()
         self._reload_task = asyncio.create_task(self._watch_file(), name="mol-config-reload")

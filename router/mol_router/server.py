@@ -28,6 +28,7 @@ class RouterServer:
         # headerRead (also the idle keep-alive time) is closed.
         self._listener = Listener(RouterHandler(self.runtime), self.runtime.limits.header_read)
         self.port = settings.port
+        self._stopped = False
 
     @property
     def url(self) -> str:
@@ -43,7 +44,22 @@ class RouterServer:
             raise
         self.port = self._listener.port
 
+    async def drain(self) -> None:
+        """Stop as a SIGTERM asks: fail readiness, serve what still arrives for
+        ``drain_delay`` with each connection closed after its response, then stop taking
+        connections and give requests in flight up to ``drain_timeout``."""
+        self.runtime.draining = True
+        self._listener.drain()
+        log.info("draining: readiness fails; new requests served for %g s, requests in "
+                 "flight given %g s", self.settings.drain_delay, self.settings.drain_timeout)
+        await asyncio.sleep(self.settings.drain_delay)
+        await self._listener.stop(self.settings.drain_timeout)
+        await self.stop()
+
     async def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         await self._listener.stop()
         await self.runtime.stop()
 
@@ -65,14 +81,23 @@ async def _main(settings: RouterSettings) -> None:
     log.info("router %s listening on %s:%d", server.runtime.config.deployment,
              settings.host, server.port)
     stop = asyncio.Event()
+    signals: list[int] = []
+
+    def stopping(sig: int) -> None:
+        signals.append(sig)
+        stop.set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, stopping, sig)
     try:
         await stop.wait()
     finally:
-        await server.stop()
+        if signals == [signal.SIGTERM]:  # a pod stopping: drain
+            await server.drain()
+        else:  # Ctrl-C: at once
+            await server.stop()
 
 
 def serve(settings: RouterSettings) -> None:

@@ -39,6 +39,13 @@ class RouterSettings(BaseSettings):
     kube_token_file: Path = SA_DIR / "token"
     kube_ca_file: Path = SA_DIR / "ca.crt"
     max_connections_per_engine: int = Field(default=0, ge=0)  # 0: unlimited pool
+    # SIGTERM drains (docs/router.md): /readyz fails at once and connections close after
+    # their response; new requests are still served for drain_delay seconds (while load
+    # balancers notice), then the listener closes and requests in flight get up to
+    # drain_timeout seconds to finish. The pod's terminationGracePeriodSeconds must be
+    # longer than its preStop wait plus both.
+    drain_delay: float = Field(default=1.0, ge=0, le=300)
+    drain_timeout: float = Field(default=20.0, ge=0, le=3600)
     # Adapters labelled by name in per-adapter metrics (the rest: "other"), ranked by a
     # count that halves every top_adapters_half_life seconds.
     top_adapters: int = Field(default=100, ge=0, le=10_000)

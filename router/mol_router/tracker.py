@@ -3,9 +3,21 @@
 The tracker is the stateful half of replica picking (policies are pure): it scrapes
 every engine's ``/metrics`` and ``/health`` on an interval, counts the requests this
 router has in flight on each, remembers which adapters it sent where (so an adapter
-sent a moment ago counts as resident before the next scrape shows it), ejects a
-replica after consecutive failures and re-admits it once a health check passes again
-after a delay, and estimates adapter loads for ``mol_router_adapter_loads_total``.
+sent a moment ago counts as resident before the next scrape shows it), takes failing
+replicas out of selection (outlier detection, below), and estimates adapter loads for
+``mol_router_adapter_loads_total``.
+
+Outlier detection. A replica is ejected at once when it is down (connection refused,
+or a health check that does not answer within the probe timeout: a dead or stalled
+process), and after ``eject_after_failures`` failures in a row otherwise (5xx answers,
+streams cut, while ``/health`` may still pass). Health checks go on every scrape
+interval while it is out: one that was down is re-admitted by the first check that
+passes (it came back: recovery within one interval), one ejected by its requests only
+once its back-off has passed too, the back-off doubling with each ejection that no
+success separates (``readmit_after`` up to ``readmit_after_max``). An adapter that
+fails to load on one replica (the engine's own words for it, see
+:func:`mol_router.upstream.adapter_failure`) is avoided there for a back-off of its
+own while the other replicas serve it; one success there clears it.
 It also estimates what a policy needs to spend GPU slots well: each engine's slot
 contents in least-recently-used order (what vLLM would evict next), the adapters of
 its requests in flight there (running or waiting for a slot), and each adapter's share
@@ -42,6 +54,7 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
+from mol_router.avoid import AdapterFailures
 from mol_router.engine_metrics import EngineMetrics, parse_engine_metrics
 from mol_router.policy.interface import Demand, EngineStats, FleetStats
 from mol_router.policy.prefix import DEFAULT_CAPACITY, PrefixIndex
@@ -79,6 +92,12 @@ class _Engine:
     """At least one health check passed: until then the engine is not ready."""
     failures: int = 0
     ejected_until: float | None = None
+    down: bool = False
+    """Ejected because it did not answer at all: re-admitted by the first passing check."""
+    ejections: int = 0
+    """Ejections since the last success: the next back-off doubles with each."""
+    backoff: float = 0.0
+    """The current ejection's back-off: a failed health check starts it over."""
     # Frozen views reused across snapshots until their source changes, so the stats
     # rebuilt on every request's begin and end copy no adapter sets.
     running_view: frozenset[str] = frozenset()
@@ -135,6 +154,8 @@ class EngineTracker:
         probe_timeout: float = 2.0,
         demand_half_life: int = 2000,
         prefix_capacity: int = DEFAULT_CAPACITY,
+        readmit_after_max: float | None = None,
+        on_eject: Callable[[str, str], None] | None = None,
     ) -> None:
         if scrape_interval <= 0:
             raise ValueError("scrape_interval must be > 0 seconds")
@@ -150,7 +171,12 @@ class EngineTracker:
         self.scrape_interval = scrape_interval
         self.eject_after_failures = eject_after_failures
         self.readmit_after = readmit_after
+        self.readmit_after_max = (8 * readmit_after if readmit_after_max is None
+                                  else max(readmit_after_max, readmit_after))
+        self.adapter_failures = AdapterFailures()
         self._on_adapter_load = on_adapter_load or (lambda _endpoint: None)
+        self._on_eject = on_eject or (lambda _endpoint, _reason: None)
+        """Called with (endpoint, "down" | "failures") on each ejection."""
         self._engines: dict[str, _Engine] = {}
         self._sends = 0
         self._last_sent: dict[str, int] = {}
@@ -171,6 +197,7 @@ class EngineTracker:
         for gone in set(self._engines) - set(wanted):
             self.prefix.forget(gone)
             self._last_sent.pop(gone, None)
+            self.adapter_failures.forget(gone)
         engines = {u: self._engines.get(u) or _Engine() for u in wanted}
         added = any(u not in self._engines for u in wanted)
         self._engines = engines
@@ -264,27 +291,52 @@ class EngineTracker:
                 self._touch(engine, adapter)
         self._refresh(endpoint, engine)
 
-    def record_failure(self, endpoint: str) -> None:
-        """A connect error, timeout or 5xx from ``endpoint``; ejects it after
-        ``eject_after_failures`` in a row."""
+    def record_failure(self, endpoint: str, *, down: bool = False) -> None:
+        """A connect error, timeout, 5xx or cut stream from ``endpoint``; ejects it
+        after ``eject_after_failures`` in a row, or at once when it is ``down``
+        (nothing answers there)."""
         engine = self._engines.get(endpoint)
         if engine is None:
             return
         engine.failures += 1
-        if engine.ejected_until is None and engine.failures >= self.eject_after_failures:
-            engine.ejected_until = time.monotonic() + self.readmit_after
-            engine.changed()
-            self.prefix.forget(endpoint)  # down, maybe restarting: its cache may be gone
-            log.warning(
-                "engine %s ejected after %d consecutive failures; re-checked in %.0f s",
-                endpoint, engine.failures, self.readmit_after,
-            )  # fmt: skip
-            self._refresh(endpoint, engine)
+        if engine.ejected_until is not None:
+            engine.down = engine.down or down
+            engine.ejected_until = time.monotonic() + engine.backoff  # the wait starts over
+            return
+        if down or engine.failures >= self.eject_after_failures:
+            self._eject(endpoint, engine, down=down)
 
-    def record_success(self, endpoint: str) -> None:
+    def _eject(self, endpoint: str, engine: _Engine, *, down: bool) -> None:
+        engine.ejections += 1
+        wait = min(self.readmit_after * float(2 ** min(engine.ejections - 1, 30)),
+                   self.readmit_after_max)
+        engine.backoff = wait
+        engine.ejected_until = time.monotonic() + wait
+        engine.down = down
+        engine.changed()
+        self.prefix.forget(endpoint)  # down, maybe restarting: its cache may be gone
+        self._on_eject(endpoint, "down" if down else "failures")
+        if down:
+            log.warning("engine %s ejected: it does not answer; back when a health check "
+                        "passes", endpoint)
+        else:
+            log.warning("engine %s ejected after %d consecutive failures; back in %.3g s "
+                        "at the earliest", endpoint, engine.failures, wait)
+        self._refresh(endpoint, engine)
+
+    def record_success(self, endpoint: str, adapter: str | None = None) -> None:
         engine = self._engines.get(endpoint)
         if engine is not None:
             engine.failures = 0
+            engine.ejections = 0
+        if adapter is not None:
+            self.adapter_failures.cleared(endpoint, adapter)
+
+    def record_adapter_failure(self, endpoint: str, adapter: str) -> float:
+        """``adapter`` failed to load on ``endpoint``: seconds it is avoided there."""
+        if endpoint not in self._engines:
+            return 0.0
+        return self.adapter_failures.failed(endpoint, adapter)
 
     # Scraping.
 
@@ -305,31 +357,39 @@ class EngineTracker:
         engine.slots_view = tuple(engine.in_slots)
         self._refresh(endpoint, engine)
 
-    def record_health(self, endpoint: str, ok: bool) -> None:
+    def record_health(self, endpoint: str, ok: bool, *, down: bool = False) -> None:
         """The result of one health check: a pass makes the engine ready (re-admitting
-        it if ejected); a failure counts toward ejection, or restarts the wait of an
-        ejected one."""
+        an ejected one that was down at once, one ejected for failed requests once its
+        back-off has passed); a failure ejects it at once when ``down`` (refused, or no
+        answer in time), else counts toward ejection."""
         engine = self._engines.get(endpoint)
         if engine is None:
             return
         if ok:
             if engine.ejected_until is not None:
+                if not engine.down and time.monotonic() < engine.ejected_until:
+                    return  # passes its checks, failed its requests: the back-off runs
                 log.info("engine %s re-admitted: health check passed", endpoint)
+                if engine.down:  # it came back, maybe as a new process: forget its past
+                    self.adapter_failures.forget(endpoint)
             engine.probed, engine.failures, engine.ejected_until = True, 0, None
+            engine.down = False
             engine.changed()
             self._refresh(endpoint, engine)
-        elif engine.ejected_until is not None:
-            engine.ejected_until = time.monotonic() + self.readmit_after
         else:
-            self.record_failure(endpoint)
+            self.record_failure(endpoint, down=down)
 
-    async def _healthy(self, endpoint: str) -> bool:
+    async def _healthy(self, endpoint: str) -> tuple[bool, bool]:
+        """(passed, down): down when nothing answered (refused, or not within the
+        probe timeout), as opposed to an answer other than 200."""
         try:
             async with self._session.get(f"{endpoint}/health", timeout=self._timeout) as resp:
                 await resp.read()
-                return resp.status == 200
-        except (aiohttp.ClientError, TimeoutError):
-            return False
+                return resp.status == 200, False
+        except (aiohttp.ClientConnectorError, TimeoutError):
+            return False, True
+        except aiohttp.ClientError:
+            return False, False
 
     async def _metrics(self, endpoint: str) -> EngineMetrics | None:
         try:
@@ -341,17 +401,17 @@ class EngineTracker:
             return None
 
     async def probe(self, endpoint: str) -> None:
-        """One health check and scrape of ``endpoint``. Only ``/health`` decides health;
-        a failed scrape keeps the last metrics."""
+        """One health check and scrape of ``endpoint`` (ejected ones too: that is how
+        they come back). Only ``/health`` decides health; a failed scrape keeps the last
+        metrics."""
         engine = self._engines.get(endpoint)
         if engine is None:
             return
-        if engine.ejected_until is not None and time.monotonic() < engine.ejected_until:
-            return
-        ok, metrics = await asyncio.gather(self._healthy(endpoint), self._metrics(endpoint))
+        (ok, down), metrics = await asyncio.gather(self._healthy(endpoint),
+                                                   self._metrics(endpoint))
         if engine is not self._engines.get(endpoint):
             return  # removed or replaced while probing
-        self.record_health(endpoint, ok)
+        self.record_health(endpoint, ok, down=down)
         if ok and metrics is not None:
             self.observe(endpoint, metrics)
 

@@ -146,9 +146,13 @@ async def test_scrape_health_and_adapter_load_estimates(engines: list[FakeEngine
 
 
 async def test_ejection_and_readmission(engines: list[FakeEngine]) -> None:
+    """An engine failing its requests (while its health check passes) is ejected after
+    N in a row, re-admitted once its back-off has passed and a check passes; a failed
+    check starts the wait over, and each ejection no success separates doubles it."""
     e0, _ = engines
     async with aiohttp.ClientSession() as session:
-        t = EngineTracker(session, scrape_interval=60, eject_after_failures=2, readmit_after=0.2)
+        t = EngineTracker(session, scrape_interval=60, eject_after_failures=2,
+                          readmit_after=0.2, readmit_after_max=0.5)
         t.set_endpoints([e0.url])
         await t.probe_all()
         assert t.ready_endpoints() == [e0.url]
@@ -159,7 +163,7 @@ async def test_ejection_and_readmission(engines: list[FakeEngine]) -> None:
         t.record_failure(e0.url)
         assert t.ready_endpoints() == []
         assert t.snapshot()[e0.url].healthy is False
-        await t.probe_all()  # before readmit_after: not even checked
+        await t.probe_all()  # passes, but the back-off has not passed
         assert t.ready_endpoints() == []
         await asyncio.sleep(0.25)
         e0.health = 500
@@ -172,6 +176,80 @@ async def test_ejection_and_readmission(engines: list[FakeEngine]) -> None:
         await t.probe_all()
         assert t.ready_endpoints() == [e0.url]
         assert t.snapshot()[e0.url].healthy is True
+        # ejected again with no success between: 0.4 s now
+        t.record_failure(e0.url)
+        t.record_failure(e0.url)
+        await asyncio.sleep(0.25)
+        await t.probe_all()
+        assert t.ready_endpoints() == []
+        await asyncio.sleep(0.2)
+        await t.probe_all()
+        assert t.ready_endpoints() == [e0.url]
+        # a third time: 0.8 s capped at readmit_after_max, 0.5 s
+        t.record_failure(e0.url)
+        t.record_failure(e0.url)
+        await asyncio.sleep(0.55)
+        await t.probe_all()
+        assert t.ready_endpoints() == [e0.url]
+        # a success resets the doubling: back to 0.2 s
+        t.record_success(e0.url)
+        t.record_failure(e0.url)
+        t.record_failure(e0.url)
+        await asyncio.sleep(0.25)
+        await t.probe_all()
+        assert t.ready_endpoints() == [e0.url]
+
+
+async def test_a_down_engine_is_ejected_at_once_and_back_on_the_first_check(
+        engines: list[FakeEngine]) -> None:
+    """Refused connections (a dead process) eject without waiting for a count; the first
+    passing check re-admits it, whatever the back-off, and forgets the adapters that
+    failed there (it may be a new process)."""
+    e0, e1 = engines
+    ejected: list[tuple[str, str]] = []
+    async with aiohttp.ClientSession() as session:
+        t = EngineTracker(session, scrape_interval=60, eject_after_failures=3,
+                          readmit_after=30, on_eject=lambda e, why: ejected.append((e, why)))
+        t.set_endpoints([e0.url, e1.url])
+        await t.probe_all()
+        t.record_adapter_failure(e0.url, A)
+        assert t.adapter_failures.avoid(A) == {e0.url}
+        t.record_failure(e0.url, down=True)
+        assert t.ready_endpoints() == [e1.url]
+        assert ejected == [(e0.url, "down")]
+        await t.probe_all()  # it answers again
+        assert sorted(t.ready_endpoints()) == sorted([e0.url, e1.url])
+        assert t.adapter_failures.avoid(A) == frozenset()
+        for _ in range(3):
+            t.record_failure(e1.url)
+        assert ejected[-1] == (e1.url, "failures")
+
+
+async def test_a_stalled_engine_is_ejected_by_its_health_check() -> None:
+    """An engine that accepts connections but does not answer (SIGSTOP, a hung event
+    loop) is down after one check that times out."""
+    accepted: list[asyncio.StreamWriter] = []
+
+    async def silent(_r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
+        accepted.append(w)
+
+    server = await asyncio.start_server(silent, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    try:
+        async with aiohttp.ClientSession() as session:
+            t = EngineTracker(session, scrape_interval=60, eject_after_failures=3,
+                              readmit_after=30, probe_timeout=0.2)
+            t.set_endpoints([url])
+            t.record_health(url, True)
+            assert t.ready_endpoints() == [url]
+            await t.probe_all()
+            assert t.ready_endpoints() == []
+            assert accepted
+    finally:
+        for w in accepted:
+            w.close()
+        server.close()
+        await server.wait_closed()
 
 
 async def test_unreachable_engine_is_ejected_by_health_checks(engines: list[FakeEngine]) -> None:
@@ -242,10 +320,10 @@ def test_stats_between_begin_and_end_follow_scrapes_and_health() -> None:
     t.begin(url, C)
     assert t.snapshot()[url].recent_adapters == {A, C}
     t.end(url, C)
-    t.record_failure(url)  # ejected
+    t.record_failure(url, down=True)  # nothing answers there: ejected at once
     assert t.snapshot()[url].healthy is False
     assert t.ready_endpoints() == []
-    t.record_health(url, True)
+    t.record_health(url, True)  # it came back: re-admitted by the first passing check
     assert t.snapshot()[url].healthy is True
     assert t.ready_endpoints() == [url]
 

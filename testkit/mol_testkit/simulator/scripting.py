@@ -47,6 +47,9 @@ class FailureSpec(BaseModel):
     """Close the connection instead of answering."""
     after_tokens: int = Field(default=0, ge=0)
     """With ``disconnect`` on a streamed request: close after this many tokens."""
+    message: str | None = Field(default=None, min_length=1, max_length=2000)
+    """The error's message (default: "scripted failure for model `<model>`"), e.g.
+    vLLM's own words for an adapter that failed to load on this replica."""
 
     @field_validator("status")
     @classmethod

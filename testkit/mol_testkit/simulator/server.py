@@ -167,10 +167,12 @@ class SimServer:
         after_tokens: int = 0,
         times: int | None = None,
         when_prompt_contains: str | None = None,
+        message: str | None = None,
     ) -> int:
-        """Make requests for ``model`` (None: any) fail with ``status`` or a dropped
-        connection (after ``after_tokens`` streamed tokens)."""
-        failure = FailureSpec(status=status, disconnect=disconnect, after_tokens=after_tokens)
+        """Make requests for ``model`` (None: any) fail with ``status`` (and
+        ``message``) or a dropped connection (after ``after_tokens`` streamed tokens)."""
+        failure = FailureSpec(status=status, disconnect=disconnect, after_tokens=after_tokens,
+                              message=message)
         return self.add_script(
             ScriptRule(
                 model=model, failure=failure, times=times, when_prompt_contains=when_prompt_contains
@@ -345,4 +347,5 @@ def _error(exc: EngineError) -> web.Response:
 def _scripted_error(failure: FailureSpec, model: str) -> web.Response:
     status = HTTPStatus(failure.status)
     err_type = "InternalServerError" if status == 500 else status.phrase.replace(" ", "") + "Error"
-    return _error(EngineError(f"scripted failure for model `{model}`", status, err_type))
+    message = failure.message or f"scripted failure for model `{model}`"
+    return _error(EngineError(message, status, err_type))
