@@ -7,6 +7,7 @@ the demo base model with the ``chat`` and ``coding`` adapters preloaded and
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -64,4 +65,19 @@ def embedding_engine(engine_venv: Path) -> Iterator[Engine]:
     served as ``all-minilm-l6-v2``: the semantic routing signal's engine."""
     with running_embedding_engine(engine_venv, embedding_model_dir(),
                                   served_model_name="all-minilm-l6-v2") as eng:
+        yield eng
+
+
+@contextlib.contextmanager
+def replica(engine_venv: Path, demo: DemoResult, port: int) -> Iterator[Engine]:
+    """A second engine configured like the session one, on ``port``. One unbound
+    OpenMP thread: two engines on a small machine must not fight over pinned cores."""
+    with running_engine(
+        engine_venv, demo.base,
+        lora_modules={**{n: demo.adapters[n] for n in PRELOADED_ADAPTERS},
+                      **{n: demo.adapters[s] for n, s in IMMUTABLE_ADAPTERS.items()}},
+        served_model_name="demo-base", port=port, max_loras=2, max_lora_rank=16,
+        extra_args=["--max-cpu-loras", str(MAX_CPU_LORAS)],
+        env={"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"},
+    ) as eng:  # fmt: skip
         yield eng

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,32 +27,17 @@ from mol_platform.contract.router_config import RouterConfig
 from mol_router.server import RouterServer
 from mol_router.settings import RouterSettings
 from mol_router.tracker import EngineTracker
-from mol_testkit.engine import Engine, running_engine
+from mol_testkit.engine import Engine
 from mol_testkit.net import free_port
 from mol_testkit.simulator.segments import prompt_text
 
-from .conftest import IMMUTABLE_ADAPTERS, MAX_CPU_LORAS, PRELOADED_ADAPTERS
+from .conftest import replica
 
 pytestmark = pytest.mark.e2e
 
 BLOCK = 128  # vLLM's CPU block size: only whole blocks are cached
 SYSTEM_TOKENS = 2 * BLOCK + 20
 GREEDY: dict[str, Any] = {"temperature": 0, "max_tokens": 6, "ignore_eos": True}
-
-
-@contextlib.contextmanager
-def replica(engine_venv: Path, demo: DemoResult, port: int) -> Iterator[Engine]:
-    """A second engine configured like the session one, on ``port``. One unbound
-    OpenMP thread: two engines on a small machine must not fight over pinned cores."""
-    with running_engine(
-        engine_venv, demo.base,
-        lora_modules={**{n: demo.adapters[n] for n in PRELOADED_ADAPTERS},
-                      **{n: demo.adapters[s] for n, s in IMMUTABLE_ADAPTERS.items()}},
-        served_model_name="demo-base", port=port, max_loras=2, max_lora_rank=16,
-        extra_args=["--max-cpu-loras", str(MAX_CPU_LORAS)],
-        env={"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"},
-    ) as eng:  # fmt: skip
-        yield eng
 
 
 def write_config(path: Path, endpoints: list[str]) -> None:
