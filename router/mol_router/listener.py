@@ -192,6 +192,9 @@ class Connection(asyncio.Protocol):
 
     # --- the channel a response stream writes to -------------------------------------
 
+    def closing(self) -> bool:
+        return self.listener.draining
+
     def send(self, data: bytes) -> None:
         transport = self.transport
         if transport is None or transport.is_closing():
@@ -227,9 +230,12 @@ class Connection(asyncio.Protocol):
             if not keep:
                 self._close_gently()
                 return
-        elif not (request.keep_alive and request.chunked and request.stream_ended()) \
-                or self.listener.draining:
-            self._close_gently()  # a stream cut short, one only a close can end, or draining
+        elif not (request.keep_alive and request.chunked and request.stream_ended()):
+            # a stream cut short, one only a close can end, or one whose head said close
+            # (draining). A stream whose head went out before the drain began keeps the
+            # connection: closing it now would race the client's next request on it; that
+            # request is answered with Connection: close instead.
+            self._close_gently()
             return
         self._next()
 
@@ -323,11 +329,10 @@ class Listener:
         self.draining = False
 
     def drain(self) -> None:
-        """Close idle keep-alive connections now and busy ones after their response."""
+        """Answer every request from now on with ``Connection: close``. Idle keep-alive
+        connections are left open until :meth:`stop`: closing one now would race a
+        client sending its next request on it, which is then answered (and closed)."""
         self.draining = True
-        for conn in list(self.connections):
-            if conn.phase == _IDLE:  # not one whose request is arriving
-                conn.close_if_idle()
 
     async def start(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()

@@ -91,9 +91,10 @@ class RouterMetrics:
             "for a back-off), by adapter (top K or other).", ["deployment", "adapter"],
             by_adapter)
         r.register(FamilyCollector([
-            self.adapter_failures, self.requests, self.duration, self.ttft, self.tokens, self.decisions,
-            self.adapter_duration, self.adapter_ttft, self.adapter_tokens, self.cold,
-            self.cold_start, self.tenant_requests, self.tenant_duration, self.tenant_ttft]))
+            self.adapter_failures, self.requests, self.duration, self.ttft, self.tokens,
+            self.decisions, self.adapter_duration, self.adapter_ttft, self.adapter_tokens,
+            self.cold, self.cold_start, self.tenant_requests, self.tenant_duration,
+            self.tenant_ttft]))
         self.embedding_errors = Counter(
             "mol_router_embedding_errors", "Failed embedding calls of the semantic signal by "
             "reason (timeout, connect, status, invalid); each fell back.",

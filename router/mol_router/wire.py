@@ -63,6 +63,10 @@ class Channel(Protocol):
 
     async def drain(self) -> None: ...
 
+    def closing(self) -> bool:
+        """Whether this connection is to close after the response (the server drains)."""
+        ...
+
 
 class Request:
     """One parsed request with its whole body (read before the handler runs, under the
@@ -94,8 +98,11 @@ class Request:
     def stream(self, status: int, headers: Mapping[str, str]) -> Stream:
         """Start a streamed response (the handler then returns None). The head goes out
         with the first bytes of the body."""
-        framing = (b"Transfer-Encoding: chunked\r\n\r\n" if self.chunked
-                   else b"Connection: close\r\n\r\n")
+        if self.keep_alive and self.channel.closing():
+            self.keep_alive = False  # said in the head: the client will not reuse it
+        framing = ((b"Transfer-Encoding: chunked\r\n\r\n" if self.keep_alive
+                    else b"Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n")
+                   if self.chunked else b"Connection: close\r\n\r\n")
         self._stream = Stream(self.channel, self.chunked, head(status, headers, framing))
         return self._stream
 

@@ -222,7 +222,7 @@ async def test_drain_serves_what_is_in_flight_and_fails_readiness_first(
     after it nothing listens."""
     slow = SimConfig(model="tiny", dynamic_loras=True, output_tokens=40, itl_s=0.02)
     async with AsyncSimulatorCluster(replicas=1, config=slow) as sims, \
-            start_router(router_config(sims.urls), drain_delay=0.4,
+            start_router(router_config(sims.urls), drain_delay=3,
                          drain_timeout=10) as router, aiohttp.ClientSession() as http:
         await ready(router)
         streaming = await http.post(router.url + "/v1/chat/completions",
@@ -237,6 +237,11 @@ async def test_drain_serves_what_is_in_flight_and_fails_readiness_first(
             assert resp.headers.get("Connection", "").lower() == "close"
         async with http.post(router.url + "/v1/chat/completions", json=chat()) as resp:
             assert resp.status == 200  # still served while load balancers catch up
+            assert resp.headers.get("Connection", "").lower() == "close"
+        async with http.post(router.url + "/v1/chat/completions",
+                             json=chat(stream=True)) as resp:
+            assert resp.headers.get("Connection", "").lower() == "close"  # said in the head
+            assert parse_sse(await resp.text())[-1] == "[DONE]"
         events = parse_sse((await streaming.read()).decode())
         assert events[-1] == "[DONE]"
         assert not any(e != "[DONE]" and "error" in e for e in events)
