@@ -61,7 +61,16 @@ class Row:
                 "p99_ms": round(percentile(ms, 99), 1) if ms else None,
                 "baseline_p99_ms": self.baseline_p99_ms,
                 "recovery_s": None if self.recovery_s is None else round(self.recovery_s, 2),
-                "notes": "; ".join(self.notes), **self.extra}
+                "notes": "; ".join(self.notes + self.unexpected()), **self.extra}
+
+    def unexpected(self) -> list[str]:
+        """What the bad, hung and wrong answers said (the first few of each kind)."""
+        seen: dict[str, int] = {}
+        for o in self.outcomes:
+            if o.kind in ("bad", "hung", "wrong"):
+                key = f"{o.kind}: {o.detail}"
+                seen[key] = seen.get(key, 0) + 1
+        return [f"{n} x {k}" for k, n in sorted(seen.items(), key=lambda kv: -kv[1])[:3]]
 
 
 @dataclass

@@ -37,7 +37,13 @@ import yaml
 
 from _faults_load import Outcome, Traffic
 from _faults_scenarios import SCENARIOS, Row, Shape, baseline, catalog_down, start_catalog
-from _faults_stack import router_proc, seed_catalog, wait_router_sees
+from _faults_stack import (
+    retries,
+    router_proc,
+    router_ready_endpoints,
+    seed_catalog,
+    wait_router_sees,
+)
 from _machine import machine_info
 from _report import write_section
 from mol_platform.apps.up.supervisor import mol_argv
@@ -89,7 +95,7 @@ async def real_engine_kill(work: Path, shape: Shape) -> Row:
 
     venv = find_engine_venv()
     demo = build_demo(work / "demo", seed=0)
-    names = {"real/chat@v1": "chat", "real/coding@v1": "coding"}
+    names = {"real/chat@v1": "chat", "real/coding@v1": "coding"}  # served name: adapter
     env = {"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"}
 
     def engine(port: int) -> Any:
@@ -108,7 +114,7 @@ async def real_engine_kill(work: Path, shape: Shape) -> Row:
         router = router_proc(work, "real-router", config).start(wait=60)
         try:
             await asyncio.to_thread(wait_router_sees, router.url, {a.base_url, b.base_url}, 60)
-            expect = {n: n for n in names}
+            expect = {"chat": "real/chat@v1", "coding": "real/coding@v1"}  # expert: name
             traffic = Traffic(router.url, expect, concurrency=8, hung_s=shape.hung_s,
                               max_tokens=12)
             marks: dict[str, Any] = {}
@@ -121,11 +127,14 @@ async def real_engine_kill(work: Path, shape: Shape) -> Row:
                 os.killpg(b.pid, signal.SIGKILL)
 
             await asyncio.gather(traffic.run(shape.seconds * 2), fault())
+            retried = retries(router.url)
+            left = await asyncio.to_thread(router_ready_endpoints, router.url)
         finally:
             router.stop()
     return Row("engine SIGKILL mid-stream, real vLLM CPU engines", "unplanned",
-               traffic.outcomes, 0, fault_at=marks.get("at"),
+               traffic.outcomes, retried, fault_at=marks.get("at"),
                notes=[f"{marks.get('inflight')} requests in flight at the kill (8 clients)",
+                      f"the router's ready engines at the end: {len(left)} of 2",
                       "not restarted: vLLM takes ~50 s to start on this CPU"])
 
 
@@ -142,7 +151,8 @@ async def postgres_restart(work: Path, shape: Shape) -> Row:
     model = SyntheticLlama()
     base = f"{model.name}@{model.revision}"
     cfg, weights = model.lora_files(8, seed=1)
-    with PostgresCluster() as pg:
+    durable = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
+    with PostgresCluster(settings=durable) as pg:  # a crash may lose no commit
         url = fresh_database(pg, "faults", driver="asyncpg")
         port = free_port()
         argv = mol_argv("catalog", "serve", "--host", "127.0.0.1", "--port", str(port),
@@ -158,7 +168,7 @@ async def postgres_restart(work: Path, shape: Shape) -> Row:
 
             async def uploader(http: aiohttp.ClientSession, k: int) -> None:
                 i = 0
-                while time.monotonic() < stop_at:
+                while time.monotonic() < max(stop_at, marks.get("up", stop_at) + 5):
                     i += 1
                     form = aiohttp.FormData()
                     form.add_field("adapter_config.json", cfg, filename="adapter_config.json")
@@ -174,12 +184,14 @@ async def postgres_restart(work: Path, shape: Shape) -> Row:
                                                  total=shape.hung_s)) as r:
                             body = await r.read()
                             kind = ("answered" if r.status == 201 else "clean"
-                                    if r.status in (503, 504) and b'"code"' in body else "bad")
+                                    if r.status in (503, 504) and b'"detail"' in body
+                                    else "bad")  # the catalog's errors: {error, detail}
+                            detail = f"{r.status} {body[:160].decode(errors='replace')}"
                     except TimeoutError:
-                        kind = "hung"
-                    except aiohttp.ClientError:
-                        kind = "cut"
-                    outcomes.append(Outcome(sent, time.monotonic(), kind, False, name))
+                        kind, detail = "hung", ""
+                    except aiohttp.ClientError as exc:
+                        kind, detail = "cut", type(exc).__name__
+                    outcomes.append(Outcome(sent, time.monotonic(), kind, False, name, detail))
 
             async def outage() -> None:
                 await asyncio.sleep(shape.seconds / 3)
@@ -198,13 +210,16 @@ async def postgres_restart(work: Path, shape: Shape) -> Row:
                         r = await c.get(f"/v1/adapters/{o.ref}/versions/1")
                         missing += r.status_code != 200
             after = [o for o in outcomes if o.sent > marks["up"] + 2.0]
+            first_ok = min((o.done for o in outcomes if o.kind == "answered"
+                            and o.sent >= marks["up"]), default=None)
         finally:
             catalog.stop()
     return Row("Postgres restarted under publish load (catalog)", "dependency", outcomes, 0,
-               fault_at=None,
+               None if first_ok is None else first_ok - marks["up"], fault_at=None,
                extra={"published_missing_afterwards": missing},
                notes=[f"halted 3 s; {sum(o.kind == 'answered' for o in after)} of {len(after)} "
-                      "publishes sent 2 s after it was back succeeded",
+                      "publishes sent 2 s after it was back succeeded; recovery: Postgres "
+                      "accepting connections again -> the first publish answered 201",
                       f"{missing} published versions missing afterwards"])
 
 

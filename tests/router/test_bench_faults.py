@@ -1,0 +1,82 @@
+"""bench/faults.py: how a client's answer is classified, how goals are judged, and one
+short run of the command (an engine killed mid-stream, with the baseline) end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _faults_load import classify  # noqa: E402
+from faults import goals  # noqa: E402
+
+
+def sse(*events: Any) -> bytes:
+    return b"".join(b"data: " + (e if isinstance(e, bytes) else orjson.dumps(e)) + b"\n\n"
+                    for e in events)
+
+
+def test_answers_are_classified_by_what_the_client_got() -> None:
+    chunk = {"model": "ns/a@v1", "choices": [{"delta": {"content": "hi"}}]}
+    assert classify(200, sse(chunk, b"[DONE]"), True, "ns/a@v1") == ("answered", "")
+    assert classify(200, sse(chunk, b"[DONE]"), True, "ns/a@v2")[0] == "wrong"
+    error = {"error": {"message": "the engine failed mid-stream", "code": "upstream_error"}}
+    assert classify(200, sse(chunk, error, b"[DONE]"), True, "ns/a@v1")[0] == "clean"
+    assert classify(200, sse(chunk), True, "ns/a@v1")[0] == "bad"  # no [DONE]
+    assert classify(200, sse(chunk, {"error": "x"}, b"[DONE]"), True, None)[0] == "bad"
+    whole = orjson.dumps({"model": "ns/a@v1", "choices": [{"message": {"content": "hi"}}]})
+    assert classify(200, whole, False, "ns/a@v1") == ("answered", "")
+    assert classify(200, whole, False, "ns/b@v1")[0] == "wrong"
+    assert classify(200, b'{"model": "ns/a@v1"}', False, "ns/a@v1")[0] == "bad"
+    refused = orjson.dumps({"error": {"message": "no engine", "code": "no_ready_engine"}})
+    assert classify(503, refused, False, "ns/a@v1") == ("clean", "503 no_ready_engine")
+    assert classify(502, b"<html>bad gateway</html>", True, "ns/a@v1")[0] == "bad"
+
+
+def figures(**kw: Any) -> dict[str, Any]:
+    row = {"scenario": "s", "kind": "unplanned", "requests": 10, "answered": 10,
+           "clean_errors": 0, "cut": 0, "hung": 0, "wrong": 0, "bad": 0,
+           "failed_sent_after_fault": 0, "recovery_s": 0.5, "notes": ""}
+    return {**row, **kw}
+
+
+def test_goals_are_judged_on_the_figures() -> None:
+    ok = goals([figures(), figures(kind="planned")])
+    assert all("**met**" in line for line in ok if line.startswith("- "))
+    lines = goals([figures(scenario="hangs", hung=1),
+                   figures(scenario="roll", kind="planned", answered=9, clean_errors=1),
+                   figures(scenario="late", failed_sent_after_fault=2),
+                   figures(scenario="slow", recovery_s=3.0)])
+    assert "**not met** (hangs)" in lines[2]
+    assert "**not met** (roll)" in lines[3]
+    assert "**not met** (late)" in lines[4]
+    assert "**not met** (slow)" in lines[5]
+
+
+def test_a_short_run_kills_an_engine_and_loses_nothing(tmp_path: Path) -> None:
+    out = tmp_path / "rows.json"
+    run = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "faults.py"), "--quick", "--no-report",
+         "--only", "engine-kill", "--json", str(out)],
+        capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+    rows = {r["scenario"]: r for r in json.loads(out.read_text())}
+    assert set(rows) == {"no fault (baseline)", "engine SIGKILL mid-stream"}
+    base, kill = rows["no fault (baseline)"], rows["engine SIGKILL mid-stream"]
+    assert base["requests"] > 50
+    assert base["answered"] == base["requests"]
+    assert kill["requests"] > 50
+    assert kill["hung"] == kill["wrong"] == kill["bad"] == kill["cut"] == 0
+    assert kill["answered"] + kill["clean_errors"] == kill["requests"]
+    assert kill["clean_errors"] <= 16  # at most the streams in flight at the kill
+    assert kill["failed_sent_after_fault"] == 0
+    assert kill["recovery_s"] is not None
+    assert kill["recovery_s"] < 2.0  # two scrape intervals
+    assert "| engine SIGKILL mid-stream | unplanned |" in run.stdout
