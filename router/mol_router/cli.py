@@ -83,3 +83,84 @@ def report_text(report: dict[str, object]) -> str:
               f"{r['centroid']:>9.3f} {r['keywords']:>9}" for r in rows]
     lines.append(f"decision: {report['expert']} ({report['route']})")
     return "\n".join(lines)
+
+
+@app.command()
+def train(
+    prompts: Annotated[Path, typer.Option(
+        "--prompts", help="Labelled prompts: JSON lines {\"text\", \"expert\"} (\"prompt\" is "
+        "read as text; lang and borderline are optional).")],
+    out: Annotated[Path, typer.Option("-o", "--out", help="Where to write the head (JSON).")],
+    config: Annotated[Path | None, typer.Option(
+        "-c", "--config", help="RouterConfig whose semantic section names the embedding "
+        "engine and model; its experts' keywords are the candidates for keywords first, "
+        "its default expert takes the turns below the threshold.")] = None,
+    embeddings_url: Annotated[str | None, typer.Option(
+        help="The embedding engine's base URL (instead of, or over, --config's).")] = None,
+    model: Annotated[str | None, typer.Option(
+        help="The embedding model's served name (instead of, or over, --config's).")] = None,
+    default: Annotated[str | None, typer.Option(
+        help="The expert that takes turns below the threshold (over --config's).")] = None,
+    threshold: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="The lowest calibrated probability that decides.")] = 0.4,
+    folds: Annotated[int, typer.Option(min=2, max=20, help="Cross-validation folds.")] = 5,
+    output: Annotated[str, typer.Option("-o-format", "--format", help="text or json")] = "text",
+) -> None:
+    """Train the router head on labelled prompts: embed them with the deployment's
+    embedding engine, fit a regularised linear head with calibrated probabilities,
+    report nested k-fold cross-validation, and write the head file that
+    semantic.headFile names. Keywords first keeps only the config's keywords that
+    the prompts show unambiguous."""
+    import json
+
+    from mol_platform.contract.router_config import load_router_config
+    from mol_router.head_cli import embed_rows, report_text, write_head
+    from mol_router.head_cli import train as run
+    from mol_router.head_train import load_labelled
+    from mol_router.semantic import EmbeddingError
+
+    def fail(msg: str) -> typer.Exit:
+        typer.echo(f"mol router train: {msg}", err=True)
+        return typer.Exit(code=2)
+
+    if output not in ("text", "json"):
+        raise fail("--format is text or json")
+    keywords: dict[str, list[str]] = {}
+    if config is not None:
+        try:
+            cfg = load_router_config(config)
+        except (OSError, ValueError, ValidationError) as exc:
+            raise fail(f"cannot use {config}: {exc}") from None
+        default = default or cfg.default
+        if cfg.semantic is not None:
+            embeddings_url = embeddings_url or cfg.semantic.embeddings_url
+            model = model or cfg.semantic.model
+            keywords = {e.name: list(e.keywords) for e in cfg.semantic.experts}
+    if embeddings_url is None or model is None:
+        raise fail("name the embedding engine: --config with a semantic section, or "
+                   "--embeddings-url and --model")
+    try:
+        rows = load_labelled(prompts)
+    except (OSError, ValueError) as exc:
+        raise fail(str(exc)) from None
+    if default is not None and default not in {r.expert for r in rows}:
+        raise fail(f"default expert {default!r} has no labelled prompts")
+    try:
+        vectors = embed_rows(embeddings_url, model, rows)
+    except EmbeddingError as exc:
+        raise fail(f"embedding failed: {exc}") from None
+    try:
+        trained = run(rows, vectors, model, keywords=keywords, threshold=threshold,
+                      default=default, folds=folds, source=prompts.name)
+    except ValueError as exc:
+        raise fail(str(exc)) from None
+    write_head(trained.head, out)
+    if output == "json":
+        typer.echo(json.dumps({"head": str(out), "digest": trained.head.digest(),
+                               "crossValidation": trained.report.as_dict(),
+                               "keywords": {e: list(w) for e, w in
+                                            trained.head.keywords.items()},
+                               "keywordsDropped": dict(trained.dropped)}, indent=2))
+    else:
+        typer.echo(report_text(trained, default))
+        typer.echo(f"\nwrote {out}")

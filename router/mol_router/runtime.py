@@ -30,6 +30,7 @@ from mol_router.pool import EnginePool
 from mol_router.resolver import AdapterResolver, Resolved, Unresolved
 from mol_router.selection import Routing
 from mol_router.semantic import SemanticSignal
+from mol_router.semantic import check as check_semantic
 from mol_router.settings import RouterSettings
 from mol_router.tenants import KeyTable
 from mol_router.tracker import EngineTracker
@@ -203,6 +204,7 @@ class Runtime:
         if cfg.endpoint_slice is not None and self.settings.kube_url() is None:
             raise ValueError("endpointSlice needs the Kubernetes API: run in a pod or set "
                              "MOL_ROUTER_KUBE_API_URL")
+        check_semantic(cfg)  # a trained head that cannot be used refuses the config
         # Commit point: nothing below can refuse the config.
         catalog_key = _fingerprint(cfg.catalog_url, token, cfg.profile)
         if first or catalog_key != self._catalog_key:

@@ -8,20 +8,28 @@ them longer than the per-turn bound (it falls back meanwhile). The latest user t
 cached (LRU), so a repeated turn costs no call. A turn's call is bounded by
 ``timeouts.embedding``; a failure raises :class:`EmbeddingError` with a short reason
 (the metric label) and the caller falls back. The decision itself is pure:
-:mod:`mol_router.signals`.
+:mod:`mol_router.signals` (examples and keywords) or :mod:`mol_router.head` (a trained
+head, ``semantic.headFile``: then no examples are embedded at all, and only the
+keywords the head's training data found unambiguous come first).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections import OrderedDict
 from collections.abc import Sequence
 
 import aiohttp
+import numpy as np
 import orjson
 
-from mol_platform.contract.router_config import RouterSemantic
+from mol_platform.contract.router_config import RouterConfig, RouterSemantic
 from mol_router import signals
+from mol_router.head import Head, HeadError, check_for
+from mol_router.head import load as load_head
+
+log = logging.getLogger("mol.router.semantic")
 
 
 class EmbeddingError(Exception):
@@ -37,46 +45,88 @@ EXAMPLES_TIMEOUT = 60.0
 """Seconds the experts' examples may take to embed (one call, in the background)."""
 
 
-class SemanticSignal:
-    """One config's semantic signal: its example index and a cache of recent turns."""
+def check(cfg: RouterConfig) -> None:
+    """Refuse a config whose trained head cannot be used (unreadable, malformed, an
+    expert the deployment lacks, another embedding model): called before a config is
+    applied, so a bad head keeps the running config."""
+    if cfg.semantic is not None and cfg.semantic.head_file is not None:
+        check_for(load_head(cfg.semantic.head_file), [e.name for e in cfg.experts],
+                  cfg.semantic.model)
 
-    def __init__(self, cfg: RouterSemantic, timeout: float) -> None:
+
+def embeddings_url(base: str) -> str:
+    """``/v1/embeddings`` under a server's base URL (given with or without ``/v1``)."""
+    return base.rstrip("/").removesuffix("/v1") + "/v1/embeddings"
+
+
+async def post_embeddings(session: aiohttp.ClientSession, url: str, model: str,
+                          texts: Sequence[str], bound: float) -> list[signals.Vector]:
+    """Unit vectors for ``texts`` from one ``/v1/embeddings`` call, in order."""
+    payload = orjson.dumps({"model": model, "input": list(texts)})
+    try:
+        async with asyncio.timeout(bound):
+            async with session.post(url, data=payload,
+                                    headers={"Content-Type": "application/json"}) as resp:
+                body = await resp.read()
+                if resp.status != 200:
+                    raise EmbeddingError("status", f"{url} answered {resp.status}")
+    except TimeoutError:
+        raise EmbeddingError("timeout", f"{url} took over {bound} s") from None
+    except aiohttp.ClientError as exc:
+        raise EmbeddingError("connect", f"{url}: {exc}") from None
+    try:
+        data = sorted(orjson.loads(body)["data"], key=lambda d: d["index"])
+        vectors = [signals.unit(d["embedding"]) for d in data]
+    except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
+        raise EmbeddingError("invalid", f"{url}: {exc}") from None
+    if len(vectors) != len(texts):
+        raise EmbeddingError("invalid", f"{url}: {len(vectors)} embeddings for "
+                             f"{len(texts)} inputs")
+    return vectors
+
+
+async def embed_many(url: str, model: str, texts: Sequence[str], *, batch: int = 64,
+                     bound: float = 120.0) -> signals.Vector:
+    """Unit embeddings of many texts (one row each), ``batch`` per call: for training
+    and the benchmark, not the request path."""
+    out: list[signals.Vector] = []
+    async with aiohttp.ClientSession() as session:
+        for at in range(0, len(texts), batch):
+            out += await post_embeddings(session, embeddings_url(url), model,
+                                         texts[at:at + batch], bound)
+    return np.stack(out) if out else np.zeros((0, 0))
+
+
+class SemanticSignal:
+    """One config's semantic signal: its example index (or trained head) and a cache of
+    recent turns."""
+
+    def __init__(self, cfg: RouterSemantic, timeout: float, head: Head | None = None) -> None:
         self.cfg = cfg
         self.timeout = timeout
-        self.url = cfg.embeddings_url.rstrip("/").removesuffix("/v1") + "/v1/embeddings"
+        self.url = embeddings_url(cfg.embeddings_url)
         self._index: tuple[signals.ExpertIndex, ...] | None = None
         self._building: asyncio.Task[tuple[signals.ExpertIndex, ...]] | None = None
         self._cache: OrderedDict[str, signals.Vector] = OrderedDict()
+        self.head = head
+        self.head_error: str | None = None
+        if head is None and cfg.head_file is not None:
+            try:
+                self.head = load_head(cfg.head_file)
+            except HeadError as exc:  # check() refuses it first; a file gone since
+                self.head_error = str(exc)
+                log.error("trained head unusable (%s); the semantic signal falls back", exc)
         # The keywords alone (no vectors): for keywords first and for an engine failure.
-        self._keywords = tuple(signals.expert_index(e.name, [], e.keywords)
-                               for e in cfg.experts)
+        self._keywords = (self.head.keyword_index() if self.head is not None else
+                          tuple(signals.expert_index(e.name, [], e.keywords)
+                                for e in cfg.experts))
 
     async def embed(self, session: aiohttp.ClientSession, texts: Sequence[str],
                     bound: float | None = None) -> list[signals.Vector]:
         """Unit vectors for ``texts``, in order (within ``bound`` seconds, else the
         per-turn timeout)."""
-        payload = orjson.dumps({"model": self.cfg.model, "input": list(texts)})
-        timeout = self.timeout if bound is None else bound
-        try:
-            async with asyncio.timeout(timeout):
-                async with session.post(self.url, data=payload,
-                                        headers={"Content-Type": "application/json"}) as resp:
-                    body = await resp.read()
-                    if resp.status != 200:
-                        raise EmbeddingError("status", f"{self.url} answered {resp.status}")
-        except TimeoutError:
-            raise EmbeddingError("timeout", f"{self.url} took over {timeout} s") from None
-        except aiohttp.ClientError as exc:
-            raise EmbeddingError("connect", f"{self.url}: {exc}") from None
-        try:
-            data = sorted(orjson.loads(body)["data"], key=lambda d: d["index"])
-            vectors = [signals.unit(d["embedding"]) for d in data]
-        except (orjson.JSONDecodeError, KeyError, TypeError, ValueError) as exc:
-            raise EmbeddingError("invalid", f"{self.url}: {exc}") from None
-        if len(vectors) != len(texts):
-            raise EmbeddingError("invalid", f"{self.url}: {len(vectors)} embeddings for "
-                                 f"{len(texts)} inputs")
-        return vectors
+        return await post_embeddings(session, self.url, self.cfg.model, texts,
+                                     self.timeout if bound is None else bound)
 
     async def _build(self, session: aiohttp.ClientSession) -> tuple[signals.ExpertIndex, ...]:
         experts = self.cfg.experts
@@ -145,6 +195,8 @@ class SemanticSignal:
             settled = signals.keyword_verdict(self._keywords, text)
             if settled is not None:
                 return settled, None
+        if self.head is not None or self.head_error is not None:
+            return await self._head_verdict(session, text)
         try:
             index = await self.index(session)
             query = await self.query(session, text) if text.strip() else None
@@ -162,6 +214,29 @@ class SemanticSignal:
         ranked = signals.scores(index, text, query)
         return signals.decide(ranked, cfg.threshold, cfg.margin,
                               embedded=query is not None), None
+
+
+    async def _head_verdict(self, session: aiohttp.ClientSession, text: str
+                            ) -> tuple[signals.Verdict, EmbeddingError | None]:
+        """The trained head's decision: the turn's embedding through the head; keywords
+        alone when the engine fails, as with examples."""
+        head = self.head
+        if head is None:
+            return signals.Verdict(None, "none", 0.0, 0.0, (), "no-head"), None
+        if not text.strip():
+            return signals.decide(signals.scores(self._keywords, text, None),
+                                  self.cfg.threshold, 0.0, embedded=False), None
+        try:
+            query = await self.query(session, text)
+        except EmbeddingError as exc:
+            return signals.decide(signals.scores(self._keywords, text, None),
+                                  self.cfg.threshold, 0.0, embedded=False), exc
+        if query.shape != (head.dims,):
+            mismatch = EmbeddingError("invalid", f"{self.url}: {query.shape[0]} dimensions, "
+                                      f"the head was trained on {head.dims}")
+            return signals.decide(signals.scores(self._keywords, text, None),
+                                  self.cfg.threshold, 0.0, embedded=False), mismatch
+        return head.verdict(query, text, self._keywords), None
 
 
 def _retrieve(task: asyncio.Task[tuple[signals.ExpertIndex, ...]]) -> None:

@@ -130,3 +130,19 @@ def test_out_of_range_knobs_are_refused(field: str, value: object) -> None:
             "default": "chat", "endpoints": ["http://e"]}
     with pytest.raises(ValidationError):
         RouterConfig.model_validate({**base, field: value})
+
+
+def test_semantic_needs_examples_or_a_trained_head() -> None:
+    """A trained head (headFile) stands in for the experts' examples; with neither, the
+    semantic signal could decide nothing, and the config says so."""
+    from mol_platform.contract.router_config import RouterSemantic
+
+    base = {"embeddingsUrl": "http://127.0.0.1:1", "model": "mini"}
+    head = RouterSemantic.model_validate({**base, "headFile": "/heads/h.json"})
+    assert (head.head_file, head.experts) == ("/heads/h.json", [])
+    assert RouterSemantic.model_validate(
+        {**base, "experts": [{"name": "chat", "examples": ["hi"]}]}).head_file is None
+    with pytest.raises(ValidationError, match="examples or a trained head"):
+        RouterSemantic.model_validate(base)
+    with pytest.raises(ValidationError, match="at least 1 character"):
+        RouterSemantic.model_validate({**base, "headFile": ""})

@@ -66,13 +66,25 @@ class RouterSemantic(_Model):
 
     embeddings_url: str
     model: str
-    experts: list[RouterSemanticExpert] = Field(min_length=1)
+    experts: list[RouterSemanticExpert] = Field(default_factory=list, max_length=64)
+    # A trained head (``mol router train``): a file, read at start and whenever the
+    # config changes (a new head: a new path). With one, the experts' examples are not
+    # used, nor their keywords: the head carries those its training data found
+    # unambiguous.
+    head_file: str | None = Field(default=None, min_length=1, max_length=4096)
     threshold: float = Field(default=0.3, ge=-1.0, le=2.0)
     margin: float = Field(default=0.0, ge=0.0, le=2.0)
     max_chars: int = Field(default=2000, ge=16, le=100_000)
     cache_size: int = Field(default=1024, ge=0, le=1_000_000)  # embeddings of recent turns
     # A turn holding keywords of exactly one expert goes there without an embedding call.
     keywords_decide: bool = True
+
+    @model_validator(mode="after")
+    def _decides(self) -> RouterSemantic:
+        if not self.experts and self.head_file is None:
+            raise ValueError("semantic needs experts with examples or a trained head "
+                             "(headFile)")
+        return self
 
 
 class EndpointSliceSelector(_Model):
