@@ -57,7 +57,8 @@ COLUMNS = ("scenario", "kind", "requests", "answered", "clean_errors", "cut", "r
            "hung", "wrong", "failed_sent_after_fault", "p50_ms", "p99_ms", "baseline_p99_ms",
            "recovery_s")
 ALL = ["engine-kill", "engine-kill-idle", "engine-stall", "adapter-fails", "catalog-down",
-       "router-restart", "router-kill", "engine-roll", "real-engine-kill", "postgres-restart"]
+       "router-restart", "router-kill", "engine-roll", "operator-restart", "real-engine-kill",
+       "postgres-restart"]
 
 
 async def simulated(work: Path, only: list[str], shape: Shape) -> list[Row]:
@@ -303,6 +304,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mol-faults-") as tmp:
         work = Path(tmp)
         rows = asyncio.run(simulated(work, only, shape))
+        if "operator-restart" in only:
+            from _faults_operator import operator_restart
+            rows.append(asyncio.run(operator_restart(work / "operator")))
         if "real-engine-kill" in only:
             rows.append(asyncio.run(real_engine_kill(work / "real", shape)))
         if "postgres-restart" in only:
