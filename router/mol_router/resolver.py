@@ -72,6 +72,7 @@ class AdapterResolver:
         self.poll_wait = poll_wait
         self.full_refresh_seconds = full_refresh_seconds
         self._cache: dict[str, Resolved | Unresolved] = {}
+        self.max_entries = _MAX_ENTRIES  # bounded whatever the traffic; oldest out first
         self._inflight: dict[str, asyncio.Future[Resolved | Unresolved]] = {}
         self._after: int | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -126,8 +127,11 @@ class AdapterResolver:
                 if old is not None:
                     return old  # unreachable or failing: keep serving what we know
                 return Unresolved(0, f"the catalog could not resolve {ref}: {exc.detail}")
-        if len(self._cache) >= _MAX_ENTRIES:
-            self._cache.clear()
+        if ref not in self._cache:
+            while len(self._cache) >= self.max_entries:
+                # the oldest answer goes, one at a time: clearing all would leave every
+                # reference to the catalog at once, and none if it is down right then
+                del self._cache[next(iter(self._cache))]
         self._cache[ref] = result
         return result
 

@@ -158,6 +158,21 @@ async def test_models_lists_the_namespace_adapters(
     assert cards["chat"]["root"] in ("demo/chat@v1", "demo/chat@stable")
 
 
+async def test_the_resolution_cache_is_bounded_oldest_out_first(
+        catalog: str, router_config: Any, start_router: Any) -> None:
+    cfg = _config(router_config, ["http://127.0.0.1:9"], catalog)
+    async with start_router(cfg) as router:
+        resolver = router.runtime.resolver
+        resolver.max_entries = 2
+        for ref in ("demo/chat@v1", "demo/chat@v2", "demo/coding@v1"):
+            await resolver.resolve(ref)
+        assert resolver.cached("demo/chat@v1") is None
+        assert resolver.cached("demo/chat@v2") is not None
+        assert resolver.cached("demo/coding@v1") is not None
+        await resolver.refresh(["demo/chat@v2"])  # a refreshed answer keeps its place
+        assert resolver.cached("demo/coding@v1") is not None
+
+
 async def test_serves_from_cache_while_the_catalog_is_down(
         live_catalog: LiveCatalog, catalog: str, router_config: Any, start_router: Any,
         ready: Any) -> None:
