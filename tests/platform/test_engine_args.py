@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from mol_platform.contract.engine_args import (
+    ENGINE_DRAIN_SECONDS,
     EngineLaunch,
     PluginSettings,
     cpu_env,
@@ -93,6 +94,16 @@ def test_model_and_served_name_default_to_the_base_model():
     assert flag_value(local.flags, "--served-model-name") == "base"
     assert flag_value(local.flags, "--host") == "0.0.0.0"
     assert flag_value(local.flags, "--port") == "8000"
+
+
+def test_sigterm_drains_requests_in_flight():
+    """vLLM's default shutdown timeout (0) aborts every request in flight on SIGTERM;
+    ours waits for them, and a user's extra argument still wins."""
+    assert flag_value(engine_args(DEFAULTS).flags, "--shutdown-timeout") == \
+        str(ENGINE_DRAIN_SECONDS)
+    assert ENGINE_DRAIN_SECONDS > 0
+    spec = make_spec(engine={"extraArgs": ["--shutdown-timeout", "5"]})
+    assert flag_value(engine_args(spec).flags, "--shutdown-timeout") == "5"
 
 
 def test_extra_args_come_last_and_win():

@@ -18,6 +18,10 @@ from mol_platform.contract.spec import ALLOWED_MAX_LORA_RANKS, MoLDeploymentSpec
 HANDOFF_TOOL_CALL_PARSER = "hermes"
 # KV-cache size (GiB) a CPU engine reserves unless told otherwise.
 DEFAULT_CPU_KVCACHE_GIB = 1
+# Seconds a SIGTERMed engine gives its requests in flight before it exits. vLLM's own
+# default (0) aborts them at once: every stream on a replica being rolled would be cut.
+# A pod's terminationGracePeriodSeconds must exceed its preStop wait plus this.
+ENGINE_DRAIN_SECONDS = 90
 
 
 @dataclass(frozen=True)
@@ -161,6 +165,7 @@ def engine_args(
     ]
     if spec.router.handoff.enabled:
         flags += ["--enable-auto-tool-choice", "--tool-call-parser", HANDOFF_TOOL_CALL_PARSER]
+    flags += ["--shutdown-timeout", str(ENGINE_DRAIN_SECONDS)]  # SIGTERM drains
     env = runtime_env()
     if cpu:
         flags += ["--dtype", "float32"]
