@@ -224,8 +224,7 @@ async def postgres_restart(work: Path, shape: Shape) -> Row:
                       f"{missing} published versions missing afterwards"])
 
 
-def markdown(rows: list[Row], argv: list[str], took: float) -> str:
-    figures = [r.figures() for r in rows]
+def markdown(figures: list[dict[str, Any]], argv: list[str], took: float) -> str:
     lines = [
         "## Faults: what users see when a part fails (`bench/faults.py`)",
         "",
@@ -258,8 +257,31 @@ def markdown(rows: list[Row], argv: list[str], took: float) -> str:
                      f"{f['wrong']} | {f['failed_sent_after_fault']} | {p50} | {p99} | {rec} |")
     lines += ["", "Notes per row:", ""]
     lines += [f"- {f['scenario']}: {f['notes']}" for f in figures if f["notes"]]
-    lines += ["", *goals(figures)]
+    lines += ["", *goals(figures), "", *costs(figures)]
     return "\n".join(lines)
+
+
+def costs(figures: list[dict[str, Any]]) -> list[str]:
+    """What the goals do not show: the price of the faults that cost something."""
+    out = ["Costs:", ""]
+    base = next((f["p99_ms"] for f in figures if f["kind"] == "baseline"), None)
+    for f in figures:
+        if f["scenario"].startswith("engine stalled") and f["p99_ms"] and base:
+            out.append(f"- {f['scenario']}: p99 {f['p99_ms']:.0f} ms against {base:.0f} ms. "
+                       "Requests sent to the stalled engine before its health check timed "
+                       "out wait until it runs again (answered, not failed); the router does "
+                       "not re-send a request that has no first byte yet, since the engine may "
+                       "still answer it and a second copy would double its work.")
+        if f["cut"]:
+            out.append(f"- {f['scenario']}: {f['cut']} requests cut, the connections the "
+                       "killed process held. No server can answer those; a client retry "
+                       "(the OpenAI SDKs retry connection errors twice by default) gets each "
+                       "answered by the other router.")
+        if f["scenario"].startswith("operator") and "reconcile" in f["notes"]:
+            out.append(f"- {f['scenario']}: the new operator waits for the killed one's "
+                       "leader lease to expire before it reconciles (see its note); serving "
+                       "is not affected meanwhile.")
+    return out if len(out) > 2 else []
 
 
 def goals(figures: list[dict[str, Any]]) -> list[str]:
@@ -313,7 +335,7 @@ def main() -> int:
             (work / "pg").mkdir()
             rows.append(asyncio.run(postgres_restart(work / "pg", shape)))
     took = time.monotonic() - started
-    body = markdown(rows, sys.argv[1:], took)
+    body = markdown([r.figures() for r in rows], sys.argv[1:], took)
     print(body)
     if args.json is not None:
         args.json.write_text(json.dumps([r.figures() for r in rows], indent=1))

@@ -8,7 +8,7 @@ the demo base model with the ``chat`` and ``coding`` adapters preloaded and
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -69,7 +69,8 @@ def embedding_engine(engine_venv: Path) -> Iterator[Engine]:
 
 
 @contextlib.contextmanager
-def replica(engine_venv: Path, demo: DemoResult, port: int) -> Iterator[Engine]:
+def replica(engine_venv: Path, demo: DemoResult, port: int,
+            extra_args: Sequence[str] = ()) -> Iterator[Engine]:
     """A second engine configured like the session one, on ``port``. One unbound
     OpenMP thread: two engines on a small machine must not fight over pinned cores."""
     with running_engine(
@@ -77,7 +78,7 @@ def replica(engine_venv: Path, demo: DemoResult, port: int) -> Iterator[Engine]:
         lora_modules={**{n: demo.adapters[n] for n in PRELOADED_ADAPTERS},
                       **{n: demo.adapters[s] for n, s in IMMUTABLE_ADAPTERS.items()}},
         served_model_name="demo-base", port=port, max_loras=2, max_lora_rank=16,
-        extra_args=["--max-cpu-loras", str(MAX_CPU_LORAS)],
+        extra_args=["--max-cpu-loras", str(MAX_CPU_LORAS), *extra_args],
         env={"OMP_NUM_THREADS": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind"},
     ) as eng:  # fmt: skip
         yield eng

@@ -25,6 +25,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from mol_platform.apps.demo import DemoResult
+from mol_platform.contract.engine_args import ENGINE_DRAIN_SECONDS
 from mol_platform.contract.router_config import RouterConfig
 from mol_router.server import RouterServer
 from mol_router.settings import RouterSettings
@@ -125,3 +126,42 @@ async def test_killing_one_of_two_replicas_under_traffic(
     ejections = [s.value for f in text_string_to_metric_families(metrics)
                  for s in f.samples if s.name == "mol_router_ejections_total"]
     assert sum(ejections) == 1, metrics
+
+
+async def test_a_sigtermed_replica_finishes_its_streams_first(
+    engine_venv: Path, demo_assets: DemoResult
+) -> None:
+    """A replica being rolled gets SIGTERM (its API server process, as a container's
+    PID 1 does) with a stream half-way: with the flag every launch carries
+    (``--shutdown-timeout``, ENGINE_DRAIN_SECONDS) the stream ends whole, then the
+    process exits. vLLM's own default aborts it."""
+    drain = ["--shutdown-timeout", str(ENGINE_DRAIN_SECONDS)]
+    with replica(engine_venv, demo_assets, free_port(), drain) as c:
+        body = {"model": "chat", "stream": True, "max_tokens": 48, "ignore_eos": True,
+                "temperature": 0, "messages": [{"role": "user", "content": "count"}]}
+        async with aiohttp.ClientSession() as http, \
+                http.post(c.base_url + "/v1/chat/completions", json=body,
+                          timeout=aiohttp.ClientTimeout(total=HUNG_AFTER)) as resp:
+            assert resp.status == 200
+            first = await resp.content.readany()
+            os.kill(c.pid, signal.SIGTERM)
+            text = (first + await resp.read()).decode()
+        events = parse_sse(text)
+        assert events[-1] == "[DONE]", text[-500:]
+        chunks = [e for e in events if e != "[DONE]"]
+        assert not any("error" in e for e in chunks), text[-500:]
+        content = [e for e in chunks if e["choices"] and e["choices"][0]["delta"].get("content")]
+        assert len(content) >= 40, len(content)  # about one event per token: not cut short
+        deadline = time.monotonic() + ENGINE_DRAIN_SECONDS
+        while _alive(c.pid):
+            assert time.monotonic() < deadline, "the engine did not exit after its drain"
+            await asyncio.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    """Running (an exited child not yet reaped is a zombie: not alive)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return not stat.split(") ", 1)[1].startswith("Z")
