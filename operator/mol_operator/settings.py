@@ -49,6 +49,24 @@ class OperatorSettings(BaseSettings):
     engine_shm_size: str = Field(default=_DEFAULTS.engine_shm_size,
                                  description="Size limit of the engines' /dev/shm.")
     s3_sync_image: str = _DEFAULTS.s3_sync_image
+    router_prestop_seconds: int = Field(
+        default=_DEFAULTS.router_prestop_seconds, ge=0, le=300,
+        description="preStop wait of router pods: they keep serving while Services and "
+                    "ingresses let go of them (docs/operator.md, Pod shutdown).")
+    router_drain_delay: float = Field(
+        default=_DEFAULTS.router_drain_delay, ge=0, le=300,
+        description="After SIGTERM a router keeps taking requests this long (readyz 503).")
+    router_drain_timeout: float = Field(
+        default=_DEFAULTS.router_drain_timeout, ge=0, le=3600,
+        description="Then requests in flight get this long to finish.")
+    engine_prestop_seconds: int = Field(
+        default=_DEFAULTS.engine_prestop_seconds, ge=0, le=300,
+        description="preStop wait of engine pods: the routers' EndpointSlice watches "
+                    "let go of them before vLLM's own drain starts.")
+    engine_grace_seconds: int = Field(
+        default=_DEFAULTS.engine_grace_seconds, ge=30, le=86400,
+        description="The least terminationGracePeriodSeconds of an engine pod (raised "
+                    "to cover preStop plus --shutdown-timeout).")
     adapter_cache_bytes: int = Field(default=_DEFAULTS.adapter_cache_bytes, ge=1)
     monitor_labels: dict[str, str] = Field(
         default_factory=dict,
@@ -146,4 +164,9 @@ class OperatorSettings(BaseSettings):
             tracing_endpoint=self.tracing_endpoint,
             tracing_sample_ratio=self.tracing_sample_ratio,
             router_access_log=self.router_access_log,
+            router_prestop_seconds=self.router_prestop_seconds,
+            router_drain_delay=self.router_drain_delay,
+            router_drain_timeout=self.router_drain_timeout,
+            engine_prestop_seconds=self.engine_prestop_seconds,
+            engine_grace_seconds=self.engine_grace_seconds,
         )

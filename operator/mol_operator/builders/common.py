@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,12 +19,15 @@ from kubernetes.client import (
     V1Capabilities,
     V1EnvVar,
     V1EnvVarSource,
+    V1Lifecycle,
+    V1LifecycleHandler,
     V1ObjectMeta,
     V1OwnerReference,
     V1PodSecurityContext,
     V1SeccompProfile,
     V1SecretKeySelector,
     V1SecurityContext,
+    V1SleepAction,
 )
 
 from mol_platform import __version__
@@ -43,6 +47,26 @@ COMPONENT_LABEL = "mol.dev/component"
 # The non-root user of the platform and engine images (deploy/images/).
 RUN_AS = 10001
 _api = ApiClient()
+# Shutdown (docs/operator.md, "Pod shutdown"). A deleted pod leaves its Service's
+# endpoints at once, but kube-proxy, ingress controllers and the routers' EndpointSlice
+# watches take a few seconds to see it: the preStop wait keeps the process serving
+# until they have, then SIGTERM starts its own drain.
+ROUTER_PRESTOP_SECONDS = 5
+# The router's drain (MOL_ROUTER_DRAIN_DELAY, MOL_ROUTER_DRAIN_TIMEOUT; docs/router.md):
+# new requests served for the delay, then requests in flight get the timeout.
+ROUTER_DRAIN_DELAY_SECONDS = 1.0
+ROUTER_DRAIN_TIMEOUT_SECONDS = 20.0
+# Engines are found through EndpointSlices by the routers, which a busy API server
+# may tell late; a longer wait costs a rolled replica nothing but time.
+ENGINE_PRESTOP_SECONDS = 10
+# The least grace an engine gets (long generations); raised when preStop plus vLLM's
+# --shutdown-timeout needs more.
+ENGINE_GRACE_SECONDS = 120
+# Past its drain a process still has to exit (close its pools, flush the last usage
+# batch and spans): the grace period is this much longer than preStop plus drain.
+EXIT_MARGIN_SECONDS = 4
+# The least grace of any rendered pod (Kubernetes' own default).
+MIN_GRACE_SECONDS = 30
 
 
 @dataclass(frozen=True)
@@ -119,6 +143,13 @@ class Defaults:
     tracing_sample_ratio: float = 0.1
     # Routers write one JSON access-log line per request (chart: router.accessLog).
     router_access_log: bool = False
+    # Shutdown (chart: router.drain, engine.drain): the preStop waits and the drains
+    # the termination grace periods are computed from (``grace_seconds``).
+    router_prestop_seconds: int = ROUTER_PRESTOP_SECONDS
+    router_drain_delay: float = ROUTER_DRAIN_DELAY_SECONDS
+    router_drain_timeout: float = ROUTER_DRAIN_TIMEOUT_SECONDS
+    engine_prestop_seconds: int = ENGINE_PRESTOP_SECONDS
+    engine_grace_seconds: int = ENGINE_GRACE_SECONDS
 
 
 @dataclass(frozen=True)
@@ -200,6 +231,39 @@ def container_security() -> V1SecurityContext:
     return V1SecurityContext(allow_privilege_escalation=False, read_only_root_filesystem=True,
                              run_as_non_root=True, capabilities=V1Capabilities(drop=["ALL"]),
                              seccomp_profile=V1SeccompProfile(type="RuntimeDefault"))
+
+
+def pre_stop(seconds: int) -> V1Lifecycle | None:
+    """Kubernetes' own ``sleep`` action (no shell needed in the image; on by default
+    since 1.30, the chart's kubeVersion); none for a wait of 0."""
+    if seconds <= 0:
+        return None
+    return V1Lifecycle(pre_stop=V1LifecycleHandler(sleep=V1SleepAction(seconds=seconds)))
+
+
+def grace_seconds(prestop: float, drain: float, floor: int = MIN_GRACE_SECONDS) -> int:
+    """``terminationGracePeriodSeconds`` strictly longer than the preStop wait plus the
+    process's own drain (plus ``EXIT_MARGIN_SECONDS`` to exit), and at least ``floor``:
+    the kubelet kills the container when the period ends, mid-drain or not."""
+    return max(floor, math.ceil(prestop + drain) + EXIT_MARGIN_SECONDS)
+
+
+def shutdown_timeout(args: Sequence[str]) -> float:
+    """vLLM's ``--shutdown-timeout`` in a command line (the last one wins, as in its
+    parser; ``--shutdown-timeout=N`` too); 0, vLLM's default, when absent."""
+    value = 0.0
+    for i, arg in enumerate(args):
+        text = None
+        if arg == "--shutdown-timeout" and i + 1 < len(args):
+            text = args[i + 1]
+        elif arg.startswith("--shutdown-timeout="):
+            text = arg.split("=", 1)[1]
+        if text is not None:
+            try:
+                value = max(0.0, float(text))
+            except ValueError:
+                continue  # vLLM refuses it at start; the grace needs no guess
+    return value
 
 
 def serialize(obj: Any) -> Any:

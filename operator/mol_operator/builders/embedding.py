@@ -41,11 +41,14 @@ from mol_operator.builders.common import (
     ENGINE_PORT,
     Facts,
     container_security,
+    grace_seconds,
     meta,
     pod_labels,
     pod_security,
+    pre_stop,
     selector,
     serialize,
+    shutdown_timeout,
 )
 from mol_operator.builders.engine import ENGINE_HOME, scratch_mounts, scratch_volumes, weights
 from mol_platform.contract.engine_args import embedding_args
@@ -53,6 +56,9 @@ from mol_platform.contract.spec_router import EmbeddingEngineSpec
 
 COMPONENT = "embedding"
 SHM_SIZE = "256Mi"
+# Readiness: out after 2 failed checks 5 s apart (10 s: no longer than the preStop wait).
+READINESS_PERIOD_SECONDS = 5
+READINESS_FAILURES = 2
 
 
 def wants_embedding_engine(facts: Facts) -> bool:
@@ -103,14 +109,22 @@ def embedding_container(facts: Facts) -> tuple[V1Container, list[V1Volume],
                                          limits={"memory": spec.memory}),
         security_context=container_security(),
         startup_probe=_probe(5, 120),
-        readiness_probe=_probe(5, 3),
+        readiness_probe=_probe(READINESS_PERIOD_SECONDS, READINESS_FAILURES),
         liveness_probe=_probe(10, 6),
+        # The router embeds through the Service (kube-proxy): wait until it has let go.
+        lifecycle=pre_stop(facts.defaults.engine_prestop_seconds),
         volume_mounts=[*w.mounts, V1VolumeMount(name="dshm", mount_path="/dev/shm"),
                        *scratch_mounts()],
     )
     volumes = [*w.volumes, V1Volume(name="dshm", empty_dir=V1EmptyDirVolumeSource(
         medium="Memory", size_limit=SHM_SIZE))]
     return container, volumes, w.init
+
+
+def embedding_grace_seconds(facts: Facts, args: list[str]) -> int:
+    """preStop + the engine's --shutdown-timeout (vLLM's default 0: an embedding
+    request lasts milliseconds) + the exit margin, at least 30."""
+    return grace_seconds(facts.defaults.engine_prestop_seconds, shutdown_timeout(args))
 
 
 def embedding_deployment(facts: Facts) -> dict[str, Any]:
@@ -132,7 +146,8 @@ def embedding_deployment(facts: Facts) -> dict[str, Any]:
                     init_containers=init or None,
                     security_context=pod_security(),
                     automount_service_account_token=False,
-                    termination_grace_period_seconds=30,
+                    termination_grace_period_seconds=embedding_grace_seconds(
+                        facts, container.args or []),
                     volumes=[*volumes, *scratch_volumes()],
                 ),
             ),

@@ -45,11 +45,14 @@ from mol_operator.builders.common import (
     ENGINE_PORT,
     Facts,
     container_security,
+    grace_seconds,
     meta,
     pod_labels,
     pod_security,
+    pre_stop,
     selector,
     serialize,
+    shutdown_timeout,
     token_env,
 )
 from mol_platform.contract.engine_args import PluginSettings, engine_args
@@ -66,6 +69,10 @@ GPU_RESOURCE = "nvidia.com/gpu"
 CACHE_HEADROOM = 1.25
 TMP_SIZE = "1Gi"
 HOME_SIZE = "4Gi"
+# Readiness: /health every 5 s, out after 2 failures in a row (10 s: no longer than
+# the preStop wait), so a wedged engine leaves the routers' EndpointSlices quickly.
+READINESS_PERIOD_SECONDS = 5
+READINESS_FAILURES = 2
 
 
 class BuildError(ValueError):
@@ -204,8 +211,9 @@ def engine_container(facts: Facts, weights: Weights) -> V1Container:
         security_context=container_security(),
         # Loading a large base takes minutes: the startup probe allows 20 of them.
         startup_probe=_probe("/health", 10, 120),
-        readiness_probe=_probe("/health", 5, 3),
+        readiness_probe=_probe("/health", READINESS_PERIOD_SECONDS, READINESS_FAILURES),
         liveness_probe=_probe("/health", 10, 6),
+        lifecycle=pre_stop(facts.defaults.engine_prestop_seconds),
         volume_mounts=[
             *weights.mounts,
             V1VolumeMount(name="dshm", mount_path="/dev/shm"),
@@ -215,12 +223,21 @@ def engine_container(facts: Facts, weights: Weights) -> V1Container:
     )
 
 
+def engine_grace_seconds(facts: Facts, args: list[str]) -> int:
+    """preStop + vLLM's --shutdown-timeout in ``args`` (90 by default, a user's
+    extraArgs win) + the exit margin, and at least ``engine_grace_seconds`` (120)."""
+    d = facts.defaults
+    return grace_seconds(d.engine_prestop_seconds, shutdown_timeout(args),
+                         floor=d.engine_grace_seconds)
+
+
 def engine_pod_spec(facts: Facts) -> V1PodSpec:
     spec = facts.obj.spec
     weights = base_weights(facts)
     pool = spec.node_pool
+    container = engine_container(facts, weights)
     return V1PodSpec(
-        containers=[engine_container(facts, weights)],
+        containers=[container],
         init_containers=weights.init or None,
         node_selector=dict(pool.node_selector) or None,
         tolerations=[V1Toleration(**t.model_dump(exclude_none=True)) for t in pool.tolerations]
@@ -228,8 +245,9 @@ def engine_pod_spec(facts: Facts) -> V1PodSpec:
         security_context=pod_security(),
         # Engines never call the Kubernetes API (the plugin reads its catalog token from env).
         automount_service_account_token=False,
-        # vLLM finishes in-flight requests on SIGTERM; long generations need time.
-        termination_grace_period_seconds=120,
+        # vLLM finishes in-flight requests on SIGTERM (--shutdown-timeout): the grace
+        # period covers the preStop wait and that drain.
+        termination_grace_period_seconds=engine_grace_seconds(facts, container.args or []),
         volumes=[
             *weights.volumes,
             V1Volume(name="dshm", empty_dir=V1EmptyDirVolumeSource(

@@ -32,10 +32,11 @@ from mol_operator.builders.common import (
 from mol_operator.builders.engine import (
     base_weights,
     engine_container,
+    engine_grace_seconds,
     scratch_mounts,
     scratch_volumes,
 )
-from mol_platform.contract.engine_args import HANDOFF_TOOL_CALL_PARSER
+from mol_platform.contract.engine_args import ENGINE_DRAIN_SECONDS, HANDOFF_TOOL_CALL_PARSER
 
 KSERVE_API_VERSION = "serving.kserve.io/v1alpha2"
 
@@ -127,12 +128,15 @@ def llm_inference_service(facts: Facts) -> dict[str, Any]:
                             "resources": container["resources"],
                             "securityContext": container["securityContext"],
                             "volumeMounts": serialize(scratch_mounts())}
-    args = list(eng.extra_args)
+    # vLLM's default --shutdown-timeout (0) would abort every stream of a rolled pod;
+    # a user's extraArgs come last and win, as in the raw engine's command.
+    args = ["--shutdown-timeout", str(ENGINE_DRAIN_SECONDS), *eng.extra_args]
     if spec.router.handoff.enabled:
         args = ["--enable-auto-tool-choice", "--tool-call-parser", HANDOFF_TOOL_CALL_PARSER,
                 *args]
-    if args:
-        main["args"] = args
+    main["args"] = args
+    if "lifecycle" in container:
+        main["lifecycle"] = container["lifecycle"]
     lora: dict[str, Any] = {"maxAdapters": eng.max_loras, "maxRank": eng.max_lora_rank}
     if eng.max_cpu_loras is not None:
         lora["maxCpuAdapters"] = eng.max_cpu_loras
@@ -141,7 +145,8 @@ def llm_inference_service(facts: Facts) -> dict[str, Any]:
         # KServe's workload pods carry these: the catalog's NetworkPolicy admits them.
         "labels": {COMPONENT_LABEL: "engine"},
         "template": {"containers": [main], "volumes": serialize(scratch_volumes()),
-                     "securityContext": serialize(pod_security())},
+                     "securityContext": serialize(pod_security()),
+                     "terminationGracePeriodSeconds": engine_grace_seconds(facts, args)},
     }
     if spec.autoscaling is None:
         body["replicas"] = spec.effective_replicas

@@ -45,9 +45,11 @@ from mol_operator.builders.common import (
     ROUTER_PORT,
     Facts,
     container_security,
+    grace_seconds,
     meta,
     pod_labels,
     pod_security,
+    pre_stop,
     selector,
     serialize,
     token_env,
@@ -64,6 +66,25 @@ CONFIG_DIR = "/etc/mol/router"
 CONFIG_FILE = "router.yaml"
 # The API keys Secret is mounted where the RouterConfig's apiKeysFile points.
 API_KEYS_DIR = posixpath.dirname(DEFAULT_API_KEYS_FILE)
+# /readyz answers 503 from the first moment of a drain and while no engine can serve:
+# two failed checks 2 s apart (4 s, less than the preStop wait) take the pod out of the
+# Service's endpoints.
+READINESS_PERIOD_SECONDS = 2
+READINESS_FAILURES = 2
+
+
+def drain_env(facts: Facts) -> list[V1EnvVar]:
+    """The router's drain, set here so the grace period is computed from the same
+    numbers (``router_grace_seconds``)."""
+    d = facts.defaults
+    return [V1EnvVar(name="MOL_ROUTER_DRAIN_DELAY", value=f"{d.router_drain_delay:g}"),
+            V1EnvVar(name="MOL_ROUTER_DRAIN_TIMEOUT", value=f"{d.router_drain_timeout:g}")]
+
+
+def router_grace_seconds(facts: Facts) -> int:
+    """preStop + drain delay + drain timeout + the exit margin: 5 + 1 + 20 + 4 = 30."""
+    d = facts.defaults
+    return grace_seconds(d.router_prestop_seconds, d.router_drain_delay + d.router_drain_timeout)
 
 
 def router_config(facts: Facts) -> RouterConfig:
@@ -151,11 +172,14 @@ def router_objects(facts: Facts) -> list[dict[str, Any]]:
         args=["router", "serve", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}",
               "--port", str(ROUTER_PORT)],
         ports=[V1ContainerPort(name="http", container_port=ROUTER_PORT)],
-        env=[token_env(facts), *tracing_env(facts), *access_log_env(facts)],
+        env=[token_env(facts), *drain_env(facts), *tracing_env(facts),
+             *access_log_env(facts)],
         resources=router_resources(facts),
         security_context=container_security(),
+        lifecycle=pre_stop(d.router_prestop_seconds),
         readiness_probe=V1Probe(http_get=V1HTTPGetAction(path="/readyz", port="http"),
-                                period_seconds=5),
+                                period_seconds=READINESS_PERIOD_SECONDS,
+                                failure_threshold=READINESS_FAILURES),
         liveness_probe=V1Probe(http_get=V1HTTPGetAction(path="/healthz", port="http"),
                                period_seconds=10, failure_threshold=6),
         volume_mounts=mounts,
@@ -170,7 +194,8 @@ def router_objects(facts: Facts) -> list[dict[str, Any]]:
                 metadata=V1ObjectMeta(labels=pod_labels(facts, "router")),
                 spec=V1PodSpec(service_account_name=name, containers=[container],
                                security_context=pod_security(),
-                               volumes=volumes, termination_grace_period_seconds=30),
+                               volumes=volumes,
+                               termination_grace_period_seconds=router_grace_seconds(facts)),
             ),
         ),
     )
