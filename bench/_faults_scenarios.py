@@ -41,7 +41,7 @@ class Row:
     scenario: str
     kind: str  # baseline, unplanned, planned, dependency
     outcomes: list[Outcome]
-    retried: float = 0.0
+    retried: float | None = 0.0  # None: the router does not count them
     recovery_s: float | None = None
     baseline_p99_ms: float | None = None
     fault_at: float | None = None  # monotonic time of the fault
@@ -55,7 +55,8 @@ class Row:
                             and o.sent > self.fault_at) if self.fault_at is not None else 0)
         return {"scenario": self.scenario, "kind": self.kind, "requests": len(self.outcomes),
                 "answered": c["answered"], "clean_errors": c["clean"], "cut": c["cut"],
-                "retried": int(self.retried), "hung": c["hung"], "wrong": c["wrong"],
+                "retried": None if self.retried is None else int(self.retried),
+                "hung": c["hung"], "wrong": c["wrong"],
                 "bad": c["bad"], "failed_sent_after_fault": failed_after,
                 "p50_ms": round(percentile(ms, 50), 1) if ms else None,
                 "p99_ms": round(percentile(ms, 99), 1) if ms else None,

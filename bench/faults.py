@@ -9,8 +9,11 @@ real processes of the local stack: the catalog (`mol catalog serve`, SQLite and 
 folder), router replicas (`mol router serve` at its production defaults: scrape every
 1 s, 3 attempts, eject after 3 failures, back in 10 s doubling) and two or more engine
 replicas (the vLLM simulator, a process each, 16 tokens at 20 ms). One fault per
-scenario, each a row (bench/_faults_scenarios.py). Then the same kill on two real vLLM
-CPU engines, and Postgres restarted under the catalog's publish load.
+scenario, each a row (bench/_faults_scenarios.py). The engine faults (killed, stalled,
+an adapter failing on one replica) also through the named peer, vLLM's own router
+(`vllm-router`, bench/_faults_peer.py), on the same engines and traffic. Then the same
+kill on two real vLLM CPU engines, and Postgres restarted under the catalog's publish
+load.
 
 Each request is classified by what its client got (bench/_faults_load.py): answered,
 clean error, cut, hung, wrong. Writes the "faults" section of docs/benchmarks.md.
@@ -36,6 +39,8 @@ import aiohttp
 import yaml
 
 from _faults_load import Outcome, Traffic
+from _faults_peer import PEER, PEER_SCENARIOS
+from _faults_peer import POLICY as PEER_POLICY
 from _faults_scenarios import SCENARIOS, Row, Shape, baseline, catalog_down, start_catalog
 from _faults_stack import (
     retries,
@@ -46,6 +51,7 @@ from _faults_stack import (
 )
 from _machine import machine_info
 from _report import write_section
+from _vllm_router import pin
 from mol_platform.apps.up.supervisor import mol_argv
 from mol_platform.contract.router_config import RouterConfig
 from mol_testkit.lora import SyntheticLlama
@@ -56,12 +62,13 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 COLUMNS = ("scenario", "kind", "requests", "answered", "clean_errors", "cut", "retried",
            "hung", "wrong", "failed_sent_after_fault", "p50_ms", "p99_ms", "baseline_p99_ms",
            "recovery_s")
+PEER_VERSION = pin().split("==", 1)[1]
 ALL = ["engine-kill", "engine-kill-idle", "engine-stall", "adapter-fails", "catalog-down",
        "router-restart", "router-kill", "engine-roll", "operator-restart", "real-engine-kill",
        "postgres-restart"]
 
 
-async def simulated(work: Path, only: list[str], shape: Shape) -> list[Row]:
+async def simulated(work: Path, only: list[str], shape: Shape, peer: bool = True) -> list[Row]:
     catalog = start_catalog(work)
     try:
         resolved = await asyncio.to_thread(seed_catalog, catalog.url)
@@ -78,13 +85,24 @@ async def simulated(work: Path, only: list[str], shape: Shape) -> list[Row]:
                 continue
             row.baseline_p99_ms = rows[0].figures()["p99_ms"]
             rows.append(row)
-            f = row.figures()
-            print(f"  {row.scenario}: {f['answered']}/{f['requests']} answered, "
-                  f"{f['clean_errors']} clean, {f['cut']} cut, {f['hung']} hung, "
-                  f"{f['wrong']} wrong", file=sys.stderr)
+            _progress(row)
+        if peer:
+            for name in only:
+                if name in PEER_SCENARIOS:
+                    row = await PEER_SCENARIOS[name](work, expect, shape)
+                    row.baseline_p99_ms = rows[0].figures()["p99_ms"]
+                    rows.append(row)
+                    _progress(row)
         return rows
     finally:
         catalog.stop()
+
+
+def _progress(row: Row) -> None:
+    f = row.figures()
+    print(f"  {row.scenario}: {f['answered']}/{f['requests']} answered, "
+          f"{f['clean_errors']} clean, {f['cut']} cut, {f['hung']} hung, "
+          f"{f['wrong']} wrong", file=sys.stderr)
 
 
 async def real_engine_kill(work: Path, shape: Shape) -> Row:
@@ -252,13 +270,46 @@ def markdown(figures: list[dict[str, Any]], argv: list[str], took: float) -> str
         p99 = f"{f['p99_ms']:.0f}{base}" if f["p99_ms"] is not None else "-"
         p50 = f"{f['p50_ms']:.0f}" if f["p50_ms"] is not None else "-"
         rec = f"{f['recovery_s']:.2f}" if f["recovery_s"] is not None else "-"
+        retried = "-" if f["retried"] is None else f["retried"]
         lines.append(f"| {f['scenario']} | {f['kind']} | {f['requests']} | {f['answered']} | "
-                     f"{f['clean_errors']} | {f['cut']} | {f['retried']} | {f['hung']} | "
+                     f"{f['clean_errors']} | {f['cut']} | {retried} | {f['hung']} | "
                      f"{f['wrong']} | {f['failed_sent_after_fault']} | {p50} | {p99} | {rec} |")
     lines += ["", "Notes per row:", ""]
     lines += [f"- {f['scenario']}: {f['notes']}" for f in figures if f["notes"]]
-    lines += ["", *goals(figures), "", *costs(figures)]
-    return "\n".join(lines)
+    ours = [f for f in figures if f.get("router") != PEER]
+    lines += ["", *goals(ours), "", *costs(ours), "", *against_peer(figures)]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def against_peer(figures: list[dict[str, Any]]) -> list[str]:
+    """Each engine fault through ours and through vllm-router, side by side."""
+    peer = {f["scenario"].removesuffix(f" ({PEER})"): f for f in figures
+            if f.get("router") == PEER}
+    if not peer:
+        return []
+    out = [f"Against {PEER} {PEER_VERSION} ({PEER_POLICY}, its defaults: retries and "
+           "circuit breaker on), the same engines, traffic and fault (it has no catalog: "
+           "requests name the immutable versions; ours resolve aliases through the "
+           "catalog on top):", "",
+           "| fault | failed: ours | failed: vllm-router | hung: ours / vllm-router | "
+           "p99 ms: ours / vllm-router | recovery s: ours / vllm-router |",
+           "|---|---|---|---|---|---|"]
+
+    def rec(f: dict[str, Any]) -> str:
+        return "-" if f["recovery_s"] is None else f"{f['recovery_s']:.2f}"
+
+    def p99(f: dict[str, Any]) -> str:
+        return "-" if f["p99_ms"] is None else f"{f['p99_ms']:.0f}"
+
+    for f in figures:
+        other = peer.get(f["scenario"])
+        if other is None or f.get("router") == PEER:
+            continue
+        out.append(f"| {f['scenario']} | {f['requests'] - f['answered']} of {f['requests']} | "
+                   f"{other['requests'] - other['answered']} of {other['requests']} | "
+                   f"{f['hung']} / {other['hung']} | {p99(f)} / {p99(other)} | "
+                   f"{rec(f)} / {rec(other)} |")
+    return out
 
 
 def costs(figures: list[dict[str, Any]]) -> list[str]:
@@ -314,6 +365,8 @@ def main() -> int:
                    help=f"comma-separated scenarios (default all: {','.join(ALL)})")
     p.add_argument("--quick", action="store_true",
                    help="8 s of traffic per row, catalog down 8 s, stall 4 s (a smoke run)")
+    p.add_argument("--no-peer", action="store_true",
+                   help="skip vllm-router's rows (the same engine faults through the peer)")
     p.add_argument("--json", type=Path, help="also write the rows as JSON here")
     p.add_argument("--no-report", action="store_true", help="do not write docs/benchmarks.md")
     args = p.parse_args()
@@ -325,7 +378,7 @@ def main() -> int:
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="mol-faults-") as tmp:
         work = Path(tmp)
-        rows = asyncio.run(simulated(work, only, shape))
+        rows = asyncio.run(simulated(work, only, shape, peer=not args.no_peer))
         if "operator-restart" in only:
             from _faults_operator import operator_restart
             rows.append(asyncio.run(operator_restart(work / "operator")))

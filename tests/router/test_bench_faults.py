@@ -14,6 +14,7 @@ import orjson
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
+import faults  # noqa: E402
 from _faults_load import classify  # noqa: E402
 from faults import goals  # noqa: E402
 
@@ -64,7 +65,7 @@ def test_a_short_run_kills_an_engine_and_loses_nothing(tmp_path: Path) -> None:
     out = tmp_path / "rows.json"
     run = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "faults.py"), "--quick", "--no-report",
-         "--only", "engine-kill", "--json", str(out)],
+         "--only", "engine-kill", "--no-peer", "--json", str(out)],
         capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr[-3000:]
     rows = {r["scenario"]: r for r in json.loads(out.read_text())}
@@ -80,3 +81,20 @@ def test_a_short_run_kills_an_engine_and_loses_nothing(tmp_path: Path) -> None:
     assert kill["recovery_s"] is not None
     assert kill["recovery_s"] < 2.0  # two scrape intervals
     assert "| engine SIGKILL mid-stream | unplanned |" in run.stdout
+
+
+def test_the_peer_rows_sit_beside_ours_and_stay_out_of_our_goals() -> None:
+    def row(scenario: str, answered: int, hung: int = 0, **kw: Any) -> dict[str, Any]:
+        return {"scenario": scenario, "kind": "unplanned", "requests": 100,
+                "answered": answered, "clean_errors": 100 - answered - hung, "cut": 0,
+                "retried": None, "hung": hung, "wrong": 0, "bad": 0,
+                "failed_sent_after_fault": 0, "p50_ms": 10.0, "p99_ms": 20.0,
+                "baseline_p99_ms": 15.0, "recovery_s": None, "notes": "", **kw}
+    figures = [row("engine SIGKILL mid-stream", 96, recovery_s=0.2),
+               row("engine SIGKILL mid-stream (vllm-router)", 90, hung=3,
+                   router="vllm-router")]
+    text = faults.markdown(figures, [], 60.0)
+    assert "| engine SIGKILL mid-stream | 4 of 100 | 10 of 100 | 0 / 3 | 20 / 20 | " \
+           "0.20 / - |" in text
+    assert "0 requests hung, 0 wrong, 0 malformed in every scenario: **met**" in text
+    assert "| - | 3 |" in text, "the peer's retries are not counted: '-'"
