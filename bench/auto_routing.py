@@ -1,28 +1,40 @@
-"""Automatic routing accuracy and cost: a labelled prompt set through the router's signals.
+"""Automatic routing accuracy and cost, on prompts the router was not trained on.
 
-`python bench/auto_routing.py [--prompts FILE.jsonl] [--write]`: every prompt
-(`{"id", "expert", "prompt"}` a line; default bench/auto_routing_prompts.jsonl, four
-experts, ~10% not in English, ~15% borderline) is routed three ways, with the router's
-own code and the deployment file's example utterances, keywords and expert
-descriptions (default deploy/examples/macaron-local.yaml):
+`python bench/auto_routing.py [--train FILE.jsonl] [--prompts FILE.jsonl] [--write]`:
+the trained head (`mol router train`'s recipe, mol_router.head_train) is fitted on
+`--train` (default: the project's own bench/auto_routing_prompts.jsonl, four experts,
+~10% not in English, ~15% borderline) and judged on `--prompts`, a labelled file
+(`{"text" or "prompt", "expert"}` a line, `lang` and `borderline` optional) that the
+training never saw. The bench refuses to report when the two overlap: the same text
+(case and spacing folded) or a near duplicate (cosine >= --near-duplicate by the
+embedding model). Without `--prompts` it splits the training file in two halves
+(half of every expert's prompts each), trains on one and judges the other, both ways,
+so every prompt is judged by a head that never saw it; and it reports the head's
+nested k-fold cross-validation on the whole training file.
 
-- `semantic`: mol_router.semantic against a real embedding engine, vLLM's pooling
-  runner on the packaged all-MiniLM-L6-v2 with the flags `mol up` and the operator use
-  (started from $MOL_ENGINE_VENV, or `--embeddings-url`);
-- `classifier`: the classifier expert asked as the router asks it (the same
-  instructions, output constrained to the expert names), on a real vLLM engine: by
-  default the bench starts the demo base with the demo classifier adapter preloaded
-  (a random tiny model: its picks are near chance), or `--classifier-url` names an
-  engine serving the classifier adapter (`--classifier-model` its served name);
-- `semantic-then-classifier`: the semantic verdict where it decides, the classifier
-  for the rest.
+Modes, with the router's own code (mol_router.semantic) against a real embedding
+engine, vLLM's pooling runner on the packaged all-MiniLM-L6-v2 with the flags `mol up`
+and the operator use (started from $MOL_ENGINE_VENV, or `--embeddings-url`):
 
-Reported per mode: accuracy overall, per expert and on the clear, borderline and
-non-English prompts, a confusion matrix, the routing step's latency (p50/p99, the
+- `semantic`: the trained head as the router runs it (the deployment's default
+  automatic mode): keywords first where the training data showed them unambiguous
+  and, out of fold, no worse than the head (candidates: the deployment file's
+  keywords), then the head (the embedding and character 3-grams), below its
+  confidence threshold the default expert;
+- `semantic, every turn embedded (keywordsDecide: false)`: the head alone;
+- `semantic, keywords first kept whatever their out-of-fold record`: keywords
+  unambiguous on the training data come first even where, out of fold, they routed
+  worse than the head (which `mol router train` checks, dropping them then);
+- `nearest training example`: the expert of the closest training prompt (a baseline);
+- `hand-written examples and keywords`: the deployment file's examples scored as
+  before the head (`0.5 nearest + 0.5 centroid + 0.1 keywords`); they were written
+  with the project's set in view, so on it this line is not a held-out figure;
+- `classifier` and `semantic-then-classifier` with `--classifier-url` (or the demo
+  classifier on the random tiny demo base, near chance); `--no-classifier` skips them.
+
+Reported per mode: accuracy overall, per expert, per language and on the clear and
+borderline prompts, a confusion matrix, the routing step's latency (p50/p99, the
 turn's cache off, one request at a time) and the router-side CPU per decision.
-`--no-classifier` skips the classifier (then semantic-then-classifier sends what the
-semantic signal leaves open to the default expert, as the router does when the
-classifier cannot answer).
 """
 
 from __future__ import annotations
@@ -30,7 +42,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as dt
-import json
 import os
 import subprocess
 import sys
@@ -56,8 +67,17 @@ from mol_platform.contract.router_config import (
 )
 from mol_platform.contract.spec import MoLDeployment
 from mol_router.classifier import instructions
+from mol_router.head import Head
+from mol_router.head_cli import train as train_head
+from mol_router.head_train import (
+    NEAR_DUPLICATE,
+    Labelled,
+    load_labelled,
+    overlaps,
+    split_halves,
+)
 from mol_router.selection import Routing
-from mol_router.semantic import SemanticSignal
+from mol_router.semantic import SemanticSignal, embed_many
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = Path(__file__).resolve().parent / "auto_routing_prompts.jsonl"
@@ -68,12 +88,17 @@ CLASSIFIER_PORT = 18396
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--prompts", type=Path, default=PROMPTS,
-                   help="labelled prompts, one {id, expert, prompt} JSON object a line")
+    p.add_argument("--train", type=Path, default=PROMPTS,
+                   help="labelled prompts the head is trained on (default: the project's set)")
+    p.add_argument("--prompts", type=Path, help="labelled prompts to judge, never trained on "
+                   "(default: the training file split in two halves, judged both ways)")
     p.add_argument("--deployment", type=Path, default=DEPLOYMENT,
-                   help="the MoLDeployment whose semantic examples and experts are used")
+                   help="the MoLDeployment whose experts, default, keywords and examples are used")
     p.add_argument("--embeddings-url", help="a running /v1/embeddings server (default: start "
                    "one on the packaged model from $MOL_ENGINE_VENV)")
+    p.add_argument("--near-duplicate", type=float, default=NEAR_DUPLICATE,
+                   help="cosine at which a judged prompt counts as a training one's duplicate")
+    p.add_argument("--folds", type=int, default=5, help="cross-validation folds on --train")
     p.add_argument("--classifier-url", help="an engine serving the classifier adapter "
                    "(default: start the demo base with the demo classifier adapter)")
     p.add_argument("--classifier-model", default="classifier",
@@ -82,17 +107,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="do not measure the classifier expert")
     p.add_argument("--write", action="store_true", help="write docs/benchmarks.md's section")
     return p.parse_args(argv)
-
-
-def load_prompts(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            row = json.loads(line)
-            if not {"id", "expert", "prompt"} <= row.keys():
-                raise SystemExit(f"{path}:{n}: each line needs id, expert and prompt")
-            rows.append(row)
-    return rows
 
 
 def _launch(launch: EngineLaunch, log: Path) -> subprocess.Popen[bytes]:
@@ -173,58 +187,129 @@ class Timer:
         self.cpu.append(time.process_time() - self._c)
 
 
-async def run(args: argparse.Namespace, cfg: RouterConfig,
-              classifier_url: str | None) -> dict[str, Any]:
+HEAD = "semantic"
+HEAD_EVERY = "semantic, every turn embedded (keywordsDecide: false)"
+HEAD_KEYWORDS = "semantic, keywords first kept whatever their out-of-fold record"
+NEAREST = "nearest training example"
+EXAMPLES = "hand-written examples and keywords (before the head)"
+
+
+async def run(args: argparse.Namespace, cfg: RouterConfig, classifier_url: str | None,
+              train: list[Labelled], test: list[Labelled] | None) -> dict[str, Any]:
+    """Every mode over the judged prompts; with ``test`` None, the halves of ``train``."""
     assert cfg.semantic is not None
-    rows = load_prompts(args.prompts)
-    routing = Routing.build(cfg)
-    experts = [e.name for e in cfg.experts if e.name != cfg.classifier]
-    choices = list(routing.classifier_choices)
-    system = instructions(routing)
-    out: dict[str, Any] = {"rows": rows, "experts": experts, "modes": {}}
+    sem = cfg.semantic
+    keywords = {e.name: list(e.keywords) for e in sem.experts}
+    x_train = await embed_many(sem.embeddings_url, sem.model, [r.text for r in train])
+    if test is None:
+        a, b = split_halves(train)
+        plan = [(a, b), (b, a)]
+        rows = train
+        x_test = x_train
+        judged = "the training file in two halves (half of every expert's prompts each), " \
+            "a head trained on each half judging the other"
+    else:
+        rows = test
+        x_test = await embed_many(sem.embeddings_url, sem.model, [r.text for r in test])
+        plan = [(list(range(len(train))), list(range(len(test))))]
+        judged = f"`{args.prompts.name}`, a head trained on all of `{args.train.name}`"
+    out: dict[str, Any] = {"rows": rows, "experts": sorted({r.expert for r in rows}),
+                           "modes": {}, "judged": judged}
+    found: list[tuple[str, str, float]] = []
+    for fit, judge in plan:
+        tr = [train[i] for i in fit]
+        te = [rows[i] for i in judge]
+        found += [(te[t].text, tr[j].text, c) for t, j, c in
+                  overlaps(tr, x_train[fit], te, x_test[judge], args.near_duplicate)]
+    if found:
+        lines = "\n".join(f"  {c:.3f}  {a!r} ~ {b!r}" for a, b, c in found[:20])
+        raise SystemExit(f"refusing to report: {len(found)} judged prompts repeat training "
+                         f"ones (same text or cosine >= {args.near_duplicate}):\n{lines}")
+    out["cv"] = train_head(train, x_train, sem.model, keywords=keywords, default=cfg.default,
+                           folds=args.folds, source=args.train.name).report
+    n = len(rows)
+    picks: dict[str, list[str]] = {m: [""] * n
+                                   for m in (HEAD, HEAD_EVERY, HEAD_KEYWORDS, NEAREST)}
+    timers = {HEAD: Timer(), HEAD_EVERY: Timer(), HEAD_KEYWORDS: Timer()}
+    undecided = [False] * n
+    head_seconds, head_cpu = [0.0] * n, [0.0] * n  # the head's step, by row
+    heads: list[Head] = []
     async with aiohttp.ClientSession() as session:
-        sem_t, semantic, undecided = await semantic_mode(session, cfg, rows, cfg.semantic)
-        out["modes"]["semantic"] = {"picked": semantic, "timer": sem_t,
-                                    "keywords": sem_t.keywords}
-        if cfg.semantic.keywords_decide:  # the same without keywords first, for the trade
-            every = cfg.semantic.model_copy(update={"keywords_decide": False})
-            timer, picked, _ = await semantic_mode(session, cfg, rows, every)
-            out["modes"]["semantic, every turn embedded (keywordsDecide: false)"] = {
-                "picked": picked, "timer": timer, "keywords": timer.keywords}
-        picks: list[str | None] = []
-        cls_t = Timer()
+        for fit, judge in plan:
+            tr = [train[i] for i in fit]
+            head = train_head(tr, x_train[fit], sem.model, keywords=keywords,
+                              default=cfg.default, folds=args.folds).head
+            forced = train_head(tr, x_train[fit], sem.model, keywords=keywords,
+                                default=cfg.default, folds=args.folds,
+                                keywords_gate=False).head
+            heads.append(head)
+            for mode, first, used in ((HEAD, sem.keywords_decide, head),
+                                      (HEAD_EVERY, False, head),
+                                      (HEAD_KEYWORDS, True, forced)):
+                signal = SemanticSignal(sem.model_copy(update={
+                    "cache_size": 0, "keywords_decide": first}), timeout=10.0, head=used)
+                await signal.verdict(session, "warm up")
+                for i in judge:
+                    with timers[mode]:
+                        verdict, error = await signal.verdict(session, rows[i].text)
+                    if error is not None:
+                        raise SystemExit(f"embedding failed: {error}")
+                    picks[mode][i] = verdict.expert or cfg.default
+                    timers[mode].keywords += verdict.signal == "keywords"
+                    if mode == HEAD:
+                        undecided[i] = verdict.expert is None
+                        head_seconds[i] = timers[mode].latency[-1]
+                        head_cpu[i] = timers[mode].cpu[-1]
+            nearest = (x_test[judge] @ x_train[fit].T).argmax(axis=1)
+            for i, j in zip(judge, nearest, strict=True):
+                picks[NEAREST][i] = tr[int(j)].expert
+        ex_t, ex_picks, _ = await semantic_mode(session, cfg, rows, sem)
+        out["modes"][HEAD] = {"picked": picks[HEAD], "timer": timers[HEAD],
+                              "keywords": timers[HEAD].keywords, "below": sum(undecided)}
+        out["modes"][HEAD_EVERY] = {"picked": picks[HEAD_EVERY], "timer": timers[HEAD_EVERY]}
+        out["modes"][HEAD_KEYWORDS] = {"picked": picks[HEAD_KEYWORDS],
+                                       "timer": timers[HEAD_KEYWORDS],
+                                       "keywords": timers[HEAD_KEYWORDS].keywords}
+        out["modes"][NEAREST] = {"picked": picks[NEAREST], "timer": None}
+        out["modes"][EXAMPLES] = {"picked": ex_picks, "timer": ex_t,
+                                  "keywords": ex_t.keywords}
+        out["heads"] = heads
         if classifier_url is not None:
+            routing = Routing.build(cfg)
+            choices = list(routing.classifier_choices)
+            system = instructions(routing)
+            cls_t, answers = Timer(), []
             await classify(session, classifier_url, args.classifier_model, system, choices,
                            "warm up")
             for row in rows:
                 with cls_t:
-                    picks.append(await classify(session, classifier_url,
-                                                args.classifier_model, system, choices,
-                                                row["prompt"]))
+                    answers.append(await classify(session, classifier_url,
+                                                  args.classifier_model, system, choices,
+                                                  row.text))
             out["modes"]["classifier"] = {
-                "picked": [p or cfg.default for p in picks], "timer": cls_t,
-                "unanswered": sum(p is None for p in picks)}
-        # semantic first; the classifier for what it leaves open (its time counted once)
-        both_t, both = Timer(), []
-        for i, (best, open_) in enumerate(zip(semantic, undecided, strict=True)):
-            both_t.latency.append(sem_t.latency[i])
-            both_t.cpu.append(sem_t.cpu[i])
-            if open_ and picks:
-                both_t.latency[-1] += cls_t.latency[i]
-                both_t.cpu[-1] += cls_t.cpu[i]
-                both.append(picks[i] or cfg.default)
-            else:
-                both.append(best if not open_ else cfg.default)
-        out["modes"]["semantic-then-classifier"] = {
-            "picked": both, "timer": both_t, "undecided": sum(undecided),
-            "classifier": classifier_url is not None}
+                "picked": [p or cfg.default for p in answers], "timer": cls_t,
+                "unanswered": sum(p is None for p in answers)}
+            # the head first; the classifier for what it leaves open (its time counted once)
+            both_t, both = Timer(), []
+            for i, open_ in enumerate(undecided):
+                both_t.latency.append(head_seconds[i])
+                both_t.cpu.append(head_cpu[i])
+                if open_:
+                    both_t.latency[-1] += cls_t.latency[i]
+                    both_t.cpu[-1] += cls_t.cpu[i]
+                    both.append(answers[i] or cfg.default)
+                else:
+                    both.append(picks[HEAD][i])
+            out["modes"]["semantic-then-classifier"] = {
+                "picked": both, "timer": both_t, "undecided": sum(undecided)}
     return out
 
 
 async def semantic_mode(session: aiohttp.ClientSession, cfg: RouterConfig,
-                        rows: list[dict[str, Any]], semantic: RouterSemantic
+                        rows: list[Labelled], semantic: RouterSemantic
                         ) -> tuple[Timer, list[str], list[bool]]:
-    """Mode ``semantic`` over the prompts: the timer, the picks, which were undecided."""
+    """The hand-written examples and keywords over the prompts (no head): the timer,
+    the picks, which were undecided."""
     # The examples' one call may take long on a loaded CPU; each turn's gets 10 s.
     signal = SemanticSignal(semantic.model_copy(update={"cache_size": 0}), timeout=300.0)
     await signal.ready(session)
@@ -233,7 +318,7 @@ async def semantic_mode(session: aiohttp.ClientSession, cfg: RouterConfig,
     timer, picked, undecided = Timer(), [], []
     for row in rows:
         with timer:
-            verdict, error = await signal.verdict(session, row["prompt"])
+            verdict, error = await signal.verdict(session, row.text)
         if error is not None:
             raise SystemExit(f"embedding failed: {error}")
         picked.append(verdict.expert or cfg.default)  # what mode semantic does
@@ -242,64 +327,90 @@ async def semantic_mode(session: aiohttp.ClientSession, cfg: RouterConfig,
     return timer, picked, undecided
 
 
-def accuracy(rows: list[dict[str, Any]], picked: list[str], keep: Any = None) -> str:
+def accuracy(rows: list[Labelled], picked: list[str], keep: Any = None) -> str:
     pairs = [(r, p) for r, p in zip(rows, picked, strict=True) if keep is None or keep(r)]
     if not pairs:
         return "-"
-    right = sum(r["expert"] == p for r, p in pairs)
+    right = sum(r.expert == p for r, p in pairs)
     return f"{100 * right / len(pairs):.1f}% ({right}/{len(pairs)})"
 
 
-def report(result: dict[str, Any], prompts: Path, classifier: str) -> str:
+def _ms(values: list[float], q: float) -> str:
+    return f"{percentile([v * 1000 for v in values], q):.1f} ms"
+
+
+def report(result: dict[str, Any], args: argparse.Namespace, classifier: str) -> str:
     rows, experts = result["rows"], result["experts"]
     info = machine_info()
+    cv = result["cv"]
+    langs = sorted({r.lang for r in rows})
     lines = ["## Automatic routing: accuracy and cost (`bench/auto_routing.py`)", "",
-             f"{dt.date.today().isoformat()}, {info.markdown()}; "
-             f"{len(rows)} prompts from `{prompts.name}`, examples, keywords and expert "
-             "descriptions of `deploy/examples/macaron-local.yaml`; all-MiniLM-L6-v2 on "
-             f"vLLM 0.32 (CPU, pooling runner, the flags of `embedding_args`); {classifier}.",
-             "", "| mode | accuracy | routing step p50 | p99 | router CPU / decision |",
+             f"{dt.date.today().isoformat()}, {info.markdown()}; {len(rows)} prompts judged: "
+             f"{result['judged']}; no judged prompt repeats a training one (same text or "
+             f"cosine >= {args.near_duplicate}). Experts, default and keyword candidates of "
+             f"`{args.deployment.name}`; all-MiniLM-L6-v2 on vLLM 0.32 (CPU, pooling runner, "
+             f"the flags of `embedding_args`); {classifier}.", "",
+             f"The head's nested {cv.folds}-fold cross-validation on all {cv.prompts} prompts "
+             f"of `{args.train.name}` (`mol router train`'s report): "
+             f"{100 * cv.accuracy:.1f}% as routed, {100 * cv.accuracy_head:.1f}% the head "
+             "alone.", "",
+             "| mode | accuracy | routing step p50 | p99 | router CPU / decision |",
              "|---|---|---|---|---|"]
     for mode, m in result["modes"].items():
-        lat = [x * 1000 for x in m["timer"].latency]
-        cpu = [x * 1000 for x in m["timer"].cpu]
-        lines.append(f"| {mode} | {accuracy(rows, m['picked'])} | "
-                     f"{percentile(lat, 50):.1f} ms | {percentile(lat, 99):.1f} ms | "
-                     f"{sum(cpu) / len(cpu):.2f} ms |")
+        t = m["timer"]
+        if t is None:
+            lines.append(f"| {mode} | {accuracy(rows, m['picked'])} | - | - | - |")
+            continue
+        cpu = [x * 1000 for x in t.cpu]
+        lines.append(f"| {mode} | {accuracy(rows, m['picked'])} | {_ms(t.latency, 50)} | "
+                     f"{_ms(t.latency, 99)} | {sum(cpu) / len(cpu):.2f} ms |")
     lines += ["", "Latency is the routing step alone (embedding call and scoring, or the "
               "classifier's completion), one request at a time, the turn cache off; the "
-              "CPU is the router process' (the engines' own CPU is not included).", ""]
+              "CPU is the router process' (the engines' own CPU is not included). "
+              f"`{EXAMPLES}` used the deployment file's examples, written with the project's "
+              "set in view: on that set it is not a held-out figure.", "",
+              "| prompts | " + " | ".join(result["modes"]) + " |",
+              "|---" * (len(result["modes"]) + 1) + "|"]
+    groups: list[tuple[str, Any]] = [
+        ("all", None), ("clear", lambda r: not r.borderline),
+        ("borderline", lambda r: r.borderline)]
+    groups += [(f"language {g}", lambda r, g=g: r.lang == g) for g in langs]
+    groups += [(e, lambda r, e=e: r.expert == e) for e in experts]
+    for name, keep in groups:
+        lines.append(f"| {name} | " + " | ".join(accuracy(rows, m["picked"], keep)
+                                                for m in result["modes"].values()) + " |")
     for mode, m in result["modes"].items():
-        picked = m["picked"]
-        lines += [f"### {mode}", "", "| prompts | accuracy |", "|---|---|",
-                  f"| all | {accuracy(rows, picked)} |",
-                  f"| clear | {accuracy(rows, picked, lambda r: not r.get('borderline'))} |",
-                  f"| borderline | {accuracy(rows, picked, lambda r: r.get('borderline'))} |",
-                  f"| not English | {accuracy(rows, picked, lambda r: r.get('lang'))} |"]
-        lines += [f"| {e} | {accuracy(rows, picked, lambda r, e=e: r['expert'] == e)} |"
-                  for e in experts]
-        conf = Counter((r["expert"], p) for r, p in zip(rows, picked, strict=True))
-        lines += ["", "| labelled \\ routed | " + " | ".join(experts) + " |",
-                  "|---" * (len(experts) + 1) + "|"]
+        if mode not in (HEAD, HEAD_KEYWORDS, EXAMPLES):
+            continue
+        conf = Counter((r.expert, p) for r, p in zip(rows, m["picked"], strict=True))
+        lines += ["", f"### {mode}", "", "| labelled \\ routed | " + " | ".join(experts)
+                  + " |", "|---" * (len(experts) + 1) + "|"]
         lines += [f"| {a} | " + " | ".join(str(conf[(a, b)]) for b in experts) + " |"
                   for a in experts]
-        if "unanswered" in m:
-            lines += ["", f"{m['unanswered']} prompts got no valid answer (counted as the "
-                      "default expert's, as the router does)."]
         if m.get("keywords"):
             lines += ["", f"{m['keywords']} of {len(rows)} prompts were decided by keywords "
                       "alone (no embedding call)."]
-        if "undecided" in m:
-            lines += ["", f"{m['undecided']} prompts below the threshold or margin went to "
-                      + ("the classifier expert." if m["classifier"] else
-                         "the default expert (`--no-classifier`).")]
-        lines.append("")
+        if m.get("below"):
+            lines += ["", f"{m['below']} prompts below the head's confidence threshold went "
+                      "to the default expert."]
+    gates = [h.training.get("keywordsOutOfFold") for h in result["heads"]]
+    kept = "; ".join(", ".join(f"{e}: {' '.join(w)}" for e, w in h.keywords.items())
+                     or "none" for h in result["heads"])
+    lines += ["", "Keywords first, judged out of fold within each head's training data "
+              "(right / the head right on the same turns / turns settled): "
+              + "; ".join(f"{g['right']}/{g['headRight']}/{g['settled']}" if g else "-"
+                          for g in gates)
+              + f"; keywords kept per head: {kept}.", ""]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     obj = MoLDeployment.from_yaml(args.deployment.read_text(encoding="utf-8"))
+    train = load_labelled(args.train)
+    test = load_labelled(args.prompts) if args.prompts is not None else None
+    if test is not None and args.prompts.resolve() == args.train.resolve():
+        raise SystemExit("refusing to report: --prompts is the training file")
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="mol-auto-routing-") as tmp:
         work = Path(tmp)
@@ -324,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
                 asyncio.run(wait_up(classifier_url))
             cfg = router_config_from_spec(obj, endpoints=["http://127.0.0.1:1"],
                                           embeddings_url=url)
-            result = asyncio.run(run(args, cfg, classifier_url))
+            result = asyncio.run(run(args, cfg, classifier_url, train, test))
         finally:
             for proc in procs:
                 proc.terminate()
@@ -333,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
                     proc.wait(timeout=60)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-    text = report(result, args.prompts, described)
+    text = report(result, args, described)
     print(text)
     if args.write:
         write_section(ROOT / "docs" / "benchmarks.md", "auto-routing", text)

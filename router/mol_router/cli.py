@@ -104,6 +104,12 @@ def train(
     threshold: Annotated[float, typer.Option(
         min=0.0, max=1.0, help="The lowest calibrated probability that decides.")] = 0.4,
     folds: Annotated[int, typer.Option(min=2, max=20, help="Cross-validation folds.")] = 5,
+    ngrams: Annotated[int, typer.Option(
+        min=0, max=6, help="Character n-grams beside the embedding (0: the embedding "
+        "alone).")] = 3,
+    force_keywords: Annotated[bool, typer.Option(
+        help="Keep keywords first even where, out of fold, it routes worse than the "
+        "head (the report says how it did).")] = False,
     output: Annotated[str, typer.Option("-o-format", "--format", help="text or json")] = "text",
 ) -> None:
     """Train the router head on labelled prompts: embed them with the deployment's
@@ -114,6 +120,7 @@ def train(
     import json
 
     from mol_platform.contract.router_config import load_router_config
+    from mol_router.head import Ngrams
     from mol_router.head_cli import embed_rows, report_text, write_head
     from mol_router.head_cli import train as run
     from mol_router.head_train import load_labelled
@@ -125,6 +132,8 @@ def train(
 
     if output not in ("text", "json"):
         raise fail("--format is text or json")
+    if ngrams == 1:
+        raise fail("--ngrams is 0 (none) or 2 to 6")
     keywords: dict[str, list[str]] = {}
     if config is not None:
         try:
@@ -151,7 +160,9 @@ def train(
         raise fail(f"embedding failed: {exc}") from None
     try:
         trained = run(rows, vectors, model, keywords=keywords, threshold=threshold,
-                      default=default, folds=folds, source=prompts.name)
+                      default=default, folds=folds, source=prompts.name,
+                      ngrams=Ngrams(ngrams) if ngrams else None,
+                      keywords_gate=not force_keywords)
     except ValueError as exc:
         raise fail(str(exc)) from None
     write_head(trained.head, out)

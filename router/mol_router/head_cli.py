@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mol_router import signals
-from mol_router.head import Head
+from mol_router.head import Head, Ngrams
 from mol_router.head_train import (
+    DEFAULT_NGRAMS,
     DEFAULT_THRESHOLD,
     Labelled,
     Report,
@@ -34,16 +35,19 @@ class Trained:
 def train(rows: Sequence[Labelled], vectors: signals.Vector, model: str, *,
           keywords: Mapping[str, Sequence[str]] | None = None,
           threshold: float = DEFAULT_THRESHOLD, default: str | None = None,
-          folds: int = 5, source: str = "") -> Trained:
+          folds: int = 5, source: str = "",
+          ngrams: Ngrams | None = DEFAULT_NGRAMS, keywords_gate: bool = True) -> Trained:
     """Cross-validate the recipe, then fit the head on every row; the head's
     ``training`` records the lineage (embedding model, data digest) and the report."""
     report = cross_validate(vectors, rows, model, keywords=keywords, threshold=threshold,
-                            default=default, folds=folds)
+                            default=default, folds=folds, ngrams=ngrams,
+                            keywords_gate=keywords_gate)
     lineage = {"embeddingModel": model, "source": source,
                "trainedAt": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                "crossValidation": report.as_dict()}
     head, dropped = fit_head(vectors, rows, model, keywords=keywords, threshold=threshold,
-                             folds=folds, lineage=lineage)
+                             folds=folds, lineage=lineage, ngrams=ngrams,
+                             keywords_gate=keywords_gate)
     return Trained(head, report, dropped)
 
 
@@ -60,7 +64,9 @@ def _pct(x: float | None) -> str:
 def report_text(t: Trained, default: str | None) -> str:
     r, head = t.report, t.head
     lines = [f"head: {len(head.experts)} experts ({', '.join(head.experts)}), "
-             f"{head.dims} dimensions of {head.model}, L2 {head.training.get('l2')}, "
+             f"{head.dims} dimensions of {head.model}"
+             + (f" and character {head.ngrams.n}-grams in {head.ngrams.dims} buckets"
+                if head.ngrams else "") + f", L2 {head.training.get('l2')}, "
              f"temperature {head.temperature:.3f}, threshold {head.threshold:.2f}",
              f"digest: {head.digest()}",
              "",
@@ -70,7 +76,8 @@ def report_text(t: Trained, default: str | None) -> str:
              f"below the threshold: {'the default expert ' + default if default else 'no expert'})",
              f"  the head alone, every turn embedded: {_pct(r.accuracy_head)}",
              f"  settled by keywords: {_pct(r.keyword_share)} of turns, right "
-             f"{_pct(r.keyword_accuracy)}",
+             f"{_pct(r.keyword_accuracy)} (the head alone on them: "
+             f"{_pct(r.keyword_head_accuracy)})",
              f"  below the threshold: {_pct(r.below_threshold)} of turns"]
     lines += [f"  {e}: {_pct(v)}" for e, v in r.per_expert.items()]
     lines += [f"  language {g}: {_pct(v)}" for g, v in r.per_lang.items()]

@@ -19,6 +19,8 @@ from mol_router.head_train import (
     fit_head,
     load_labelled,
     measure_keywords,
+    overlaps,
+    split_halves,
     stratified_folds,
 )
 
@@ -39,9 +41,9 @@ def clustered(per: int, spread: float, seed: int = 0, dims: int = 16,
 
 def test_a_separable_set_is_learnt_and_its_probabilities_are_calibrated() -> None:
     x, rows = clustered(40, spread=0.9)
-    report = cross_validate(x, rows, "mini", default="chat")
+    report = cross_validate(x, rows, "mini", default="chat", ngrams=None)
     assert report.accuracy_head > 0.85
-    head, _ = fit_head(x, rows, "mini")
+    head, _ = fit_head(x, rows, "mini", ngrams=None)
     assert head.experts == EXPERTS
     # calibrated: on fresh points of the same clusters, the mean confidence is close to
     # the accuracy (a temperature fitted on out-of-fold logits, not on the training fit)
@@ -58,18 +60,18 @@ def test_cross_validation_never_sees_its_test_fold() -> None:
     x, _ = clustered(30, spread=3.0, seed=3, dims=64)
     labels = np.random.default_rng(3).integers(0, 3, size=len(x))
     rows = [Labelled(f"prompt {i}", EXPERTS[c]) for i, c in enumerate(labels)]
-    head, _ = fit_head(x, rows, "mini")
+    head, _ = fit_head(x, rows, "mini", ngrams=None)
     recalled = np.mean([head.experts[int(np.argmax(head.probabilities(v)))] == r.expert
                         for v, r in zip(x, rows, strict=True)])
-    report = cross_validate(x, rows, "mini")
+    report = cross_validate(x, rows, "mini", ngrams=None)
     assert recalled > 0.6
     assert report.accuracy_head < 0.5
 
 
 def test_the_fit_is_deterministic_and_the_file_canonical(tmp_path: Path) -> None:
     x, rows = clustered(20, spread=0.8)
-    a, _ = fit_head(x, rows, "mini", lineage={"source": "set.jsonl"})
-    b, _ = fit_head(x, rows, "mini", lineage={"source": "set.jsonl"})
+    a, _ = fit_head(x, rows, "mini", lineage={"source": "set.jsonl"}, ngrams=None)
+    b, _ = fit_head(x, rows, "mini", lineage={"source": "set.jsonl"}, ngrams=None)
     assert a.dumps() == b.dumps()
     path = tmp_path / "head.json"
     path.write_bytes(a.dumps())
@@ -82,7 +84,7 @@ def test_the_fit_is_deterministic_and_the_file_canonical(tmp_path: Path) -> None
 
 def test_below_the_threshold_it_does_not_decide() -> None:
     x, rows = clustered(20, spread=0.8)
-    head, _ = fit_head(x, rows, "mini", threshold=0.5)
+    head, _ = fit_head(x, rows, "mini", threshold=0.5, ngrams=None)
     # a turn the head cannot tell apart: its logits all equal (orthogonal to every row)
     flat = Head(head.experts, np.zeros_like(head.weights), np.zeros(3), 1.0, 0.5, "mini")
     verdict = flat.verdict(x[0])
@@ -138,12 +140,12 @@ def test_labelled_files_read_text_or_prompt_and_refuse_bad_lines(tmp_path: Path)
 def test_too_few_prompts_per_expert_is_refused() -> None:
     x, rows = clustered(4, spread=0.5)
     with pytest.raises(ValueError, match="at least 5 labelled prompts"):
-        fit_head(x, rows, "mini")
+        fit_head(x, rows, "mini", ngrams=None)
 
 
 def _doc() -> dict[str, object]:
     x, rows = clustered(10, spread=0.5, dims=4)
-    head, _ = fit_head(x, rows, "mini", keywords={"coding": []})
+    head, _ = fit_head(x, rows, "mini", keywords={"coding": []}, ngrams=None)
     doc: dict[str, object] = json.loads(head.dumps())
     return doc
 
@@ -180,3 +182,70 @@ def test_a_head_for_other_experts_or_another_model_is_refused() -> None:
     with pytest.raises(HeadError, match="not JSON"):
         head_mod.loads(b"\xff")
     assert isinstance(head, Head)
+
+
+def test_keywords_first_is_dropped_when_out_of_fold_it_routes_worse_than_the_head() -> None:
+    """'regex' is unambiguous on all the data, but the rule that kept it also keeps
+    'python' on the fold holding the agent's python prompt and sends it to coding: out of
+    fold the keyword stage is wrong where the head is right, so the head gets none."""
+    x, rows = clustered(20, spread=0.3)
+    texts = []
+    for i, r in enumerate(rows):
+        extra = ""
+        if r.expert == "coding":
+            extra = " regex" if i % 4 == 0 else " python" if i % 4 == 1 else ""
+        elif r.expert == "agent" and i == 0:
+            extra = " python"
+        texts.append(Labelled(r.text + extra, r.expert))
+    candidates = {"coding": ["regex", "python"]}
+    head, dropped = fit_head(x, texts, "mini", keywords=candidates, ngrams=None)
+    gate = head.training["keywordsOutOfFold"]
+    assert gate["right"] < gate["headRight"]
+    assert head.keywords == {}
+    assert "out of fold" in dropped["regex"]
+    forced, _ = fit_head(x, texts, "mini", keywords=candidates, keywords_gate=False,
+                         ngrams=None)
+    assert forced.keywords == {"coding": ("regex",)}
+
+
+def test_character_ngrams_carry_what_the_embedding_misses() -> None:
+    """Every prompt gets the same embedding; only the words tell the experts apart. The
+    head with n-grams learns them (out of fold), the one without is at chance."""
+    words = {"agent": ["booking", "reserve", "ticket"], "chat": ["weather", "joke", "story"],
+             "coding": ["regex", "compile", "segfault"]}
+    rows = [Labelled(f"please {words[e][i % 3]} now {i}", e)
+            for e in EXPERTS for i in range(12)]
+    same = np.tile(np.eye(8)[0], (len(rows), 1))
+    with_ngrams = cross_validate(same, rows, "mini", folds=3)
+    without = cross_validate(same, rows, "mini", folds=3, ngrams=None)
+    assert with_ngrams.accuracy_head > 0.9
+    assert without.accuracy_head < 0.5
+    ng = head_mod.Ngrams(3, 64)
+    np.testing.assert_array_equal(ng.vector("Regex  HELP"), ng.vector("regex help"))
+    assert float(np.linalg.norm(ng.vector("regex"))) == pytest.approx(1.0)
+    assert not ng.vector("").any()
+    with pytest.raises(HeadError, match=r"ngrams\.dims"):
+        head_mod.Ngrams(3, 8)
+
+
+def test_overlaps_finds_repeated_and_near_duplicate_prompts() -> None:
+    train = [Labelled("Fix my  SQL query", "coding"), Labelled("plan a trip", "agent")]
+    test = [Labelled("fix my sql QUERY", "coding"), Labelled("plan a journey", "agent"),
+            Labelled("draw a chart", "ui")]
+    tv = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    xv = np.array([[0.0, 0.0, 1.0], [0.0, 0.95, 0.312], [0.6, 0.0, 0.8]])
+    xv /= np.linalg.norm(xv, axis=1, keepdims=True)
+    found = overlaps(train, tv, test, xv, near=0.9)
+    assert [(t, j) for t, j, _ in found] == [(0, 0), (1, 1)]
+    assert found[0][2] == 1.0, "the same text, case and spacing folded"
+    assert overlaps(train, tv, test[2:], xv[2:], near=0.9) == []
+
+
+def test_split_halves_are_disjoint_and_hold_half_of_every_expert() -> None:
+    _, rows = clustered(10, 0.1)
+    a, b = split_halves(rows)
+    assert not set(a) & set(b)
+    assert sorted(a + b) == list(range(len(rows)))
+    for expert in EXPERTS:
+        assert sum(rows[i].expert == expert for i in a) == 5
+    assert split_halves(rows) == (a, b), "seeded"
