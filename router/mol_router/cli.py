@@ -110,7 +110,7 @@ def train(
     force_keywords: Annotated[bool, typer.Option(
         help="Keep keywords first even where, out of fold, it routes worse than the "
         "head (the report says how it did).")] = False,
-    output: Annotated[str, typer.Option("-o-format", "--format", help="text or json")] = "text",
+    output: Annotated[str, typer.Option("--format", help="text or json")] = "text",
 ) -> None:
     """Train the router head on labelled prompts: embed them with the deployment's
     embedding engine, fit a regularised linear head with calibrated probabilities,
