@@ -146,6 +146,14 @@ def _traffic(router: str, sims: SimulatorCluster) -> None:
         assert c.post("/v1/chat/completions", json={"model": "chat", "messages": msg}
                       ).status_code >= 500
         sims.clear_scripts()
+        # The adapter fails to load on every replica once: each pair is avoided, and the
+        # client gets 503 adapter_unavailable (mol_router_adapter_replica_failures_total).
+        sims.script_failure("demo/coding@v1", status=400, times=1, message=(
+            "LoRA adapter 'demo/coding@v1' was found but could not be loaded."))
+        r = c.post("/v1/chat/completions", json={"model": "coding", "messages": msg})
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "adapter_unavailable"
+        sims.clear_scripts()
         limited = {"Authorization": f"Bearer {LIMITED_KEY}"}
         codes = [c.post("/v1/chat/completions", headers=limited,
                         json={"model": "chat", "messages": msg}).status_code for _ in range(2)]
