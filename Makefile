@@ -11,9 +11,17 @@ PYTEST_ARGS ?= -v --durations=15 -n 2
 
 .PHONY: demo test deps system venv assets engine lint typecheck imports pytest bench bench-serve bench-operator screenshots clean
 
-# The engine venv is built on first use (~3 min, progress on the terminal), then reused.
-demo: venv
-	VENV="$$(bash scripts/engine-venv.sh)" && MOL_ENGINE_VENV="$$VENV" $(BIN)/mol up
+# One line per stage (scripts/stage.sh): pip's and npm's output goes to .mol/logs/, and
+# only a failing stage prints its log's path and last lines. The engine venv is built on
+# first use (~3 min), then reused. MOL_UP_ARGS: extra `mol up` flags (--auth, ports).
+MOL_UP_ARGS ?=
+STAGE := bash scripts/stage.sh
+demo:
+	@$(STAGE) "dev venv ($(VENV))" $(MAKE) -s --no-print-directory $(VENV)/.installed
+	@$(STAGE) "console assets (npm)" bash scripts/console-assets.sh
+	@$(STAGE) -o .mol/engine-venv-path "vLLM CPU engine venv (first time ~3 min)" \
+	  bash scripts/engine-venv.sh
+	@MOL_ENGINE_VENV="$$(cat .mol/engine-venv-path)" $(BIN)/mol up $(MOL_UP_ARGS)
 
 test: deps lint typecheck imports pytest
 
