@@ -234,6 +234,22 @@ def test_alias_history_and_yank(server: str, demo: Path, base: str) -> None:
     assert "yanked" in shown
 
 
+def test_alias_set_with_the_alias_apart_names_the_form_to_type(server: str) -> None:
+    apart = mol(server, "alias", "set", "demo/chat", "stable", "1")
+    assert apart.exit_code == 2
+    assert "Got unexpected extra argument" not in apart.stderr
+    assert "alias set takes NS/NAME@ALIAS VERSION" in apart.stderr
+    assert "did you mean: mol catalog alias set demo/chat@stable 1" in apart.stderr
+    bare = mol(server, "alias", "set", "demo/chat", "1")
+    assert bare.exit_code == 1
+    assert "name the alias in the reference, NS/NAME@ALIAS VERSION, e.g. demo/chat@stable 1" \
+        in bare.stderr
+    history = mol(server, "alias", "history", "demo/chat")
+    assert history.exit_code == 1
+    assert "e.g. demo/chat@stable" in history.stderr
+    assert mol(server, "alias", "set", "--help").stdout.count("NS/NAME ALIAS") == 0
+
+
 def test_tokens_scopes_and_revoke(server: str, demo: Path, base: str) -> None:
     created = mol(server, "token", "create", "ci-tok", "--scope", "publish:tok")
     assert created.exit_code == 0, created.stderr

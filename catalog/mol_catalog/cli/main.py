@@ -16,6 +16,7 @@ from typing import Annotated
 import typer
 
 from mol_catalog.cli.admin import register_admin
+from mol_catalog.cli.aliases import alias_app
 from mol_catalog.cli.common import (
     CliState,
     Output,
@@ -54,8 +55,6 @@ app = typer.Typer(
     rich_markup_mode=None,
 )
 ALIAS_REFUSED_EXIT = 3  # publish: the version is stored, its --alias was refused
-alias_app = typer.Typer(help="Move aliases (stable, candidate, ...) and show their history.",
-                        no_args_is_help=True, rich_markup_mode=None)
 
 
 @app.callback()
@@ -403,61 +402,6 @@ def _print_adapter(info: AdapterDetail, versions: list[VersionItem], usage: Adap
         print_table(["VERSION", "SUITE", "SUITE_VERSION", "METRICS", "DATASET"], [
             [f"v{v}", r.suite, r.suite_version, format_metrics(r), r.dataset_digest or "-"]
             for v, r in shown])
-
-
-@alias_app.command("set")
-def alias_set(
-    ctx: typer.Context,
-    ref: Annotated[str, typer.Argument(
-        metavar="REF", help="namespace/name@alias, e.g. acme/coding@stable.")],
-    version: Annotated[str, typer.Argument(
-        metavar="VERSION", help="The version to point at: 3 or v3.")],
-    force: Annotated[bool, typer.Option(
-        "--force", help="Admin: move a protected alias even when refused (recorded in the "
-        "alias history and the event feed).")] = False,
-    output: OutputOption = Output.text,
-) -> None:
-    """Point an alias at a version (the move is recorded in the alias history).
-
-    A protected alias (see 'mol catalog protected') does not move to a yanked version or
-    to one incompatible with a serving profile it is served under: the reasons are
-    printed and the exit code is 1.
-
-    Example: mol catalog alias set acme/coding@stable v4
-    """
-    parsed = _parse_ref(ref)
-    if parsed.immutable:
-        fail(f"{ref}: expected namespace/name@alias, got a version or digest")
-    number = parse_version(version)
-    with catalog(ctx) as client:
-        result = client.set_alias(parsed.adapter, parsed.ref, number, force=force)
-    was = f" (was v{result.previous})" if result.previous is not None else ""
-    if result.forced:
-        typer.echo(f"forced past {len(result.overridden or [])} refusal reason(s):", err=True)
-        print_reasons(result.overridden or [], err=True)
-    emit(output, result, lambda: typer.echo(
-        f"{parsed.adapter}@{parsed.ref} -> v{result.version}{was}"))
-
-
-@alias_app.command("history")
-def alias_history(
-    ctx: typer.Context,
-    ref: Annotated[str, typer.Argument(metavar="REF", help="namespace/name@alias.")],
-    output: OutputOption = Output.text,
-) -> None:
-    """Show where an alias pointed over time, newest first.
-
-    Example: mol catalog alias history acme/coding@stable
-    """
-    parsed = _parse_ref(ref)
-    with catalog(ctx) as client:
-        items = client.alias_history(parsed.adapter, parsed.ref)
-    emit(output, items, lambda: print_table(
-        ["VERSION", "PREVIOUS", "CHANGED_BY", "CHANGED_AT", "FORCED"], [
-            [f"v{i.version}" if i.version else "(removed)",
-             f"v{i.previous}" if i.previous else "-", i.changed_by, i.changed_at,
-             "; ".join(r.code for r in i.overridden or []) if i.forced else ""]
-            for i in items]))
 
 
 @app.command()
