@@ -39,6 +39,7 @@ from mol_catalog.namespaces.service import BindingRecorder
 from mol_catalog.profiles.endpoints import router as profiles_router
 from mol_catalog.resolve.endpoints import lean_routes as resolve_routes
 from mol_catalog.resolve.endpoints import router as resolve_router
+from mol_catalog.routing.endpoints import router as routing_router
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.signing.endpoints import router as signing_router
 from mol_catalog.tokens.endpoints import router as tokens_router
@@ -161,7 +162,8 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                      redirect_slashes=False)  # a redirect's Location comes from Host
     for router in (adapters_router, evals_router, resolve_router, base_models_router,
                    profiles_router, events_router, namespaces_router, webhooks_router,
-                   tokens_router, signing_router, usage_router, ops, admin_router):
+                   tokens_router, signing_router, usage_router, routing_router, ops,
+                   admin_router):
         app.include_router(router, responses=ERROR_RESPONSES)
     for router in (apidocs.router, console.pages, console.calls, stack_pages.pages,
                    stack_pages.calls):

@@ -428,3 +428,48 @@ class UsageBatch(Base):
 
     batch_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RoutingDecision(Base):
+    """One automatic routing decision a router reported (``POST /v1/routing/decisions``),
+    and what a person later said was the right expert (the ``label_*`` columns, null until
+    labelled; relabelling overwrites them). A request id is recorded once per namespace:
+    the first report wins. Unlabelled rows older than USAGE_RETENTION_DAYS are pruned by
+    gc; labelled ones are kept (they are training data)."""
+
+    __tablename__ = "routing_decisions"
+    __table_args__ = (
+        UniqueConstraint("namespace", "request_id",
+                         name="uq_routing_decisions_namespace_request_id"),
+        # The export: a namespace's labels in labelled order.
+        Index("ix_routing_decisions_namespace_labelled_at", "namespace", "labelled_at", "id"),
+        # gc: the unlabelled rows past the retention window.
+        Index("ix_routing_decisions_decided_at", "decided_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(63))
+    request_id: Mapped[str] = mapped_column(String(128))
+    deployment: Mapped[str] = mapped_column(String(63))
+    text: Mapped[str] = mapped_column(Text)
+    expert: Mapped[str] = mapped_column(String(63))  # the expert the router chose
+    route: Mapped[str] = mapped_column(String(16))
+    head: Mapped[str | None] = mapped_column(String(71), nullable=True)
+    decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    batch_id: Mapped[str] = mapped_column(String(64))  # the batch that recorded it
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    label_expert: Mapped[str | None] = mapped_column(String(63), nullable=True)
+    label_source: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    label_note: Mapped[str | None] = mapped_column(String(500), nullable=True)
+    labelled_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True),
+                                                         nullable=True)
+
+
+class RoutingBatch(Base):
+    """The id of a decision batch already recorded (as ``usage_batches`` for usage): a
+    retried batch is answered, not recorded again. Kept two days."""
+
+    __tablename__ = "routing_batches"
+
+    batch_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

@@ -57,6 +57,9 @@ ENDPOINTS: list[tuple[str, str, str, type[BaseModel]]] = [
     ("/v1/usage", "post", "200", m.UsageRecorded),
     ("/v1/usage", "get", "200", m.UsagePage),
     (f"{ADAPTER}/usage", "get", "200", m.AdapterUsage),
+    ("/v1/routing/decisions", "post", "200", m.DecisionsRecorded),
+    ("/v1/namespaces/{ns}/routing/labels/{request_id}", "put", "200", m.Label),
+    ("/v1/namespaces/{ns}/routing/decisions/{request_id}", "get", "200", m.RoutingDecision),
 ]
 
 

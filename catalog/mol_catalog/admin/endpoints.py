@@ -11,6 +11,7 @@ from mol_catalog.admin.schemas import GcOut, VerifyReport
 from mol_catalog.blobs import orphans, verify
 from mol_catalog.deps import CatalogDep, PrincipalDep
 from mol_catalog.errors import json_response
+from mol_catalog.routing import service as routing
 from mol_catalog.usage import service as usage
 
 router = APIRouter(tags=["operations"])
@@ -21,11 +22,12 @@ MAX_GRACE_SECONDS = 10 * 365 * 86400.0
 async def run_gc(catalog: CatalogDep, who: PrincipalDep,
                  grace_seconds: float = Query(3600.0, ge=0, le=MAX_GRACE_SECONDS)) -> Response:
     """Delete blobs no version references that are older than the grace period, and usage
-    roll-ups older than USAGE_RETENTION_DAYS (admin)."""
+    roll-ups and unlabelled routing decisions older than USAGE_RETENTION_DAYS (admin)."""
     who.require_admin()
     out = await orphans.collect(catalog.db, catalog.blobs, grace_seconds)
     async with catalog.db.unit() as uow:
         out |= await usage.prune(uow, catalog.settings.usage_retention_days)
+        out |= await routing.prune(uow, catalog.settings.usage_retention_days)
     return json_response(out)
 
 

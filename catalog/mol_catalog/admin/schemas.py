@@ -13,6 +13,8 @@ class GcOut(ResponseBody):
     leftovers_removed: int
     usage_rows_pruned: int  # daily usage roll-ups older than the retention window
     usage_batches_pruned: int  # usage batch ids older than two days
+    routing_decisions_pruned: int  # unlabelled routing decisions older than the window
+    routing_batches_pruned: int  # routing decision batch ids older than two days
 
 
 class BadBlob(BaseModel):

@@ -11,9 +11,16 @@ response classes (they carry the OpenAPI descriptions and change with the servic
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
+
+# The answers of the routing feedback calls are the wire contract's own models
+# (re-exported: the clients' typed answers).
+from mol_platform.contract.routing_feedback import DecisionsRecorded as DecisionsRecorded
+from mol_platform.contract.routing_feedback import Label as Label
+from mol_platform.contract.routing_feedback import LabelSource, Route
 
 
 class CatalogModel(BaseModel):
@@ -340,6 +347,8 @@ class GcReport(CatalogModel):
     leftovers_removed: int  # temp folders and partial blobs of interrupted publishes
     usage_rows_pruned: int  # daily usage roll-ups older than the retention window
     usage_batches_pruned: int  # usage batch ids older than two days
+    routing_decisions_pruned: int  # unlabelled routing decisions older than the window
+    routing_batches_pruned: int  # routing decision batch ids older than two days
 
 
 class BadBlob(CatalogModel):
@@ -400,3 +409,27 @@ class UsagePage(CatalogModel):
     days: int
     items: list[UsageItem]
     next_offset: int | None
+
+
+class RoutingDecisionLabel(CatalogModel):
+    """What a person said was right for a decision."""
+
+    expert: str
+    source: LabelSource
+    note: str | None
+    labelled_at: datetime
+
+
+class RoutingDecision(CatalogModel):
+    """One recorded routing decision (``GET /v1/namespaces/{ns}/routing/decisions/{id}``):
+    the turn, the expert the router chose and why, and its label (None until labelled)."""
+
+    request_id: str
+    namespace: str
+    deployment: str
+    text: str
+    expert: str
+    route: Route
+    head: str | None
+    decided_at: datetime
+    label: RoutingDecisionLabel | None

@@ -1,0 +1,1 @@
+"""routing: the decisions routers report, the labels people give them, their export."""

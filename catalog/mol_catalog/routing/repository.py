@@ -1,0 +1,164 @@
+"""SQL for routing feedback: decisions, their labels, the batch ids recorded."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cache
+from typing import Any, cast
+
+from sqlalchemy import (
+    BigInteger,
+    DateTime,
+    Integer,
+    String,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    or_,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.engine import Dialect
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from mol_catalog.db import Prepared, ReadConn, datetime_value
+from mol_catalog.models import RoutingBatch, RoutingDecision
+
+DECISIONS = cast(Table, RoutingDecision.__table__)
+BATCHES = cast(Table, RoutingBatch.__table__)
+D = DECISIONS.c
+# SQLAlchemy's SQLite DateTime stores naive UTC text in this form; driver SQL compares
+# parameters with it as text.
+_SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"
+
+
+def _insert(conn: AsyncConnection) -> Any:
+    return pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
+
+
+def ts_param(dialect: Dialect, when: datetime) -> Any:
+    """A timestamp as driver SQL compares it with a stored one."""
+    if dialect.name == "sqlite":
+        return when.astimezone(UTC).replace(tzinfo=None).strftime(_SQLITE_TS)
+    return when
+
+
+@dataclass(frozen=True)
+class DecisionRow:
+    """A stored decision and its label (``label_expert`` None: not labelled)."""
+
+    request_id: str
+    namespace: str
+    deployment: str
+    text: str
+    expert: str
+    route: str
+    head: str | None
+    decided_at: datetime | None
+    label_expert: str | None
+    label_source: str | None
+    label_note: str | None
+    labelled_at: datetime | None
+
+    @classmethod
+    def of(cls, r: Sequence[Any]) -> DecisionRow:
+        return cls(r[0], r[1], r[2], r[3], r[4], r[5], r[6], datetime_value(r[7]), r[8],
+                   r[9], r[10], datetime_value(r[11]))
+
+
+_COLUMNS = (D.request_id, D.namespace, D.deployment, D.text, D.expert, D.route, D.head,
+            D.decided_at, D.label_expert, D.label_source, D.label_note, D.labelled_at)
+_NS = bindparam("namespace", type_=String)
+_REQUEST_ID = bindparam("request_id", type_=String)
+_ONE = Prepared(select(*_COLUMNS).where(D.namespace == _NS, D.request_id == _REQUEST_ID))
+
+
+async def claim_batch(conn: AsyncConnection, batch_id: str, now: datetime) -> bool:
+    """Record the batch id; False when it was recorded before (a concurrent twin waits
+    for the first to commit, then sees it)."""
+    stmt = (_insert(conn)(BATCHES).values(batch_id=batch_id, received_at=now)
+            .on_conflict_do_nothing(index_elements=["batch_id"])
+            .returning(BATCHES.c.batch_id))
+    return (await conn.execute(stmt)).first() is not None
+
+
+async def add(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> int:
+    """Insert decisions, one statement; a (namespace, request id) already stored keeps
+    its row. The number inserted."""
+    if not rows:
+        return 0
+    stmt = (_insert(conn)(DECISIONS).values(list(rows))
+            .on_conflict_do_nothing(index_elements=["namespace", "request_id"])
+            .returning(D.id))
+    return len((await conn.execute(stmt)).all())
+
+
+async def one(conn: ReadConn, namespace: str, request_id: str) -> DecisionRow | None:
+    r = await _ONE.first(conn, namespace=namespace, request_id=request_id)
+    return DecisionRow.of(r) if r is not None else None
+
+
+async def set_label(conn: AsyncConnection, namespace: str, request_id: str,
+                    values: dict[str, Any]) -> DecisionRow | None:
+    """Label (or relabel) a decision; None when none has that id in the namespace."""
+    stmt = (update(DECISIONS).where(D.namespace == namespace, D.request_id == request_id)
+            .values(values).returning(*_COLUMNS))
+    r = (await conn.execute(stmt)).first()
+    return DecisionRow.of(r) if r is not None else None
+
+
+@cache
+def _labels(deployment: bool, since: bool, after: bool) -> Prepared:
+    """A page of a namespace's labelled decisions in labelled order (then id), after the
+    key ``(after_at, after_id)`` of the previous page."""
+    stmt = (select(*_COLUMNS, D.id)
+            .where(D.namespace == _NS, D.labelled_at.is_not(None)))
+    if deployment:
+        stmt = stmt.where(D.deployment == bindparam("deployment", type_=String))
+    if since:
+        stmt = stmt.where(D.labelled_at >= bindparam("since", type_=DateTime(timezone=True)))
+    if after:
+        at = bindparam("after_at", type_=DateTime(timezone=True))
+        stmt = stmt.where(or_(D.labelled_at > at, and_(
+            D.labelled_at == at, D.id > bindparam("after_id", type_=BigInteger))))
+    return Prepared(stmt.order_by(D.labelled_at, D.id)
+                    .limit(bindparam("limit", type_=Integer)))
+
+
+@dataclass(frozen=True)
+class LabelPage:
+    rows: list[DecisionRow]
+    key: tuple[Any, int] | None  # where the next page starts (None: this was the last)
+
+
+async def labels(conn: ReadConn, namespace: str, *, deployment: str | None,
+                 since: datetime | None, after: tuple[Any, int] | None, limit: int
+                 ) -> LabelPage:
+    """One page of labels; ``after`` is the previous page's ``key``, passed back as the
+    driver handed it (the stored value, compared as stored)."""
+    params: dict[str, Any] = {"namespace": namespace, "limit": limit}
+    if deployment is not None:
+        params["deployment"] = deployment
+    if since is not None:
+        params["since"] = ts_param(conn.dialect, since)
+    if after is not None:
+        params["after_at"], params["after_id"] = after
+    raw = await _labels(deployment is not None, since is not None, after is not None).all(
+        conn, **params)
+    key = (raw[-1][11], int(raw[-1][12])) if len(raw) == limit else None
+    return LabelPage([DecisionRow.of(r) for r in raw], key)
+
+
+async def prune(conn: AsyncConnection, before: datetime, batches_before: datetime
+                ) -> tuple[int, int]:
+    """Delete unlabelled decisions made before ``before`` and batch ids received before
+    ``batches_before``; (decisions, batch ids) deleted."""
+    rows = await conn.execute(delete(DECISIONS).where(D.decided_at < before,
+                                                      D.labelled_at.is_(None)))
+    ids = await conn.execute(delete(BATCHES).where(BATCHES.c.received_at < batches_before))
+    return int(rows.rowcount or 0), int(ids.rowcount or 0)
