@@ -122,10 +122,12 @@ async def test_publish_to_s3_and_gc_orphans(make_client: Any, model: Any, s3_ser
         await s3.close()
     fresh = (await client.post("/v1/admin/gc", params={"grace_seconds": 3600})).json()
     assert fresh == {"deleted": [], "kept": 3, "leftovers_removed": 0,
-                     "usage_rows_pruned": 0, "usage_batches_pruned": 0}
+                     "usage_rows_pruned": 0, "usage_batches_pruned": 0,
+                   "routing_decisions_pruned": 0, "routing_batches_pruned": 0}
     out = (await client.post("/v1/admin/gc", params={"grace_seconds": 0})).json()
     assert out == {"deleted": [digest_of(b"orphan")], "kept": 2, "leftovers_removed": 0,
-                   "usage_rows_pruned": 0, "usage_batches_pruned": 0}
+                   "usage_rows_pruned": 0, "usage_batches_pruned": 0,
+                   "routing_decisions_pruned": 0, "routing_batches_pruned": 0}
     assert (await client.get("/v1/resolve/acme/s3@v1")).status_code == 200
 
 
@@ -142,5 +144,6 @@ async def test_local_gc_respects_grace(client: httpx.AsyncClient, model: Any,
     os.utime(orphan, (old, old))
     out = (await client.post("/v1/admin/gc", params={"grace_seconds": 60})).json()
     assert out == {"deleted": ["sha256:" + "0" * 64], "kept": 2, "leftovers_removed": 0,
-                   "usage_rows_pruned": 0, "usage_batches_pruned": 0}
+                   "usage_rows_pruned": 0, "usage_batches_pruned": 0,
+                   "routing_decisions_pruned": 0, "routing_batches_pruned": 0}
     assert not orphan.exists()
