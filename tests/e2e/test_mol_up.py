@@ -1,5 +1,6 @@
 """Acceptance: ``mol up`` as a user runs it, on the example deployment: the two curl
-examples it prints answer through the router, and SIGTERM leaves no process behind."""
+examples it prints answer through the router as the banner says (named, then decided by
+the example utterances), and SIGTERM leaves no process behind."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def test_mol_up_serves_its_curl_examples_and_stops_cleanly(
         assert '"router": "coding"' in curls[0]
         assert '"router"' not in curls[1]
         for command in curls:
-            done = subprocess.run([*shlex.split(command), "-i"], capture_output=True,
+            assert command.startswith("curl -si ")  # the headers are the point: printed
+            done = subprocess.run(shlex.split(command), capture_output=True,
                                   text=True, timeout=120, check=False)
             assert done.returncode == 0, done.stderr
             head, _, body = done.stdout.partition("\n\n")  # text mode: \r\n read as \n
@@ -41,6 +43,11 @@ def test_mol_up_serves_its_curl_examples_and_stops_cleanly(
             assert json.loads(body)["choices"][0]["message"]["content"]
             if '"router": "coding"' in command:
                 assert "x-mol-expert: coding" in head
+                assert "x-mol-route: router" in head
+            else:  # what the banner says the example shows: the example utterances decide
+                assert "x-mol-route: semantic; score=" in head, head
+        assert "# the router picks (semantic-then-classifier mode: keywords first" in banner
+        assert "x-mol-route: what decided" in banner
         left = run.stop(signal.SIGTERM)
     except BaseException:
         run.kill()

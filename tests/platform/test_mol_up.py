@@ -85,6 +85,85 @@ def test_beyond_loopback_the_catalog_needs_the_printed_admin_token(
     assert run.stop() == []
 
 
+def test_auth_on_loopback_the_printed_token_logs_in_and_a_wrong_one_is_refused(
+        tmp_path: Path, runs: list[MolUp]) -> None:
+    port = free_port()
+    run = MolUp(["--catalog-only", "--demo", "--auth", "--data-dir", "data",
+                 "--catalog-port", str(port)], cwd=tmp_path)
+    runs.append(run)
+    banner = run.wait_ready(120)
+    token = re.search(r"admin token \(kept in \S+\): (\S+)", banner)
+    assert token is not None, banner
+    url = f"http://127.0.0.1:{port}"
+    # the API: 401 without a token and with a wrong one, 200 with the printed one
+    assert httpx.get(f"{url}/v1/adapters").status_code == 401
+    wrong = httpx.get(f"{url}/v1/tokens", headers={"Authorization": "Bearer wrong"})
+    assert wrong.status_code == 401
+    assert f"curl -H 'Authorization: Bearer wrong' {url}/v1/tokens" in banner
+    admin = {"Authorization": f"Bearer {token[1]}"}
+    assert httpx.get(f"{url}/v1/tokens", headers=admin).status_code == 200
+    # the printed `mol ... catalog ls` carries the token
+    line = re.search(r"MOL_CATALOG_URL=(\S+) MOL_CATALOG_TOKEN=(\S+) (.+) catalog ls", banner)
+    assert line is not None, banner
+    listed = subprocess.run(f"{line[3]} catalog ls", shell=True, capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "MOL_CATALOG_URL": line[1],
+                                             "MOL_CATALOG_TOKEN": line[2]})
+    assert listed.returncode == 0, listed.stderr
+    assert "demo/coding" in listed.stdout
+    # the console: a login page, refused with a wrong token, in with the printed one
+    with httpx.Client(base_url=url) as browser:
+        assert browser.get("/ui/adapters").status_code in (303, 307)
+        form = browser.get("/ui/login")
+        assert form.status_code == 200
+        csrf = re.search(r'name="csrf" value="([^"]+)"', form.text)
+        assert csrf is not None, form.text
+        bad = browser.post("/ui/login", data={"token": "mol_wrong", "csrf": csrf[1]})
+        assert bad.status_code == 401
+        good = browser.post("/ui/login", data={"token": token[1], "csrf": csrf[1]})
+        assert good.status_code == 303
+        page = browser.get("/ui/adapters?namespace=demo")
+        assert page.status_code == 200
+        assert "demo/coding" in page.text
+    # scopes: a read token lists but may not publish or manage tokens
+    created = httpx.post(f"{url}/v1/tokens", headers=admin,
+                         json={"name": "reader", "scopes": ["read"]})
+    assert created.status_code in (200, 201), created.text
+    reader = {"Authorization": f"Bearer {created.json()['token']}"}
+    assert httpx.get(f"{url}/v1/adapters", headers=reader).status_code == 200
+    assert httpx.get(f"{url}/v1/tokens", headers=reader).status_code == 403
+    assert (tmp_path / "data" / "admin-token").stat().st_mode & 0o077 == 0
+    assert run.stop() == []
+
+
+def test_a_restart_lists_the_aliases_published_since(tmp_path: Path, runs: list[MolUp]) -> None:
+    port = free_port()
+    args = ["--catalog-only", "--demo", "--data-dir", "data", "--catalog-port", str(port)]
+    first = MolUp(args, cwd=tmp_path)
+    runs.append(first)
+    first.wait_ready(120)
+    url = f"http://127.0.0.1:{port}"
+    folder = tmp_path / "data" / "demo" / "adapters" / "chat"
+    published = subprocess.run(
+        [sys.executable, "-m", "mol_platform", "catalog", "publish", str(folder), "--name",
+         "mine/helper", "--alias", "beta"], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "MOL_CATALOG_URL": url}, check=False)
+    assert published.returncode == 0, published.stderr
+    moved = subprocess.run(
+        [sys.executable, "-m", "mol_platform", "catalog", "alias", "set", "demo/coding@stable",
+         "2"], capture_output=True, text=True, timeout=60,
+        env={**os.environ, "MOL_CATALOG_URL": url}, check=False)
+    assert moved.returncode == 0, moved.stderr
+    assert first.stop() == []
+    second = MolUp(args, cwd=tmp_path)
+    runs.append(second)
+    again = second.wait_ready(120)
+    aliases = re.findall(r"^ +(\S+@\S+) -> v(\d+)$", again, re.MULTILINE)
+    assert ("mine/helper@beta", "1") in aliases, again
+    assert ("demo/coding@stable", "2") in aliases  # where it is now, not where mol up put it
+    assert [ref for ref, _ in aliases].index("mine/helper@beta") == len(aliases) - 1  # demo first
+    assert second.stop() == []
+
+
 def test_a_port_in_use_names_the_option(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -70,6 +70,11 @@ def up(
     host: Annotated[str, typer.Option(
         help="Address the catalog and the router listen on. Beyond loopback the catalog "
         "requires a token: an admin token is made and printed.")] = "127.0.0.1",
+    auth: Annotated[bool, typer.Option(
+        "--auth", help="Authentication on, on loopback too: the catalog needs a token (an "
+        "admin token is made and printed; the engine and the router get narrower ones) and "
+        "the router an API key (printed), to try the console's login, scopes and 401s "
+        "locally.")] = False,
     catalog_port: Annotated[int, typer.Option(help="Port for the catalog.")] = 8080,
     router_port: Annotated[int, typer.Option(help="Port for the router (the endpoint).")] = 8000,
     engine_port: Annotated[int, typer.Option(help="Port for the vLLM engine (127.0.0.1).")] = 8001,
@@ -101,13 +106,14 @@ def up(
     traces = TraceExport(otlp_endpoint, trace_sample_ratio) if otlp_endpoint else None
     if catalog_only:
         code = run_supervised(lambda sup: start_catalog_only(
-            sup, host=host, port=catalog_port, data_dir=data_dir, demo=demo, traces=traces))
+            sup, host=host, port=catalog_port, data_dir=data_dir, demo=demo, traces=traces,
+            auth=auth))
     else:
         ports = Ports(catalog=catalog_port, engine=engine_port, router=router_port,
                       embedding=embedding_port)
         code = run_supervised(lambda sup: start_stack(
             sup, file=file, host=host, ports=ports, data_dir=data_dir, engine_venv=engine_venv,
-            traces=traces))
+            traces=traces, auth=auth))
     raise typer.Exit(code)
 
 

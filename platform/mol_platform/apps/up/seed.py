@@ -79,3 +79,20 @@ def seed_demo(catalog_url: str, work_dir: Path, *, token: str | None = None,
             result.adapters[f"{ref}@{alias or 'stable'}"] = _publish_if_absent(
                 client, folder, ref, alias or "stable", base_ref)
     return result
+
+
+def catalog_aliases(catalog_url: str, first: dict[str, int], *, token: str | None = None,
+                    adapters: int = 20) -> tuple[dict[str, int], bool]:
+    """Every alias of the catalog's first ``adapters`` adapters (``ref -> version``), the
+    demo's (``first``, as the catalog has them now) before the rest, and whether
+    adapters were left out. A restarted ``mol up`` thus shows what was published since."""
+    found: dict[str, int] = {}
+    with CatalogClient(catalog_url, token) as client:
+        listed = list(client.list_adapters(limit=adapters + 1))
+        for item in listed[:adapters]:
+            detail = client.get_adapter(item.adapter)
+            for alias, version in sorted(detail.aliases.items()):
+                found[f"{item.adapter}@{alias}"] = version
+    ordered = {ref: found[ref] for ref in first if ref in found}
+    ordered.update((ref, v) for ref, v in sorted(found.items()) if ref not in ordered)
+    return ordered, len(listed) > adapters

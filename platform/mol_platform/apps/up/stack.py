@@ -11,10 +11,7 @@ operator renders it. Everything lives under the data dir (``.mol``), so a second
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
-import secrets
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -23,6 +20,15 @@ from pathlib import Path
 import yaml
 
 from mol_platform.apps.engine_launcher import CPU_DISTRIBUTION
+from mol_platform.apps.up.auth import (
+    ROUTER_TOKEN_NAME,
+    RouterKeys,
+    admin_token,
+    mint_engine_token,
+    mint_router_token,
+    router_keys,
+)
+from mol_platform.apps.up.banner import alias_lines, catalog_banner, stack_banner
 from mol_platform.apps.up.engine_log import LogFollower
 from mol_platform.apps.up.supervisor import (
     Service,
@@ -35,7 +41,6 @@ from mol_platform.apps.up.supervisor import (
     say,
     wait_healthy,
 )
-from mol_platform.clients.catalog import CatalogClient
 from mol_platform.contract.engine_args import PluginSettings, embedding_args, engine_args
 from mol_platform.contract.router_config import profile_name, router_config_from_spec
 from mol_platform.contract.spec import MoLDeployment
@@ -124,30 +129,22 @@ def load_spec(file: Path) -> MoLDeployment:
         raise UpError(f"{file} is not a valid MoLDeployment:\n{exc}") from None
 
 
-def admin_token(data_dir: Path) -> str:
-    """The local catalog's admin token, made once and kept (mode 0600) in the data dir."""
-    path = data_dir / "admin-token"
-    if path.is_file():
-        return path.read_text().strip()
-    token = "mol_" + secrets.token_urlsafe(32)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as out:
-        out.write(token + "\n")
-    return token
-
-
 def start_catalog(sup: Supervisor, host: str, port: int, data_dir: Path,
-                  router_url: str | None = None, traces: TraceExport | None = None
+                  router_url: str | None = None, traces: TraceExport | None = None,
+                  *, auth: bool = False, router_key: str | None = None,
                   ) -> tuple[str, str | None]:
-    """Start the catalog; returns its URL and the admin token (None on loopback: no auth).
-    ``router_url``: the router the console's stack page and playground show."""
-    auth = not is_loopback(host)
+    """Start the catalog; returns its URL and the admin token (None without auth, which
+    is on with ``auth`` and always beyond loopback). ``router_url``: the router the
+    console's stack page and playground show; ``router_key``: their API key there."""
+    auth = auth or not is_loopback(host)
     token = admin_token(data_dir) if auth else None
     connect = "127.0.0.1" if host in ("0.0.0.0", "::") else host
     url = f"http://{'[' + connect + ']' if ':' in connect else connect}:{port}"
     env = {"MOL_CATALOG_ADMIN_TOKEN": token} if token else {}
     if router_url:
         env["MOL_CATALOG_ROUTER_URL"] = router_url
+    if router_key:
+        env["MOL_CATALOG_ROUTER_API_KEY"] = router_key
     if traces is not None:
         env.update(traces.catalog_env())
     sup.start(Service("catalog", catalog_argv(host, port, data_dir, auth=auth),
@@ -155,49 +152,32 @@ def start_catalog(sup: Supervisor, host: str, port: int, data_dir: Path,
     return url, token
 
 
-def mol_command() -> str:
-    """``mol`` as a shell can run it: the bare name when PATH finds this installation's
-    script, else the script's full path (a virtual environment that is not activated,
-    as after ``make demo``), else this interpreter with ``-m mol_platform``."""
-    script = Path(sys.executable).parent / "mol"
-    found = shutil.which("mol")
-    if found is not None and script.exists() and Path(found).resolve() == script.resolve():
-        return "mol"
-    return str(script) if script.exists() else f"{sys.executable} -m mol_platform"
-
-
-def catalog_banner(url: str, data_dir: Path, token: str | None) -> str:
-    auth = f" -H 'Authorization: Bearer {token}'" if token else ""
-    lines = [f"catalog   {url}  (SQLite {data_dir.resolve() / 'catalog.db'}, "
-             f"blobs {data_dir.resolve() / 'blobs'})",
-             f"          curl{auth} {url}/v1/adapters",
-             f"          MOL_CATALOG_URL={url} {mol_command()} catalog ls",
-             f"          console: {url}/ui   API docs: {url}/docs"]
-    if token:
-        lines.append(f"          admin token (kept in {data_dir / 'admin-token'}): {token}")
-    return "\n".join(lines)
-
-
 def start_catalog_only(sup: Supervisor, *, host: str, port: int, data_dir: Path,
-                       demo: bool, traces: TraceExport | None = None) -> str:
+                       demo: bool, traces: TraceExport | None = None,
+                       auth: bool = False) -> str:
+    from mol_platform.apps.up.seed import catalog_aliases, seed_demo
+
     check_port_free(host, port, "--catalog-port")
-    url, token = start_catalog(sup, host, port, data_dir, traces=traces)
+    url, token = start_catalog(sup, host, port, data_dir, traces=traces, auth=auth)
     lines = ["", "MoL Platform catalog is up (embedded default).", catalog_banner(url, data_dir,
                                                                                   token)]
+    first: dict[str, int] = {}
     if demo:
-        from mol_platform.apps.up.seed import seed_demo
-
         say("building and publishing the demo adapters ...")
         seeded = seed_demo(url, data_dir / "demo", token=token)
         lines.append(f"demo      base {seeded.base}, serving profile '{seeded.profile}'")
-        lines += [f"          {ref} -> v{v}" for ref, v in seeded.adapters.items()]
+        first = seeded.adapters
+    aliases, more = catalog_aliases(url, first, token=token)
+    lines += alias_lines(aliases, more)
     return "\n".join(lines)
 
 
 def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_dir: Path,
-                engine_venv: Path | None, traces: TraceExport | None = None) -> str:
-    """Everything: catalog, demo adapters, engine with the plugin, router."""
-    from mol_platform.apps.up.seed import seed_demo
+                engine_venv: Path | None, traces: TraceExport | None = None,
+                auth: bool = False) -> str:
+    """Everything: catalog, demo adapters, engine with the plugin, router. With ``auth``
+    (always beyond loopback) the catalog needs tokens and the router API keys."""
+    from mol_platform.apps.up.seed import catalog_aliases, seed_demo
 
     obj = load_spec(file)
     engine = find_engine(engine_venv)
@@ -210,7 +190,10 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
         embedding_dir = embedding_model_dir()  # fail before starting anything
         check_port_free("127.0.0.1", ports.embedding, "--embedding-port")
     router_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{ports.router}"
-    url, token = start_catalog(sup, host, ports.catalog, data_dir, router_url, traces)
+    auth = auth or not is_loopback(host)
+    keys: RouterKeys | None = router_keys(data_dir) if auth else None
+    url, token = start_catalog(sup, host, ports.catalog, data_dir, router_url, traces,
+                               auth=auth, router_key=keys.console if keys else None)
     profile = profile_name(obj.metadata.name, obj.metadata.namespace or "default")
     say("building and publishing the demo adapters ...")
     seeded = seed_demo(url, data_dir / "demo", token=token, profile=profile,
@@ -220,7 +203,8 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     launch = engine_args(
         spec, model=str(local_model(spec.base_model.uri, seeded.model_dir)),
         host="127.0.0.1", port=ports.engine, cpu=engine.cpu,
-        plugin=PluginSettings(catalog_url=url, catalog_token=token, serving_profile=profile,
+        plugin=PluginSettings(catalog_url=url, serving_profile=profile,
+                              catalog_token=mint_engine_token(url, token) if token else None,
                               cache_dir=str((data_dir / "adapter-cache").resolve())),
         otlp_traces_endpoint=traces.endpoint if traces is not None else None)
     logs = data_dir / "logs"
@@ -251,6 +235,8 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     weights = {e.name: float(e.canary.steps[0]) for e in spec.experts if e.canary is not None}
     config = router_config_from_spec(obj, endpoints=[engine_url], catalog_url=url,
                                      canary_weights=weights, embeddings_url=embeddings_url)
+    if keys is not None:
+        config = config.model_copy(update={"api_keys_file": str(keys.path)})
     config_path = data_dir / "router.yaml"
     config_path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True,
                                                             exclude_none=True), sort_keys=False))
@@ -263,21 +249,13 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     sup.start(Service("router", mol_argv("router", "serve", "--config", str(config_path),
                                          "--host", host, "--port", str(ports.router)),
                       f"{router_url}/healthz", env=env, log_path=logs / "router.log"))
-    return stack_banner(obj, router_url, engine_url, url, data_dir, token, seeded.adapters,
-                        embeddings_url)
+    aliases, more = catalog_aliases(url, seeded.adapters, token=token)
+    return stack_banner(obj, router_url, engine_url, url, data_dir, token, aliases, more,
+                        embeddings_url, keys.local if keys else None)
 
 
-ROUTER_TOKEN_NAME = "mol-up/router"
-
-
-def mint_router_token(catalog_url: str, admin: str) -> str:
-    """The router's catalog token: ``read`` (resolve, events) and ``usage`` (its usage
-    reports), never the admin token. Tokens of earlier runs are revoked first."""
-    with CatalogClient(catalog_url, admin) as client:
-        for old in client.list_tokens(ROUTER_TOKEN_NAME, active=True):
-            if old.name == ROUTER_TOKEN_NAME:
-                client.revoke_token(str(old.id))
-        return client.create_token(ROUTER_TOKEN_NAME, ["read", "usage"]).token
+__all__ = ["ROUTER_TOKEN_NAME", "Ports", "TraceExport", "mint_router_token", "start_catalog",
+           "start_catalog_only", "start_stack"]
 
 
 def embedding_model_dir() -> Path:
@@ -302,34 +280,3 @@ def local_model(uri: str, demo_base: Path) -> Path:
     if "://" in uri and not uri.startswith("file://"):
         raise UpError(f"baseModel.uri {uri!r}: mol up serves local weights; use a folder path")
     return demo_base
-
-
-def curl_examples(router_url: str, deployment: str) -> list[str]:
-    def body(extra: dict[str, object]) -> str:
-        return json.dumps({"model": deployment, **extra,
-                           "messages": [{"role": "user", "content": "Write a haiku about code"}],
-                           "max_tokens": 32})
-
-    post = (f"curl -s {router_url}/v1/chat/completions -H 'content-type: application/json' "
-            "-d '{}'")
-    return [post.format(body({"router": "coding"})), post.format(body({}))]
-
-
-def stack_banner(obj: MoLDeployment, router_url: str, engine_url: str, catalog_url: str,
-                 data_dir: Path, token: str | None, adapters: dict[str, int],
-                 embeddings_url: str | None = None) -> str:
-    experts = ", ".join(e.name for e in obj.spec.experts)
-    forced, automatic = curl_examples(router_url, obj.metadata.name)
-    lines = ["", f"MoL Platform is up: {obj.metadata.name} (experts {experts})",
-             f"endpoint  {router_url}/v1  (OpenAI API; model '{obj.metadata.name}' or 'auto')",
-             "          # the coding expert, named by the request:",
-             f"          {forced}",
-             f"          # the router expert picks ({obj.spec.router.mode} mode):",
-             f"          {automatic}",
-             f"engine    {engine_url}  (vLLM; log {data_dir / 'logs' / 'engine.log'})",
-             *([f"embedding {embeddings_url}  (vLLM pooling runner, started beside the "
-                f"engine; log {data_dir / 'logs' / 'embedding.log'})"] if embeddings_url else []),
-             f"router    config {data_dir / 'router.yaml'}, log {data_dir / 'logs' / 'router.log'}",
-             catalog_banner(catalog_url, data_dir, token)]
-    lines += [f"          {ref} -> v{v}" for ref, v in adapters.items()]
-    return "\n".join(lines)
