@@ -10,6 +10,7 @@ import dataclasses
 import logging
 from typing import TYPE_CHECKING, Any
 
+from mol_platform.contract.routing_feedback import Route
 from mol_platform.contract.spec_router import CLASSIFIER_MODES
 from mol_router.classifier import classify, request_text
 from mol_router.errors import RouterError
@@ -56,19 +57,29 @@ class Chooser:
 
     async def auto(self, routing: Routing, body: dict[str, Any], chat: bool,
                     user: str | None, headers: dict[str, str],
-                    spans: RequestSpans | None) -> Choice:
+                    spans: RequestSpans | None, rid: str = "", tenant: Tenant = OPEN
+                    ) -> Choice:
         """``model: auto``: the semantic signal (semantic modes), then the classifier
-        expert (classifier modes), then the default expert; ``route`` says why."""
+        expert (classifier modes), then the default expert; ``route`` says why. With
+        ``semantic.recordDecisions`` the decision is kept for the catalog under the
+        request id ``rid`` (:mod:`mol_router.decisions`)."""
         cfg = routing.config
         rt = self.rt
         why: list[str] = []
-        if rt.semantic is not None and rt.session is not None:
-            verdict, error = await rt.semantic.verdict(rt.session, request_text(body, chat))
+        semantic = rt.semantic
+        text = request_text(body, chat)
+        if semantic is not None and rt.session is not None:
+            verdict, error = await semantic.verdict(rt.session, text)
             if error is not None:
                 rt.metrics.embedding_error(error.reason)
                 log.info("embedding unavailable (%s); falling back", error)
                 why.append(f"embedding={error.reason}")
             if verdict.expert is not None:
+                head = verdict.signal == "semantic" and semantic.head is not None
+                self._record(rid, tenant, text, verdict.expert,
+                             "keywords" if verdict.signal == "keywords" else
+                             "head" if head else "semantic",
+                             semantic.head_digest if head else None)
                 return routing.expert_choice(verdict.expert, cfg.mode, user, verdict.signal,
                                              route_value(verdict.signal, verdict, why))
             why.append(f"semantic={verdict.reason}")
@@ -79,11 +90,22 @@ class Chooser:
                 span.set_attribute(EXPERT, picked or "")
                 span.end()
             if picked is not None:
+                self._record(rid, tenant, text, picked, "classifier")
                 return routing.expert_choice(picked, cfg.mode, user, "classifier",
                                              route_value("classifier", None, why))
             why.append("classifier=no-answer")
+        self._record(rid, tenant, text, cfg.default, "default")
         return routing.expert_choice(cfg.default, cfg.mode, user, "default",
                                      route_value("default", None, why))
+
+    def _record(self, rid: str, tenant: Tenant, text: str, expert: str, route: Route,
+                head: str | None = None) -> None:
+        """Keep the decision for the catalog when recording is on (no I/O): the turn as
+        the semantic signal read it."""
+        recorder = self.rt.decisions
+        semantic = self.rt.semantic
+        if recorder.on and rid and semantic is not None:
+            recorder.record(rid, tenant, semantic.turn(text), expert, route, head)
 
     async def resolve(self, choice: Choice, spans: RequestSpans | None,
                        parent: Span | None = None, *, unsampled: str | None = None

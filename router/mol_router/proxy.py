@@ -81,7 +81,8 @@ class GenerationProxy:
             routing = rt.routing
             choice = routing.select(body.get("router"), body.get("model"), user)
             if choice is None:
-                choice = await self.choose.auto(routing, body, chat, user, headers, spans)
+                choice = await self.choose.auto(routing, body, chat, user, headers, spans,
+                                                rid, tenant)
             rt.metrics.decision(choice.mode, choice.signal, choice.expert)
             if choice.mode == "adapter" and not tenant.may_use(choice.ref.split("/", 1)[0]):
                 rt.metrics.rejected("forbidden")

@@ -23,6 +23,7 @@ from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.clients.tracing import Tracing, make_tracing
 from mol_platform.contract.refs import AdapterRef
 from mol_platform.contract.router_config import ApiKeysFile, RouterConfig, load_router_config
+from mol_router.decisions import CatalogDecisions, DecisionRecorder
 from mol_router.discovery import EndpointSource, make_endpoint_source
 from mol_router.metrics import RouterMetrics
 from mol_router.policy import Policy, make_policy
@@ -132,6 +133,10 @@ class Runtime:
             lambda: self._catalog, self.metrics.registry, interval=settings.usage_interval,
             max_versions=settings.usage_max_versions, max_batches=settings.usage_max_batches,
             backoff_max=settings.usage_backoff_max) if settings.usage_report else None)
+        self.decisions = DecisionRecorder(
+            self._decision_sink, self.metrics.registry, interval=settings.decisions_interval,
+            max_batches=settings.decisions_max_batches,
+            backoff_max=settings.decisions_backoff_max)
         # None when tracing is off: the request path then creates no SDK object.
         self.tracing: Tracing | None = make_tracing(
             settings.tracing_service_name, settings.tracing_endpoint,
@@ -156,6 +161,7 @@ class Runtime:
         await self.tracker.start()
         if self.usage is not None:
             self.usage.start()
+        self.decisions.start()
         self.metrics.ready_child.set_function(lambda: len(self.tracker.ready_endpoints())
                                               if self.tracker is not None else 0)
         self.metrics.avoided.labels(self.metrics.deployment).set_function(
@@ -167,6 +173,7 @@ class Runtime:
     async def stop(self) -> None:
         if self.usage is not None:  # before the catalog client closes: a last delivery
             await self.usage.stop()
+        await self.decisions.stop()
         if self._reload_task is not None:
             self._reload_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -183,6 +190,9 @@ class Runtime:
         await self.pool.close()
         if self.tracing is not None:
             await asyncio.to_thread(self.tracing.shutdown)
+
+    def _decision_sink(self) -> CatalogDecisions | None:
+        return CatalogDecisions(self._catalog) if self._catalog is not None else None
 
     def _adapter_loaded(self, _endpoint: str) -> None:
         self.metrics.loads_child.inc()
@@ -231,6 +241,7 @@ class Runtime:
             self._semantic_key = semantic_key
         self.keys = KeyTable(keys, self.keys)
         self.config = cfg
+        self.decisions.configure(cfg)
         for e in cfg.experts:
             self.metrics.canary_weight.labels(cfg.deployment, e.name).set(
                 e.canary.weight if e.canary is not None else 0.0)

@@ -116,6 +116,8 @@ class SemanticSignal:
             except HeadError as exc:  # check() refuses it first; a file gone since
                 self.head_error = str(exc)
                 log.error("trained head unusable (%s); the semantic signal falls back", exc)
+        # What recorded decisions name as the head that decided (semantic.recordDecisions).
+        self.head_digest = self.head.digest() if self.head is not None else None
         # The keywords alone (no vectors): for keywords first and for an engine failure.
         self._keywords = (self.head.keyword_index() if self.head is not None else
                           tuple(signals.expert_index(e.name, [], e.keywords)
@@ -185,11 +187,16 @@ class SemanticSignal:
                 self._cache.popitem(last=False)
         return vector
 
+    def turn(self, text: str) -> str:
+        """What the signal reads of a user turn (its last ``maxChars``): what is embedded,
+        and what a recorded decision holds."""
+        return text[-self.cfg.max_chars:]
+
     async def verdict(self, session: aiohttp.ClientSession, text: str
                       ) -> tuple[signals.Verdict, EmbeddingError | None]:
         """The decision for a user turn, and the embedding failure it fell back from
         (then only keywords could decide)."""
-        text = text[-self.cfg.max_chars:]
+        text = self.turn(text)
         cfg = self.cfg
         if cfg.keywords_decide:
             settled = signals.keyword_verdict(self._keywords, text)

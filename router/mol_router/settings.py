@@ -62,6 +62,15 @@ class RouterSettings(BaseSettings):
     usage_max_batches: int = Field(default=100, ge=1, le=10_000)
     usage_backoff_max: float = Field(default=60.0, gt=0, le=3600)  # retry pause cap, seconds
 
+    # Automatic routing decisions recorded in the catalog (semantic.recordDecisions in the
+    # config; POST /v1/routing/decisions with the usage scope): seconds between batches,
+    # sealed batches (up to 500 decisions each, a turn up to 4000 characters) held while
+    # the catalog is unreachable, past which the oldest is dropped
+    # (mol_router_decisions_dropped_total), and the retry pause's cap.
+    decisions_interval: float = Field(default=10.0, gt=0, le=3600)
+    decisions_max_batches: int = Field(default=20, ge=1, le=1000)
+    decisions_backoff_max: float = Field(default=60.0, gt=0, le=3600)
+
     def kube_url(self) -> str | None:
         """Explicit URL, else the in-cluster one from the service environment."""
         if self.kube_api_url:

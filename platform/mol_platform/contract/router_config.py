@@ -19,6 +19,7 @@ from pydantic.alias_generators import to_camel
 
 from mol_platform.contract.names import child_name
 from mol_platform.contract.refs import check_name
+from mol_platform.contract.routing_feedback import MAX_TEXT_CHARS
 from mol_platform.contract.spec import MoLDeployment
 from mol_platform.contract.spec_base import AdapterRefStr
 from mol_platform.contract.spec_router import SEMANTIC_MODES, RoutingMode, canonical_mode
@@ -78,12 +79,20 @@ class RouterSemantic(_Model):
     cache_size: int = Field(default=1024, ge=0, le=1_000_000)  # embeddings of recent turns
     # A turn holding keywords of exactly one expert goes there without an embedding call.
     keywords_decide: bool = True
+    # Report each automatic decision (the turn as embedded, the expert, what decided) to
+    # the catalog (``POST /v1/routing/decisions``), where it can be labelled and exported
+    # to train the next head. Off by default: it sends users' turns out of the router, to
+    # be kept in the catalog's database, which a deployment must choose knowingly.
+    record_decisions: bool = False
 
     @model_validator(mode="after")
     def _decides(self) -> RouterSemantic:
         if not self.experts and self.head_file is None:
             raise ValueError("semantic needs experts with examples or a trained head "
                              "(headFile)")
+        if self.record_decisions and self.max_chars > MAX_TEXT_CHARS:
+            raise ValueError(f"recordDecisions records the turn as embedded: maxChars must "
+                             f"be at most {MAX_TEXT_CHARS}, the catalog's bound")
         return self
 
 
@@ -275,6 +284,7 @@ def router_config_from_spec(
         semantic = RouterSemantic(
             embeddings_url=url, model=sem.model, threshold=sem.threshold,
             margin=sem.margin, keywords_decide=sem.keywords_decide,
+            record_decisions=sem.record_decisions,
             experts=[RouterSemanticExpert(name=e.name, examples=list(e.examples),
                                           keywords=list(e.keywords)) for e in sem.experts])
     ns = obj.metadata.namespace or "default"

@@ -116,6 +116,11 @@ class SemanticSpec(SpecModel):
     keywords_decide: bool = Field(
         default=True, description="A turn holding keywords of exactly one expert goes to "
         "that expert without an embedding call (false: keywords only add to the score).")
+    record_decisions: bool = Field(
+        default=False, description="Report each automatic decision (the user's turn as "
+        "embedded, the expert chosen and what decided) to the catalog, where reviewers "
+        "label it and mol router train learns from it. Off by default: users' turns leave "
+        "the router and are kept in the catalog.")
     experts: list[SemanticExpertSpec] = Field(
         min_length=1, max_length=64, description="Example utterances and keywords per expert.")
 
