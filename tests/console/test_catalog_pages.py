@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import httpx
+import pytest
 from playwright.sync_api import Locator, Page, expect
 
 from mol_testkit.console import ADMIN_TOKEN, ConsoleStack, login
@@ -293,3 +294,22 @@ def test_adapter_and_version_pages_show_usage(admin: Page, stack: ConsoleStack) 
     shown = re.search(r"(\d+) requests", page.locator(".facts").inner_text())
     assert shown is not None
     assert int(shown[1]) >= requests  # v1 is demo/chat's only version
+
+
+LONG = "x" * 5000  # an adapter name far past the catalog's limits, as a user may paste one
+
+
+@pytest.mark.parametrize("path", [
+    f"/ui/adapters/demo/{LONG}",
+    f"/ui/adapters/{LONG}/{LONG}",
+    f"/ui/adapters/demo/{LONG}/versions/1",
+    f"/ui/adapters?q={LONG}",
+    f"/ui/adapters?namespace={LONG}",
+    f"/ui/adapters/demo/coding/aliases/{LONG}?version=1",
+])
+def test_a_very_long_name_wraps_instead_of_widening_the_page(admin: Page, stack: ConsoleStack,
+                                                             path: str) -> None:
+    admin.set_viewport_size({"width": 1024, "height": 768})
+    admin.goto(f"{stack.url}{path}")
+    width = admin.evaluate("document.documentElement.scrollWidth")
+    assert width <= 1024, f"{path[:60]}...: the page is {width} px wide"
