@@ -77,10 +77,10 @@ def catalog_banner(url: str, data_dir: Path, token: str | None) -> str:
              f"          console: {url}/ui   API docs: {url}/docs"]
     if token:
         lines += [f"          admin token (kept in {data_dir / 'admin-token'}): {token}",
-                  f"          a narrower one: {mol_command()} catalog token create me "
-                  "--scope read:demo (same env as `catalog ls`)",
                   "          (the console's login takes it; a wrong one is a 401: "
-                  f"curl -H 'Authorization: Bearer wrong' {url}/v1/tokens)"]
+                  f"curl -H 'Authorization: Bearer wrong' {url}/v1/tokens)",
+                  f"          a narrower one: {mol_command()} catalog token create me "
+                  "--scope read:demo (same env as `catalog ls`)"]
     return "\n".join(lines)
 
 

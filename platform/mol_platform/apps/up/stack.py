@@ -223,7 +223,7 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
         sup.launch(embedding)
 
     say("the engine takes about a minute on a laptop CPU; vLLM's own log goes to its file")
-    follow = LogFollower(engine_log, say)
+    follow = LogFollower(engine_log, say, quiet=30.0)  # a heartbeat, not a line per 15 s
     started = time.monotonic()
     sup.start(Service("engine", [str(engine.python), "-m", "mol_platform.apps.engine_launcher",
                                  *launch.serve_args], f"{engine_url}/health",
