@@ -29,6 +29,8 @@ from mol_testkit.net import free_port
 DEPLOYMENT = "gpu-check"
 EXPERT = f"{NAMESPACE}/expert"
 LAUNCHER = "mol_platform.apps.engine_launcher"
+# A GPU machine for the check may have no network: nothing may wait on a hub or stats.
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
 
 
 @dataclass(frozen=True)
@@ -87,7 +89,8 @@ def start(sup: Supervisor, plan: Plan, model_dir: Path, expert: Path, data: Path
     launch = engine_args(
         obj.spec, model=str(model_dir), host="127.0.0.1", port=port, cpu=engine.cpu,
         plugin=PluginSettings(catalog_url=catalog, serving_profile=profile,
-                              cache_dir=str((data / "adapter-cache").resolve())))
+                              cache_dir=str((data / "adapter-cache").resolve())),
+        extra_env=OFFLINE_ENV)
     engine_log = logs / "engine.log"
     sup.start(Service("engine", [str(engine.python), "-m", LAUNCHER, *launch.serve_args],
                       f"{engine_url}/health", env=launch.env, log_path=engine_log),

@@ -70,7 +70,9 @@ async def _one(session: aiohttp.ClientSession, url: str, model: str, prompt: str
             if "error" in chunk:
                 raise TrafficError(f"{model}: error in the stream: {chunk['error']}")
             choices = chunk.get("choices") or []
-            if first is None and choices and choices[0].get("text"):
+            # A chunk per token, its text possibly empty: the GPU base's random logits
+            # pick ids beyond its small locally trained tokenizer, which decode to "".
+            if first is None and choices:
                 first = time.perf_counter() - start
             usage = chunk.get("usage")
             if usage:
