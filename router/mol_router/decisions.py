@@ -29,8 +29,6 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 
-from mol_platform.clients.catalog_async import AsyncCatalogClient
-from mol_platform.clients.catalog_http import decoded, typed
 from mol_platform.contract.refs import DNS_LABEL_PATTERN, AdapterRef
 from mol_platform.contract.router_config import RouterConfig
 from mol_platform.contract.routing_feedback import (
@@ -47,23 +45,9 @@ _DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 
 
 class DecisionSink(Protocol):
+    """Where batches go: the catalog client (``AsyncCatalogClient.report_decisions``)."""
+
     async def report_decisions(self, batch: dict[str, Any]) -> DecisionsRecorded: ...
-
-
-class CatalogDecisions:
-    """The catalog client as a :class:`DecisionSink`: ``POST /v1/routing/decisions``
-    (safe to retry: the catalog records a batch id once)."""
-
-    def __init__(self, client: AsyncCatalogClient) -> None:
-        self.client = client
-
-    async def report_decisions(self, batch: dict[str, Any]) -> DecisionsRecorded:
-        answer = await self.client.request("POST", "/v1/routing/decisions", json=batch)
-        try:
-            body = decoded(answer)
-        except ValueError:
-            body = None  # not JSON: typed() calls it a malformed answer (502, retried)
-        return typed(DecisionsRecorded, body)
 
 
 def _label(name: str) -> bool:

@@ -23,7 +23,7 @@ from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.clients.tracing import Tracing, make_tracing
 from mol_platform.contract.refs import AdapterRef
 from mol_platform.contract.router_config import ApiKeysFile, RouterConfig, load_router_config
-from mol_router.decisions import CatalogDecisions, DecisionRecorder
+from mol_router.decisions import DecisionRecorder
 from mol_router.discovery import EndpointSource, make_endpoint_source
 from mol_router.metrics import RouterMetrics
 from mol_router.policy import Policy, make_policy
@@ -134,7 +134,7 @@ class Runtime:
             max_versions=settings.usage_max_versions, max_batches=settings.usage_max_batches,
             backoff_max=settings.usage_backoff_max) if settings.usage_report else None)
         self.decisions = DecisionRecorder(
-            self._decision_sink, self.metrics.registry, interval=settings.decisions_interval,
+            lambda: self._catalog, self.metrics.registry, interval=settings.decisions_interval,
             max_batches=settings.decisions_max_batches,
             backoff_max=settings.decisions_backoff_max)
         # None when tracing is off: the request path then creates no SDK object.
@@ -190,9 +190,6 @@ class Runtime:
         await self.pool.close()
         if self.tracing is not None:
             await asyncio.to_thread(self.tracing.shutdown)
-
-    def _decision_sink(self) -> CatalogDecisions | None:
-        return CatalogDecisions(self._catalog) if self._catalog is not None else None
 
     def _adapter_loaded(self, _endpoint: str) -> None:
         self.metrics.loads_child.inc()

@@ -7,8 +7,9 @@ the request path, a router in front of simulated engines, a scripted embedding s
 and a scripted catalog that checks every batch against the wire contract: what a
 keywords, a head and a below-confidence (default) decision record, the request id
 equal to the ``x-request-id`` answered, the tenant's namespace where API keys are on,
-and nothing recorded when it is off or for requests naming their expert. Last, the
-config, the MoLDeployment field and the operator's rendered config."""
+and nothing recorded when it is off or for requests naming their expert; the config,
+the MoLDeployment field and the operator's rendered config; and last, through the real
+catalog, a recorded decision labelled and exported as training rows."""
 
 from __future__ import annotations
 
@@ -39,9 +40,12 @@ from mol_platform.contract.routing_feedback import (
 )
 from mol_platform.contract.spec import MoLDeployment
 from mol_router.decisions import DecisionRecorder, home_namespace
+from mol_router.head_train import load_labelled
 from mol_router.tenants import OPEN, Tenant
 from mol_testkit.simulator import AsyncSimulatorCluster
 from tests.router.test_head_routing import EXPERTS, SIM, fake_embeddings, write_head
+from tests.router.test_usage import Catalog
+from tests.router.test_usage import catalog as catalog  # the real catalog's fixture
 
 ROOT = Path(__file__).resolve().parents[2]
 AT = datetime(2026, 12, 6, 12, 0, tzinfo=UTC)
@@ -412,3 +416,42 @@ async def test_nothing_is_recorded_when_off_and_tenants_get_their_namespace(
     assert got == {acme.headers["x-request-id"]: "acme",  # the key's namespace
                    ops.headers["x-request-id"]: "shared"}  # any namespace: the deployment's
     assert len(cat.batches) == 2  # one namespace a batch
+
+
+# --- through the real catalog ------------------------------------------------------------
+
+
+async def test_a_recorded_decision_is_labelled_and_exported_for_training(
+        catalog: Catalog, router_config: Any, start_router: Any, ready: Any,
+        tmp_path: Path) -> None:
+    """The router's token (read:demo, usage:demo) records; a reviewer (admin) labels the
+    request id the client saw; the export loads as ``mol router train --prompts`` rows."""
+    async with AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        cfg = router_config(
+            sims.urls, catalog_url=catalog.url, profile="default.demo",
+            catalog_token_file=str(catalog.token_file), mode="semantic",
+            experts=[{"name": "chat", "adapter": "demo/chat@v1"},
+                     {"name": "coding", "adapter": "demo/coding@v1"}],
+            semantic={"embeddingsUrl": "http://127.0.0.1:1", "model": "mini",
+                      "experts": [{"name": "coding", "keywords": ["python"]}],
+                      "recordDecisions": True})
+        async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+            await ready(router)
+            answer = await _ask(http, router.url, "sort a list in python")
+            assert answer.headers["x-mol-route"].startswith("keywords")
+            assert await router.runtime.decisions.flush() is True
+    rid = answer.headers["x-request-id"]
+    assert _count(router.runtime.metrics.registry, "mol_router_decisions_recorded_total") == 1
+    with catalog.admin() as admin:
+        shown = admin.get(f"/v1/namespaces/demo/routing/decisions/{rid}")
+        assert shown.status_code == 200, shown.text
+        assert (shown.json()["expert"], shown.json()["route"], shown.json()["text"]) == (
+            "coding", "keywords", "sort a list in python")
+        r = admin.put(f"/v1/namespaces/demo/routing/labels/{rid}", json={"expert": "chat"})
+        assert r.status_code == 200, r.text
+        export = admin.get("/v1/namespaces/demo/routing/labels")
+        assert export.status_code == 200, export.text
+    path = tmp_path / "labels.jsonl"
+    path.write_text(export.text, encoding="utf-8")
+    rows = load_labelled(path)
+    assert [(x.id, x.text, x.expert) for x in rows] == [(rid, "sort a list in python", "chat")]
