@@ -6,7 +6,8 @@ classifier or the default expert decided is reported to the catalog
 request id the router answered with, the tenant's namespace, the turn exactly as the
 semantic signal read it, the expert and what decided. A reviewer (or a user's
 thumbs-down) then labels a request id with the right expert, and the labelled turns
-become the next head's training set (``mol router train --from-catalog``).
+come back as the next head's training set (``mol router labels export``, then
+``mol router train --prompts``).
 
 Why it is off by default: it sends users' turns out of the router, to be kept in the
 catalog's database. The request path only appends a dict to a list
