@@ -9,12 +9,14 @@ the engine with the resolver plugin and the router (``gpu.stack``); publish the
 throughput adapters; the load tiers per rank (``gpu.tiers``); throughput and TTFT for
 the base alone and for 1/8/64 distinct adapters, straight to the engine and through the
 router (``gpu.traffic``); publish -> first token (``bench/time_to_serve.py``'s probes).
-Figures go to OUT/gpu-check.json after every step and OUT/gpu-check.md at the end.
+Figures go to OUT/gpu-check.json after every step and OUT/gpu-check.md at the end, the
+services' logs to OUT/logs/.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -114,7 +116,18 @@ def time_to_serve(plan: Plan, st: stack.Stack, base: Path, work: Path) -> dict[s
             "resolve_p50_s": p50([r.resolve for r in runs]),
             "fetch_p50_s": p50([r.fetch for r in runs]),
             "warm_first_token_p50_s": p50([r.warm_first_token for r in runs]),
-            "publish_p50_s": p50([r.publish for r in runs])}
+            "publish_p50_s": p50([r.publish for r in runs]),
+            "samples": [{"total_s": round(r.total, 5), "resolve_s": round(r.resolve, 5),
+                         "fetch_s": round(r.fetch, 5),
+                         "warm_first_token_s": round(r.warm_first_token, 5)} for r in runs]}
+
+
+def keep_logs(logs: Path, out: Path) -> None:
+    """The catalog's, the engine's and the router's logs beside the figures."""
+    if logs.is_dir():
+        out.mkdir(parents=True, exist_ok=True)
+        for log in logs.glob("*.log"):
+            shutil.copyfile(log, out / log.name)
 
 
 def measure(plan: Plan, out: Path, engine_venv: Path, figures: dict[str, Any]) -> None:
@@ -150,6 +163,7 @@ def measure(plan: Plan, out: Path, engine_venv: Path, figures: dict[str, Any]) -
             figures["time_to_serve"] = time_to_serve(plan, st, assets.base, work / "serve")
         finally:
             sup.stop()
+            keep_logs(work / "stack" / "logs", out / "logs")
 
 
 def main() -> int:

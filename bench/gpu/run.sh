@@ -6,10 +6,11 @@
 #   bench/gpu/run.sh --dry-run [--out DIR]  the same steps on vLLM's CPU build and the tiny
 #                                           demo model (scripts/engine-venv.sh): not figures
 #
-# Writes DIR/gpu-check.json (after every step) and DIR/gpu-check.md; DIR defaults to
-# bench/gpu/out/ (git-ignored). Without a GPU and without --dry-run it stops at once
-# with exit code 2. MOL_GPU_SMI names the nvidia-smi to ask (the tests point it at a
-# missing or a fake one); MOL_GPU_CHECK_BUDGET_S lowers the 480 s limit.
+# Writes DIR/gpu-check.json (after every step), DIR/gpu-check.md and DIR/logs/ (catalog,
+# engine, router); DIR defaults to bench/gpu/out/ (git-ignored). Without a GPU and
+# without --dry-run it stops at once with exit code 2. MOL_GPU_SMI names the nvidia-smi
+# to ask (the tests point it at a missing or a fake one); MOL_GPU_CHECK_BUDGET_S lowers
+# the 480 s limit.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"

@@ -151,6 +151,9 @@ def test_dry_run_writes_every_figure(tmp_path: Path, engine_venv: Path) -> None:
     # The plugin's resolve and download happen inside the cold request.
     assert serve["p50_s"] > serve["resolve_p50_s"] + serve["fetch_p50_s"] > 0
     assert serve["warm_first_token_p50_s"] > 0
+    assert len(serve["samples"]) == 2
+    for log in ("catalog.log", "engine.log", "router.log"):
+        assert (out / "logs" / log).stat().st_size > 0, log
     md = (out / "gpu-check.md").read_text()
     assert md.startswith("## GPU check (`bench/gpu/run.sh`)")
     assert "**CPU dry run" in md
