@@ -175,3 +175,95 @@ def train(
     else:
         typer.echo(report_text(trained, default))
         typer.echo(f"\nwrote {out}")
+
+
+# --- routing feedback: labels in the catalog ------------------------------------------
+
+labels_app = typer.Typer(help="Routing labels kept in the catalog: what people said was "
+                         "the right expert for a request.", no_args_is_help=True)
+app.add_typer(labels_app, name="labels")
+
+CatalogUrl = Annotated[str | None, typer.Option(
+    "--catalog-url", "--catalog", help="The catalog's URL. Env: MOL_CATALOG_URL.")]
+CatalogToken = Annotated[str | None, typer.Option(
+    "--token", help="A catalog token. Env: MOL_CATALOG_TOKEN.")]
+Namespace = Annotated[str, typer.Option(
+    "-n", "--namespace", envvar="MOL_NAMESPACE", help="The tenant namespace the request "
+    "was routed in (its API key's, else the deployment's). Env: MOL_NAMESPACE.")]
+
+
+def _catalog_failed(verb: str, exc: Exception) -> typer.Exit:
+    typer.echo(f"mol router {verb}: {exc}", err=True)
+    return typer.Exit(code=1)
+
+
+@app.command("label")
+def label_decision(
+    request_id: Annotated[str, typer.Argument(help=(
+        "The request's id: the x-request-id header the router answered with."))],
+    expert: Annotated[str, typer.Argument(help="The expert that should have taken it.")],
+    namespace: Namespace,
+    source: Annotated[str, typer.Option(
+        help="user (the person who sent it disagreed) or reviewer (someone going over "
+        "traffic).")] = "reviewer",
+    note: Annotated[str | None, typer.Option(
+        help="Why, for whoever reviews the labels (at most 500 characters).")] = None,
+    catalog_url: CatalogUrl = None,
+    token: CatalogToken = None,
+) -> None:
+    """Say which expert was right for a request the router routed automatically
+    (model: auto), so the next `mol router train` learns from it. The router must have
+    recorded the decision (semantic.recordDecisions); labelling again replaces the
+    label. Needs a token with publish on the namespace."""
+    from mol_platform.clients.catalog import CatalogClient, CatalogError
+
+    if source not in ("user", "reviewer"):
+        typer.echo("mol router label: --source is user or reviewer", err=True)
+        raise typer.Exit(code=2)
+    try:
+        with CatalogClient(catalog_url, token) as client:
+            out = client.put_routing_label(namespace, request_id, expert, source, note)
+    except ValueError as exc:
+        typer.echo(f"mol router label: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    except CatalogError as exc:
+        raise _catalog_failed("label", exc) from None
+    text = " ".join(out.text.split())
+    typer.echo(f"labelled {out.namespace} {out.request_id}: routed to {out.routed}, "
+               f"right: {out.expert} ({out.source}; deployment {out.deployment})")
+    typer.echo(f"  {text[:117] + '...' if len(text) > 120 else text}")
+
+
+@labels_app.command("export")
+def export_labels(
+    namespace: Namespace,
+    out: Annotated[Path | None, typer.Option(
+        "-o", "--out", help="Write the JSON lines here (default: stdout).")] = None,
+    deployment: Annotated[str | None, typer.Option(
+        help="Only this deployment's requests.")] = None,
+    since: Annotated[str | None, typer.Option(
+        help="Only labels given at or after this time (ISO 8601, e.g. 2026-12-01 or "
+        "2026-12-01T09:00:00Z; without a zone: UTC).")] = None,
+    catalog_url: CatalogUrl = None,
+    token: CatalogToken = None,
+) -> None:
+    """Write the namespace's labelled requests as JSON lines {"id", "text", "expert",
+    "routed", "deployment", "source"}, oldest label first: the file `mol router train
+    --prompts` reads. Needs read (or publish) on the namespace."""
+    from mol_platform.clients.catalog import CatalogClient, CatalogError
+
+    try:
+        with CatalogClient(catalog_url, token) as client:
+            lines = client.routing_labels(namespace, deployment=deployment, since=since)
+    except ValueError as exc:
+        typer.echo(f"mol router labels export: {exc}", err=True)
+        raise typer.Exit(code=2) from None
+    except CatalogError as exc:
+        raise _catalog_failed("labels export", exc) from None
+    count = len(lines.splitlines())
+    if out is None:
+        typer.echo(lines, nl=False)
+    else:
+        out.write_text(lines, encoding="utf-8")
+    typer.echo(f"{count} label{'s' if count != 1 else ''} of namespace {namespace}"
+               + (f" written to {out}" if out is not None else ""), err=True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -38,11 +39,14 @@ from mol_platform.clients.catalog_http import (
     evals_path,
     events_params,
     join_url,
+    label_body,
+    labels_params,
     page_query,
     profile_body,
     quote_segment,
     resend,
     resolve_call,
+    routing_path,
     split_adapter,
     token_body,
     typed,
@@ -390,6 +394,33 @@ class CatalogClient:
     def report_usage(self, batch: Mapping[str, Any]) -> m.UsageRecorded:
         """Post a usage batch (``{"batch_id", "entries": [...]}``); safe to retry."""
         return typed(m.UsageRecorded, self._json("POST", "/v1/usage", json=dict(batch)))
+
+    # --- routing feedback ----------------------------------------------------------
+
+    def report_decisions(self, batch: Mapping[str, Any]) -> m.DecisionsRecorded:
+        """Post a batch of routing decisions (``{"batch_id", "decisions": [...]}``); safe
+        to retry: the catalog records a batch id once."""
+        return typed(m.DecisionsRecorded, self._json("POST", "/v1/routing/decisions",
+                                                     json=dict(batch)))
+
+    def put_routing_label(self, namespace: str, request_id: str, expert: str,
+                          source: str = "reviewer", note: str | None = None) -> m.Label:
+        """Say which expert was right for a recorded decision (``publish:<ns>``); a new
+        label replaces the last."""
+        return typed(m.Label, self._json("PUT", routing_path(namespace, "labels", request_id),
+                                         json=label_body(expert, source, note)))
+
+    def routing_decision(self, namespace: str, request_id: str) -> m.RoutingDecision:
+        """One recorded decision and its label, if any."""
+        return typed(m.RoutingDecision, self._json(
+            "GET", routing_path(namespace, "decisions", request_id)))
+
+    def routing_labels(self, namespace: str, deployment: str | None = None,
+                       since: datetime | str | None = None) -> str:
+        """The namespace's labels as JSON lines (the text ``mol router train --prompts``
+        reads), oldest label first; ``deployment`` and ``since`` narrow them."""
+        return self.request("GET", routing_path(namespace, "labels"),
+                            params=labels_params(deployment, since)).text
 
     def verify(self, sample: int | None = None, content: bool = True) -> m.VerifyReport:
         """Check that referenced blobs are stored whole (admin): ``{"referenced",

@@ -153,6 +153,13 @@ class AsyncCatalogClient:
         catalog counts a batch id once."""
         return typed(m.UsageRecorded, await self._json("POST", "/v1/usage", json=dict(batch)))
 
+    async def report_decisions(self, batch: Mapping[str, Any]) -> m.DecisionsRecorded:
+        """Post a batch of routing decisions (``{"batch_id", "decisions": [...]}``); safe
+        to retry: the catalog records a batch id once, and a request id once per
+        namespace."""
+        return typed(m.DecisionsRecorded, await self._json("POST", "/v1/routing/decisions",
+                                                           json=dict(batch)))
+
     async def download(self, url: str, dest: Path, *, chunk: int = 1 << 20) -> str:
         """Stream one file to ``dest`` (absolute or catalog-relative URL); its sha256 hex.
 

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import IO, Any, TypeVar
@@ -24,6 +26,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mol_platform.contract import catalog_models as m
 from mol_platform.contract import evals
+from mol_platform.contract import routing_feedback as rf
 from mol_platform.contract.refs import (
     AdapterRef,
     check_alias,
@@ -186,6 +189,42 @@ def eval_body(suite: str, metrics: Mapping[str, float], suite_version: str,
         if value is not None:
             body[key] = value
     return body
+
+
+_REQUEST_ID_RE = re.compile(rf.REQUEST_ID_PATTERN)
+
+
+def routing_path(namespace: str, what: str, request_id: str | None = None) -> str:
+    """``/v1/namespaces/{ns}/routing/{what}[/{request_id}]``, both names checked here (a
+    request id with a newline or a slash never reaches the URL)."""
+    path = f"/v1/namespaces/{check_namespace(namespace)}/routing/{what}"
+    if request_id is None:
+        return path
+    if _REQUEST_ID_RE.fullmatch(request_id) is None:
+        raise ValueError(f"invalid request id {request_id[:80]!r}: 1-128 of A-Z a-z 0-9 . _ : - "
+                         "(the x-request-id the router answered with)")
+    return f"{path}/{quote_segment(request_id)}"
+
+
+def label_body(expert: str, source: str, note: str | None) -> dict[str, Any]:
+    """The body of a routing label, checked by the contract's model first."""
+    try:
+        body = rf.LabelIn(expert=expert, source=source, note=note)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
+                             for e in exc.errors(include_url=False))
+        raise ValueError(f"invalid label: {problems}") from None
+    return body.model_dump(mode="json")
+
+
+def labels_params(deployment: str | None, since: datetime | str | None) -> dict[str, str]:
+    """The export's filters as query parameters (a datetime in ISO form)."""
+    params: dict[str, str] = {}
+    if deployment is not None:
+        params["deployment"] = deployment
+    if since is not None:
+        params["since"] = since.isoformat() if isinstance(since, datetime) else since
+    return params
 
 
 def alias_path(adapter: str, alias: str) -> str:
