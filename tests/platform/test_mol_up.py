@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from mol_platform.apps.up import banner
 from mol_testkit.net import free_port
 from mol_testkit.up import MolUp
 
@@ -162,6 +163,20 @@ def test_a_restart_lists_the_aliases_published_since(tmp_path: Path, runs: list[
     assert ("demo/coding@stable", "2") in aliases  # where it is now, not where mol up put it
     assert [ref for ref, _ in aliases].index("mine/helper@beta") == len(aliases) - 1  # demo first
     assert second.stop() == []
+
+
+def test_the_banner_says_how_to_put_mol_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    script = Path(sys.executable).parent / "mol"
+    assert script.is_file()  # the dev venv's console script, beside this interpreter
+    monkeypatch.setattr("shutil.which", lambda name: None)
+    assert banner.mol_command() == str(script)
+    hint = banner.path_hint()
+    assert hint == [f"          (`mol` is {script}; `source {script.parent / 'activate'}` "
+                    "puts it on PATH)"]
+    monkeypatch.setattr("shutil.which", lambda name: str(script))
+    assert banner.mol_command() == "mol"
+    assert banner.path_hint() == []
+    assert "catalog ls" in banner.catalog_banner("http://h:1", Path("d"), None)
 
 
 def test_a_port_in_use_names_the_option(tmp_path: Path) -> None:

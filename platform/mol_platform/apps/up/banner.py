@@ -47,10 +47,9 @@ def mol_command() -> str:
 def path_hint() -> list[str]:
     """How to get a bare ``mol``, when it is not on PATH (README's CLI section uses it)."""
     command = mol_command()
-    script = Path(command)
-    if command == "mol" or not script.is_absolute():
+    activate = Path(sys.executable).parent / "activate"
+    if command == "mol" or not Path(command).is_file() or not activate.is_file():
         return []
-    activate = script.parent / "activate"
     return [f"          (`mol` is {command}; `source {activate}` puts it on PATH)"]
 
 
