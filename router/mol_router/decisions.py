@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from itertools import groupby
@@ -65,17 +66,13 @@ def home_namespace(cfg: RouterConfig) -> str:
     return AdapterRef.parse(default.adapter).namespace
 
 
-def _utcnow() -> datetime:
-    return datetime.now(UTC)
-
-
 class DecisionRecorder(Outbox):
     what = "decision"
 
     def __init__(self, sink: Callable[[], DecisionSink | None], registry: CollectorRegistry,
                  *, interval: float = 10.0, max_batches: int = 20,
                  batch_size: int = MAX_BATCH_DECISIONS, backoff_max: float = 60.0,
-                 clock: Callable[[], datetime] = _utcnow) -> None:
+                 clock: Callable[[], float] = time.time) -> None:
         dropped = Counter("mol_router_decisions_dropped", "Routing decisions never "
                           "recorded in the catalog, by reason (overflow: the outbox was "
                           "full, rejected: the catalog refused the batch)", ["reason"],
@@ -130,7 +127,7 @@ class DecisionRecorder(Outbox):
         self._open.append({
             "request_id": request_id, "namespace": self.namespace_of(tenant),
             "deployment": self.deployment, "text": text[-MAX_TEXT_CHARS:], "expert": expert,
-            "route": route, "head": head, "at": self._clock().isoformat()})
+            "route": route, "head": head, "at": self._clock()})  # formatted when sent
         if len(self._open) >= self.batch_size:
             self.seal()
             self.wake()
@@ -156,8 +153,11 @@ class DecisionRecorder(Outbox):
         sink = self._sink()
         if sink is None:
             return None
+        # the time is formatted here, off the request path (sealing may happen there)
+        decisions = [{**d, "at": datetime.fromtimestamp(d["at"], UTC).isoformat()}
+                     for d in batch.entries]
         answer = await sink.report_decisions({"batch_id": batch.batch_id,
-                                              "decisions": batch.entries})
+                                              "decisions": decisions})
         return answer.duplicate
 
     def delivered(self, batch: Batch, duplicate: bool) -> None:

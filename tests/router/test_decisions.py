@@ -44,6 +44,8 @@ from mol_router.head_train import load_labelled
 from mol_router.tenants import OPEN, Tenant
 from mol_testkit.simulator import AsyncSimulatorCluster
 from tests.router.test_head_routing import EXPERTS, SIM, fake_embeddings, write_head
+from tests.router.test_semantic import _config as semantic_config
+from tests.router.test_semantic import fake_embeddings as semantic_embeddings
 from tests.router.test_usage import Catalog
 from tests.router.test_usage import catalog as catalog  # the real catalog's fixture
 
@@ -90,7 +92,7 @@ class Sink:
 
 def _recorder(sink: Sink | None, **kw: Any) -> tuple[DecisionRecorder, CollectorRegistry]:
     registry = CollectorRegistry()
-    rec = DecisionRecorder(lambda: sink, registry, clock=lambda: AT, **kw)
+    rec = DecisionRecorder(lambda: sink, registry, clock=AT.timestamp, **kw)
     rec.configure(_cfg())
     return rec, registry
 
@@ -455,3 +457,28 @@ async def test_a_recorded_decision_is_labelled_and_exported_for_training(
     path.write_text(export.text, encoding="utf-8")
     rows = load_labelled(path)
     assert [(x.id, x.text, x.expert) for x in rows] == [(rid, "sort a list in python", "chat")]
+
+
+async def test_example_and_classifier_decisions_are_recorded_as_such(
+        router_config: Any, start_router: Any, ready: Any) -> None:
+    async with semantic_embeddings() as emb, fake_catalog() as cat, \
+            AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        cfg = semantic_config(sims.urls, router_config, emb.url, "semantic-then-classifier",
+                              catalog_url=cat.url)
+        assert cfg.semantic is not None
+        cfg = cfg.model_copy(update={"semantic": cfg.semantic.model_copy(
+            update={"record_decisions": True})})
+        async with start_router(cfg) as router, aiohttp.ClientSession() as http:
+            await ready(router)
+            sims.script_text("demo/router@v1", "ui", when_prompt_contains="layout")
+            by_examples = await _ask(http, router.url, "review my code please")
+            by_classifier = await _ask(http, router.url, "a layout question")
+            assert by_classifier.headers["x-mol-route"] == "classifier; semantic=below-threshold"
+            assert await router.runtime.decisions.flush() is True
+    got = {d["request_id"]: (d["expert"], d["route"], d["head"], d["text"])
+           for d in cat.decisions_recorded()}
+    assert got == {
+        by_examples.headers["x-request-id"]: ("coding", "semantic", None,
+                                              "review my code please"),
+        by_classifier.headers["x-request-id"]: ("ui", "classifier", None,
+                                                "a layout question")}
