@@ -102,8 +102,8 @@ HOOK = {"url": "http://127.0.0.1:9/hook", "secret": "fuzz-secret-0123456789",
 
 
 def _seed(url: str) -> dict[str, str]:
-    """A base, a profile and acme/coding v1 (alias stable, a humaneval eval report): rows
-    the fuzzer can reach;
+    """A base, a profile and acme/coding v1 (alias stable, a humaneval eval report), a
+    labelled routing decision (acme, req-1): rows the fuzzer can reach;
     scratch/coding v1 (alias stable) for the operations in ``DISPOSABLE``."""
     model = Model()
     with httpx.Client(base_url=url, headers=AUTH, timeout=30) as http:
@@ -129,6 +129,13 @@ def _seed(url: str) -> dict[str, str]:
         r = http.post("/v1/adapters/scratch/coding/versions", files=model.files(model.adapter()),
                       data={"alias": "stable"})
         assert r.status_code == 201, r.text
+        r = http.post("/v1/routing/decisions", json={"batch_id": "fuzz-seed", "decisions": [{
+            "request_id": "req-1", "namespace": "acme", "deployment": "chat",
+            "text": "fix my loop", "expert": "code", "route": "head",
+            "at": "2026-12-01T00:00:00Z"}]})
+        assert r.status_code == 200, r.text
+        r = http.put("/v1/namespaces/acme/routing/labels/req-1", json={"expert": "math"})
+        assert r.status_code == 200, r.text
         hooks = [http.post(f"/v1/namespaces/{ns}/webhooks", json=HOOK) for ns in
                  ("acme", "scratch")]
         assert [h.status_code for h in hooks] == [201, 201], hooks[0].text
@@ -138,7 +145,7 @@ def _seed(url: str) -> dict[str, str]:
             "alias": "stable", "version": "1",
             "name_ref": "coding@stable", "profile": "small", "hexdigest": files[0]["digest"][7:],
             "token_id": "1", "manifest": digest, "base": model.name, "key_id": key_id,
-            "suite": "humaneval", "suite_version": "1"}
+            "suite": "humaneval", "suite_version": "1", "request_id": "req-1"}
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])

@@ -17,6 +17,11 @@ from mol_platform.contract.refs import DNS_LABEL_PATTERN, EXACT_NAME_PATTERN
 from mol_platform.contract.usage import BATCH_ID_PATTERN
 
 HEAD_PATTERN = r"sha256:[0-9a-f]{64}"
+# Free text as the schema documents it: no NUL (Postgres cannot store one; ``Text``
+# refuses it, and a schema that allowed it would promise what is refused).
+NO_NUL = {"pattern": "^[^\\u0000]*$"}
+# ... and not blank (a blank turn is not a line ``mol router train`` can learn from).
+TURN = {"pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"}
 DNS_LABEL_RE = re.compile(DNS_LABEL_PATTERN)
 
 
@@ -55,7 +60,7 @@ class DecisionIn(rf.Decision):
                           _pattern(DNS_LABEL_PATTERN)]
     text: Annotated[Text, AfterValidator(_not_blank),
                     Field(min_length=1, max_length=rf.MAX_TEXT_CHARS, description=(
-                        "The turn as the router embedded it"))]
+                        "The turn as the router embedded it"), json_schema_extra=TURN)]
     expert: Annotated[rf.ExpertName, _pattern(DNS_LABEL_PATTERN, description=(
         "The expert the router routed to"))]
     head: Annotated[HeadDigest | None, Field(description="The trained head's digest")] = None
@@ -82,8 +87,8 @@ class LabelIn(rf.LabelIn):
         "The expert that should have taken the turn"))]
     source: rf.LabelSource = Field(default="reviewer", description=(
         "user (a thumbs-down in the product) or reviewer (a person going over traffic)"))
-    note: Annotated[Text | None, Field(max_length=rf.MAX_NOTE_CHARS, description=(
-        "Why, for the next reviewer"))] = None
+    note: Annotated[Annotated[Text, Field(json_schema_extra=NO_NUL)] | None, Field(
+        max_length=rf.MAX_NOTE_CHARS, description="Why, for the next reviewer")] = None
 
 
 class DecisionsRecordedOut(ResponseBody):
