@@ -62,7 +62,7 @@ def home_namespace(cfg: RouterConfig) -> str:
     adapter (every deployment has one)."""
     if cfg.adapter_namespaces:
         return cfg.adapter_namespaces[0]
-    default = next(e for e in cfg.experts if e.name == cfg.default)
+    default = next((e for e in cfg.experts if e.name == cfg.default), cfg.experts[0])
     return AdapterRef.parse(default.adapter).namespace
 
 
