@@ -16,6 +16,8 @@ import httpx
 import pytest
 
 from mol_platform.apps.up import banner
+from mol_platform.apps.up.auth import router_keys
+from mol_platform.contract.router_config import ApiKeysFile
 from mol_testkit.net import free_port
 from mol_testkit.up import MolUp
 
@@ -177,6 +179,18 @@ def test_the_banner_says_how_to_put_mol_on_path(monkeypatch: pytest.MonkeyPatch)
     assert banner.mol_command() == "mol"
     assert banner.path_hint() == []
     assert "catalog ls" in banner.catalog_banner("http://h:1", Path("d"), None)
+
+
+def test_router_keys_are_a_valid_keys_file_kept_across_starts(tmp_path: Path) -> None:
+    first = router_keys(tmp_path)
+    keys = ApiKeysFile.load(first.path)
+    assert [(k.tenant, k.key) for k in keys.keys] == [("local", first.local),
+                                                      ("console", first.console)]
+    assert first.local != first.console
+    for name in ("router-api-keys.yaml", "router-api-key", "router-console-key"):
+        assert (tmp_path / name).stat().st_mode & 0o077 == 0, name
+    again = router_keys(tmp_path)  # a restart prints the same key
+    assert (again.local, again.console) == (first.local, first.console)
 
 
 def test_a_port_in_use_names_the_option(tmp_path: Path) -> None:
