@@ -32,7 +32,10 @@ shift
 
 log_dir=${MOL_STAGE_LOG_DIR:-.mol/logs}
 tail_lines=${MOL_STAGE_TAIL:-40}
-slug=$(printf '%s' "$label" | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' | sed 's/^-*//; s/-*$//')
+# The log is named after the label without its parenthesised notes: "vLLM CPU engine venv
+# (first time ~3 min)" writes vllm-cpu-engine-venv.log.
+slug=$(printf '%s' "$label" | sed 's/([^)]*)//g' | tr 'A-Z' 'a-z' | tr -cs 'a-z0-9' '-' \
+  | sed 's/^-*//; s/-*$//')
 mkdir -p "$log_dir" || { echo "stage: cannot create the log folder $log_dir" >&2; exit 1; }
 log="$log_dir/${slug:-stage}.log"
 { printf '# %s\n# $' "$label"; printf ' %q' "$@"; printf '\n'; } > "$log"

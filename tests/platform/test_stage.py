@@ -45,10 +45,11 @@ def test_failure_prints_the_log_path_and_its_tail_and_keeps_the_exit_code(
 
 
 def test_stdout_to_a_file_for_the_caller(tmp_path: Path) -> None:
-    done = stage(tmp_path, "-o", "path.txt", "Engine venv", "bash", "-c",
+    done = stage(tmp_path, "-o", "path.txt", "Engine venv (first time ~3 min)", "bash", "-c",
                  "echo progress >&2; echo /opt/venv")
     assert done.returncode == 0
     assert (tmp_path / "path.txt").read_text() == "/opt/venv\n"
+    # the log is named after the label without its note in parentheses
     assert "progress" in (tmp_path / ".mol/logs/engine-venv.log").read_text()
     assert done.stdout.count("\n") == 1
 
