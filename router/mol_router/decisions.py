@@ -56,6 +56,21 @@ def _label(name: str) -> bool:
     return len(name) <= 63 and _DNS_LABEL.fullmatch(name) is not None
 
 
+def storable(text: str) -> bool:
+    """Whether the catalog can keep ``text``: not blank, no NUL (Postgres refuses one)
+    and encodable (no unpaired surrogate). A turn that is not is left out rather than
+    have the catalog refuse the whole batch it travels in."""
+    if "\x00" in text or not text.strip():
+        return False
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def home_namespace(cfg: RouterConfig) -> str:
     """Where the decisions of requests without a tenant namespace go: the deployment's
     first adapter namespace, else the catalog namespace of its default expert's
@@ -122,11 +137,14 @@ class DecisionRecorder(Outbox):
     def record(self, request_id: str, tenant: Tenant, text: str, expert: str, route: Route,
                head: str | None = None) -> None:
         """Keep one decision for the next batch (no I/O)."""
-        if not self.on or expert not in self._experts or not text.strip():
+        if not self.on or expert not in self._experts:
+            return
+        text = text[-MAX_TEXT_CHARS:]
+        if not storable(text):
             return
         self._open.append({
             "request_id": request_id, "namespace": self.namespace_of(tenant),
-            "deployment": self.deployment, "text": text[-MAX_TEXT_CHARS:], "expert": expert,
+            "deployment": self.deployment, "text": text, "expert": expert,
             "route": route, "head": head, "at": self._clock()})  # formatted when sent
         if len(self._open) >= self.batch_size:
             self.seal()

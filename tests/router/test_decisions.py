@@ -195,7 +195,7 @@ async def test_a_refused_batch_is_dropped_and_counted_and_the_next_goes_on() -> 
     assert _count(registry, "mol_router_decisions_recorded_total") == 2
 
 
-def test_off_without_the_flag_or_a_catalog_and_for_blank_turns() -> None:
+def test_off_without_the_flag_or_a_catalog_and_for_turns_the_catalog_cannot_keep() -> None:
     for cfg in (_cfg(record=False), _cfg(catalog=None)):
         rec = DecisionRecorder(lambda: Sink(), CollectorRegistry())
         rec.configure(cfg)
@@ -204,6 +204,8 @@ def test_off_without_the_flag_or_a_catalog_and_for_blank_turns() -> None:
     rec, _ = _recorder(Sink())
     rec.record("r1", OPEN, "   ", "chat", "default")
     rec.record("r2", OPEN, "hello", "not-an-expert", "default")
+    rec.record("r4", OPEN, "nul \x00 inside", "chat", "default")  # Postgres refuses NUL
+    rec.record("r5", OPEN, "half \ud800 a pair", "chat", "default")  # not encodable
     assert rec.held() == 0
     rec.record("r3", OPEN, "x" * 5000, "chat", "default")
     assert len(rec._open[0]["text"]) == 4000  # the catalog's bound
