@@ -147,3 +147,22 @@ async def test_local_gc_respects_grace(client: httpx.AsyncClient, model: Any,
                    "usage_rows_pruned": 0, "usage_batches_pruned": 0,
                    "routing_decisions_pruned": 0, "routing_batches_pruned": 0}
     assert not orphan.exists()
+
+
+def test_local_listing_skips_a_blob_deleted_while_it_lists(tmp_path: Path,
+                                                           monkeypatch: Any) -> None:
+    """Two gc runs at once: one deletes a blob between the other's scandir and stat."""
+    store = LocalBlobStore(tmp_path)
+    kept, gone = ("a" * 64, "b" * 64)
+    for name in (kept, gone):
+        (store.dir / name).write_bytes(b"x")
+    real = os.scandir
+
+    def scandir(path: Any) -> Any:
+        entries = list(real(path))
+        (store.dir / gone).unlink()  # after the listing, before its stat
+        return iter(entries)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    listed = asyncio.run(store.list())
+    assert [b.digest for b in listed] == [f"sha256:{kept}"]

@@ -148,8 +148,9 @@ def _traffic(router: str, sims: SimulatorCluster) -> None:
         sims.clear_scripts()
         # The adapter fails to load on every replica once: each pair is avoided, and the
         # client gets 503 adapter_unavailable (mol_router_adapter_replica_failures_total).
-        sims.script_failure("demo/coding@v1", status=400, times=1, message=(
-            "LoRA adapter 'demo/coding@v1' was found but could not be loaded."))
+        for version in ("demo/coding@v1", "demo/coding@v2"):  # stable or its canary
+            sims.script_failure(version, status=400, times=1, message=(
+                f"LoRA adapter '{version}' was found but could not be loaded."))
         r = c.post("/v1/chat/completions", json={"model": "coding", "messages": msg})
         assert r.status_code == 503, r.text
         assert r.json()["error"]["code"] == "adapter_unavailable"

@@ -155,7 +155,10 @@ class LocalBlobStore:
             for entry in os.scandir(self.dir):
                 if entry.name.startswith(".") or len(entry.name) != 64:
                     continue
-                st = entry.stat()
+                try:
+                    st = entry.stat()
+                except FileNotFoundError:  # deleted since scandir saw it (a concurrent gc)
+                    continue
                 out.append(BlobInfo(f"sha256:{entry.name}", st.st_size, st.st_mtime))
             return out
 
