@@ -6,7 +6,8 @@ in every batch). Every request asks for exactly ``max_tokens`` (``ignore_eos``: 
 random model would otherwise stop at a random token) and for the usage chunk, whose
 ``completion_tokens`` is what the throughput counts: tokens the engine says it made,
 not tokens assumed. aiohttp, not httpx: httpx costs milliseconds of CPU per request
-under concurrency (../shared/TOOLCHAIN.md), which would be charged to the server.
+under concurrency (bench/http_clients.py, docs/benchmarks.md), which would be charged to
+the server.
 """
 
 from __future__ import annotations
