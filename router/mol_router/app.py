@@ -160,7 +160,8 @@ class RouterHandler:
     async def status(self, request: Request) -> Response:
         """The deployment as it runs, for dashboards (the catalog's console): each
         expert's stable and canary references with what they resolve to now and the
-        canary weight, and each engine's readiness, queue and resident adapters."""
+        canary weight, each engine's readiness, queue and resident adapters, and the
+        trained heads in use."""
         if self._tenant(request) is None:
             return error_response(_NO_KEY)
         rt = self.rt
@@ -179,10 +180,15 @@ class RouterHandler:
         engines = [{"url": url, "ready": s.healthy, "running": s.running, "waiting": s.waiting,
                     "kv_cache_usage": s.kv_cache_usage, "max_lora": s.max_lora,
                     "adapters": sorted(s.resident)} for url, s in snapshot.items()]
+        heads: dict[str, Any] = rt.heads.status() if rt.heads is not None else {}
+        if heads and cfg.semantic is not None and cfg.semantic.canary is not None:
+            heads.setdefault("candidate", {})["weight"] = cfg.semantic.canary.weight
         body = {"deployment": cfg.deployment, "base_model": cfg.base_model, "mode": cfg.mode,
                 "default": cfg.default, "experts": experts, "engines": engines,
                 "avoided": rt.tracker.adapter_failures.listing() if rt.tracker is not None
-                else []}
+                else [],
+                # the trained heads (serving and on trial), with why one is missing
+                "heads": heads}
         return Response(200, orjson.dumps(body), _JSON)
 
     async def metrics(self, request: Request) -> Response:

@@ -17,7 +17,9 @@ from mol_router.errors import RouterError
 from mol_router.resolver import Resolved, Unresolved
 from mol_router.runtime import Runtime
 from mol_router.selection import ADAPTER_LABEL, Choice, Routing
+from mol_router.semantic import Decided
 from mol_router.served import route_value
+from mol_router.signals import Verdict
 from mol_router.spans import ADAPTER_REF, CANARY, EXPERT, RequestSpans
 from mol_router.tenants import OPEN, Tenant
 from mol_router.upstream import Upstreams
@@ -69,17 +71,16 @@ class Chooser:
         semantic = rt.semantic
         text = request_text(body, chat)
         if semantic is not None and rt.session is not None:
-            verdict, error = await semantic.verdict(rt.session, text)
+            decided = await semantic.decide(rt.session, text, user)
+            verdict, error = decided.verdict, decided.error
             if error is not None:
                 rt.metrics.embedding_error(error.reason)
                 log.info("embedding unavailable (%s); falling back", error)
                 why.append(f"embedding={error.reason}")
             if verdict.expert is not None:
-                head = verdict.signal == "semantic" and semantic.head is not None
-                self._record(rid, tenant, text, verdict.expert,
-                             "keywords" if verdict.signal == "keywords" else
-                             "head" if head else "semantic",
-                             semantic.head_digest if head else None)
+                self._decided(rid, tenant, text, decided, verdict.expert)
+                if decided.role == "candidate":
+                    why.append("head=candidate")
                 return routing.expert_choice(verdict.expert, cfg.mode, user, verdict.signal,
                                              route_value(verdict.signal, verdict, why))
             why.append(f"semantic={verdict.reason}")
@@ -98,14 +99,42 @@ class Chooser:
         return routing.expert_choice(cfg.default, cfg.mode, user, "default",
                                      route_value("default", None, why))
 
+    def _decided(self, rid: str, tenant: Tenant, text: str, decided: Decided,
+                 expert: str) -> None:
+        """A semantic pick: counted per head, and while a canary runs compared with the
+        other head's pick off the request path; recorded (with the other pick) once
+        that comparison is in, or at once without one."""
+        rt = self.rt
+        loaded = decided.head
+        route: Route = "keywords" if decided.verdict.signal == "keywords" else \
+            "head" if loaded is not None else "semantic"
+        digest = loaded.digest if loaded is not None else None
+        if loaded is not None:
+            rt.metrics.head_decided(decided.role, loaded.label, expert)
+        other, semantic = decided.other, rt.semantic
+        if loaded is None or other is None or semantic is None or rt.session is None:
+            self._record(rid, tenant, text, expert, route, digest)
+            return
+
+        def compared(verdict: Verdict) -> None:
+            picked = verdict.expert
+            rt.metrics.head_compared("undecided" if picked is None else
+                                     "agree" if picked == expert else "disagree")
+            self._record(rid, tenant, text, expert, route, digest,
+                         {"head": other.digest, "expert": picked} if picked else None)
+
+        if not semantic.shadow(rt.session, text, other, compared):
+            rt.metrics.head_compared("skipped")
+            self._record(rid, tenant, text, expert, route, digest)
+
     def _record(self, rid: str, tenant: Tenant, text: str, expert: str, route: Route,
-                head: str | None = None) -> None:
+                head: str | None = None, candidate: dict[str, str] | None = None) -> None:
         """Keep the decision for the catalog when recording is on (no I/O): the turn as
-        the semantic signal read it."""
+        the semantic signal read it, and the other head's pick during a canary."""
         recorder = self.rt.decisions
         semantic = self.rt.semantic
         if recorder.on and rid and semantic is not None:
-            recorder.record(rid, tenant, semantic.turn(text), expert, route, head)
+            recorder.record(rid, tenant, semantic.turn(text), expert, route, head, candidate)
 
     async def resolve(self, choice: Choice, spans: RequestSpans | None,
                        parent: Span | None = None, *, unsampled: str | None = None

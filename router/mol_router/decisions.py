@@ -135,8 +135,9 @@ class DecisionRecorder(Outbox):
     # --- the request path -------------------------------------------------------------
 
     def record(self, request_id: str, tenant: Tenant, text: str, expert: str, route: Route,
-               head: str | None = None) -> None:
-        """Keep one decision for the next batch (no I/O)."""
+               head: str | None = None, candidate: dict[str, str] | None = None) -> None:
+        """Keep one decision for the next batch (no I/O); ``candidate``: the other head's
+        pick while a canary runs (``{"head": digest, "expert": name}``)."""
         if not self.on or expert not in self._experts:
             return
         text = text[-MAX_TEXT_CHARS:]
@@ -145,7 +146,9 @@ class DecisionRecorder(Outbox):
         self._open.append({
             "request_id": request_id, "namespace": self.namespace_of(tenant),
             "deployment": self.deployment, "text": text, "expert": expert,
-            "route": route, "head": head, "at": self._clock()})  # formatted when sent
+            "route": route, "head": head, "at": self._clock(),  # formatted when sent
+            **({"candidate": candidate} if candidate is not None
+               and candidate["expert"] in self._experts else {})})
         if len(self._open) >= self.batch_size:
             self.seal()
             self.wake()

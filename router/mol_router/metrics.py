@@ -135,6 +135,21 @@ class RouterMetrics:
         self.config_reloads = Counter(
             "mol_router_config_reloads", "Config file reloads by result (ok, invalid).",
             ["result"], registry=r)
+        self.head_decisions = Counter(
+            "mol_router_head_decisions", "Automatic turns a trained head decided (its "
+            "measured keywords included), by role (stable: semantic.head; candidate: "
+            "semantic.canary.head), head (name@version) and expert.",
+            ["deployment", "role", "head", "expert"], registry=r)
+        self.head_agreement = Counter(
+            "mol_router_head_agreement", "Canary comparisons: turns where the other head "
+            "picked the same expert (agree), another (disagree), none (undecided), or was "
+            "not asked because too many comparisons were running (skipped).",
+            ["deployment", "result"], registry=r)
+        self.head_info = Gauge(
+            "mol_router_head_info", "1 for each trained head in use, by role, head "
+            "(name@version) and digest.", ["deployment", "role", "head", "digest"],
+            registry=r)
+        self._head_labels: dict[str, tuple[str, str]] = {}
         self._children: dict[tuple[Any, ...], Any] = {}
         self.pending_child = self.pending.labels(deployment)
         self.ready_child = self.ready.labels(deployment)
@@ -219,3 +234,18 @@ class RouterMetrics:
 
     def ejected(self, reason: str) -> None:
         self._child(self.ejections, self.deployment, reason).inc()
+
+    def head_decided(self, role: str, head: str, expert: str) -> None:
+        self._child(self.head_decisions, self.deployment, role, head, expert).inc()
+
+    def head_compared(self, result: str) -> None:
+        self._child(self.head_agreement, self.deployment, result).inc()
+
+    def head_in_use(self, role: str, head: str | None, digest: str | None) -> None:
+        """The head now in ``role`` (None: none), replacing the series of the one before."""
+        old = self._head_labels.pop(role, None)
+        if old is not None:
+            self.head_info.remove(self.deployment, role, *old)
+        if head is not None and digest is not None:
+            self._head_labels[role] = (head, digest)
+            self.head_info.labels(self.deployment, role, head, digest).set(1)

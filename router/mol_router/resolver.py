@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,6 +80,9 @@ class AdapterResolver:
         self._listings: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self.feed_ok = False  # True while the event feed is being followed
         self._warned = False
+        # Others following the same feed (the trained heads' source): one long poll per
+        # router, whatever follows it.
+        self.listeners: list[Callable[[list[dict[str, Any]]], None]] = []
 
     # --- request path ----------------------------------------------------------------
 
@@ -222,8 +225,12 @@ class AdapterResolver:
                 await asyncio.sleep(_RETRY_SECONDS)
 
     async def _apply(self, events: list[dict[str, Any]]) -> None:
+        for listener in self.listeners:
+            listener(events)
         stale: set[str] = set()
         for event in events:
+            if str(event.get("type", "")).startswith("router_head."):
+                continue  # a router head's, not an adapter's
             adapter = event.get("adapter")
             if event.get("type") == "profile.set" or adapter is None:
                 stale.update(self._cache)  # verdicts may have changed for everything

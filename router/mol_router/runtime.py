@@ -25,6 +25,7 @@ from mol_platform.contract.refs import AdapterRef
 from mol_platform.contract.router_config import ApiKeysFile, RouterConfig, load_router_config
 from mol_router.decisions import DecisionRecorder
 from mol_router.discovery import EndpointSource, make_endpoint_source
+from mol_router.head_source import HeadSource
 from mol_router.metrics import RouterMetrics
 from mol_router.policy import Policy, make_policy
 from mol_router.pool import EnginePool
@@ -115,6 +116,8 @@ class Runtime:
         self.routing = Routing.build(config)
         self.semantic: SemanticSignal | None = None  # set by apply()
         self._semantic_key = ""
+        self.heads: HeadSource | None = None  # the trained heads, when the config names any
+        self._heads_key = ""
         self.keys = KeyTable(None)
         self.policy: Policy = make_policy(config.policy, config.policy_knobs)
         self.limits = Limits.of(config)
@@ -183,6 +186,10 @@ class Runtime:
             await self.endpoints.stop()
         if self.tracker is not None:
             await self.tracker.stop()
+        if self.heads is not None:
+            await self.heads.stop()
+        if self.semantic is not None:
+            self.semantic.close()
         await self.resolver.stop()
         if self._catalog is not None:
             await self._catalog.aclose()
@@ -230,11 +237,13 @@ class Runtime:
                     await old_client.aclose()
         self.resolver.warm(routing.refs())
         self.routing, self.policy, self.limits = routing, policy, Limits.of(cfg)
+        heads_changed = await self._apply_heads(cfg, catalog_key, first)
         semantic_key = _fingerprint(cfg.semantic, cfg.timeouts.embedding)
-        if first or semantic_key != self._semantic_key:  # same examples: keep their vectors
+        if first or heads_changed or semantic_key != self._semantic_key:
+            # same examples and heads: keep their vectors and the heads fetched
             if self.semantic is not None:
                 self.semantic.close()
-            self.semantic = (SemanticSignal(cfg.semantic, cfg.timeouts.embedding)
+            self.semantic = (SemanticSignal(cfg.semantic, cfg.timeouts.embedding, self.heads)
                              if cfg.semantic is not None else None)
             self._semantic_key = semantic_key
         self.keys = KeyTable(keys, self.keys)
@@ -252,6 +261,56 @@ class Runtime:
             self.endpoints = make_endpoint_source(cfg, self.settings, self.tracker.set_endpoints)
             await self.endpoints.start()
             self._endpoints_key = endpoints_key
+
+    async def _apply_heads(self, cfg: RouterConfig, catalog_key: str, first: bool) -> bool:
+        """The trained heads' source for ``cfg`` (a file, or references into the catalog
+        followed through the resolver's event feed); kept while neither the references
+        nor the catalog change. True when it was replaced."""
+        sem = cfg.semantic
+        refs: dict[str, str | None] = {}
+        if sem is not None:
+            refs = {"stable": sem.head, "candidate": sem.canary.head if sem.canary else None}
+        experts = [e.name for e in cfg.experts]
+        key = _fingerprint(catalog_key, refs, sem.head_file if sem else None, experts,
+                           sem.model if sem else None)
+        if not first and key == self._heads_key:
+            return False
+        old = self.heads
+        if sem is None or (sem.head_file is None and sem.head is None):
+            self.heads = None
+        elif sem.head_file is not None:
+            self.heads = HeadSource.of_file(sem.head_file)
+            if sem.canary is not None and self._catalog is not None:
+                self.heads = self._catalog_heads({"candidate": sem.canary.head}, experts,
+                                                 sem.model, self.heads)
+        else:
+            self.heads = self._catalog_heads(refs, experts, sem.model)
+        self._heads_key = key
+        for role in ("stable", "candidate"):
+            loaded = self.heads.heads.get(role) if self.heads is not None else None
+            self.metrics.head_in_use(role, loaded.label if loaded else None,
+                                     loaded.digest if loaded else None)
+        if self.heads is not None:
+            await self.heads.start()
+        if old is not None:
+            await old.stop()
+            if isinstance(self.resolver, AdapterResolver) \
+                    and old.on_events in self.resolver.listeners:
+                self.resolver.listeners.remove(old.on_events)
+        return True
+
+    def _catalog_heads(self, refs: dict[str, str | None], experts: list[str], model: str,
+                       base: HeadSource | None = None) -> HeadSource:
+        assert self._catalog is not None  # RouterConfig refuses semantic.head without it
+        source = HeadSource(self._catalog, refs, experts, model, on_change=lambda role, h:
+                            self.metrics.head_in_use(role, h.label if h else None,
+                                                     h.digest if h else None))
+        if base is not None:  # a head file serving, a catalog candidate beside it
+            source.heads.update(base.heads)
+            source.errors.update(base.errors)
+        if isinstance(self.resolver, AdapterResolver):
+            self.resolver.listeners.append(source.on_events)
+        return source
 
     # --- hot reload --------------------------------------------------------------------
 

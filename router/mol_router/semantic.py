@@ -9,8 +9,14 @@ cached (LRU), so a repeated turn costs no call. A turn's call is bounded by
 ``timeouts.embedding``; a failure raises :class:`EmbeddingError` with a short reason
 (the metric label) and the caller falls back. The decision itself is pure:
 :mod:`mol_router.signals` (examples and keywords) or :mod:`mol_router.head` (a trained
-head, ``semantic.headFile``: then no examples are embedded at all, and only the
+head, ``semantic.head`` in the catalog or ``semantic.headFile``, kept current by
+:mod:`mol_router.head_source`: then no examples are embedded at all, and only the
 keywords the head's training data found unambiguous come first).
+
+With a candidate head on trial (``semantic.canary``), :meth:`SemanticSignal.decide`
+lets it route its share of users, and names the other head so the caller can compare
+the two picks off the request path (:meth:`SemanticSignal.shadow`): the turn's
+embedding is cached, so the comparison costs no second call for an embedded turn.
 """
 
 from __future__ import annotations
@@ -18,7 +24,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import aiohttp
 import numpy as np
@@ -26,8 +33,10 @@ import orjson
 
 from mol_platform.contract.router_config import RouterConfig, RouterSemantic
 from mol_router import signals
-from mol_router.head import Head, HeadError, check_for
+from mol_router.head import check_for
 from mol_router.head import load as load_head
+from mol_router.head_source import HeadSource, LoadedHead
+from mol_router.selection import in_canary
 
 log = logging.getLogger("mol.router.semantic")
 
@@ -97,31 +106,45 @@ async def embed_many(url: str, model: str, texts: Sequence[str], *, batch: int =
     return np.stack(out) if out else np.zeros((0, 0))
 
 
+CANARY_KEY = "router-head"
+"""What the sticky per-user canary split hashes beside the user (as an expert's name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decided:
+    """A turn's decision: the verdict, the embedding failure it fell back from, the head
+    whose pick it is (keywords of that head included; None for examples or no pick), its
+    role (``stable``, ``candidate``; empty without heads), and ``other``: the head to
+    compare the pick with while a canary runs."""
+
+    verdict: signals.Verdict
+    error: EmbeddingError | None = None
+    head: LoadedHead | None = None
+    role: str = ""
+    other: LoadedHead | None = None
+
+
 class SemanticSignal:
-    """One config's semantic signal: its example index (or trained head) and a cache of
+    """One config's semantic signal: its example index (or trained heads) and a cache of
     recent turns."""
 
-    def __init__(self, cfg: RouterSemantic, timeout: float, head: Head | None = None) -> None:
+    def __init__(self, cfg: RouterSemantic, timeout: float,
+                 heads: HeadSource | None = None) -> None:
         self.cfg = cfg
         self.timeout = timeout
         self.url = embeddings_url(cfg.embeddings_url)
         self._index: tuple[signals.ExpertIndex, ...] | None = None
         self._building: asyncio.Task[tuple[signals.ExpertIndex, ...]] | None = None
         self._cache: OrderedDict[str, signals.Vector] = OrderedDict()
-        self.head = head
-        self.head_error: str | None = None
-        if head is None and cfg.head_file is not None:
-            try:
-                self.head = load_head(cfg.head_file)
-            except HeadError as exc:  # check() refuses it first; a file gone since
-                self.head_error = str(exc)
-                log.error("trained head unusable (%s); the semantic signal falls back", exc)
-        # What recorded decisions name as the head that decided (semantic.recordDecisions).
-        self.head_digest = self.head.digest() if self.head is not None else None
-        # The keywords alone (no vectors): for keywords first and for an engine failure.
-        self._keywords = (self.head.keyword_index() if self.head is not None else
-                          tuple(signals.expert_index(e.name, [], e.keywords)
-                                for e in cfg.experts))
+        if heads is None:
+            heads = (HeadSource.of_file(cfg.head_file) if cfg.head_file is not None
+                     else HeadSource(None, {}, (), cfg.model))
+        self.heads = heads
+        self._shadows: set[asyncio.Task[None]] = set()
+        # The config's keywords alone (no vectors): keywords first and an engine failure
+        # without a head (a head brings its own measured keywords).
+        self._keywords = tuple(signals.expert_index(e.name, [], e.keywords)
+                               for e in cfg.experts)
 
     async def embed(self, session: aiohttp.ClientSession, texts: Sequence[str],
                     bound: float | None = None) -> list[signals.Vector]:
@@ -171,9 +194,12 @@ class SemanticSignal:
                                  "being embedded") from None
 
     def close(self) -> None:
-        """Stop a build still running (the config was replaced or the router stops)."""
+        """Stop a build and comparisons still running (the config was replaced or the
+        router stops)."""
         if self._building is not None and not self._building.done():
             self._building.cancel()
+        for task in list(self._shadows):
+            task.cancel()
 
     async def query(self, session: aiohttp.ClientSession, text: str) -> signals.Vector:
         hit = self._cache.get(text)
@@ -194,16 +220,39 @@ class SemanticSignal:
 
     async def verdict(self, session: aiohttp.ClientSession, text: str
                       ) -> tuple[signals.Verdict, EmbeddingError | None]:
-        """The decision for a user turn, and the embedding failure it fell back from
-        (then only keywords could decide)."""
+        """The serving decision for a user turn (no canary), and the embedding failure it
+        fell back from (then only keywords could decide)."""
+        decided = await self.decide(session, text)
+        return decided.verdict, decided.error
+
+    async def decide(self, session: aiohttp.ClientSession, text: str,
+                     user: str | None = None) -> Decided:
+        """The decision for a user turn. With heads: the candidate's for its share of
+        users (``semantic.canary.weight``, sticky per ``user``), else the serving head's;
+        ``other`` names the head to compare with. Without: examples and keywords."""
         text = self.turn(text)
+        heads = self.heads
+        if heads.wanted:
+            stable, candidate = heads.stable, heads.candidate
+            routed, other, role = stable, candidate, "stable"
+            canary = self.cfg.canary
+            if stable is not None and candidate is not None and canary is not None \
+                    and canary.weight > 0 and in_canary(CANARY_KEY, user, canary.weight):
+                routed, other, role = candidate, stable, "candidate"
+            verdict, error = await self._head_verdict(session, text, routed)
+            decided = routed if verdict.expert is not None else None
+            return Decided(verdict, error, decided, role if decided else "",
+                           other if stable is not None else None)
+        verdict, error = await self._examples_verdict(session, text)
+        return Decided(verdict, error)
+
+    async def _examples_verdict(self, session: aiohttp.ClientSession, text: str
+                                ) -> tuple[signals.Verdict, EmbeddingError | None]:
         cfg = self.cfg
         if cfg.keywords_decide:
             settled = signals.keyword_verdict(self._keywords, text)
             if settled is not None:
                 return settled, None
-        if self.head is not None or self.head_error is not None:
-            return await self._head_verdict(session, text)
         try:
             index = await self.index(session)
             query = await self.query(session, text) if text.strip() else None
@@ -222,28 +271,58 @@ class SemanticSignal:
         return signals.decide(ranked, cfg.threshold, cfg.margin,
                               embedded=query is not None), None
 
-
-    async def _head_verdict(self, session: aiohttp.ClientSession, text: str
+    async def _head_verdict(self, session: aiohttp.ClientSession, text: str,
+                            loaded: LoadedHead | None
                             ) -> tuple[signals.Verdict, EmbeddingError | None]:
-        """The trained head's decision: the turn's embedding through the head; keywords
-        alone when the engine fails, as with examples."""
-        head = self.head
-        if head is None:
+        """A trained head's decision: its measured keywords first (``keywordsDecide``),
+        then the turn's embedding through the head; keywords alone when the engine
+        fails, as with examples. No head (not fetched yet, refused): undecided."""
+        keywords = loaded.keywords if loaded is not None else self._keywords
+        if self.cfg.keywords_decide:
+            settled = signals.keyword_verdict(keywords, text)
+            if settled is not None:
+                return settled, None
+        if loaded is None:
             return signals.Verdict(None, "none", 0.0, 0.0, (), "no-head"), None
+        head = loaded.head
         if not text.strip():
-            return signals.decide(signals.scores(self._keywords, text, None),
+            return signals.decide(signals.scores(keywords, text, None),
                                   self.cfg.threshold, 0.0, embedded=False), None
         try:
             query = await self.query(session, text)
         except EmbeddingError as exc:
-            return signals.decide(signals.scores(self._keywords, text, None),
+            return signals.decide(signals.scores(keywords, text, None),
                                   self.cfg.threshold, 0.0, embedded=False), exc
         if query.shape != (head.dims,):
             mismatch = EmbeddingError("invalid", f"{self.url}: {query.shape[0]} dimensions, "
                                       f"the head was trained on {head.dims}")
-            return signals.decide(signals.scores(self._keywords, text, None),
+            return signals.decide(signals.scores(keywords, text, None),
                                   self.cfg.threshold, 0.0, embedded=False), mismatch
-        return head.verdict(query, text, self._keywords), None
+        return head.verdict(query, text, keywords), None
+
+    def shadow(self, session: aiohttp.ClientSession, text: str, other: LoadedHead,
+               done: Callable[[signals.Verdict], None], limit: int = 256) -> bool:
+        """Compute ``other``'s verdict for the turn in the background and hand it to
+        ``done`` (the request does not wait: a turn that keywords settled may need an
+        embedding call for the other head). False, doing nothing, when ``limit``
+        comparisons are already running: a slow engine must not pile them up."""
+        if len(self._shadows) >= limit:
+            return False
+
+        async def run() -> None:
+            verdict, error = await self._head_verdict(session, self.turn(text), other)
+            if error is None:
+                done(verdict)
+
+        task = asyncio.create_task(run())
+        self._shadows.add(task)
+        task.add_done_callback(self._shadow_done)
+        return True
+
+    def _shadow_done(self, task: asyncio.Task[None]) -> None:
+        self._shadows.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("head comparison failed: %r", task.exception())
 
 
 def _retrieve(task: asyncio.Task[tuple[signals.ExpertIndex, ...]]) -> None:

@@ -370,7 +370,8 @@ async def test_keywords_head_and_default_decisions_are_recorded_as_decided(
     assert named.headers["x-request-id"] not in got
     assert got["kw-1"] == {"request_id": "kw-1", "namespace": "demo", "deployment": "demo",
                            "text": "booking for two", "expert": "agent", "route": "keywords",
-                           "head": None, "at": got["kw-1"]["at"]}
+                           # the head's measured keywords are part of its decision
+                           "head": head.digest(), "at": got["kw-1"]["at"]}
     decided = got[by_head.headers["x-request-id"]]
     assert embedded == [decided["text"]] == [long_turn[-40:]]  # exactly as embedded
     assert (decided["expert"], decided["route"]) == ("coding", "head")

@@ -44,6 +44,16 @@ class RouterCanary(_Model):
     weight: float = Field(default=0.0, ge=0.0, le=100.0)  # percent of the expert's traffic
 
 
+class RouterHeadCanary(_Model):
+    """A candidate trained head on trial beside ``semantic.head``: it routes ``weight``
+    percent of the automatic turns (sticky per user, as adapter canaries), and the
+    router computes both heads' picks on every embedded turn, so their agreement (and,
+    once labelled, their accuracy) can be compared before the alias moves."""
+
+    head: AdapterRefStr  # ns/name@alias or ns/name@vN of a router head in the catalog
+    weight: float = Field(default=10.0, ge=0.0, le=100.0)
+
+
 class RouterExpert(_Model):
     name: str
     adapter: AdapterRefStr
@@ -73,6 +83,11 @@ class RouterSemantic(_Model):
     # used, nor their keywords: the head carries those its training data found
     # unambiguous.
     head_file: str | None = Field(default=None, min_length=1, max_length=4096)
+    # The same, published in the catalog (``mol catalog head publish``): ns/name@alias or
+    # @vN, resolved at start and again whenever the alias moves (the catalog's event
+    # feed); needs ``catalogUrl``. One of ``head`` and ``headFile``.
+    head: AdapterRefStr | None = None
+    canary: RouterHeadCanary | None = None
     threshold: float = Field(default=0.3, ge=-1.0, le=2.0)
     margin: float = Field(default=0.0, ge=0.0, le=2.0)
     max_chars: int = Field(default=2000, ge=16, le=100_000)
@@ -87,9 +102,14 @@ class RouterSemantic(_Model):
 
     @model_validator(mode="after")
     def _decides(self) -> RouterSemantic:
-        if not self.experts and self.head_file is None:
+        if self.head is not None and self.head_file is not None:
+            raise ValueError("semantic: set head (a catalog reference) or headFile, not both")
+        if not self.experts and self.head_file is None and self.head is None:
             raise ValueError("semantic needs experts with examples or a trained head "
-                             "(headFile)")
+                             "(head or headFile)")
+        if self.canary is not None and self.head is None and self.head_file is None:
+            raise ValueError("semantic.canary trials a head against the serving one: set "
+                             "semantic.head first")
         if self.record_decisions and self.max_chars > MAX_TEXT_CHARS:
             raise ValueError(f"recordDecisions records the turn as embedded: maxChars must "
                              f"be at most {MAX_TEXT_CHARS}, the catalog's bound")
@@ -164,6 +184,12 @@ class RouterConfig(_Model):
             for e in self.semantic.experts:
                 if e.name not in names:
                     raise ValueError(f"semantic expert {e.name!r} is not an expert")
+            if self.semantic.head is not None and self.catalog_url is None:
+                raise ValueError("semantic.head is resolved in the catalog: set catalogUrl "
+                                 "(or use headFile)")
+            if self.semantic.canary is not None and self.catalog_url is None:
+                raise ValueError("semantic.canary.head is resolved in the catalog: set "
+                                 "catalogUrl")
         if not self.endpoints and self.endpoint_slice is None:
             raise ValueError("set endpoints or endpointSlice: the router needs engines")
         if len(names) != len(self.experts):
@@ -284,7 +310,9 @@ def router_config_from_spec(
         semantic = RouterSemantic(
             embeddings_url=url, model=sem.model, threshold=sem.threshold,
             margin=sem.margin, keywords_decide=sem.keywords_decide,
-            record_decisions=sem.record_decisions,
+            record_decisions=sem.record_decisions, head=sem.head,
+            canary=RouterHeadCanary(head=sem.canary.head, weight=float(sem.canary.weight))
+            if sem.canary is not None else None,
             experts=[RouterSemanticExpert(name=e.name, examples=list(e.examples),
                                           keywords=list(e.keywords)) for e in sem.experts])
     ns = obj.metadata.namespace or "default"

@@ -8,7 +8,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from mol_platform.contract.spec_base import SpecModel, defaulted, rules
+from mol_platform.contract.spec_base import AdapterRefStr, SpecModel, defaulted, rules
 from mol_platform.contract.spec_rules import (
     MSG_AUTO,
     MSG_EMBEDDING,
@@ -95,10 +95,32 @@ class EmbeddingEngineSpec(SpecModel):
     memory: Quantity = Field(default="2Gi", description="Memory request and limit.")
 
 
+MSG_HEAD_OR_EXPERTS = ("spec.router.semantic needs experts (example utterances) or head "
+                       "(a trained head in the catalog)")
+MSG_CANARY_HEAD = "spec.router.semantic.canary trials a head against spec.router.semantic.head"
+
+
+class HeadCanarySpec(SpecModel):
+    """A candidate trained head on trial: it routes ``weight`` percent of the automatic
+    turns (sticky per user); the router compares both heads' picks on every embedded turn
+    (``mol_router_head_agreement_total``) and, with labelled feedback, the catalog counts
+    each head's accuracy (``mol_catalog_routing_labels_total``). Promote by moving the
+    alias that ``head`` names."""
+
+    head: AdapterRefStr = Field(description="The candidate: a router head in the catalog, "
+                                "ns/name@alias or ns/name@vN.")
+    weight: int = Field(default=10, ge=0, le=100,
+                        description="Percent of the automatic turns the candidate routes.")
+
+
 class SemanticSpec(SpecModel):
     model_config = ConfigDict(json_schema_extra=rules(
         cel("!(has(self.embeddingsUrl) && has(self.engine))", MSG_EMBEDDING,
-            field_path=".engine", reason="FieldValueForbidden")))
+            field_path=".engine", reason="FieldValueForbidden"),
+        cel("has(self.head) || (has(self.experts) && size(self.experts) > 0)",
+            MSG_HEAD_OR_EXPERTS, field_path=".experts", reason="FieldValueRequired"),
+        cel("!has(self.canary) || has(self.head)", MSG_CANARY_HEAD, field_path=".head",
+            reason="FieldValueRequired")))
 
     model: str = Field(default="all-minilm-l6-v2", max_length=253,
                        description="The embedding model's served name.")
@@ -122,12 +144,23 @@ class SemanticSpec(SpecModel):
         "label it and mol router train learns from it. Off by default: users' turns leave "
         "the router and are kept in the catalog.")
     experts: list[SemanticExpertSpec] = Field(
-        min_length=1, max_length=64, description="Example utterances and keywords per expert.")
+        default_factory=list, max_length=64,
+        description="Example utterances and keywords per expert (not used with head).")
+    head: AdapterRefStr | None = Field(
+        default=None, description="A trained head published in the catalog (mol router "
+        "train, then mol catalog head publish): ns/name@alias or ns/name@vN. It decides "
+        "instead of the experts' examples; the router follows the alias when it moves.")
+    canary: HeadCanarySpec | None = Field(
+        default=None, description="A candidate head on trial beside head.")
 
     @model_validator(mode="after")
     def _one_server(self) -> SemanticSpec:
         if self.embeddings_url is not None and self.engine is not None:
             raise ValueError(MSG_EMBEDDING)
+        if self.head is None and not self.experts:
+            raise ValueError(MSG_HEAD_OR_EXPERTS)
+        if self.canary is not None and self.head is None:
+            raise ValueError(MSG_CANARY_HEAD)
         return self
 
 

@@ -1,0 +1,328 @@
+"""Trained heads from the catalog (:mod:`mol_router.head_source`) and a candidate head
+on trial (``semantic.canary``), against a fake catalog client and the scripted
+embeddings server of ``test_head_routing``: the source checks the digest and the fit
+before a head serves, keeps the serving head when an update does not fit, retries a
+catalog that is down, follows the event feed; the candidate routes its share of users
+(sticky), and both picks are compared off the request path."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import hashlib
+import json
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+import pytest
+
+from mol_platform.contract.router_config import RouterConfig, RouterSemantic
+from mol_router import head as head_mod
+from mol_router.head_source import HeadSource, from_bytes
+from mol_router.semantic import SemanticSignal
+from mol_router.signals import Verdict
+from tests.router.test_decisions import fake_catalog
+from tests.router.test_head_routing import EXPERTS, fake_embeddings, write_head
+
+REF = "demo/router@stable"
+CANDIDATE = "demo/router@candidate"
+
+
+class Meta:
+    def __init__(self, version: int, digest: str) -> None:
+        self.version, self.digest = version, digest
+
+
+class FakeHeads:
+    """What the router asks the catalog: an alias's version, then its document."""
+
+    def __init__(self) -> None:
+        self.docs: dict[int, bytes] = {}
+        self.aliases: dict[str, int] = {}
+        self.down = False
+        self.lie = False  # answer a digest that is not the document's
+        self.fetched: list[int] = []
+
+    def publish(self, raw: bytes, alias: str) -> int:
+        version = len(self.docs) + 1
+        self.docs[version] = raw
+        self.aliases[alias] = version
+        return version
+
+    async def router_head(self, namespace: str, name: str, ref: int | str) -> Meta:
+        assert (namespace, name) == ("demo", "router")
+        if self.down:
+            raise OSError("connection refused")
+        version = ref if isinstance(ref, int) else self.aliases[ref]
+        digest = "sha256:" + hashlib.sha256(self.docs[version]).hexdigest()
+        return Meta(version, "sha256:" + "0" * 64 if self.lie else digest)
+
+    async def router_head_document(self, namespace: str, name: str, version: int) -> bytes:
+        self.fetched.append(version)
+        return self.docs[version]
+
+
+@functools.cache
+def _fitted(threshold: float, model: str) -> head_mod.Head:
+    with tempfile.TemporaryDirectory() as tmp:
+        return write_head(Path(tmp) / "head.json", threshold=threshold, model=model)
+
+
+def fitted(threshold: float = 0.6, model: str = "mini") -> head_mod.Head:
+    """A head fitted on the rig's prompts, once per setting (fitting cross-validates)."""
+    return _fitted(threshold, model)
+
+
+def swapped(head: head_mod.Head) -> head_mod.Head:
+    """The same weights under the experts' names in another order: a head that
+    disagrees with ``head`` on every turn its weights decide."""
+    experts = head.experts[1:] + head.experts[:1]
+    return head_mod.Head(experts, head.weights, head.bias, head.temperature, head.threshold,
+                         head.model, {}, head.training, head.ngrams)
+
+
+def source(client: FakeHeads, refs: dict[str, str | None], **kw: Any) -> HeadSource:
+    return HeadSource(client, refs, list(EXPERTS.values()), "mini",  # type: ignore[arg-type]
+                      retry_seconds=0.05, **kw)
+
+
+async def test_a_head_is_fetched_checked_against_its_digest_and_followed() -> None:
+    first = fitted()
+    client = FakeHeads()
+    client.publish(first.dumps(), "stable")
+    seen: list[tuple[str, str | None]] = []
+    src = source(client, {"stable": REF},
+                 on_change=lambda role, h: seen.append((role, h.label if h else None)))
+    await src.start()
+    try:
+        assert src.stable is not None
+        assert src.stable.digest == first.digest()  # canonical bytes: the same digest
+        assert src.stable.label == "router@v1"
+        assert seen == [("stable", "router@v1")]
+        # an event for another head changes nothing; one for this head moves it
+        second = fitted(threshold=0.4)
+        client.publish(second.dumps(), "stable")
+        src.on_events([{"type": "router_head.alias.set", "adapter": "demo/other"},
+                       {"type": "adapter.alias.set", "adapter": "demo/router"}])
+        await asyncio.sleep(0.2)
+        assert src.stable.label == "router@v1"
+        src.on_events([{"type": "router_head.alias.set", "adapter": "demo/router"}])
+        for _ in range(100):
+            if src.stable.label == "router@v2":
+                break
+            await asyncio.sleep(0.02)
+        assert src.stable.label == "router@v2"
+        assert src.stable.head.threshold == 0.4
+        assert src.status()["stable"] == {"ref": REF, "head": "router@v2",
+                                          "digest": second.digest(), "error": None}
+    finally:
+        await src.stop()
+
+
+async def test_a_head_that_does_not_fit_or_lies_about_its_digest_never_serves() -> None:
+    good = fitted()
+    client = FakeHeads()
+    client.publish(good.dumps(), "stable")
+    src = source(client, {"stable": REF})
+    await src.start()
+    try:
+        assert src.stable is not None
+        # another embedding model: refused, the serving head stays
+        client.publish(fitted(model="other").dumps(), "stable")
+        await src.refresh()
+        assert src.stable.label == "router@v1"
+        assert "embedding model 'other'" in src.errors["stable"]
+        # bytes that do not hash to the digest the catalog named
+        client.publish(fitted(threshold=0.3).dumps(), "stable")
+        client.lie = True
+        await src.refresh()
+        assert src.stable.label == "router@v1"
+        assert "the catalog named sha256:000" in src.errors["stable"]
+        # not a head at all
+        client.lie = False
+        client.publish(b'{"kind": "something else"}', "stable")
+        await src.refresh()
+        assert src.stable.label == "router@v1"
+        assert "not a router head" in src.errors["stable"]
+    finally:
+        await src.stop()
+
+
+async def test_a_catalog_down_at_start_leaves_the_head_missing_until_it_answers() -> None:
+    client = FakeHeads()
+    client.publish(fitted().dumps(), "stable")
+    client.down = True
+    src = source(client, {"stable": REF})
+    await src.start()
+    try:
+        assert src.stable is None
+        assert "cannot fetch demo/router@stable" in src.errors["stable"]
+        client.down = False
+        for _ in range(100):  # retried every retry_seconds while missing
+            if src.stable is not None:
+                break
+            await asyncio.sleep(0.02)
+        assert src.stable is not None
+        assert "stable" not in src.errors
+    finally:
+        await src.stop()
+
+
+def test_bytes_are_checked_against_the_named_digest() -> None:
+    raw = fitted().dumps()
+    digest = "sha256:" + hashlib.sha256(raw).hexdigest()
+    assert from_bytes(raw, REF, "router@v1", digest).digest == digest
+    with pytest.raises(head_mod.HeadError, match="sha256"):
+        from_bytes(raw + b" ", REF, "router@v1", digest)
+
+
+def test_the_config_refuses_a_canary_without_a_serving_head_and_refs_without_a_catalog(
+        router_config: Any) -> None:
+    base = {"embeddingsUrl": "http://127.0.0.1:1/v1", "model": "mini"}
+    with pytest.raises(ValueError, match=r"set semantic\.head first"):
+        RouterSemantic.model_validate({**base, "experts": [{"name": "chat"}],
+                                       "canary": {"head": CANDIDATE}})
+    with pytest.raises(ValueError, match="not both"):
+        RouterSemantic.model_validate({**base, "head": REF, "headFile": "/x.json"})
+    with pytest.raises(ValueError, match="set catalogUrl"):
+        router_config(["http://127.0.0.1:1"], mode="semantic",
+                      experts=[{"name": "chat", "adapter": "demo/chat@v1"}],
+                      semantic={**base, "head": REF})
+
+
+def _signal(url: str, weight: float, heads: HeadSource) -> SemanticSignal:
+    cfg = RouterSemantic.model_validate({
+        "embeddingsUrl": url, "model": "mini", "head": REF,
+        "canary": {"head": CANDIDATE, "weight": weight}})
+    return SemanticSignal(cfg, 2.0, heads)
+
+
+async def test_the_candidate_routes_its_share_sticky_per_user_and_both_picks_compare() -> None:
+    stable = fitted()
+    client = FakeHeads()
+    client.publish(stable.dumps(), "stable")
+    client.publish(swapped(stable).dumps(), "candidate")
+    src = source(client, {"stable": REF, "candidate": CANDIDATE})
+    await src.start()
+    assert src.stable is not None
+    assert src.candidate is not None
+    async with fake_embeddings() as emb, aiohttp.ClientSession() as http:
+        turn = "fix the code now"
+        # weight 0: the serving head decides, the candidate is the one compared
+        none = await _signal(emb.url, 0, src).decide(http, turn, "u1")
+        assert (none.role, none.verdict.expert) == ("stable", "coding")
+        assert none.other is src.candidate
+        # weight 100: the candidate decides (its names swapped), the serving head compared
+        signal = _signal(emb.url, 100, src)
+        every = await signal.decide(http, turn, "u1")
+        assert every.role == "candidate"
+        assert every.head is src.candidate
+        assert every.verdict.expert != "coding"
+        assert every.other is src.stable
+        got: list[Verdict] = []
+        calls = len(emb.inputs)
+        assert signal.shadow(http, turn, every.other, got.append)
+        for _ in range(100):
+            if got:
+                break
+            await asyncio.sleep(0.01)
+        assert got[0].expert == "coding"
+        assert len(emb.inputs) == calls  # the turn's embedding was cached: no second call
+        # a share: sticky per user, about the weight over many users
+        half = _signal(emb.url, 30, src)
+        roles = [(await half.decide(http, turn, f"user-{i}")).role for i in range(200)]
+        again = [(await half.decide(http, turn, f"user-{i}")).role for i in range(200)]
+        assert roles == again
+        assert 40 <= roles.count("candidate") <= 80
+        # a full comparison queue: no comparison started
+        assert not signal.shadow(http, turn, every.other, got.append, limit=0)
+    await src.stop()
+
+
+async def test_the_router_counts_each_heads_picks_and_their_agreement(
+        router_config: Any, start_router: Any, ready: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole router with both heads from a fake catalog client: ``x-mol-route``
+    marks the candidate's turns, the metrics count each head's picks and the
+    comparisons, ``/status`` names both heads."""
+    from mol_router import runtime as runtime_mod
+    from mol_testkit.simulator import AsyncSimulatorCluster
+    from tests.router.test_head_routing import SIM
+
+    stable = fitted()
+    client = FakeHeads()
+    client.publish(stable.dumps(), "stable")
+    client.publish(swapped(stable).dumps(), "candidate")
+
+    def fake_catalog_heads(self: Any, refs: dict[str, str | None], experts: list[str],
+                           model: str, base: HeadSource | None = None) -> HeadSource:
+        return HeadSource(client, refs, experts, model,  # type: ignore[arg-type]
+                          on_change=lambda role, h: self.metrics.head_in_use(
+                              role, h.label if h else None, h.digest if h else None))
+
+    monkeypatch.setattr(runtime_mod.Runtime, "_catalog_heads", fake_catalog_heads)
+    async with fake_embeddings() as emb, fake_catalog() as cat, \
+            AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        cfg: RouterConfig = router_config(
+            sims.urls, mode="semantic", default="chat", catalog_url=cat.url,
+            experts=[{"name": n, "adapter": f"demo/{n}@v1"} for n in EXPERTS.values()],
+            semantic={"embeddingsUrl": emb.url, "model": "mini", "head": REF,
+                      "recordDecisions": True,
+                      "canary": {"head": CANDIDATE, "weight": 50}},
+            timeouts={"embedding": 2.0})
+        async with start_router(cfg, decisions_interval=0.1) as router, \
+                aiohttp.ClientSession() as http:
+            await ready(router)
+            routes = []
+            for i in range(40):
+                body = {"model": "auto", "user": f"user-{i}",
+                        "messages": [{"role": "user", "content": "fix the code now"}]}
+                async with http.post(router.url + "/v1/chat/completions", json=body) as r:
+                    assert r.status == 200, await r.text()
+                    routes.append((r.headers["x-mol-expert"], r.headers["x-mol-route"]))
+            deadline = asyncio.get_running_loop().time() + 10
+            while len(cat.decisions_recorded()) < 40:  # compared off the request path
+                assert asyncio.get_running_loop().time() < deadline, cat.batches
+                await asyncio.sleep(0.05)
+            metrics = await (await http.get(router.url + "/metrics")).text()
+            status = json.loads(await (await http.get(router.url + "/status")).text())
+    by_candidate = [e for e, route in routes if "head=candidate" in route]
+    by_stable = [e for e, route in routes if "head=candidate" not in route]
+    assert by_candidate
+    assert by_stable
+    assert set(by_stable) == {"coding"}
+    assert "coding" not in by_candidate
+    agree = _sample(metrics, 'mol_router_head_agreement_total{deployment="demo",'
+                    'result="disagree"}')
+    assert agree == 40.0  # every turn compared; the swapped head never agrees
+    stable_n = _sample(metrics, 'mol_router_head_decisions_total{deployment="demo",'
+                       'expert="coding",head="router@v1",role="stable"}')
+    assert stable_n == len(by_stable)
+    assert (f'mol_router_head_info{{deployment="demo",digest="{stable.digest()}",'
+            f'head="router@v1",role="stable"}} 1.0') in metrics
+    assert status["heads"]["candidate"]["head"] == "router@v2"
+    assert status["heads"]["candidate"]["weight"] == 50
+    # each decision holds the head that routed it and the other head's pick
+    digests = {"router@v1": stable.digest(), "router@v2": swapped(stable).digest()}
+    for d in cat.decisions_recorded():
+        assert d["route"] == "head"
+        assert {d["head"], d["candidate"]["head"]} == set(digests.values())
+        assert d["candidate"]["expert"] != d["expert"]
+    assert status["heads"]["stable"]["digest"] == stable.digest()
+
+
+def _sample(text: str, series: str) -> float:
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"{series} not in the metrics")
+
+
+def test_swapped_heads_differ() -> None:
+    """The rig's candidate really is another head (else the tests above prove little)."""
+    rows = np.eye(3)
+    head = head_mod.Head(("a", "b", "c"), rows, np.zeros(3), 1.0, 0.0, "m")
+    assert swapped(head).digest() != head.digest()
+    assert swapped(head).verdict(rows[0]).expert == "b"
