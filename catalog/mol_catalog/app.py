@@ -32,6 +32,7 @@ from mol_catalog.deps import Catalog, CatalogDep
 from mol_catalog.errors import ERROR_RESPONSES, RETRY_AFTER_SECONDS, ErrorBody, json_response
 from mol_catalog.evals.endpoints import router as evals_router
 from mol_catalog.events.endpoints import router as events_router
+from mol_catalog.heads.endpoints import router as heads_router
 from mol_catalog.metrics import CatalogMetrics
 from mol_catalog.middleware import CatalogMiddleware
 from mol_catalog.namespaces.endpoints import router as namespaces_router
@@ -162,7 +163,7 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                      redirect_slashes=False)  # a redirect's Location comes from Host
     for router in (adapters_router, evals_router, resolve_router, base_models_router,
                    profiles_router, events_router, namespaces_router, webhooks_router,
-                   tokens_router, signing_router, usage_router, routing_router, ops,
+                   tokens_router, signing_router, usage_router, routing_router, heads_router, ops,
                    admin_router):
         app.include_router(router, responses=ERROR_RESPONSES)
     for router in (apidocs.router, console.pages, console.calls, stack_pages.pages,

@@ -44,6 +44,12 @@ class CatalogMetrics:
         self.usage_batches = Counter("mol_catalog_usage_batches_total", "Usage batches "
                                      "received, by result (counted, duplicate)", ["result"],
                                      registry=self.registry)
+        self.routing_labels = Counter(
+            "mol_catalog_routing_labels_total", "Routing decisions labelled for the first "
+            "time, once per head that picked on the decision (the serving head and a canary's "
+            "candidate): head name@version (first 12 hex of the digest when it is not a "
+            "published router head of the namespace), the right expert, correct|wrong",
+            ["namespace", "head", "expert", "result"], registry=self.registry)
         self.unused_adapters = Gauge("mol_catalog_unused_adapters", "Adapters none of whose "
                                      "versions was used in the window (never used included)",
                                      ["window"], registry=self.registry)

@@ -22,6 +22,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     String,
     Text,
     UniqueConstraint,
@@ -455,6 +456,9 @@ class RoutingDecision(Base):
     expert: Mapped[str] = mapped_column(String(63))  # the expert the router chose
     route: Mapped[str] = mapped_column(String(16))
     head: Mapped[str | None] = mapped_column(String(71), nullable=True)
+    # A canary head's pick beside ``head`` (the head that did not route the turn).
+    candidate_head: Mapped[str | None] = mapped_column(String(71), nullable=True)
+    candidate_expert: Mapped[str | None] = mapped_column(String(63), nullable=True)
     decided_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     batch_id: Mapped[str] = mapped_column(String(64))  # the batch that recorded it
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
@@ -473,3 +477,58 @@ class RoutingBatch(Base):
 
     batch_id: Mapped[str] = mapped_column(String(64), primary_key=True)
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RouterHead(Base):
+    """A router head name in a namespace (``mol catalog head publish``); ``latest_version``
+    is its newest version (versions are never deleted)."""
+
+    __tablename__ = "router_heads"
+    __table_args__ = (UniqueConstraint("namespace", "name",
+                                       name="uq_router_heads_namespace_name"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(63))
+    name: Mapped[str] = mapped_column(String(63))
+    latest_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RouterHeadVersion(Base):
+    """An immutable router head version: its canonical JSON document (``document``, a
+    few MiB at most: in the row, not the blob store, whose gc keeps only what adapter
+    versions and eval reports reference) and the facts the API answers with."""
+
+    __tablename__ = "router_head_versions"
+    __table_args__ = (
+        UniqueConstraint("head_id", "number", name="uq_router_head_versions_head_id_number"),
+        UniqueConstraint("head_id", "digest", name="uq_router_head_versions_head_id_digest"),
+        Index("ix_router_head_versions_digest", "digest"),  # accuracy: digest -> ref
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    head_id: Mapped[int] = mapped_column(ForeignKey("router_heads.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    digest: Mapped[str] = mapped_column(String(71))
+    experts: Mapped[list[Any]] = mapped_column(JSON)
+    embedding_model: Mapped[str] = mapped_column(String(253))
+    dims: Mapped[int] = mapped_column(Integer)
+    ngram_dims: Mapped[int] = mapped_column(Integer)
+    data_digest: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    source: Mapped[str | None] = mapped_column(Text, nullable=True)
+    cross_validation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    document: Mapped[bytes] = mapped_column(LargeBinary)
+    created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RouterHeadAlias(Base):
+    __tablename__ = "router_head_aliases"
+
+    head_id: Mapped[int] = mapped_column(
+        ForeignKey("router_heads.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

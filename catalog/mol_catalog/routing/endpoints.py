@@ -1,6 +1,7 @@
 """``POST /v1/routing/decisions`` (routers report), ``PUT .../routing/labels/{request_id}``
 (a person says which expert was right), ``GET .../routing/labels`` (the export
-``mol router train --prompts`` reads) and ``GET .../routing/decisions/{request_id}``."""
+``mol router train --prompts`` reads), ``GET .../routing/decisions/{request_id}`` and
+``GET .../routing/accuracy`` (each trained head's picks against the labels)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from mol_catalog.errors import BadRequest, json_response
 from mol_catalog.routing import service
 from mol_catalog.routing.schemas import (
     DNS_LABEL_RE,
+    AccuracyOut,
     DecisionBatchIn,
     DecisionOut,
     DecisionsRecordedOut,
@@ -54,7 +56,9 @@ async def put_label(ns: str, request_id: RequestIdPath, body: LabelIn, catalog: 
     who.require_publish(valid_name(ns, "namespace"))
     async with catalog.db.unit() as uow:
         out = await service.label(uow, ns, request_id, body)
-    return json_response(out)
+    for labels in out.counts:  # committed: count it
+        catalog.metrics.routing_labels.labels(*labels).inc()
+    return json_response(out.body)
 
 
 @router.get(ROUTING + "/decisions/{request_id}", response_model=DecisionOut)
@@ -65,6 +69,18 @@ async def get_decision(ns: str, request_id: RequestIdPath, catalog: CatalogDep,
     async with catalog.db.read() as conn:
         out = await service.decision(conn, ns, request_id)
     return json_response(out)
+
+
+DeploymentQuery = Annotated[str | None, Query(max_length=63, description=(
+    "Only this deployment's decisions"), json_schema_extra={
+    "pattern": f"^{DNS_LABEL_PATTERN}$"})]
+
+
+def _deployment(deployment: str | None) -> str | None:
+    if deployment is not None and DNS_LABEL_RE.fullmatch(deployment) is None:
+        raise BadRequest(f"invalid deployment {deployment[:80]!r}: a deployment's name is "
+                         "a DNS label (lowercase letters, digits and '-', at most 63)")
+    return deployment
 
 
 def _utc(when: datetime) -> datetime:
@@ -85,9 +101,7 @@ def _utc(when: datetime) -> datetime:
           "content": {NDJSON: {"schema": {"type": "string"}}}}})
 async def export_labels(
     ns: str, catalog: CatalogDep, who: PrincipalDep,
-    deployment: Annotated[str | None, Query(max_length=63, description=(
-        "Only this deployment's decisions"), json_schema_extra={
-        "pattern": f"^{DNS_LABEL_PATTERN}$"})] = None,
+    deployment: DeploymentQuery = None,
     since: Annotated[datetime | None, Query(description=(
         "Only labels given at or after this time (ISO 8601; without a zone: UTC)"))] = None,
 ) -> Response:
@@ -95,9 +109,26 @@ async def export_labels(
     oldest label first; read scope on the namespace (``read``, ``read:<ns>``,
     ``publish:<ns>`` or ``admin``)."""
     who.require_read(valid_name(ns, "namespace"))
-    if deployment is not None and DNS_LABEL_RE.fullmatch(deployment) is None:
-        raise BadRequest(f"invalid deployment {deployment[:80]!r}: a deployment's name is "
-                         "a DNS label (lowercase letters, digits and '-', at most 63)")
-    lines = await service.export(catalog.db, ns, deployment,
+    lines = await service.export(catalog.db, ns, _deployment(deployment),
                                  None if since is None else _utc(since))
     return StreamingResponse(lines, media_type=NDJSON)
+
+
+@router.get(ROUTING + "/accuracy", response_model=AccuracyOut)
+async def accuracy(
+    ns: str, catalog: CatalogDep, who: PrincipalDep,
+    deployment: DeploymentQuery = None,
+    since: Annotated[datetime | None, Query(description=(
+        "Only labels given at or after this time (ISO 8601; without a zone: UTC), as the "
+        "export's since"))] = None,
+) -> Response:
+    """How often each trained head picked the expert people labelled right, over the
+    namespace's labelled decisions: the head that routed a turn (route ``head``, or
+    ``keywords`` the head's measured keywords settled) and a canary head's
+    ``candidate`` pick, so a canary and the serving head are compared on the same
+    turns; in all and per right expert. Read scope on the namespace."""
+    who.require_read(valid_name(ns, "namespace"))
+    async with catalog.db.read() as conn:
+        out = await service.accuracy(conn, ns, _deployment(deployment),
+                                     None if since is None else _utc(since))
+    return json_response(out)

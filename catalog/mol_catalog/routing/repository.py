@@ -16,9 +16,12 @@ from sqlalchemy import (
     Table,
     and_,
     bindparam,
+    case,
     delete,
+    func,
     or_,
     select,
+    union_all,
     update,
 )
 from sqlalchemy.dialects.postgresql import insert as pg_insert
@@ -64,15 +67,32 @@ class DecisionRow:
     label_source: str | None
     label_note: str | None
     labelled_at: datetime | None
+    candidate_head: str | None = None
+    candidate_expert: str | None = None
 
     @classmethod
     def of(cls, r: Sequence[Any]) -> DecisionRow:
         return cls(r[0], r[1], r[2], r[3], r[4], r[5], r[6], datetime_value(r[7]), r[8],
-                   r[9], r[10], datetime_value(r[11]))
+                   r[9], r[10], datetime_value(r[11]), r[12], r[13])
+
+    def picks(self) -> list[tuple[str, str]]:
+        """(head digest, expert) of every trained head that picked on this turn: the
+        head that routed it (route ``head``, or ``keywords`` the head's own measured
+        keywords settled) and a canary's candidate."""
+        out = []
+        if self.head is not None and self.route in HEAD_ROUTES:
+            out.append((self.head, self.expert))
+        if self.candidate_head is not None and self.candidate_expert is not None:
+            out.append((self.candidate_head, self.candidate_expert))
+        return out
 
 
+# The routes on which a decision's ``head`` picked the expert (the router sets ``head``
+# only when the trained head decided, or its keywords did).
+HEAD_ROUTES = ("head", "keywords")
 _COLUMNS = (D.request_id, D.namespace, D.deployment, D.text, D.expert, D.route, D.head,
-            D.decided_at, D.label_expert, D.label_source, D.label_note, D.labelled_at)
+            D.decided_at, D.label_expert, D.label_source, D.label_note, D.labelled_at,
+            D.candidate_head, D.candidate_expert)
 _NS = bindparam("namespace", type_=String)
 _REQUEST_ID = bindparam("request_id", type_=String)
 _ONE = Prepared(select(*_COLUMNS).where(D.namespace == _NS, D.request_id == _REQUEST_ID))
@@ -100,6 +120,17 @@ async def add(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> int:
 
 async def one(conn: ReadConn, namespace: str, request_id: str) -> DecisionRow | None:
     r = await _ONE.first(conn, namespace=namespace, request_id=request_id)
+    return DecisionRow.of(r) if r is not None else None
+
+
+_LOCKED = Prepared(select(*_COLUMNS).where(D.namespace == _NS, D.request_id == _REQUEST_ID)
+                  .with_for_update(of=DECISIONS))
+
+
+async def locked(conn: AsyncConnection, namespace: str, request_id: str) -> DecisionRow | None:
+    """The decision as it is before a label changes it (row-locked on Postgres, so two
+    first labels at once see one another; SQLite's writers are serialized)."""
+    r = await _LOCKED.first(conn, namespace=namespace, request_id=request_id)
     return DecisionRow.of(r) if r is not None else None
 
 
@@ -150,7 +181,7 @@ async def labels(conn: ReadConn, namespace: str, *, deployment: str | None,
         params["after_at"], params["after_id"] = after
     raw = await _labels(deployment is not None, since is not None, after is not None).all(
         conn, **params)
-    key = (raw[-1][11], int(raw[-1][12])) if len(raw) == limit else None
+    key = (raw[-1][11], int(raw[-1][len(_COLUMNS)])) if len(raw) == limit else None
     return LabelPage([DecisionRow.of(r) for r in raw], key)
 
 
@@ -162,3 +193,41 @@ async def prune(conn: AsyncConnection, before: datetime, batches_before: datetim
                                                       D.labelled_at.is_(None)))
     ids = await conn.execute(delete(BATCHES).where(BATCHES.c.received_at < batches_before))
     return int(rows.rowcount or 0), int(ids.rowcount or 0)
+
+
+@cache
+def _accuracy(deployment: bool, since: bool) -> Prepared:
+    """Per (head digest, right expert): labelled decisions the head picked on, and how
+    many of its picks were right. The serving head's picks and the candidates' in one
+    UNION ALL, grouped once."""
+    def where(stmt: Any) -> Any:
+        stmt = stmt.where(D.namespace == _NS, D.labelled_at.is_not(None))
+        if deployment:
+            stmt = stmt.where(D.deployment == bindparam("deployment", type_=String))
+        if since:
+            stmt = stmt.where(D.labelled_at >= bindparam("since",
+                                                         type_=DateTime(timezone=True)))
+        return stmt
+
+    served = where(select(D.head.label("head"), D.expert.label("picked"),
+                          D.label_expert.label("right"))
+                   .where(D.head.is_not(None), or_(*(D.route == r for r in HEAD_ROUTES))))
+    canary = where(select(D.candidate_head, D.candidate_expert, D.label_expert)
+                   .where(D.candidate_head.is_not(None), D.candidate_expert.is_not(None)))
+    picks = union_all(served, canary).subquery("picks")
+    right = case((picks.c.picked == picks.c.right, 1), else_=0)
+    return Prepared(select(picks.c.head, picks.c.right, func.count(), func.sum(right))
+                    .group_by(picks.c.head, picks.c.right)
+                    .order_by(picks.c.head, picks.c.right))
+
+
+async def accuracy(conn: ReadConn, namespace: str, deployment: str | None,
+                   since: datetime | None) -> list[tuple[str, str, int, int]]:
+    """(head digest, right expert, labelled, correct) rows, by head then expert."""
+    params: dict[str, Any] = {"namespace": namespace}
+    if deployment is not None:
+        params["deployment"] = deployment
+    if since is not None:
+        params["since"] = ts_param(conn.dialect, since)
+    rows = await _accuracy(deployment is not None, since is not None).all(conn, **params)
+    return [(r[0], r[1], int(r[2]), int(r[3] or 0)) for r in rows]

@@ -48,6 +48,15 @@ def _not_blank(value: str) -> str:
     return value
 
 
+class CandidateIn(rf.Candidate):
+    """A canary head's pick on a turn the serving head routed."""
+
+    head: Annotated[HeadDigest, Field(description=(
+        "The digest of the head that ran beside the one that routed the turn"))]
+    expert: Annotated[rf.ExpertName, _pattern(DNS_LABEL_PATTERN, description=(
+        "The expert that head picked"))]
+
+
 class DecisionIn(rf.Decision):
     """One automatic decision: the turn the router routed, the expert it chose and what
     decided, when (UTC)."""
@@ -66,6 +75,8 @@ class DecisionIn(rf.Decision):
     head: Annotated[HeadDigest | None, Field(description="The trained head's digest")] = None
     at: Annotated[AwareDatetime, AfterValidator(_in_utc), Field(description=(
         "When it decided (with a zone; a time ahead of the catalog's clock counts as now)"))]
+    candidate: Annotated[CandidateIn | None, Field(description=(
+        "With a canary head: the pick of the head that did not route the turn"))] = None
 
 
 class DecisionBatchIn(rf.DecisionBatch):
@@ -118,6 +129,11 @@ class DecisionLabelOut(ResponseBody):
     labelled_at: datetime
 
 
+class CandidateOut(ResponseBody):
+    head: str
+    expert: str
+
+
 class DecisionOut(ResponseBody):
     request_id: str
     namespace: str
@@ -128,3 +144,24 @@ class DecisionOut(ResponseBody):
     head: str | None
     decided_at: datetime
     label: DecisionLabelOut | None = Field(description="null until someone labels it")
+    candidate: CandidateOut | None = Field(None, description=(
+        "A canary head's pick beside ``head`` (null: no canary ran)"))
+
+
+class ExpertAccuracyOut(ResponseBody):
+    labelled: int = Field(description="Labelled decisions whose right expert is this one")
+    correct: int = Field(description="... of which the head picked it")
+
+
+class HeadAccuracyOut(ResponseBody):
+    head: str = Field(description="The head's digest")
+    ref: str | None = Field(description=(
+        "ns/name@version when the digest is a published router head of the namespace"))
+    labelled: int = Field(description="Labelled decisions this head picked on")
+    correct: int = Field(description="... where its pick was the labelled expert")
+    experts: dict[str, ExpertAccuracyOut] = Field(description="By the right expert")
+
+
+class AccuracyOut(ResponseBody):
+    namespace: str
+    heads: list[HeadAccuracyOut] = Field(description="Most labelled first")

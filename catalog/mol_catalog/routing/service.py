@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from mol_catalog.auth import Principal
 from mol_catalog.db import Database, ReadConn, UnitOfWork
 from mol_catalog.errors import NotFound
+from mol_catalog.heads import repository as heads_repo
 from mol_catalog.models import utcnow
 from mol_catalog.routing import repository as repo
 from mol_catalog.routing.repository import DecisionRow
@@ -42,6 +44,8 @@ async def record(uow: UnitOfWork, who: Principal, batch: DecisionBatchIn) -> dic
         rows.setdefault((d.namespace, d.request_id), {
             "namespace": d.namespace, "request_id": d.request_id, "deployment": d.deployment,
             "text": d.text, "expert": d.expert, "route": d.route, "head": d.head,
+            "candidate_head": d.candidate.head if d.candidate else None,
+            "candidate_expert": d.candidate.expert if d.candidate else None,
             # A reporter's clock ahead of ours: it decided now, as far as we know.
             "decided_at": min(d.at, now), "batch_id": batch.batch_id, "received_at": now})
     recorded = await repo.add(uow.conn, list(rows.values()))
@@ -68,19 +72,67 @@ def decision_item(r: DecisionRow) -> dict[str, Any]:
         "labelled_at": r.labelled_at}
     return {"request_id": r.request_id, "namespace": r.namespace,
             "deployment": r.deployment, "text": r.text, "expert": r.expert,
-            "route": r.route, "head": r.head, "decided_at": r.decided_at, "label": label}
+            "route": r.route, "head": r.head, "decided_at": r.decided_at, "label": label,
+            "candidate": None if r.candidate_head is None else {
+                "head": r.candidate_head, "expert": r.candidate_expert}}
+
+
+def head_label(digest: str, refs: dict[str, str]) -> str:
+    """A head as the labels counter names it: ``name@version`` when the digest is a
+    published router head of the namespace, else the digest's first 12 hex digits."""
+    return refs.get(digest) or digest.removeprefix("sha256:")[:12]
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """A label's answer, and the (namespace, head, expert, result) counts it adds to
+    ``mol_catalog_routing_labels_total`` once committed (none unless first labelled)."""
+
+    body: dict[str, Any]
+    counts: list[tuple[str, str, str, str]] = field(default_factory=list)
 
 
 async def label(uow: UnitOfWork, namespace: str, request_id: str, body: LabelIn
-                ) -> dict[str, Any]:
+                ) -> Labelled:
     """Say which expert was right for a recorded decision; a new label overwrites the
-    last. NotFound (404) when no decision has that id in the namespace."""
+    last. NotFound (404) when no decision has that id in the namespace. A decision's
+    first label is counted per head that picked on it; relabelling is not counted again
+    (a counter cannot take the first back; the accuracy endpoint reads the labels as
+    they are now)."""
+    before = await repo.locked(uow.conn, namespace, request_id)
+    if before is None:
+        raise _missing(namespace, request_id)
     row = await repo.set_label(uow.conn, namespace, request_id, {
         "label_expert": body.expert, "label_source": body.source, "label_note": body.note,
         "labelled_at": utcnow()})
     if row is None:
         raise _missing(namespace, request_id)
-    return label_item(row)
+    counts = []
+    if before.label_expert is None:
+        picks = row.picks()
+        refs = await heads_repo.refs(uow.conn, namespace, [d for d, _ in picks])
+        counts = [(namespace, head_label(d, refs), body.expert,
+                   "correct" if picked == body.expert else "wrong") for d, picked in picks]
+    return Labelled(label_item(row), counts)
+
+
+async def accuracy(conn: ReadConn, namespace: str, deployment: str | None,
+                   since: datetime | None) -> dict[str, Any]:
+    """Every head that picked on a labelled decision: labelled and correct, in all and
+    per right expert, most labelled first; ``ref`` names it when it is published here."""
+    heads: dict[str, dict[str, Any]] = {}
+    for digest, right, n, correct in await repo.accuracy(conn, namespace, deployment, since):
+        h = heads.setdefault(digest, {"head": digest, "ref": None, "labelled": 0,
+                                      "correct": 0, "experts": {}})
+        h["labelled"] += n
+        h["correct"] += correct
+        h["experts"][right] = {"labelled": n, "correct": correct}
+    refs = await heads_repo.refs(conn, namespace, list(heads))
+    for digest, h in heads.items():
+        if digest in refs:
+            h["ref"] = f"{namespace}/{refs[digest]}"
+    return {"namespace": namespace,
+            "heads": sorted(heads.values(), key=lambda h: (-h["labelled"], h["head"]))}
 
 
 async def decision(conn: ReadConn, namespace: str, request_id: str) -> dict[str, Any]:

@@ -46,6 +46,9 @@ from mol_platform.clients.catalog_http import (
     quote_segment,
     resend,
     resolve_call,
+    router_head_path,
+    router_head_ref_path,
+    router_head_version,
     routing_path,
     split_adapter,
     token_body,
@@ -421,6 +424,60 @@ class CatalogClient:
         reads), oldest label first; ``deployment`` and ``since`` narrow them."""
         return self.request("GET", routing_path(namespace, "labels"),
                             params=labels_params(deployment, since)).text
+
+    def routing_accuracy(self, namespace: str, deployment: str | None = None,
+                         since: datetime | str | None = None) -> m.RoutingAccuracy:
+        """Each trained head's picks against the labels (the serving head's and a canary's
+        candidate picks), in all and per right expert."""
+        return typed(m.RoutingAccuracy, self._json(
+            "GET", routing_path(namespace, "accuracy"),
+            params=labels_params(deployment, since)))
+
+    # --- router heads ---------------------------------------------------------------
+
+    def publish_router_head(self, namespace: str, name: str,
+                            document: bytes) -> m.RouterHeadVersion:
+        """Publish a trained head (the JSON file ``mol router train`` wrote) as the
+        name's next version; the same document again answers with its version."""
+        return typed(m.RouterHeadVersion, self._json(
+            "POST", router_head_path(namespace, name, "versions"), content=document,
+            headers={"Content-Type": "application/json"}))
+
+    def router_heads(self, namespace: str) -> list[m.RouterHeadItem]:
+        """The namespace's heads by name, each with its latest version and aliases."""
+        return typed(m.RouterHeadList, self._json("GET", router_head_path(namespace))).items
+
+    def router_head_versions(self, namespace: str, name: str) -> list[m.RouterHeadVersion]:
+        """The head's versions, newest first."""
+        return typed(m.RouterHeadVersionList, self._json(
+            "GET", router_head_path(namespace, name, "versions"))).items
+
+    def router_head(self, namespace: str, name: str, ref: int | str) -> m.RouterHeadVersion:
+        """A version (``ref`` an int) or the version an alias names (``ref`` a str; the
+        answer is then a ``RouterHeadAlias``, with ``alias``)."""
+        model = m.RouterHeadVersion if isinstance(ref, int) else m.RouterHeadAlias
+        return typed(model, self._json("GET", router_head_ref_path(namespace, name, ref)))
+
+    def router_head_document(self, namespace: str, name: str, version: int) -> bytes:
+        """The version's stored document, byte for byte (its sha256 is the digest)."""
+        return self.request("GET", router_head_path(
+            namespace, name, "versions", router_head_version(version), "document")).content
+
+    def router_head_aliases(self, namespace: str, name: str) -> list[m.RouterHeadAliasItem]:
+        return typed(m.RouterHeadAliasList, self._json(
+            "GET", router_head_path(namespace, name, "aliases"))).items
+
+    def set_router_head_alias(self, namespace: str, name: str, alias: str,
+                              version: int) -> m.RouterHeadAliasSet:
+        """Point ``alias`` at ``version`` (``previous``: where it pointed before)."""
+        return typed(m.RouterHeadAliasSet, self._json(
+            "PUT", router_head_ref_path(namespace, name, alias),
+            json={"version": router_head_version(version)}))
+
+    def delete_router_head_alias(self, namespace: str, name: str,
+                                 alias: str) -> m.RouterHeadAliasDeleted:
+        return typed(m.RouterHeadAliasDeleted, self._json(
+            "DELETE", router_head_ref_path(namespace, name, alias)))
 
     def verify(self, sample: int | None = None, content: bool = True) -> m.VerifyReport:
         """Check that referenced blobs are stored whole (admin): ``{"referenced",

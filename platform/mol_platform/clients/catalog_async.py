@@ -32,6 +32,9 @@ from mol_platform.clients.catalog_http import (
     quote_segment,
     resend,
     resolve_call,
+    router_head_path,
+    router_head_ref_path,
+    router_head_version,
     token_body,
     typed,
     unreachable,
@@ -159,6 +162,19 @@ class AsyncCatalogClient:
         namespace."""
         return typed(m.DecisionsRecorded, await self._json("POST", "/v1/routing/decisions",
                                                            json=dict(batch)))
+
+    async def router_head(self, namespace: str, name: str,
+                          ref: int | str) -> m.RouterHeadVersion:
+        """A router head version (``ref`` an int) or the version an alias names (``ref`` a
+        str: a ``RouterHeadAlias``); what a router resolves at start and on alias moves."""
+        model = m.RouterHeadVersion if isinstance(ref, int) else m.RouterHeadAlias
+        return typed(model, await self._json("GET", router_head_ref_path(namespace, name, ref)))
+
+    async def router_head_document(self, namespace: str, name: str, version: int) -> bytes:
+        """The version's stored document, byte for byte: check its sha256 against the
+        digest :meth:`router_head` gave before loading it."""
+        return (await self.request("GET", router_head_path(
+            namespace, name, "versions", router_head_version(version), "document"))).content
 
     async def download(self, url: str, dest: Path, *, chunk: int = 1 << 20) -> str:
         """Stream one file to ``dest`` (absolute or catalog-relative URL); its sha256 hex.

@@ -26,8 +26,10 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mol_platform.contract import catalog_models as m
 from mol_platform.contract import evals
+from mol_platform.contract import router_heads as rh
 from mol_platform.contract import routing_feedback as rf
 from mol_platform.contract.refs import (
+    MAX_VERSION,
     AdapterRef,
     check_alias,
     check_name,
@@ -225,6 +227,33 @@ def labels_params(deployment: str | None, since: datetime | str | None) -> dict[
     if since is not None:
         params["since"] = since.isoformat() if isinstance(since, datetime) else since
     return params
+
+
+def router_head_path(namespace: str, name: str | None = None, *rest: str | int) -> str:
+    """``/v1/namespaces/{ns}/router-heads[/{name}[/...]]``, the names checked here (a head
+    name is a DNS label); ``rest``: more segments, each escaped."""
+    path = f"/v1/namespaces/{check_namespace(namespace)}/router-heads"
+    if name is None:
+        return path
+    path += "/" + rh.check_head_name(name)
+    return "".join([path, *(f"/{quote_segment(str(part))}" for part in rest)])
+
+
+def router_head_ref_path(namespace: str, name: str, ref: int | str) -> str:
+    """The path of a head version (``ref`` an int) or an alias (``ref`` a str)."""
+    if isinstance(ref, bool) or not isinstance(ref, int | str):
+        raise ValueError(f"a router head ref is a version (int) or an alias (str), not {ref!r}")
+    if isinstance(ref, int):
+        return router_head_path(namespace, name, "versions", router_head_version(ref))
+    return router_head_path(namespace, name, "aliases", check_alias(ref))
+
+
+def router_head_version(version: int) -> int:
+    if isinstance(version, bool) or not isinstance(version, int) or not (
+            1 <= version <= MAX_VERSION):
+        raise ValueError(f"invalid router head version {version!r}: an integer from 1 to "
+                         f"{MAX_VERSION}")
+    return version
 
 
 def alias_path(adapter: str, alias: str) -> str:

@@ -16,11 +16,25 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-# The answers of the routing feedback calls are the wire contract's own models
-# (re-exported: the clients' typed answers).
+from mol_platform.contract.router_heads import RouterHeadAlias as RouterHeadAlias
+from mol_platform.contract.router_heads import RouterHeadAliasDeleted as RouterHeadAliasDeleted
+from mol_platform.contract.router_heads import RouterHeadAliasItem as RouterHeadAliasItem
+from mol_platform.contract.router_heads import RouterHeadAliasList as RouterHeadAliasList
+from mol_platform.contract.router_heads import RouterHeadAliasSet as RouterHeadAliasSet
+from mol_platform.contract.router_heads import RouterHeadItem as RouterHeadItem
+from mol_platform.contract.router_heads import RouterHeadList as RouterHeadList
+from mol_platform.contract.router_heads import RouterHeadVersion as RouterHeadVersion
+from mol_platform.contract.router_heads import RouterHeadVersionList as RouterHeadVersionList
+
+# The answers of the routing feedback and router head calls are the wire contracts' own
+# models (re-exported: the clients' typed answers).
 from mol_platform.contract.routing_feedback import DecisionsRecorded as DecisionsRecorded
+from mol_platform.contract.routing_feedback import ExpertAccuracy as ExpertAccuracy
+from mol_platform.contract.routing_feedback import HeadAccuracy as HeadAccuracy
 from mol_platform.contract.routing_feedback import Label as Label
 from mol_platform.contract.routing_feedback import LabelSource, Route
+from mol_platform.contract.routing_feedback import RoutingAccuracy as RoutingAccuracy
+from mol_platform.contract.routing_feedback import RoutingCandidate as RoutingCandidate
 
 
 class CatalogModel(BaseModel):
@@ -433,3 +447,5 @@ class RoutingDecision(CatalogModel):
     head: str | None
     decided_at: datetime
     label: RoutingDecisionLabel | None
+    candidate: RoutingCandidate | None = None  # a canary head's pick beside ``head``
+

@@ -44,6 +44,19 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", regex_engine="python-re")
 
 
+HEAD_DIGEST_PATTERN = r"sha256:[0-9a-f]{64}"
+HeadDigest = Annotated[str, Field(pattern=rf"\A{HEAD_DIGEST_PATTERN}\Z")]
+
+
+class Candidate(_Strict):
+    """On a turn where the router ran a canary head beside the serving one: the pick of
+    the head that did NOT route the turn (``Decision.head``/``expert`` are the one that
+    did). Labels then score both heads on the same turns."""
+
+    head: HeadDigest
+    expert: ExpertName
+
+
 class Decision(_Strict):
     """One automatic decision of a router."""
 
@@ -53,8 +66,9 @@ class Decision(_Strict):
     text: Annotated[str, Field(min_length=1, max_length=MAX_TEXT_CHARS)]
     expert: ExpertName  # the expert it routed to
     route: Route  # what decided: keywords, the trained head, examples, classifier, default
-    head: Annotated[str | None, Field(pattern=r"\Asha256:[0-9a-f]{64}\Z")] = None
+    head: HeadDigest | None = None  # the trained head that picked (route head or keywords)
     at: datetime  # when it decided (UTC)
+    candidate: Candidate | None = None  # absent in batches of routers without a canary
 
 
 class DecisionBatch(_Strict):
@@ -99,3 +113,37 @@ class Label(BaseModel):
     source: LabelSource
     note: str | None
     labelled_at: datetime
+
+
+class RoutingCandidate(BaseModel):
+    """A recorded decision's ``candidate``: the other head's pick."""
+
+    model_config = ConfigDict(extra="allow")
+    head: str
+    expert: str
+
+
+class ExpertAccuracy(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    labelled: int
+    correct: int
+
+
+class HeadAccuracy(BaseModel):
+    """One head's picks on labelled decisions, in all and per right (labelled) expert."""
+
+    model_config = ConfigDict(extra="allow")
+    head: str  # its digest
+    ref: str | None  # ns/name@version when it is a published router head of the namespace
+    labelled: int
+    correct: int
+    experts: dict[str, ExpertAccuracy]
+
+
+class RoutingAccuracy(BaseModel):
+    """``GET /v1/namespaces/{ns}/routing/accuracy``: every head that picked on a labelled
+    decision (the serving head, and a canary's candidate picks), most labelled first."""
+
+    model_config = ConfigDict(extra="allow")
+    namespace: str
+    heads: list[HeadAccuracy]

@@ -1,0 +1,1 @@
+"""heads: trained router heads as catalog artifacts (versions, aliases, documents)."""
