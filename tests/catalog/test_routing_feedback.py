@@ -1,6 +1,8 @@
 """Routing feedback on both backends: decision batches recorded once, scopes per
 namespace, labels (404 for an unknown id, relabelling), the export that ``mol router
-train --prompts`` reads, its filters, bad input and retention pruning by gc."""
+train --prompts`` reads, its filters, bad input and retention pruning by gc; a canary
+head's candidate picks, the per-head accuracy on labelled decisions and the labels
+counter."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 
 from mol_router.head_train import load_labelled
@@ -266,3 +269,115 @@ async def test_retention_pruned_by_gc_labelled_kept(make_client: Any) -> None:
     assert (await client.get(f"{base}/old-labelled")).status_code == 200
     assert (await client.get(f"{base}/new")).status_code == 200
     assert (await client.post("/v1/admin/gc")).json()["routing_decisions_pruned"] == 0
+
+
+def _head(seed: int) -> bytes:
+    from mol_router.head import Head
+
+    rng = np.random.default_rng(seed)
+    return Head(("code", "math"), rng.normal(size=(2, 4)), rng.normal(size=2), 1.0, 0.5,
+                "minilm").dumps()
+
+
+def _labels_counted(text: str) -> dict[tuple[str, str, str, str], float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    return {(s.labels["namespace"], s.labels["head"], s.labels["expert"], s.labels["result"]):
+            s.value for f in text_string_to_metric_families(text)
+            for s in f.samples if s.name == "mol_catalog_routing_labels_total"}
+
+
+async def test_accuracy_per_head_and_expert_and_the_labels_counter(
+        client: httpx.AsyncClient) -> None:
+    published = await client.post("/v1/namespaces/acme/router-heads/chat/versions",
+                                  content=_head(1))
+    assert published.status_code == 201, published.text
+    serving = published.json()["digest"]
+    canary = "sha256:" + "cd" * 32  # never published: named by its first 12 hex digits
+
+    def pick(head: str, expert: str) -> dict[str, str]:
+        return {"head": head, "expert": expert}
+
+    r = await client.post("/v1/routing/decisions", json=batch(
+        decision("r-1", head=serving, candidate=pick(canary, "math")),
+        decision("r-2", head=serving, route="keywords", expert="math"),
+        decision("r-3", route="semantic", head=None),
+        decision("r-4", head=canary, candidate=pick(serving, "math")),
+        decision("r-5", head=serving, deployment="other"),
+        decision("r-6", head=serving, route="default"),  # the head did not pick
+        decision("r-7", ns="globex", head=serving),
+        decision("r-8", head=serving)))  # never labelled
+    assert r.json()["recorded"] == 8
+    shown = (await client.get("/v1/namespaces/acme/routing/decisions/r-1")).json()
+    assert shown["candidate"] == pick(canary, "math")
+    assert (await client.get("/v1/namespaces/acme/routing/decisions/r-2")).json()[
+        "candidate"] is None
+    for rid, right in (("r-1", "code"), ("r-2", "code"), ("r-3", "math"), ("r-4", "code"),
+                       ("r-5", "math"), ("r-6", "math")):
+        assert (await label(client, rid, right)).status_code == 200
+    assert (await label(client, "r-7", "code", ns="globex")).status_code == 200
+
+    url = "/v1/namespaces/acme/routing/accuracy"
+    r = await client.get(url)
+    assert r.status_code == 200, r.text
+    assert r.json() == {"namespace": "acme", "heads": [
+        {"head": serving, "ref": "acme/chat@1", "labelled": 4, "correct": 1,
+         "experts": {"code": {"labelled": 3, "correct": 1},  # r-1 right, r-2 and r-4 wrong
+                     "math": {"labelled": 1, "correct": 0}}},  # r-5
+        {"head": canary, "ref": None, "labelled": 2, "correct": 1,
+         "experts": {"code": {"labelled": 2, "correct": 1}}}]}  # r-1 wrong, r-4 right
+    r = await client.get(url, params={"deployment": "other"})
+    assert r.json()["heads"] == [{"head": serving, "ref": "acme/chat@1", "labelled": 1,
+                                  "correct": 0, "experts": {"math": {"labelled": 1,
+                                                                     "correct": 0}}}]
+    r = await client.get(url, params={"since": "9999-01-01T00:00:00Z"})
+    assert r.json() == {"namespace": "acme", "heads": []}
+    assert (await client.get(url, params={"deployment": "Bad"})).status_code == 400
+    assert (await client.get(url, params={"since": "soon"})).status_code == 422
+    globex = (await client.get("/v1/namespaces/globex/routing/accuracy")).json()["heads"]
+    assert [(h["head"], h["ref"], h["labelled"]) for h in globex] == [(serving, None, 1)]
+
+    counted = _labels_counted((await client.get("/metrics")).text)
+    short = canary[7:19]
+    assert counted == {
+        ("acme", "chat@1", "code", "correct"): 1.0, ("acme", "chat@1", "code", "wrong"): 2.0,
+        ("acme", "chat@1", "math", "wrong"): 1.0, ("acme", short, "code", "wrong"): 1.0,
+        ("acme", short, "code", "correct"): 1.0, ("globex", serving[7:19], "code", "correct"): 1.0}
+    assert (await label(client, "r-1", "code")).status_code == 200  # an identical re-PUT
+    assert (await label(client, "r-2", "math")).status_code == 200  # a relabel
+    assert _labels_counted((await client.get("/metrics")).text) == counted
+    r = await client.get(url)  # ... which the accuracy reads as it is now
+    assert r.json()["heads"][0]["experts"]["math"] == {"labelled": 2, "correct": 1}
+
+
+async def test_candidates_are_checked_and_old_batches_stay_valid(
+        client: httpx.AsyncClient) -> None:
+    head = "sha256:" + "ab" * 32
+    for candidate in ({"head": "sha256:abc", "expert": "math"},
+                      {"head": head, "expert": "Math"}, {"head": head},
+                      {"head": head, "expert": "math", "extra": 1}, "math"):
+        r = await client.post("/v1/routing/decisions",
+                              json=batch(decision("r-1", candidate=candidate)))
+        assert r.status_code == 422, candidate
+        assert "candidate" in r.text
+    old = decision("r-1")  # a router without a canary: no candidate key at all
+    assert "candidate" not in old
+    r = await client.post("/v1/routing/decisions", json=batch(old, decision(
+        "r-2", candidate=None)))
+    assert r.json()["recorded"] == 2
+
+
+async def test_accuracy_needs_read_scope(make_client: Any) -> None:
+    admin = await make_client(auth="on", admin_token=ADMIN)
+    admin.headers["Authorization"] = f"Bearer {ADMIN}"
+    tokens = {}
+    for name, scopes in (("reader", ["read:acme"]), ("other", ["read:globex"]),
+                         ("router", ["usage:acme"])):
+        r = await admin.post("/v1/tokens", json={"name": name, "scopes": scopes})
+        tokens[name] = {"Authorization": f"Bearer {r.json()['token']}"}
+    url = "/v1/namespaces/acme/routing/accuracy"
+    assert (await admin.get(url, headers=tokens["reader"])).status_code == 200
+    for who in ("other", "router"):
+        r = await admin.get(url, headers=tokens[who])
+        assert r.status_code == 403, who
+        assert "read:acme" in r.json()["detail"]
