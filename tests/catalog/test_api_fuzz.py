@@ -16,6 +16,7 @@ about a minute per backend.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -54,7 +55,9 @@ CHECKS = checks.CHECKS.get_all()
 # refused with 400 for its content, not its shape.
 CONTENT_CHECKED = {"POST /v1/adapters/{ns}/{name}/versions", "POST /v1/base-models",
                    "PUT /v1/serving-profiles/{profile}", "POST /v1/namespaces/{ns}/keys",
-                   "PUT /v1/namespaces/{ns}/signature-policy"}
+                   "PUT /v1/namespaces/{ns}/signature-policy",
+                   # A router head document: its rows must match its experts and dims.
+                   "POST /v1/namespaces/{ns}/router-heads/{name}/versions"}
 # The storage-breaking strings are meant to be refused: acceptance is not expected.
 NASTY_CHECKS = [c for c in CHECKS if c is not checks.positive_data_acceptance]
 # Any number 0..2^63-1 is a valid cursor (``encode_cursor``); a generated string is not:
@@ -96,15 +99,22 @@ def _settings(backend: str, tmp: Path, request: pytest.FixtureRequest) -> Catalo
 # other operations' success bodies are checked on stay.
 DISPOSABLE: dict[str, dict[str, str]] = {
     "DELETE /v1/adapters/{ns}/{name}/versions/{version}": {"ns": "scratch"},
-    "DELETE /v1/namespaces/{ns}/webhooks/{webhook_id}": {"ns": "scratch"}}
+    "DELETE /v1/namespaces/{ns}/webhooks/{webhook_id}": {"ns": "scratch"},
+    "DELETE /v1/namespaces/{ns}/router-heads/{name}/aliases/{alias}": {"ns": "scratch"}}
+ROUTER_HEAD = json.dumps({
+    "kind": "mol.router.head/v1", "experts": ["code", "math"],
+    "embedding": {"model": "minilm", "dims": 2}, "weights": [[0.5, -0.5], [-0.5, 0.5]],
+    "bias": [0.0, 0.1], "temperature": 1.0, "threshold": 0.5, "keywords": {},
+    "training": {"source": "fuzz"}}).encode()
 HOOK = {"url": "http://127.0.0.1:9/hook", "secret": "fuzz-secret-0123456789",
         "events": ["alias.moved"]}
 
 
 def _seed(url: str) -> dict[str, str]:
     """A base, a profile and acme/coding v1 (alias stable, a humaneval eval report), a
-    labelled routing decision (acme, req-1): rows the fuzzer can reach;
-    scratch/coding v1 (alias stable) for the operations in ``DISPOSABLE``."""
+    labelled routing decision (acme, req-1), router head acme/coding v1 (alias stable):
+    rows the fuzzer can reach; scratch/coding v1 (alias stable), adapter and router head,
+    for the operations in ``DISPOSABLE``."""
     model = Model()
     with httpx.Client(base_url=url, headers=AUTH, timeout=30) as http:
         assert http.post("/v1/base-models", json=model.base_body()).status_code == 201
@@ -136,6 +146,11 @@ def _seed(url: str) -> dict[str, str]:
         assert r.status_code == 200, r.text
         r = http.put("/v1/namespaces/acme/routing/labels/req-1", json={"expert": "math"})
         assert r.status_code == 200, r.text
+        for ns in ("acme", "scratch"):
+            heads = f"/v1/namespaces/{ns}/router-heads/coding"
+            r = http.post(f"{heads}/versions", content=ROUTER_HEAD)
+            assert r.status_code == 201, r.text
+            assert http.put(f"{heads}/aliases/stable", json={"version": 1}).status_code == 200
         hooks = [http.post(f"/v1/namespaces/{ns}/webhooks", json=HOOK) for ns in
                  ("acme", "scratch")]
         assert [h.status_code for h in hooks] == [201, 201], hooks[0].text
