@@ -183,8 +183,39 @@ def canary() -> dashboard.Dashboard:
            Query('sum by (expert, result) (increase(mol_operator_canary_transitions_total'
                  '{deployment=~"$deployment",expert=~"$expert"}[1h]))',
                  "{{expert}} {{result}}")),
+        *_head_canary_panels(),
     ]
     return _with_panels(d, panels)
+
+
+def _head_canary_panels() -> list[PanelBuilder]:
+    """A candidate router head beside the serving one (``router.semantic.canary``): the
+    share it routes, how often the two heads agree, and each head's accuracy on the
+    turns reviewers labelled (counted by the catalog, so not filtered by namespace)."""
+    dec = "mol_router_head_decisions_total"
+    agree = "mol_router_head_agreement_total"
+    labels = "mol_catalog_routing_labels_total"
+    day = "[1d]"
+    return [
+        ts("Router heads: automatic turns/s by head and role", "reqps",
+           Query(f"sum by (deployment, role, head) (rate({dec}{{{DEP}}}[{RATE}]))",
+                 "{{deployment}} {{role}} {{head}}")),
+        ts("Router heads: share of the candidate", "percentunit",
+           Query(f'sum by (deployment) (rate({dec}{{{DEP},role="candidate"}}[{RATE}])) / '
+                 f"sum by (deployment) (rate({dec}{{{DEP}}}[{RATE}]))", "{{deployment}}")),
+        ts("Router heads: agreement of the candidate with the serving head", "percentunit",
+           Query(f'sum by (deployment) (rate({agree}{{{DEP},result="agree"}}[{RATE}])) / '
+                 f'sum by (deployment) (rate({agree}{{{DEP},result=~"agree|disagree"}}'
+                 f"[{RATE}]))", "{{deployment}}")),
+        ts("Router heads: accuracy on labelled turns (24h)", "percentunit",
+           Query(f'sum by (head) (increase({labels}{{result="correct"}}{day})) / '
+                 f"sum by (head) (increase({labels}{day}))", "{{head}}")),
+        _panel(table.Panel, "Router heads: accuracy by head and right expert (24h)",
+               "percentunit", [Query(
+                   f'sum by (head, expert) (increase({labels}{{result="correct"}}{day})) / '
+                   f"sum by (head, expert) (increase({labels}{day}))",
+                   instant=True, table=True)], w=24),
+    ]
 
 
 def _fleet_table(title: str, expr: str) -> PanelBuilder:

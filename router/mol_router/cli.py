@@ -71,7 +71,11 @@ def explain(
     if output not in ("text", "json"):
         typer.echo("mol router explain: --output is text or json", err=True)
         raise typer.Exit(code=2)
-    report = asyncio.run(run(cfg, prompt))
+    try:
+        report = asyncio.run(run(cfg, prompt))
+    except (OSError, ValueError) as exc:  # the head the config names cannot be had
+        typer.echo(f"mol router explain: {exc}", err=True)
+        raise typer.Exit(code=1) from None
     typer.echo(json.dumps(report, indent=2) if output == "json" else report_text(report))
 
 

@@ -3,22 +3,48 @@ would compute them, without calling an LLM engine."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import time
+from pathlib import Path
 
 import aiohttp
 
+from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.contract.router_config import RouterConfig
 from mol_platform.contract.spec_router import CLASSIFIER_MODES
+from mol_router.head_source import HeadSource
 from mol_router.semantic import EmbeddingError, SemanticSignal
+
+
+async def _catalog_heads(cfg: RouterConfig) -> HeadSource | None:
+    """The serving head a config names in the catalog (fetched once), else None."""
+    sem = cfg.semantic
+    if sem is None or sem.head is None or cfg.catalog_url is None:
+        return None
+    token = None
+    if cfg.catalog_token_file:
+        raw = await asyncio.to_thread(Path(cfg.catalog_token_file).read_text, "utf-8")
+        token = raw.strip() or None
+    client = AsyncCatalogClient(cfg.catalog_url, token)
+    try:
+        source = HeadSource(client, {"stable": sem.head}, [e.name for e in cfg.experts],
+                            sem.model)
+        await source.refresh()
+    finally:
+        await client.aclose()
+    return source
 
 
 async def explain(cfg: RouterConfig, prompt: str) -> dict[str, object]:
     """The scores best first, the deciding signal, and the ``x-mol-route`` value the
     router would send (the classifier's answer is not asked for: ``classifier?``)."""
     assert cfg.semantic is not None
-    signal = SemanticSignal(cfg.semantic, cfg.timeouts.embedding)
+    heads = await _catalog_heads(cfg)
+    signal = SemanticSignal(cfg.semantic, cfg.timeouts.embedding, heads)
+    if heads is not None and heads.stable is None:
+        raise ValueError(heads.errors.get("stable", "the trained head is missing"))
     async with aiohttp.ClientSession() as session:
         with contextlib.suppress(EmbeddingError):  # verdict() reports it
             await signal.ready(session)  # the examples: not part of one turn's cost

@@ -249,3 +249,6 @@ class RouterMetrics:
         if head is not None and digest is not None:
             self._head_labels[role] = (head, digest)
             self.head_info.labels(self.deployment, role, head, digest).set(1)
+            if role == "candidate":  # every result from 0: a ratio of rates has both sides
+                for result in ("agree", "disagree", "undecided", "skipped"):
+                    self._child(self.head_agreement, self.deployment, result)

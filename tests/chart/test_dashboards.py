@@ -23,7 +23,7 @@ CONSTANT = re.compile(r"vector\(\$[a-z_]+\)")
 OPERATOR_SERIES = {"mol_operator_canary_transitions_total"}
 # The catalog's, one for every deployment and perhaps in another namespace: a per-deployment
 # dashboard shows it unfiltered.
-CATALOG_SERIES = {"mol_catalog_unused_adapters"}
+CATALOG_SERIES = {"mol_catalog_unused_adapters", "mol_catalog_routing_labels_total"}
 # Every metric a dashboard reads is the platform's (mol_) or vLLM's (vllm:).
 METRIC = re.compile(r"\b((?:mol_|vllm:)[a-z0-9_:]*)(\{[^}]*\})?")
 

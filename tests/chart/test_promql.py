@@ -15,16 +15,19 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 import yaml
 
 from mol_operator.crd import crd_manifest
+from mol_router.head import Head
 from mol_testkit.kube import KubeServer
 from mol_testkit.kube_client import ResourceSpec
 from mol_testkit.lora import SyntheticLlama
 from mol_testkit.net import free_port, stop_process, wait_port
 from mol_testkit.prometheus import PrometheusServer
 from mol_testkit.simulator import SimConfig, SimulatorCluster
+from mol_testkit.simulator.embeddings import DIMS
 
 from .conftest import CHART
 
@@ -120,6 +123,58 @@ def _router_config(tmp: Path, catalog: str, engines: list[str]) -> Path:
     return cfg
 
 
+def _publish_heads(url: str) -> None:
+    """Two router heads over the simulator's embeddings: ``@stable`` and a candidate that
+    names the experts the other way round (so the two disagree on every turn)."""
+    rng = np.random.default_rng(7)
+    weights = rng.normal(size=(2, DIMS))
+    heads = [Head(experts, weights, np.zeros(2), 1.0, 0.0, "sim")
+             for experts in (("chat", "coding"), ("coding", "chat"))]
+    with httpx.Client(base_url=url, timeout=60) as c:
+        for head, alias in zip(heads, ("stable", "candidate"), strict=True):
+            r = c.post("/v1/namespaces/demo/router-heads/router/versions",
+                       content=head.dumps(), headers={"Content-Type": "application/json"})
+            r.raise_for_status()
+            c.put(f"/v1/namespaces/demo/router-heads/router/aliases/{alias}",
+                  json={"version": r.json()["version"]}).raise_for_status()
+
+
+def _semantic_router_config(tmp: Path, catalog: str, engines: list[str]) -> Path:
+    """A second deployment routing ``model: auto`` with the catalog's head, a candidate
+    head on half of the users, and its decisions recorded for labelling."""
+    cfg = tmp / "router-auto.yaml"
+    cfg.write_text(yaml.safe_dump({
+        "deployment": "macaron-auto", "profile": PROFILE, "catalogUrl": catalog,
+        "baseModel": "tiny-llama", "mode": "semantic", "default": "chat",
+        "experts": [{"name": "chat", "adapter": "demo/chat@stable"},
+                    {"name": "coding", "adapter": "demo/coding@stable"}],
+        "semantic": {"embeddingsUrl": engines[0], "model": "sim",
+                     "head": "demo/router@stable", "recordDecisions": True,
+                     "canary": {"head": "demo/router@candidate", "weight": 50}},
+        "endpoints": engines}))
+    return cfg
+
+
+def _automatic_traffic(router: str, catalog: str) -> None:
+    """Automatic turns for both heads, then a reviewer labels each recorded decision."""
+    ids = []
+    with httpx.Client(base_url=router, timeout=60) as c:
+        for user in range(12):
+            r = c.post("/v1/chat/completions", json={
+                "model": "auto", "user": f"u{user}", "max_tokens": 2, "messages": [
+                    {"role": "user", "content": f"fix the bug in line {user} of my code"}]})
+            assert r.status_code == 200, r.text
+            ids.append(r.headers["x-request-id"])
+    with httpx.Client(base_url=catalog, timeout=60) as c:
+        deadline = time.monotonic() + 30
+        for rid in ids:
+            while c.get(f"/v1/namespaces/demo/routing/decisions/{rid}").status_code == 404:
+                assert time.monotonic() < deadline, f"decision {rid} never recorded"
+                time.sleep(0.2)
+            c.put(f"/v1/namespaces/demo/routing/labels/{rid}",
+                  json={"expert": "coding"}).raise_for_status()
+
+
 def _traffic(router: str, sims: SimulatorCluster) -> None:
     auth = {"Authorization": f"Bearer {KEY}"}
     msg = [{"role": "user", "content": "hello there"}]
@@ -188,7 +243,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer
             cfg = _router_config(tmp, catalog, sims.urls)
             procs.append(_mol("router", "serve", "--config", str(cfg), "--port", str(rport),
                               log=tmp / "router.log"))
+            _publish_heads(catalog)
+            aport = free_port()
+            procs.append(_mol("router", "serve", "--config", str(_semantic_router_config(
+                tmp, catalog, sims.urls)), "--port", str(aport), log=tmp / "router-auto.log"))
             wait_port(rport, timeout=60)
+            wait_port(aport, timeout=60)
 
             kube.register_crd(crd_manifest())
             for spec in RBAC:
@@ -212,13 +272,16 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PrometheusServer
 
             # The job names the chart's and the operator's ServiceMonitors give.
             prom.configure({"mol-catalog": [f"127.0.0.1:{cport}"],
-                            "mol-router": [f"127.0.0.1:{rport}"],
+                            "mol-router": [f"127.0.0.1:{rport}", f"127.0.0.1:{aport}"],
                             "mol-operator": [f"127.0.0.1:{oport}"],
                             "mol-engine": [u.removeprefix("http://") for u in sims.urls]})
-            prom.wait_for('count(up == 1) == 5', timeout=60)
+            prom.wait_for('count(up == 1) == 6', timeout=60)
             _traffic(f"http://127.0.0.1:{rport}", sims)
+            _automatic_traffic(f"http://127.0.0.1:{aport}", catalog)
             # Two scrapes after the traffic, so that rate() has two samples of each.
             prom.wait_for("mol_router_handoffs_total", timeout=30)
+            prom.wait_for("mol_catalog_routing_labels_total", timeout=30)
+            prom.wait_for("mol_router_head_agreement_total", timeout=30)
             prom.wait_for('mol_operator_canary_transitions_total', timeout=60)
             prom.wait_for('mol_operator_reconcile_total{result!="ok"}', timeout=60)
             time.sleep(3)

@@ -87,6 +87,10 @@ VALID: dict[str, dict[str, Any]] = {
         "mode": "semantic", "default": "chat", "semantic": {
             "embeddingsUrl": "http://embeddings.ml.svc:8000",
             "experts": [{"name": "coding", "examples": ["fix my bug"]}]}}}),
+    "semantic-catalog-head-on-canary": _with({"spec.router": {
+        "mode": "semantic", "default": "chat", "semantic": {
+            "head": "shop/router@stable",
+            "canary": {"head": "shop/router@candidate", "weight": 10}}}}),
     "explicit-null-optional": _with({"spec.router.default": None, "spec.autoscaling": None}),
     **{f"example-{p.stem}": yaml.safe_load(p.read_text()) for p in EXAMPLES},
 }
@@ -161,6 +165,19 @@ INVALID: dict[str, tuple[dict[str, Any], str, str]] = {
             "engine": {"cpu": "two cores"},
             "experts": [{"name": "coding", "examples": ["fix my bug"]}]}}},
         "spec.router.semantic.engine.cpu", "Kubernetes quantity"),
+    "semantic-without-examples-or-head": ({"spec.router": {
+        "mode": "semantic", "default": "chat", "semantic": {"model": "all-minilm-l6-v2"}}},
+        "spec.router.semantic.experts", "experts (example utterances) or head"),
+    "head-canary-without-head": ({"spec.router": {
+        "mode": "semantic", "default": "chat", "semantic": {
+            "experts": [{"name": "coding", "examples": ["fix my bug"]}],
+            "canary": {"head": "shop/router@candidate"}}}},
+        "spec.router.semantic.head", "trials a head against"),
+    "head-canary-weight-over-100": ({"spec.router": {
+        "mode": "semantic", "default": "chat", "semantic": {
+            "head": "shop/router@stable",
+            "canary": {"head": "shop/router@candidate", "weight": 101}}}},
+        "spec.router.semantic.canary.weight", "less than or equal to 100"),
     "too-many-steps": ({"spec.experts.1.canary.steps": list(range(1, 22))},
                        "spec.experts[1].canary.steps", "at most 20 items"),
 }

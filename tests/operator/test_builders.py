@@ -351,6 +351,18 @@ def test_semantic_routing_uses_the_named_embeddings_server_and_renders_no_engine
     assert not [o for o in objects if o["metadata"]["name"] == "macaron-embedding"]
 
 
+def test_a_catalog_head_and_its_canary_reach_the_router_config() -> None:
+    obj = _obj(router={**SEMANTIC_ROUTER, "semantic": {
+        "embeddingsUrl": "http://embeddings.ml.svc:8000", "head": "shop/router@stable",
+        "canary": {"head": "shop/router@candidate", "weight": 10}}})
+    objects = _by_kind(build_all(_facts(obj, defaults=CHART_DEFAULTS)))
+    config = yaml.safe_load(objects[("ConfigMap", "macaron-router")]["data"]["router.yaml"])
+    assert config["semantic"]["head"] == "shop/router@stable"
+    assert config["semantic"]["canary"] == {"head": "shop/router@candidate", "weight": 10.0}
+    assert config["semantic"]["experts"] == []  # the head decides, not examples
+    assert config["catalogUrl"]
+
+
 def test_semantic_routing_without_a_server_renders_the_embedding_engine() -> None:
     obj = _obj(router={**SEMANTIC_ROUTER, "semantic": {**SEMANTIC, "model": "minilm"}})
     objects = _by_kind(build_all(_facts(obj, defaults=CHART_DEFAULTS)))

@@ -264,3 +264,20 @@ async def test_health_and_request_records(sim, http):
     assert received.path == "/v1/chat/completions"
     assert received.body["user"] == "u1"
     assert received.headers["x-request-id"] == "req-7"
+
+
+async def test_embeddings_are_deterministic_unit_vectors_of_the_words() -> None:
+    from mol_testkit.simulator.embeddings import DIMS, vector
+    async with AsyncSimulatorCluster(replicas=1) as sims, aiohttp.ClientSession() as http:
+        async with http.post(sims.urls[0] + "/v1/embeddings", json={
+                "model": "any", "input": ["fix the code", "Fix THE code!", ""]}) as r:
+            assert r.status == 200
+            data = (await r.json())["data"]
+        async with http.post(sims.urls[0] + "/v1/embeddings",
+                             json={"model": "any", "input": [3]}) as bad:
+            assert bad.status == 400
+    a, b, empty = (d["embedding"] for d in data)
+    assert a == b == vector("fix the code")  # words, case-insensitive
+    assert len(a) == DIMS
+    assert abs(sum(v * v for v in a) - 1.0) < 1e-9
+    assert empty[0] == 1.0

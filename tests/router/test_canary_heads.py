@@ -24,8 +24,11 @@ from mol_router import head as head_mod
 from mol_router.head_source import HeadSource, from_bytes
 from mol_router.semantic import SemanticSignal
 from mol_router.signals import Verdict
+from mol_testkit.simulator import AsyncSimulatorCluster
 from tests.router.test_decisions import fake_catalog
-from tests.router.test_head_routing import EXPERTS, fake_embeddings, write_head
+from tests.router.test_usage import Catalog
+from tests.router.test_usage import catalog as catalog  # the real catalog's fixture
+from tests.router.test_head_routing import EXPERTS, SIM, fake_embeddings, write_head
 
 REF = "demo/router@stable"
 CANDIDATE = "demo/router@candidate"
@@ -248,8 +251,6 @@ async def test_the_router_counts_each_heads_picks_and_their_agreement(
     marks the candidate's turns, the metrics count each head's picks and the
     comparisons, ``/status`` names both heads."""
     from mol_router import runtime as runtime_mod
-    from mol_testkit.simulator import AsyncSimulatorCluster
-    from tests.router.test_head_routing import SIM
 
     stable = fitted()
     client = FakeHeads()
@@ -326,3 +327,68 @@ def test_swapped_heads_differ() -> None:
     head = head_mod.Head(("a", "b", "c"), rows, np.zeros(3), 1.0, 0.0, "m")
     assert swapped(head).digest() != head.digest()
     assert swapped(head).verdict(rows[0]).expert == "b"
+
+
+async def test_against_the_real_catalog_heads_follow_alias_moves_and_labels_score_them(
+        catalog: Catalog, router_config: Any, start_router: Any, ready: Any) -> None:
+    """Heads published in a real catalog: the router serves the one ``@stable`` names,
+    compares the candidate's picks, follows ``@stable`` when it moves (the event feed),
+    and a label on a recorded decision counts for both heads in the catalog's accuracy."""
+    stable, candidate = fitted(), swapped(fitted())
+    with catalog.admin() as admin:
+        for doc, alias in ((stable, "stable"), (candidate, "candidate")):
+            r = admin.post("/v1/namespaces/demo/router-heads/router/versions",
+                           content=doc.dumps(), headers={"Content-Type": "application/json"})
+            assert r.status_code == 201, r.text
+            assert r.json()["digest"] == doc.digest()
+            v = r.json()["version"]
+            r = admin.put(f"/v1/namespaces/demo/router-heads/router/aliases/{alias}",
+                          json={"version": v})
+            assert r.is_success, r.text
+    async with fake_embeddings() as emb, AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
+        cfg: RouterConfig = router_config(
+            sims.urls, mode="semantic", default="chat", catalog_url=catalog.url,
+            catalog_token_file=str(catalog.token_file),
+            experts=[{"name": n, "adapter": f"demo/{n}@v1"} for n in EXPERTS.values()
+                     if n in ("chat", "coding")] +
+            [{"name": n, "adapter": "demo/chat@v1"} for n in EXPERTS.values()
+             if n not in ("chat", "coding")],
+            semantic={"embeddingsUrl": emb.url, "model": "mini", "head": REF,
+                      "recordDecisions": True, "canary": {"head": CANDIDATE, "weight": 0}},
+            timeouts={"embedding": 2.0})
+        async with start_router(cfg, decisions_interval=0.1) as router, \
+                aiohttp.ClientSession() as http:
+            await ready(router)
+            body = {"model": "auto", "messages": [{"role": "user", "content": "fix the code"}]}
+            async with http.post(router.url + "/v1/chat/completions", json=body) as r:
+                assert r.status == 200, await r.text()
+                assert r.headers["x-mol-expert"] == "coding"  # the stable head's pick
+                rid = r.headers["x-request-id"]
+            # the candidate becomes stable: the router follows within the feed's wait
+            with catalog.admin() as admin:
+                assert admin.put("/v1/namespaces/demo/router-heads/router/aliases/stable",
+                                 json={"version": 2}).is_success
+            heads = router.runtime.heads
+            assert heads is not None
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 15
+            while heads.stable is None or heads.stable.label != "router@v2":
+                assert loop.time() < deadline, heads.status()
+                await asyncio.sleep(0.05)
+            async with http.post(router.url + "/v1/chat/completions", json=body) as r:
+                assert r.headers["x-mol-expert"] != "coding"  # now the swapped head's
+    # the first turn was recorded with the candidate's pick; a reviewer labels it
+    with catalog.admin() as admin:
+        deadline = loop.time() + 10
+        while (got := admin.get(f"/v1/namespaces/demo/routing/decisions/{rid}")
+               ).status_code == 404:
+            assert loop.time() < deadline, "the decision never reached the catalog"
+            await asyncio.sleep(0.1)
+        assert got.status_code == 200, got.text
+        assert admin.put(f"/v1/namespaces/demo/routing/labels/{rid}",
+                         json={"expert": "coding"}).is_success
+        report = admin.get("/v1/namespaces/demo/routing/accuracy").json()
+        metrics = admin.get("/metrics").text
+    scored = {h["head"]: (h["labelled"], h["correct"]) for h in report["heads"]}
+    assert scored == {stable.digest(): (1, 1), candidate.digest(): (1, 0)}
+    assert "mol_catalog_routing_labels_total" in metrics

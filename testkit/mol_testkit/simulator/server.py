@@ -12,7 +12,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from pydantic import BaseModel, ValidationError
 
-from mol_testkit.simulator import shapes
+from mol_testkit.simulator import embeddings, shapes
 from mol_testkit.simulator.config import SimConfig
 from mol_testkit.simulator.generation import make_plan
 from mol_testkit.simulator.job import Job, drop_connection
@@ -90,6 +90,7 @@ class SimServer:
                 web.get("/v1/models", self._models),
                 web.post("/v1/chat/completions", self._chat),
                 web.post("/v1/completions", self._completions),
+                web.post("/v1/embeddings", self._embeddings),
                 web.post("/v1/load_lora_adapter", self._load),
                 web.post("/v1/unload_lora_adapter", self._unload),
                 web.post("/sim/script", self._add_script),
@@ -207,6 +208,20 @@ class SimServer:
             cfg.model, cfg.root, cfg.max_model_len, list(self.engine.adapters.values())
         )
         return web.json_response(body)
+
+    async def _embeddings(self, request: web.Request) -> web.Response:
+        """Deterministic embeddings (:mod:`mol_testkit.simulator.embeddings`) for any
+        model name: what a router's semantic signal needs in tests."""
+        body = await _read_json(request)
+        texts = body.get("input")
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not texts \
+                or not all(isinstance(t, str) for t in texts):
+            return web.json_response({"error": {
+                "message": "input must be a string or a list of strings", "type":
+                "BadRequestError", "code": 400}}, status=400)
+        return web.json_response(embeddings.response(str(body.get("model", "")), texts))
 
     async def _load(self, request: web.Request) -> web.Response:
         try:
