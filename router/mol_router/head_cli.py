@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import datetime as dt
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,13 +44,22 @@ def train(rows: Sequence[Labelled], vectors: signals.Vector, model: str, *,
     report = cross_validate(vectors, rows, model, keywords=keywords, threshold=threshold,
                             default=default, folds=folds, ngrams=ngrams,
                             keywords_gate=keywords_gate)
-    lineage = {"embeddingModel": model, "source": source,
+    lineage = {"embeddingModel": model, "source": source, "dataDigest": data_digest(rows),
                "trainedAt": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
                "crossValidation": report.as_dict()}
     head, dropped = fit_head(vectors, rows, model, keywords=keywords, threshold=threshold,
                              folds=folds, lineage=lineage, ngrams=ngrams,
                              keywords_gate=keywords_gate)
     return Trained(head, report, dropped)
+
+
+def data_digest(rows: Sequence[Labelled]) -> str:
+    """The labelled data's digest: sha256 over its (text, expert) pairs in order, as JSON
+    lines. The head's lineage names the data it learned from, whatever file held it."""
+    h = hashlib.sha256()
+    for r in rows:
+        h.update(json.dumps([r.text, r.expert], ensure_ascii=False).encode() + b"\n")
+    return "sha256:" + h.hexdigest()
 
 
 def embed_rows(url: str, model: str, rows: Sequence[Labelled],

@@ -392,3 +392,15 @@ async def test_against_the_real_catalog_heads_follow_alias_moves_and_labels_scor
     scored = {h["head"]: (h["labelled"], h["correct"]) for h in report["heads"]}
     assert scored == {stable.digest(): (1, 1), candidate.digest(): (1, 0)}
     assert "mol_catalog_routing_labels_total" in metrics
+
+
+def test_the_training_data_digest_names_the_pairs_in_order() -> None:
+    from mol_router.head_cli import data_digest
+    from mol_router.head_train import Labelled
+    rows = [Labelled("fix the code", "coding"), Labelled("hello", "chat")]
+    digest = data_digest(rows)
+    assert digest.startswith("sha256:")
+    assert len(digest) == 71
+    assert data_digest(list(rows)) == digest
+    assert data_digest(rows[::-1]) != digest
+    assert data_digest([rows[0], Labelled("hello", "agent")]) != digest  # a label changed
