@@ -372,3 +372,17 @@ def test_client_models_match_the_documented_answers(
         server, openapi["components"]["schemas"])
     document = openapi["paths"][f"{HEAD_PATH}/versions/{{version}}/document"]["get"]
     assert "ETag" in document["responses"]["200"]["headers"]
+
+
+async def test_concurrent_publishes_get_distinct_versions(client: httpx.AsyncClient) -> None:
+    """Two first publishes of a name at once: one creates it, the other's transaction is
+    run again and finds it; the same document twice at once is one version."""
+    import asyncio
+
+    docs = [raw(head_doc(seed)) for seed in (10, 11, 10)]
+    answers = await asyncio.gather(*(publish(client, d, name="race") for d in docs))
+    assert sorted(r.status_code for r in answers) == [200, 201, 201], [a.text for a in answers]
+    assert sorted({r.json()["version"] for r in answers}) == [1, 2]
+    assert answers[0].json()["version"] == answers[2].json()["version"]
+    listed = (await client.get(f"{HEADS.format(ns='acme')}/race/versions")).json()["items"]
+    assert [v["version"] for v in listed] == [2, 1]
