@@ -54,7 +54,7 @@ MIN_KEYWORD_SUPPORT = 2
 MAX_PROMPTS = 200_000
 MAX_TEXT = 100_000
 _ITERS = 400
-_TOLERANCE = 1e-6  # the largest gradient component at which a fit stops early
+_TOLERANCE = 1e-6  # the gradient's size at which a fit stops early
 _LANG_RE = re.compile(r"[a-z]{2,3}(-[a-z0-9]{2,8})*")
 
 
@@ -122,11 +122,58 @@ def normalised(text: str) -> str:
 def fit_softmax(x: signals.Vector, y: np.ndarray, k: int, l2: float,
                 iters: int = _ITERS) -> tuple[signals.Vector, signals.Vector]:
     """L2-penalised multinomial logistic regression by Nesterov-accelerated gradient
-    descent (the bias is not penalised); ``y`` holds class indices."""
+    descent (the bias is not penalised); ``y`` holds class indices.
+
+    With fewer rows than inputs (a few hundred prompts, 2,432 inputs by default) the
+    same descent runs in the rows' span: every iterate ``W`` is ``A @ x`` (it starts at
+    zero and each gradient ``(G.T + l2 A) @ x`` is in that span), so the steps are taken
+    on ``A`` against the rows' Gram matrix, the same iterates at a fraction of the cost
+    (n x n instead of n x d per step)."""
+    n, d = x.shape
+    if n < d:
+        a, b = _descend(x @ x.T, y, k, l2, iters)
+        return a @ x, b
+    return _descend_primal(x, y, k, l2, iters)
+
+
+def _step(lipschitz_x: float, n: int, l2: float) -> float:
+    # the loss' gradient is Lipschitz with at most ||X||^2 / n (softmax Hessian <= 1/2 I)
+    return 1.0 / (0.5 * (lipschitz_x + n) / n + l2)
+
+
+def _descend(gram: signals.Vector, y: np.ndarray, k: int,
+             l2: float, iters: int) -> tuple[signals.Vector, signals.Vector]:
+    """The descent on ``A`` (W = A @ x): logits ``gram @ A.T + b``; it stops early when
+    the weights' gradient (``(G.T + l2 A) @ x``, its Frobenius norm through the Gram
+    matrix) is under the tolerance."""
+    n = len(y)
+    target = np.eye(k)[y]
+    step = _step(float(np.linalg.eigvalsh(gram)[-1]), n, l2)
+    a, b = np.zeros((k, n)), np.zeros(k)
+    va, vb, t = a.copy(), b.copy(), 1.0
+    for _ in range(iters):
+        z = gram @ va.T + vb
+        z -= z.max(axis=1, keepdims=True)
+        p = np.exp(z)
+        p /= p.sum(axis=1, keepdims=True)
+        g = (p - target) / n
+        ga = g.T + l2 * va
+        if math.sqrt(max(float(np.einsum("ij,jk,ik->", ga, gram, ga)), 0.0)) < _TOLERANCE:
+            return va, vb
+        a2 = va - step * ga
+        b2 = vb - step * g.sum(axis=0)
+        t2 = (1.0 + math.sqrt(1.0 + 4.0 * t * t)) / 2.0
+        va = a2 + (t - 1.0) / t2 * (a2 - a)
+        vb = b2 + (t - 1.0) / t2 * (b2 - b)
+        a, b, t = a2, b2, t2
+    return a, b
+
+
+def _descend_primal(x: signals.Vector, y: np.ndarray, k: int, l2: float,
+                    iters: int) -> tuple[signals.Vector, signals.Vector]:
     n, d = x.shape
     target = np.eye(k)[y]
-    # the loss' gradient is Lipschitz with at most ||X||^2 / n (softmax Hessian <= 1/2 I)
-    step = 1.0 / (0.5 * (np.linalg.norm(x, 2) ** 2 + n) / n + l2)
+    step = _step(float(np.linalg.norm(x, 2) ** 2), n, l2)
     w, b = np.zeros((k, d)), np.zeros(k)
     vw, vb, t = w.copy(), b.copy(), 1.0
     for _ in range(iters):

@@ -1,6 +1,7 @@
 """The head's character n-gram features with several gram lengths (``ngrams.also``):
 each length its own block, the file round trip, old files unchanged byte for byte, bad
-blocks refused with a clear error; and the penalty chosen by out-of-fold log-loss."""
+blocks refused with a clear error; the penalty chosen by out-of-fold log-loss; and the
+fit in the rows' span, which reaches the weights the plain descent does."""
 
 from __future__ import annotations
 
@@ -15,8 +16,10 @@ from mol_router.head import Head, HeadError, Ngrams, loads
 from mol_router.head_train import (
     DEFAULT_NGRAMS,
     L2_GRID,
+    _descend_primal,
     _nll,
     choose_l2,
+    fit_softmax,
     out_of_fold,
 )
 
@@ -124,3 +127,19 @@ def test_the_penalty_is_the_one_with_the_lowest_out_of_fold_log_loss() -> None:
     np.testing.assert_allclose(z, out_of_fold(x, y, 3, l2, 4, 0))
     # the data is noisy enough that the two criteria disagree: the pick follows the loss
     assert max(accs, key=lambda k: (accs[k], -losses[k])) != l2
+
+
+def test_the_fit_in_the_rows_span_takes_the_same_steps_as_the_fit_on_the_weights() -> None:
+    """Fewer rows than inputs: the descent runs on the rows' Gram matrix; its weights
+    are the ones the descent on the weights themselves reaches."""
+    rng = np.random.default_rng(5)
+    y = np.repeat(np.arange(3), 10)
+    x = rng.normal(size=(3, 200))[y] + rng.normal(size=(30, 200))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    for l2 in (1e-3, 1e-2):
+        w, b = fit_softmax(x, y, 3, l2, iters=150)
+        w0, b0 = _descend_primal(x, y, 3, l2, 150)
+        assert w.shape == (3, 200)
+        np.testing.assert_allclose(w, w0, atol=1e-9)
+        np.testing.assert_allclose(b, b0, atol=1e-9)
+    assert float(np.abs(w).max()) > 0.01, "the fit moved off zero"
