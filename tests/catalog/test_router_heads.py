@@ -30,15 +30,15 @@ HEADS = "/v1/namespaces/{ns}/router-heads"
 
 
 def head_doc(seed: int = 0, experts: tuple[str, ...] = ("code", "math"), dims: int = 4,
-             ngrams: int = 0) -> dict[str, Any]:
+             ngrams: int = 0, also: tuple[int, ...] = ()) -> dict[str, Any]:
     """A head document as ``mol router train`` writes it (``Head.to_json``)."""
     rng = np.random.default_rng(seed)
-    width = dims + ngrams
+    width = dims + ngrams * (1 + len(also))
     head = Head(experts, rng.normal(size=(len(experts), width)), rng.normal(size=len(experts)),
                 1.0, 0.5, "minilm", {"code": ("python",)},
                 {"dataDigest": "sha256:" + "d" * 64, "source": "labels.jsonl",
                  "crossValidation": {"accuracy": 0.9, "folds": 5}},
-                Ngrams(3, ngrams) if ngrams else None)
+                Ngrams(3, ngrams, 1.0, also) if ngrams else None)
     return head.to_json()
 
 
@@ -76,6 +76,11 @@ async def test_publish_versions_retry_document_and_aliases(client: httpx.AsyncCl
     second = await publish(client, raw(head_doc(seed=1)))
     assert second.status_code == 201
     assert (second.json()["version"], second.json()["ngram_dims"]) == (2, 0)
+    grams = head_doc(seed=2, ngrams=16, also=(4, 5))  # 3-, 4- and 5-grams, 16 buckets each
+    third = await publish(client, raw(grams), name="grams")
+    assert third.status_code == 201, third.text
+    assert (third.json()["dims"], third.json()["ngram_dims"]) == (4, 48)
+    assert parse_head(grams).digest() == third.json()["digest"]
 
     listed = (await client.get(f"{HEADS.format(ns='acme')}/chat/versions")).json()["items"]
     assert [v["version"] for v in listed] == [2, 1]  # newest first
@@ -102,7 +107,7 @@ async def test_publish_versions_retry_document_and_aliases(client: httpx.AsyncCl
     assert [(a["alias"], a["version"]) for a in items] == [("canary", 2), ("stable", 2)]
     heads = (await client.get(HEADS.format(ns="acme"))).json()["items"]
     assert [(h["name"], h["latest_version"], h["aliases"], h["latest"]["version"])
-            for h in heads] == [("chat", 2, {"canary": 2, "stable": 2}, 2)]
+            for h in heads] == [("chat", 2, {"canary": 2, "stable": 2}, 2), ("grams", 1, {}, 1)]
     r = await client.delete(f"{base}/canary")
     assert r.json() == {"namespace": "acme", "name": "chat", "alias": "canary", "version": 2}
     assert (await client.get(f"{base}/canary")).status_code == 404
@@ -214,7 +219,18 @@ BASE = head_doc(ngrams=16)
      "weights row 0 must hold 21 numbers (5 for the embedding and 16 for the n-grams), it "
      "holds 20"),
     (raw(_set(BASE, "ngrams", DELETE)), "weights row 0 must hold 4 numbers, it holds 20"),
-    (raw(_set(BASE, "ngrams.dims", "16")), "ngrams"),
+    (raw(_set(BASE, "ngrams.dims", "16")), "ngrams.dims"),
+    (raw(_set(BASE, "ngrams.dims", 8)), "ngrams.dims"),
+    (raw(_set(BASE, "ngrams", [3, 16])), "ngrams must be an object"),
+    (raw(_set(BASE, "ngrams.n", DELETE)), "ngrams.n"),
+    (raw(_set(BASE, "ngrams.scale", 0)), "ngrams.scale"),
+    (raw(_set(BASE, "ngrams.also", [3])), "ngrams.also"),  # n itself
+    (raw(_set(BASE, "ngrams.also", [4, 4])), "ngrams.also"),
+    (raw(_set(BASE, "ngrams.also", [7])), "ngrams.also"),
+    (raw(_set(BASE, "ngrams.also", ["4"])), "ngrams.also"),
+    (raw(_set(BASE, "ngrams.also", [4])), "weights row 0 must hold 36 numbers (4 for the "
+     "embedding and 32 for the n-grams), it holds 20"),
+    (raw(_set(_set(BASE, "ngrams.dims", 40000), "ngrams.also", [4])), "at most 65536"),
     (raw(_set(BASE, "weights", BASE["weights"][:1])), "weights must be 2 rows"),
     (raw(_set(BASE, "weights", [BASE["weights"][0], "x"])), "weights row 1"),
     (raw(_set(BASE, "weights", [BASE["weights"][0], [1.0] * 19 + ["1"]])), "finite number"),

@@ -25,7 +25,9 @@ class RouterHeadVersionOut(ResponseBody):
     embedding_model: str = Field(description="embedding.model: what the router must embed "
                                  "turns with")
     dims: int = Field(description="embedding.dims")
-    ngram_dims: int = Field(description="ngrams.dims, 0 when the head has no n-grams")
+    ngram_dims: int = Field(description=(
+        "The n-gram inputs: ngrams.dims per gram length (ngrams.n and each of ngrams.also); "
+        "0 when the head has no n-grams"))
     data_digest: str | None = Field(description="training.dataDigest: the labelled data")
     source: str | None = Field(description="training.source")
     cross_validation: dict[str, Any] | None = Field(description="training.crossValidation")

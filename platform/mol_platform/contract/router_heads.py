@@ -120,7 +120,7 @@ class HeadFacts:
     experts: list[str]
     embedding_model: str
     dims: int
-    ngram_dims: int
+    ngram_dims: int  # the n-gram part's width: ngrams.dims per gram length (0: none)
     data_digest: str | None
     source: str | None
     cross_validation: dict[str, Any] | None
@@ -187,14 +187,30 @@ def _embedding(doc: Mapping[str, Any]) -> tuple[str, int]:
 
 
 def _ngram_dims(doc: Mapping[str, Any]) -> int:
+    """The n-gram part's width in the weights: ``dims`` buckets per gram length (``n``,
+    then each of ``also``); 0 without ``ngrams``."""
     if "ngrams" not in doc or doc["ngrams"] is None:
         return 0
     ng = doc["ngrams"]
-    dims = ng.get("dims") if isinstance(ng, dict) else None
+    if not isinstance(ng, dict):
+        raise HeadDocumentError("ngrams must be an object with n, dims and scale")
+    n, dims, also = ng.get("n"), ng.get("dims"), ng.get("also", [])
+    scale: Any = ng.get("scale")
+    if type(n) is not int or not 2 <= n <= 6:
+        raise HeadDocumentError("ngrams.n must be an integer from 2 to 6")
     if type(dims) is not int or not 16 <= dims <= MAX_NGRAM_DIMS:
-        raise HeadDocumentError(f"ngrams must be an object whose dims is an integer from 16 "
-                                f"to {MAX_NGRAM_DIMS}")
-    return dims
+        raise HeadDocumentError(f"ngrams.dims must be an integer from 16 to {MAX_NGRAM_DIMS}")
+    if not _number(scale) or not 0.0 < scale <= 100.0:
+        raise HeadDocumentError("ngrams.scale must be a number above 0, at most 100")
+    if not isinstance(also, list) or any(type(m) is not int or not 2 <= m <= 6 for m in also) \
+            or len({n, *also}) != 1 + len(also):
+        raise HeadDocumentError("ngrams.also must be a list of further gram lengths from 2 "
+                                "to 6, none repeated and none equal to ngrams.n")
+    width = dims * (1 + len(also))
+    if width > MAX_NGRAM_DIMS:
+        raise HeadDocumentError(f"ngrams: dims times the gram lengths must be at most "
+                                f"{MAX_NGRAM_DIMS}")
+    return width
 
 
 def _matrix(doc: Mapping[str, Any], rows: int, width: int, ngram_dims: int) -> None:
@@ -246,10 +262,11 @@ def _training(doc: Mapping[str, Any]) -> tuple[str | None, str | None, dict[str,
 def check_document(doc: Any) -> HeadFacts:
     """The facts of a head document, or :class:`HeadDocumentError` naming the first rule
     it breaks: a JSON object of ``kind`` :data:`KIND`; ``experts`` 2..64 unique DNS
-    labels; ``embedding`` ``{model: 1..253 characters, dims: 1..8192}``; ``weights`` one
-    row per expert of ``dims`` (+ ``ngrams.dims``) finite numbers; ``bias`` one finite
-    number per expert; ``temperature`` and ``threshold`` in the router's ranges; the
-    lineage in ``training`` of the types the catalog lists."""
+    labels; ``embedding`` ``{model: 1..253 characters, dims: 1..8192}``; ``ngrams`` (when
+    there) as the router reads it; ``weights`` one row per expert of ``dims`` (+
+    ``ngrams.dims`` per gram length) finite numbers; ``bias`` one finite number per
+    expert; ``temperature`` and ``threshold`` in the router's ranges; the lineage in
+    ``training`` of the types the catalog lists."""
     if not isinstance(doc, dict):
         raise HeadDocumentError(f"a router head is a JSON object, not a JSON "
                                 f"{type(doc).__name__}")
@@ -287,7 +304,7 @@ class RouterHeadVersion(_Answer):
     experts: list[str]
     embedding_model: str
     dims: int
-    ngram_dims: int  # 0: no n-gram features
+    ngram_dims: int  # the n-gram inputs: ngrams.dims per gram length (0: no n-grams)
     data_digest: str | None  # training.dataDigest
     source: str | None  # training.source
     cross_validation: dict[str, Any] | None  # training.crossValidation
