@@ -19,7 +19,7 @@ and the operator use (started from $MOL_ENGINE_VENV, or `--embeddings-url`):
 - `semantic`: the trained head as the router runs it (the deployment's default
   automatic mode): keywords first where the training data showed them unambiguous
   and, out of fold, no worse than the head (candidates: the deployment file's
-  keywords), then the head (the embedding and character 3-grams), below its
+  keywords), then the head (the embedding and character 3- and 4-grams), below its
   confidence threshold the default expert;
 - `semantic, every turn embedded (keywordsDecide: false)`: the head alone;
 - `semantic, keywords first kept whatever their out-of-fold record`: keywords
@@ -69,6 +69,7 @@ from mol_platform.contract.spec import MoLDeployment
 from mol_router.classifier import instructions
 from mol_router.head import Head
 from mol_router.head_cli import train as train_head
+from mol_router.head_source import HeadSource
 from mol_router.head_train import (
     NEAR_DUPLICATE,
     Labelled,
@@ -187,6 +188,15 @@ class Timer:
         self.cpu.append(time.process_time() - self._c)
 
 
+def head_source(head: Head) -> HeadSource:
+    """A source serving ``head`` read from its file, as the router reads
+    ``semantic.headFile`` (the same bytes, digest and keyword index)."""
+    with tempfile.TemporaryDirectory(prefix="mol-bench-head-") as tmp:
+        path = Path(tmp) / "head.json"
+        path.write_bytes(head.dumps())
+        return HeadSource.of_file(str(path))
+
+
 HEAD = "semantic"
 HEAD_EVERY = "semantic, every turn embedded (keywordsDecide: false)"
 HEAD_KEYWORDS = "semantic, keywords first kept whatever their out-of-fold record"
@@ -247,7 +257,8 @@ async def run(args: argparse.Namespace, cfg: RouterConfig, classifier_url: str |
                                       (HEAD_EVERY, False, head),
                                       (HEAD_KEYWORDS, True, forced)):
                 signal = SemanticSignal(sem.model_copy(update={
-                    "cache_size": 0, "keywords_decide": first}), timeout=10.0, head=used)
+                    "cache_size": 0, "keywords_decide": first}), timeout=10.0,
+                    heads=head_source(used))
                 await signal.verdict(session, "warm up")
                 for i in judge:
                     with timers[mode]:
