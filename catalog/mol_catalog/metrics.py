@@ -47,9 +47,9 @@ class CatalogMetrics:
         self.routing_labels = Counter(
             "mol_catalog_routing_labels_total", "Routing decisions labelled for the first "
             "time, once per head that picked on the decision (the serving head and a canary's "
-            "candidate): head name@version (first 12 hex of the digest when it is not a "
-            "published router head of the namespace), the right expert, correct|wrong",
-            ["namespace", "head", "expert", "result"], registry=self.registry)
+            "candidate): head ns/name@vN (ns/ and the first 12 hex of the digest when it "
+            "is not a published router head of the namespace), the right expert, "
+            "correct|wrong", ["head", "expert", "result"], registry=self.registry)
         self.unused_adapters = Gauge("mol_catalog_unused_adapters", "Adapters none of whose "
                                      "versions was used in the window (never used included)",
                                      ["window"], registry=self.registry)
@@ -66,6 +66,22 @@ class CatalogMetrics:
         if dur is None:
             dur = self._dur_children[route] = self.duration.labels(route)
         dur.observe(seconds)
+
+    def label_counted(self, head: str, expert: str, result: str) -> None:
+        """One first label of a decision ``head`` picked on; the other result's series
+        is made too, at 0, so a ratio of the two has both sides from the first label."""
+        self.routing_labels.labels(head, expert, result).inc()
+        self.routing_labels.labels(head, expert, "wrong" if result == "correct"
+                                   else "correct")
+
+    def head_published(self, head: str, experts: list[str]) -> None:
+        """A new router head version: its series start at 0, so that ``increase()``
+        counts the first label of each (expert, result) instead of seeing a series
+        appear already at 1 (Prometheus counts no increase into a series' first
+        sample)."""
+        for expert in experts:
+            for result in ("correct", "wrong"):
+                self.routing_labels.labels(head, expert, result)
 
     def render(self, unused: UnusedCount | None = None) -> tuple[bytes, str]:
         if unused is not None and unused.value is not None:

@@ -21,6 +21,20 @@ from mol_platform.contract import catalog_models as m
 
 ADAPTER = "/v1/adapters/{ns}/{name}"
 ENDPOINTS: list[tuple[str, str, str, type[BaseModel]]] = [
+    ("/v1/namespaces/{ns}/routing/accuracy", "get", "200", m.RoutingAccuracy),
+    ("/v1/namespaces/{ns}/router-heads", "get", "200", m.RouterHeadList),
+    ("/v1/namespaces/{ns}/router-heads/{name}/versions", "post", "201", m.RouterHeadVersion),
+    ("/v1/namespaces/{ns}/router-heads/{name}/versions", "get", "200",
+     m.RouterHeadVersionList),
+    ("/v1/namespaces/{ns}/router-heads/{name}/versions/{version}", "get", "200",
+     m.RouterHeadVersion),
+    ("/v1/namespaces/{ns}/router-heads/{name}/aliases", "get", "200", m.RouterHeadAliasList),
+    ("/v1/namespaces/{ns}/router-heads/{name}/aliases/{alias}", "get", "200",
+     m.RouterHeadAlias),
+    ("/v1/namespaces/{ns}/router-heads/{name}/aliases/{alias}", "put", "200",
+     m.RouterHeadAliasSet),
+    ("/v1/namespaces/{ns}/router-heads/{name}/aliases/{alias}", "delete", "200",
+     m.RouterHeadAliasDeleted),
     ("/v1/resolve/{ns}/{name_ref}", "get", "200", m.Resolved),
     (f"{ADAPTER}/versions", "post", "201", m.Published),
     ("/v1/adapters", "get", "200", m.AdapterPage),

@@ -279,12 +279,12 @@ def _head(seed: int) -> bytes:
                 "minilm").dumps()
 
 
-def _labels_counted(text: str) -> dict[tuple[str, str, str, str], float]:
+def _labels_counted(text: str) -> dict[tuple[str, str, str], float]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    return {(s.labels["namespace"], s.labels["head"], s.labels["expert"], s.labels["result"]):
+    return {(s.labels["head"], s.labels["expert"], s.labels["result"]):
             s.value for f in text_string_to_metric_families(text)
-            for s in f.samples if s.name == "mol_catalog_routing_labels_total"}
+            for s in f.samples if s.name == "mol_catalog_routing_labels_total" and s.value}
 
 
 async def test_accuracy_per_head_and_expert_and_the_labels_counter(
@@ -294,6 +294,9 @@ async def test_accuracy_per_head_and_expert_and_the_labels_counter(
     assert published.status_code == 201, published.text
     serving = published.json()["digest"]
     canary = "sha256:" + "cd" * 32  # never published: named by its first 12 hex digits
+    # a published head's series exist from 0, so increase() counts its first label
+    assert ('mol_catalog_routing_labels_total{expert="math",head="acme/chat@v1",'
+            'result="wrong"} 0.0') in (await client.get("/metrics")).text
 
     def pick(head: str, expert: str) -> dict[str, str]:
         return {"head": head, "expert": expert}
@@ -321,13 +324,13 @@ async def test_accuracy_per_head_and_expert_and_the_labels_counter(
     r = await client.get(url)
     assert r.status_code == 200, r.text
     assert r.json() == {"namespace": "acme", "heads": [
-        {"head": serving, "ref": "acme/chat@1", "labelled": 4, "correct": 1,
+        {"head": serving, "ref": "acme/chat@v1", "labelled": 4, "correct": 1,
          "experts": {"code": {"labelled": 3, "correct": 1},  # r-1 right, r-2 and r-4 wrong
                      "math": {"labelled": 1, "correct": 0}}},  # r-5
         {"head": canary, "ref": None, "labelled": 2, "correct": 1,
          "experts": {"code": {"labelled": 2, "correct": 1}}}]}  # r-1 wrong, r-4 right
     r = await client.get(url, params={"deployment": "other"})
-    assert r.json()["heads"] == [{"head": serving, "ref": "acme/chat@1", "labelled": 1,
+    assert r.json()["heads"] == [{"head": serving, "ref": "acme/chat@v1", "labelled": 1,
                                   "correct": 0, "experts": {"math": {"labelled": 1,
                                                                      "correct": 0}}}]
     r = await client.get(url, params={"since": "9999-01-01T00:00:00Z"})
@@ -340,9 +343,10 @@ async def test_accuracy_per_head_and_expert_and_the_labels_counter(
     counted = _labels_counted((await client.get("/metrics")).text)
     short = canary[7:19]
     assert counted == {
-        ("acme", "chat@1", "code", "correct"): 1.0, ("acme", "chat@1", "code", "wrong"): 2.0,
-        ("acme", "chat@1", "math", "wrong"): 1.0, ("acme", short, "code", "wrong"): 1.0,
-        ("acme", short, "code", "correct"): 1.0, ("globex", serving[7:19], "code", "correct"): 1.0}
+        ("acme/chat@v1", "code", "correct"): 1.0, ("acme/chat@v1", "code", "wrong"): 2.0,
+        ("acme/chat@v1", "math", "wrong"): 1.0, (f"acme/{short}", "code", "wrong"): 1.0,
+        (f"acme/{short}", "code", "correct"): 1.0,
+        (f"globex/{serving[7:19]}", "code", "correct"): 1.0}
     assert (await label(client, "r-1", "code")).status_code == 200  # an identical re-PUT
     assert (await label(client, "r-2", "math")).status_code == 200  # a relabel
     assert _labels_counted((await client.get("/metrics")).text) == counted

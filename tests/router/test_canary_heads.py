@@ -26,9 +26,9 @@ from mol_router.semantic import SemanticSignal
 from mol_router.signals import Verdict
 from mol_testkit.simulator import AsyncSimulatorCluster
 from tests.router.test_decisions import fake_catalog
+from tests.router.test_head_routing import EXPERTS, SIM, fake_embeddings, write_head
 from tests.router.test_usage import Catalog
 from tests.router.test_usage import catalog as catalog  # the real catalog's fixture
-from tests.router.test_head_routing import EXPERTS, SIM, fake_embeddings, write_head
 
 REF = "demo/router@stable"
 CANDIDATE = "demo/router@candidate"
@@ -360,10 +360,10 @@ async def test_against_the_real_catalog_heads_follow_alias_moves_and_labels_scor
                 aiohttp.ClientSession() as http:
             await ready(router)
             body = {"model": "auto", "messages": [{"role": "user", "content": "fix the code"}]}
-            async with http.post(router.url + "/v1/chat/completions", json=body) as r:
-                assert r.status == 200, await r.text()
-                assert r.headers["x-mol-expert"] == "coding"  # the stable head's pick
-                rid = r.headers["x-request-id"]
+            async with http.post(router.url + "/v1/chat/completions", json=body) as resp:
+                assert resp.status == 200, await resp.text()
+                assert resp.headers["x-mol-expert"] == "coding"  # the stable head's pick
+                rid = resp.headers["x-request-id"]
             # the candidate becomes stable: the router follows within the feed's wait
             with catalog.admin() as admin:
                 assert admin.put("/v1/namespaces/demo/router-heads/router/aliases/stable",
@@ -375,8 +375,8 @@ async def test_against_the_real_catalog_heads_follow_alias_moves_and_labels_scor
             while heads.stable is None or heads.stable.label != "router@v2":
                 assert loop.time() < deadline, heads.status()
                 await asyncio.sleep(0.05)
-            async with http.post(router.url + "/v1/chat/completions", json=body) as r:
-                assert r.headers["x-mol-expert"] != "coding"  # now the swapped head's
+            async with http.post(router.url + "/v1/chat/completions", json=body) as resp:
+                assert resp.headers["x-mol-expert"] != "coding"  # now the swapped head's
     # the first turn was recorded with the candidate's pick; a reviewer labels it
     with catalog.admin() as admin:
         deadline = loop.time() + 10

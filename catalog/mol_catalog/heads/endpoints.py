@@ -87,6 +87,8 @@ async def publish(ns: str, name: str, request: Request, catalog: CatalogDep,
     doc = service.check(await _body(request))
     out, created = await catalog.db.transact(
         lambda uow: service.publish(uow, ns, name, doc, who.name))
+    if created:  # committed: the labels counter's series for it start at 0
+        catalog.metrics.head_published(f"{ns}/{name}@v{out['version']}", list(out["experts"]))
     return json_response(out, 201 if created else 200)
 
 

@@ -181,12 +181,12 @@ async def delete_alias(conn: AsyncConnection, head_id: int, alias: str, now: dat
 
 
 async def refs(conn: ReadConn, namespace: str, digests: Sequence[str]) -> dict[str, str]:
-    """digest -> ``name@version`` of its first publish in the namespace (a digest
+    """digest -> ``name@vN`` of its first publish in the namespace (a digest
     published under two names keeps the first); digests never published are left out.
     One indexed probe per digest: a namespace runs a head or two at a time."""
     out: dict[str, str] = {}
     for digest in dict.fromkeys(digests):
         r = await _REF.first(conn, namespace=namespace, digest=digest)
         if r is not None:
-            out[digest] = f"{r[0]}@{int(r[1])}"
+            out[digest] = f"{r[0]}@v{int(r[1])}"
     return out

@@ -56,8 +56,8 @@ async def put_label(ns: str, request_id: RequestIdPath, body: LabelIn, catalog: 
     who.require_publish(valid_name(ns, "namespace"))
     async with catalog.db.unit() as uow:
         out = await service.label(uow, ns, request_id, body)
-    for labels in out.counts:  # committed: count it
-        catalog.metrics.routing_labels.labels(*labels).inc()
+    for head, expert, result in out.counts:  # committed: count it
+        catalog.metrics.label_counted(head, expert, result)
     return json_response(out.body)
 
 

@@ -77,19 +77,21 @@ def decision_item(r: DecisionRow) -> dict[str, Any]:
                 "head": r.candidate_head, "expert": r.candidate_expert}}
 
 
-def head_label(digest: str, refs: dict[str, str]) -> str:
-    """A head as the labels counter names it: ``name@version`` when the digest is a
-    published router head of the namespace, else the digest's first 12 hex digits."""
-    return refs.get(digest) or digest.removeprefix("sha256:")[:12]
+def head_label(namespace: str, digest: str, refs: dict[str, str]) -> str:
+    """A head as the labels counter names it: ``ns/name@vN`` when the digest is a
+    published router head of the namespace, else ``ns/`` and the digest's first 12 hex
+    digits. The namespace lives in this value, not in a label of its own: Prometheus
+    gives every scraped series the catalog pod's ``namespace``."""
+    return f"{namespace}/" + (refs.get(digest) or digest.removeprefix("sha256:")[:12])
 
 
 @dataclass(frozen=True)
 class Labelled:
-    """A label's answer, and the (namespace, head, expert, result) counts it adds to
+    """A label's answer, and the (head, expert, result) counts it adds to
     ``mol_catalog_routing_labels_total`` once committed (none unless first labelled)."""
 
     body: dict[str, Any]
-    counts: list[tuple[str, str, str, str]] = field(default_factory=list)
+    counts: list[tuple[str, str, str]] = field(default_factory=list)
 
 
 async def label(uow: UnitOfWork, namespace: str, request_id: str, body: LabelIn
@@ -111,7 +113,7 @@ async def label(uow: UnitOfWork, namespace: str, request_id: str, body: LabelIn
     if before.label_expert is None:
         picks = row.picks()
         refs = await heads_repo.refs(uow.conn, namespace, [d for d, _ in picks])
-        counts = [(namespace, head_label(d, refs), body.expert,
+        counts = [(head_label(namespace, d, refs), body.expert,
                    "correct" if picked == body.expert else "wrong") for d, picked in picks]
     return Labelled(label_item(row), counts)
 
