@@ -109,8 +109,9 @@ def train(
         min=0.0, max=1.0, help="The lowest calibrated probability that decides.")] = 0.4,
     folds: Annotated[int, typer.Option(min=2, max=20, help="Cross-validation folds.")] = 5,
     ngrams: Annotated[int, typer.Option(
-        min=0, max=6, help="Character n-grams beside the embedding (0: the embedding "
-        "alone).")] = 3,
+        min=0, max=6, help="Character n-grams beside the embedding: 3 (the default) is "
+        "3- and 4-grams, each in 1,024 buckets; another n, that length alone; 0, the "
+        "embedding alone.")] = 3,
     force_keywords: Annotated[bool, typer.Option(
         help="Keep keywords first even where, out of fold, it routes worse than the "
         "head (the report says how it did).")] = False,
@@ -127,7 +128,7 @@ def train(
     from mol_router.head import Ngrams
     from mol_router.head_cli import embed_rows, report_text, write_head
     from mol_router.head_cli import train as run
-    from mol_router.head_train import load_labelled
+    from mol_router.head_train import DEFAULT_NGRAMS, load_labelled
     from mol_router.semantic import EmbeddingError
 
     def fail(msg: str) -> typer.Exit:
@@ -165,7 +166,8 @@ def train(
     try:
         trained = run(rows, vectors, model, keywords=keywords, threshold=threshold,
                       default=default, folds=folds, source=prompts.name,
-                      ngrams=Ngrams(ngrams) if ngrams else None,
+                      ngrams=(DEFAULT_NGRAMS if ngrams == DEFAULT_NGRAMS.n else
+                              Ngrams(ngrams) if ngrams else None),
                       keywords_gate=not force_keywords)
     except ValueError as exc:
         raise fail(str(exc)) from None

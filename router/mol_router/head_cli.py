@@ -74,10 +74,12 @@ def _pct(x: float | None) -> str:
 
 def report_text(t: Trained, default: str | None) -> str:
     r, head = t.report, t.head
+    grams = ""
+    if head.ngrams is not None:
+        lengths = "- and ".join(str(n) for n in (head.ngrams.n, *head.ngrams.also))
+        grams = f" and character {lengths}-grams in {head.ngrams.dims} buckets each"
     lines = [f"head: {len(head.experts)} experts ({', '.join(head.experts)}), "
-             f"{head.dims} dimensions of {head.model}"
-             + (f" and character {head.ngrams.n}-grams in {head.ngrams.dims} buckets"
-                if head.ngrams else "") + f", L2 {head.training.get('l2')}, "
+             f"{head.dims} dimensions of {head.model}{grams}, L2 {head.training.get('l2')}, "
              f"temperature {head.temperature:.3f}, threshold {head.threshold:.2f}",
              f"digest: {head.digest()}",
              "",

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from mol_platform.contract.router_config import RouterConfig
 from mol_router import head as head_mod
-from mol_router.head_train import Labelled, fit_head
+from mol_router.head_train import DEFAULT_NGRAMS, Labelled, fit_head
 from mol_router.runtime import Runtime
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
@@ -190,6 +190,8 @@ async def test_mol_router_train_embeds_cross_validates_and_writes_the_head(
     assert report["crossValidation"]["accuracy"] >= 0.75  # chance: 0.25
     assert head.training["crossValidation"] == report["crossValidation"]
     assert head.training["embeddingModel"] == "mini"
+    assert head.training["dataDigest"].startswith("sha256:")
+    assert head.ngrams == DEFAULT_NGRAMS  # the command line trains the default recipe
     assert sum(len(b) for b in fake.inputs) == 40  # every prompt once; the bad run none
     assert bad.returncode == 2
     assert "default expert 'legal' has no labelled prompts" in bad_err.decode()
