@@ -141,6 +141,16 @@ def _step(lipschitz_x: float, n: int, l2: float) -> float:
     return 1.0 / (0.5 * (lipschitz_x + n) / n + l2)
 
 
+def _residual(z: signals.Vector, target: signals.Vector) -> signals.Vector:
+    """The softmax cross-entropy's gradient in the logits ``z``, averaged over rows:
+    ``(softmax(z) - target) / n``, shifted by each row's max so ``exp`` cannot overflow."""
+    z = z - z.max(axis=1, keepdims=True)
+    p = np.exp(z)
+    p /= p.sum(axis=1, keepdims=True)
+    out: signals.Vector = (p - target) / len(target)
+    return out
+
+
 def _descend(gram: signals.Vector, y: np.ndarray, k: int,
              l2: float, iters: int) -> tuple[signals.Vector, signals.Vector]:
     """The descent on ``A`` (W = A @ x): logits ``gram @ A.T + b``; it stops early when
@@ -152,11 +162,7 @@ def _descend(gram: signals.Vector, y: np.ndarray, k: int,
     a, b = np.zeros((k, n)), np.zeros(k)
     va, vb, t = a.copy(), b.copy(), 1.0
     for _ in range(iters):
-        z = gram @ va.T + vb
-        z -= z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        p /= p.sum(axis=1, keepdims=True)
-        g = (p - target) / n
+        g = _residual(gram @ va.T + vb, target)
         ga = g.T + l2 * va
         if math.sqrt(max(float(np.einsum("ij,jk,ik->", ga, gram, ga)), 0.0)) < _TOLERANCE:
             return va, vb
@@ -177,11 +183,7 @@ def _descend_primal(x: signals.Vector, y: np.ndarray, k: int, l2: float,
     w, b = np.zeros((k, d)), np.zeros(k)
     vw, vb, t = w.copy(), b.copy(), 1.0
     for _ in range(iters):
-        z = x @ vw.T + vb
-        z -= z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        p /= p.sum(axis=1, keepdims=True)
-        g = (p - target) / n
+        g = _residual(x @ vw.T + vb, target)
         gw = g.T @ x + l2 * vw
         if float(np.abs(gw).max()) < _TOLERANCE:
             return vw, vb
