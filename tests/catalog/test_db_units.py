@@ -70,3 +70,43 @@ async def test_transact_gives_up_after_its_attempts(tmp_path: Path) -> None:
         assert await _names(db) == []
     finally:
         await db.dispose()
+
+
+async def test_a_units_events_hold_the_feed_lock_until_it_commits(db_url: str) -> None:
+    """Event ids come in commit order: a unit that has appended its events holds the
+    outbox lock (Postgres: an advisory lock) until it commits, so a second unit's events
+    wait, and are numbered after the first's. SQLite serializes writers anyway."""
+    import asyncio
+
+    db = Database(db_url, pool_size=4)
+    first_appended = asyncio.Event()
+    release = asyncio.Event()
+    try:
+        async def first() -> None:
+            async with db.unit() as uow:
+                uow.emit("base.registered", data={"unit": "first"})
+                await uow.append_events()  # as the unit's exit does, before COMMIT
+                first_appended.set()
+                await release.wait()
+
+        async def second() -> None:
+            await first_appended.wait()
+            async with db.unit() as uow:
+                uow.emit("base.registered", data={"unit": "second"})
+
+        task_first = asyncio.create_task(first())
+        task_second = asyncio.create_task(second())
+        await first_appended.wait()
+        await asyncio.sleep(0.5)
+        if db.postgres:  # the second unit waits for the lock the first holds
+            assert not task_second.done()
+            async with db.read() as conn:
+                assert await events.after(conn, 0, 10) == []  # nothing committed yet
+        release.set()
+        await asyncio.gather(task_first, task_second)
+        async with db.read() as conn:
+            rows = await events.after(conn, 0, 10)
+        assert [json_value(r[5])["unit"] for r in rows] == ["first", "second"]
+    finally:
+        release.set()
+        await db.dispose()

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-from sqlalchemy import Table, bindparam, exists, func, insert, select
+from sqlalchemy import Table, bindparam, func, insert, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from mol_catalog.models import Event, utcnow
@@ -54,12 +54,15 @@ class UnitOfWork:
 _EVENTS = cast(Table, Event.__table__)
 _EVENT_COLUMNS = ("type", "adapter", "version", "alias", "data", "created_at")
 _EVENTS_INSERT = insert(_EVENTS)
-# Postgres: INSERT ... SELECT :values WHERE EXISTS (SELECT pg_advisory_xact_lock(k)). The
-# uncorrelated EXISTS is a one-time filter, evaluated before the first row is formed and so
-# before nextval() allocates its id: the lock and the insert share one round trip and ids
-# still come in commit order.
+# Postgres: INSERT ... SELECT :values WHERE (SELECT pg_advisory_xact_lock(k)) IS NOT NULL.
+# The uncorrelated scalar subquery is an InitPlan behind a one-time filter, evaluated before
+# the first row is formed and so before nextval() allocates its id: the lock and the insert
+# share one round trip and ids come in commit order. Not ``EXISTS (SELECT lock(k))``: the
+# planner throws an EXISTS subquery's target list away (only whether a row comes back
+# matters to it), so the lock function would never run.
 _LOCKED_EVENTS = insert(_EVENTS).from_select(
     list(_EVENT_COLUMNS),
     select(*(bindparam(c, type_=_EVENTS.c[c].type) for c in _EVENT_COLUMNS))
-    .where(exists(select(func.pg_advisory_xact_lock(EVENTS_LOCK_KEY)))),
+    .where(select(func.pg_advisory_xact_lock(EVENTS_LOCK_KEY)).scalar_subquery()
+           .is_not(None)),
     include_defaults=False)
