@@ -37,16 +37,14 @@ from typing import Any
 
 import numpy as np
 
+from mol_platform.contract.refs import DNS_LABEL_RE
+from mol_platform.contract.router_heads import KIND, MAX_DIMS, MAX_EXPERTS, MAX_NGRAM_DIMS
 from mol_router import signals
 
-KIND = "mol.router.head/v1"
-EXPERT_RE = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-MAX_EXPERTS = 64
-MAX_DIMS = 8192
+# The document's kind and bounds are the contract's, which the catalog checks at publish:
+# one set of limits for what a router loads and what the catalog accepts.
+EXPERT_RE = DNS_LABEL_RE
 MAX_KEYWORDS = 256
-
-
-MAX_NGRAM_DIMS = 1 << 16
 
 
 class HeadError(ValueError):

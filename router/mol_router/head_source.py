@@ -26,7 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mol_platform.contract.refs import AdapterRef, RefError
+from mol_platform.contract.refs import RefError
+from mol_platform.contract.router_heads import HeadRef
 from mol_router import signals
 from mol_router.head import Head, HeadError, check_for, load, loads
 
@@ -97,7 +98,7 @@ class HeadSource:
         self._full = full_refresh_seconds
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
-        self._names = {_head_name(ref) for ref in self.refs.values()}
+        self._names = {ref.split("@", 1)[0] for ref in self.refs.values()}  # feed keys
 
     @classmethod
     def of_file(cls, path: str) -> HeadSource:
@@ -171,9 +172,8 @@ class HeadSource:
     async def _refresh(self, role: str, ref: str) -> None:
         assert self.client is not None
         try:
-            parsed = AdapterRef.parse(ref)
-            meta = await self.client.router_head(parsed.namespace, parsed.name,
-                                                 parsed.version or parsed.ref)
+            parsed = HeadRef.parse(ref)
+            meta = await self.client.router_head(parsed.namespace, parsed.name, parsed.ref)
             current = self.heads.get(role)
             if current is not None and current.digest == meta.digest:
                 self.errors.pop(role, None)
@@ -221,7 +221,3 @@ class HeadSource:
                          "error": self.errors.get(role)}
         return out
 
-
-def _head_name(ref: str) -> str:
-    """``ns/name`` of a reference (the event feed's key)."""
-    return ref.split("@", 1)[0]
