@@ -13,8 +13,11 @@ so every prompt is judged by a head that never saw it; and it reports the head's
 nested k-fold cross-validation on the whole training file.
 
 Modes, with the router's own code (mol_router.semantic) against a real embedding
-engine, vLLM's pooling runner on the packaged all-MiniLM-L6-v2 with the flags `mol up`
-and the operator use (started from $MOL_ENGINE_VENV, or `--embeddings-url`):
+engine, vLLM's pooling runner with the flags `mol up` and the operator use (started from
+$MOL_ENGINE_VENV, or `--embeddings-url`) on the deployment's `router.semantic.model`
+(the default, all-MiniLM-L6-v2's first 3 layers; `--layers N` for another cut). A second
+engine on the full all-MiniLM-L6-v2 (`--reference-url`) finds the near duplicates, with
+the model made for similarity, and gives the comparison line:
 
 - `semantic`: the trained head as the router runs it (the deployment's default
   automatic mode): keywords first where the training data showed them unambiguous
@@ -22,6 +25,8 @@ and the operator use (started from $MOL_ENGINE_VENV, or `--embeddings-url`):
   keywords), then the head (the embedding and character 3- and 4-grams), below its
   confidence threshold the default expert;
 - `semantic, every turn embedded (keywordsDecide: false)`: the head alone;
+- `semantic on the full all-MiniLM-L6-v2 (6 layers)`: the same recipe on the full model's
+  vectors (the embedding model before all-minilm-l6-v2-l3 became the default);
 - `semantic, keywords first kept whatever their out-of-fold record`: keywords
   unambiguous on the training data come first even where, out of fold, they routed
   worse than the head (which `mol router train` checks, dropping them then);
@@ -41,13 +46,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
+import json
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -55,10 +60,20 @@ import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _machine import machine_info
-from _report import percentile, write_section
+from _auto_routing_report import (
+    EXAMPLES,
+    HEAD,
+    HEAD_EVERY,
+    HEAD_FULL,
+    HEAD_KEYWORDS,
+    NEAREST,
+    report,
+    summary,
+)
+from _report import write_section
 from mol_platform.apps.demo.build import build_demo
-from mol_platform.apps.up.stack import embedding_model_dir
+from mol_platform.apps.embedding_model import derive, model_dir, packaged_dir
+from mol_platform.contract.embedding_models import MINILM, PACKAGED_LAYERS
 from mol_platform.contract.engine_args import EngineLaunch, embedding_args, engine_args
 from mol_platform.contract.router_config import (
     RouterConfig,
@@ -85,6 +100,8 @@ PROMPTS = Path(__file__).resolve().parent / "auto_routing_prompts.jsonl"
 DEPLOYMENT = ROOT / "deploy" / "examples" / "macaron-local.yaml"
 PORT = 18395
 CLASSIFIER_PORT = 18396
+REFERENCE_PORT = 18397
+CACHE = Path.home() / ".cache" / "mol-platform" / "embedding"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -95,8 +112,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    "(default: the training file split in two halves, judged both ways)")
     p.add_argument("--deployment", type=Path, default=DEPLOYMENT,
                    help="the MoLDeployment whose experts, default, keywords and examples are used")
-    p.add_argument("--embeddings-url", help="a running /v1/embeddings server (default: start "
-                   "one on the packaged model from $MOL_ENGINE_VENV)")
+    p.add_argument("--embeddings-url", help="a running /v1/embeddings server on the "
+                   "deployment's router.semantic.model (default: start one on the packaged "
+                   "model from $MOL_ENGINE_VENV)")
+    p.add_argument("--reference-url", help="a running /v1/embeddings server on the full "
+                   "all-MiniLM-L6-v2, for the near-duplicate check and the comparison line "
+                   "(default: --embeddings-url if that is the model, else start one)")
+    p.add_argument("--layers", type=int, choices=range(1, 7), metavar="1..6",
+                   help="route on all-MiniLM-L6-v2's first N layers instead of the "
+                   "deployment's model (the trade-off curve in docs/router.md)")
     p.add_argument("--near-duplicate", type=float, default=NEAR_DUPLICATE,
                    help="cosine at which a judged prompt counts as a training one's duplicate")
     p.add_argument("--folds", type=int, default=5, help="cross-validation folds on --train")
@@ -106,6 +130,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                    help="the classifier adapter's served name at --classifier-url")
     p.add_argument("--no-classifier", action="store_true",
                    help="do not measure the classifier expert")
+    p.add_argument("--summary", type=Path, help="also write the figures as JSON to this file")
     p.add_argument("--write", action="store_true", help="write docs/benchmarks.md's section")
     return p.parse_args(argv)
 
@@ -121,10 +146,24 @@ def _launch(launch: EngineLaunch, log: Path) -> subprocess.Popen[bytes]:
                                 stdout=out, stderr=subprocess.STDOUT)
 
 
-def start_embedding_engine(logs: Path) -> tuple[subprocess.Popen[bytes], str]:
-    launch = embedding_args(str(embedding_model_dir()),
-                            served_model_name="all-minilm-l6-v2", host="127.0.0.1", port=PORT)
-    return _launch(launch, logs / "embedding.log"), f"http://127.0.0.1:{PORT}"
+def routing_model(obj: MoLDeployment, layers: int | None) -> tuple[str, Path]:
+    """The served name and folder the router embeds with: the deployment's packaged
+    model, or (``--layers``) all-MiniLM-L6-v2 cut to that many layers."""
+    sem = obj.spec.router.semantic
+    if sem is None:
+        raise SystemExit("the deployment has no router.semantic")
+    if layers is None:
+        return sem.model, model_dir(sem.model, CACHE)
+    if layers == PACKAGED_LAYERS[MINILM]:
+        return MINILM, packaged_dir()
+    name = f"{MINILM}-first{layers}"
+    return name, derive(packaged_dir(), CACHE / name, layers)
+
+
+def start_embedding_engine(logs: Path, model: str, folder: Path,
+                           port: int) -> tuple[subprocess.Popen[bytes], str]:
+    launch = embedding_args(str(folder), served_model_name=model, host="127.0.0.1", port=port)
+    return _launch(launch, logs / f"embedding-{port}.log"), f"http://127.0.0.1:{port}"
 
 
 def start_classifier_engine(obj: MoLDeployment, work: Path) -> tuple[subprocess.Popen[bytes],
@@ -171,6 +210,16 @@ async def classify(session: aiohttp.ClientSession, url: str, model: str, system:
     return answer if answer in choices else None
 
 
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One turn's routing step by the head: wall seconds, router CPU seconds, and
+    whether the head left it below its threshold."""
+
+    seconds: float
+    cpu: float
+    undecided: bool
+
+
 class Timer:
     """Wall time and this process' CPU time of one routing step."""
 
@@ -197,123 +246,156 @@ def head_source(head: Head) -> HeadSource:
         return HeadSource.of_file(str(path))
 
 
-HEAD = "semantic"
-HEAD_EVERY = "semantic, every turn embedded (keywordsDecide: false)"
-HEAD_KEYWORDS = "semantic, keywords first kept whatever their out-of-fold record"
-NEAREST = "nearest training example"
-EXAMPLES = "hand-written examples and keywords (before the head)"
 
 
-async def run(args: argparse.Namespace, cfg: RouterConfig, classifier_url: str | None,
-              train: list[Labelled], test: list[Labelled] | None) -> dict[str, Any]:
-    """Every mode over the judged prompts; with ``test`` None, the halves of ``train``."""
+async def judge_heads(session: aiohttp.ClientSession, args: argparse.Namespace,
+                      cfg: RouterConfig, sem: RouterSemantic, train: list[Labelled],
+                      rows: list[Labelled], x_train: Any,
+                      plan: list[tuple[list[int], list[int]]],
+                      modes: tuple[tuple[str, bool | None, bool], ...]
+                      ) -> tuple[dict[str, dict[str, Any]], list[Head], list[Step]]:
+    """Each mode ``(name, keywords first (None: the config's), keywords gate)`` over the
+    judged rows, a head trained per plan step on ``x_train`` (the vectors of ``sem``'s
+    model); the modes' results, the heads of the first mode, and the first mode's
+    step per row (for semantic-then-classifier)."""
+    keywords = {e.name: list(e.keywords) for e in sem.experts}
+    n = len(rows)
+    out: dict[str, dict[str, Any]] = {m: {"picked": [""] * n, "timer": Timer(), "below": 0}
+                                      for m, _, _ in modes}
+    heads: list[Head] = []
+    steps = [Step(0.0, 0.0, False)] * n
+    for fit, judge in plan:
+        tr = [train[i] for i in fit]
+        trained: dict[bool, Head] = {}
+        for k, (mode, first, gate) in enumerate(modes):
+            if gate not in trained:
+                trained[gate] = train_head(tr, x_train[fit], sem.model, keywords=keywords,
+                                           default=cfg.default, folds=args.folds,
+                                           keywords_gate=gate).head
+            if k == 0:
+                heads.append(trained[gate])
+            signal = SemanticSignal(sem.model_copy(update={
+                "cache_size": 0,
+                "keywords_decide": sem.keywords_decide if first is None else first}),
+                timeout=10.0, heads=head_source(trained[gate]))
+            await signal.verdict(session, "warm up")
+            timer = out[mode]["timer"]
+            for i in judge:
+                with timer:
+                    verdict, error = await signal.verdict(session, rows[i].text)
+                if error is not None:
+                    raise SystemExit(f"embedding failed: {error}")
+                out[mode]["picked"][i] = verdict.expert or cfg.default
+                timer.keywords += verdict.signal == "keywords"
+                out[mode]["below"] += verdict.expert is None
+                if k == 0:
+                    steps[i] = Step(timer.latency[-1], timer.cpu[-1], verdict.expert is None)
+    for m in out.values():
+        m["keywords"] = m["timer"].keywords
+    return out, heads, steps
+
+
+async def run(args: argparse.Namespace, cfg: RouterConfig, reference_url: str,
+              classifier_url: str | None, train: list[Labelled],
+              test: list[Labelled] | None) -> dict[str, Any]:
+    """Every mode over the judged prompts; with ``test`` None, the halves of ``train``.
+    Near duplicates are found with the full all-MiniLM-L6-v2 (a model trained for
+    similarity; a shallower one scores unrelated texts higher), whatever routes."""
     assert cfg.semantic is not None
     sem = cfg.semantic
-    keywords = {e.name: list(e.keywords) for e in sem.experts}
-    x_train = await embed_many(sem.embeddings_url, sem.model, [r.text for r in train])
+    ref = sem.model_copy(update={"model": MINILM, "embeddings_url": reference_url})
+    texts = [r.text for r in train]
+    x_train = await embed_many(sem.embeddings_url, sem.model, texts)
+    r_train = (x_train if ref.embeddings_url == sem.embeddings_url and ref.model == sem.model
+               else await embed_many(ref.embeddings_url, ref.model, texts))
     if test is None:
         a, b = split_halves(train)
         plan = [(a, b), (b, a)]
-        rows = train
-        x_test = x_train
+        rows, x_test, r_test = train, x_train, r_train
         judged = "the training file in two halves (half of every expert's prompts each), " \
             "a head trained on each half judging the other"
     else:
         rows = test
         x_test = await embed_many(sem.embeddings_url, sem.model, [r.text for r in test])
+        r_test = (x_test if r_train is x_train else
+                  await embed_many(ref.embeddings_url, ref.model, [r.text for r in test]))
         plan = [(list(range(len(train))), list(range(len(test))))]
         judged = f"`{args.prompts.name}`, a head trained on all of `{args.train.name}`"
     out: dict[str, Any] = {"rows": rows, "experts": sorted({r.expert for r in rows}),
-                           "modes": {}, "judged": judged}
+                           "modes": {}, "judged": judged, "model": sem.model}
     found: list[tuple[str, str, float]] = []
     for fit, judge in plan:
         tr = [train[i] for i in fit]
         te = [rows[i] for i in judge]
         found += [(te[t].text, tr[j].text, c) for t, j, c in
-                  overlaps(tr, x_train[fit], te, x_test[judge], args.near_duplicate)]
+                  overlaps(tr, r_train[fit], te, r_test[judge], args.near_duplicate)]
     if found:
         lines = "\n".join(f"  {c:.3f}  {a!r} ~ {b!r}" for a, b, c in found[:20])
         raise SystemExit(f"refusing to report: {len(found)} judged prompts repeat training "
-                         f"ones (same text or cosine >= {args.near_duplicate}):\n{lines}")
+                         f"ones (same text or cosine >= {args.near_duplicate} by "
+                         f"{MINILM}):\n{lines}")
+    keywords = {e.name: list(e.keywords) for e in sem.experts}
     out["cv"] = train_head(train, x_train, sem.model, keywords=keywords, default=cfg.default,
                            folds=args.folds, source=args.train.name).report
-    n = len(rows)
-    picks: dict[str, list[str]] = {m: [""] * n
-                                   for m in (HEAD, HEAD_EVERY, HEAD_KEYWORDS, NEAREST)}
-    timers = {HEAD: Timer(), HEAD_EVERY: Timer(), HEAD_KEYWORDS: Timer()}
-    undecided = [False] * n
-    head_seconds, head_cpu = [0.0] * n, [0.0] * n  # the head's step, by row
-    heads: list[Head] = []
+    full = sem.model != MINILM
+    if full:
+        out["cv_full"] = train_head(train, r_train, MINILM, keywords=keywords,
+                                    default=cfg.default, folds=args.folds).report
     async with aiohttp.ClientSession() as session:
+        modes, heads, steps = await judge_heads(
+            session, args, cfg, sem, train, rows, x_train, plan,
+            ((HEAD, None, True), (HEAD_EVERY, False, True), (HEAD_KEYWORDS, True, False)))
+        out["modes"].update(modes)
+        if full:
+            more, _, _ = await judge_heads(session, args, cfg, ref, train, rows, r_train,
+                                              plan, ((HEAD_FULL, None, True),))
+            out["modes"].update(more)
+        nearest = [""] * len(rows)
         for fit, judge in plan:
-            tr = [train[i] for i in fit]
-            head = train_head(tr, x_train[fit], sem.model, keywords=keywords,
-                              default=cfg.default, folds=args.folds).head
-            forced = train_head(tr, x_train[fit], sem.model, keywords=keywords,
-                                default=cfg.default, folds=args.folds,
-                                keywords_gate=False).head
-            heads.append(head)
-            for mode, first, used in ((HEAD, sem.keywords_decide, head),
-                                      (HEAD_EVERY, False, head),
-                                      (HEAD_KEYWORDS, True, forced)):
-                signal = SemanticSignal(sem.model_copy(update={
-                    "cache_size": 0, "keywords_decide": first}), timeout=10.0,
-                    heads=head_source(used))
-                await signal.verdict(session, "warm up")
-                for i in judge:
-                    with timers[mode]:
-                        verdict, error = await signal.verdict(session, rows[i].text)
-                    if error is not None:
-                        raise SystemExit(f"embedding failed: {error}")
-                    picks[mode][i] = verdict.expert or cfg.default
-                    timers[mode].keywords += verdict.signal == "keywords"
-                    if mode == HEAD:
-                        undecided[i] = verdict.expert is None
-                        head_seconds[i] = timers[mode].latency[-1]
-                        head_cpu[i] = timers[mode].cpu[-1]
-            nearest = (x_test[judge] @ x_train[fit].T).argmax(axis=1)
-            for i, j in zip(judge, nearest, strict=True):
-                picks[NEAREST][i] = tr[int(j)].expert
+            picks = (x_test[judge] @ x_train[fit].T).argmax(axis=1)
+            for i, j in zip(judge, picks, strict=True):
+                nearest[i] = train[fit[int(j)]].expert
+        out["modes"][NEAREST] = {"picked": nearest, "timer": None}
         ex_t, ex_picks, _ = await semantic_mode(session, cfg, rows, sem)
-        out["modes"][HEAD] = {"picked": picks[HEAD], "timer": timers[HEAD],
-                              "keywords": timers[HEAD].keywords, "below": sum(undecided)}
-        out["modes"][HEAD_EVERY] = {"picked": picks[HEAD_EVERY], "timer": timers[HEAD_EVERY]}
-        out["modes"][HEAD_KEYWORDS] = {"picked": picks[HEAD_KEYWORDS],
-                                       "timer": timers[HEAD_KEYWORDS],
-                                       "keywords": timers[HEAD_KEYWORDS].keywords}
-        out["modes"][NEAREST] = {"picked": picks[NEAREST], "timer": None}
         out["modes"][EXAMPLES] = {"picked": ex_picks, "timer": ex_t,
                                   "keywords": ex_t.keywords}
         out["heads"] = heads
         if classifier_url is not None:
-            routing = Routing.build(cfg)
-            choices = list(routing.classifier_choices)
-            system = instructions(routing)
-            cls_t, answers = Timer(), []
-            await classify(session, classifier_url, args.classifier_model, system, choices,
-                           "warm up")
-            for row in rows:
-                with cls_t:
-                    answers.append(await classify(session, classifier_url,
-                                                  args.classifier_model, system, choices,
-                                                  row.text))
-            out["modes"]["classifier"] = {
-                "picked": [p or cfg.default for p in answers], "timer": cls_t,
-                "unanswered": sum(p is None for p in answers)}
-            # the head first; the classifier for what it leaves open (its time counted once)
-            both_t, both = Timer(), []
-            for i, open_ in enumerate(undecided):
-                both_t.latency.append(head_seconds[i])
-                both_t.cpu.append(head_cpu[i])
-                if open_:
-                    both_t.latency[-1] += cls_t.latency[i]
-                    both_t.cpu[-1] += cls_t.cpu[i]
-                    both.append(answers[i] or cfg.default)
-                else:
-                    both.append(picks[HEAD][i])
-            out["modes"]["semantic-then-classifier"] = {
-                "picked": both, "timer": both_t, "undecided": sum(undecided)}
+            out["modes"].update(await classifier_modes(
+                session, args, cfg, classifier_url, rows, out["modes"][HEAD]["picked"],
+                steps))
     return out
+
+
+async def classifier_modes(session: aiohttp.ClientSession, args: argparse.Namespace,
+                           cfg: RouterConfig, classifier_url: str, rows: list[Labelled],
+                           head_picks: list[str], steps: list[Step]
+                           ) -> dict[str, dict[str, Any]]:
+    """The classifier alone, and the head first with the classifier for what the head
+    leaves below its threshold (the head's time counted once)."""
+    routing = Routing.build(cfg)
+    choices = list(routing.classifier_choices)
+    system = instructions(routing)
+    cls_t, answers = Timer(), []
+    await classify(session, classifier_url, args.classifier_model, system, choices, "warm up")
+    for row in rows:
+        with cls_t:
+            answers.append(await classify(session, classifier_url, args.classifier_model,
+                                          system, choices, row.text))
+    both_t, both = Timer(), []
+    for i, step in enumerate(steps):
+        both_t.latency.append(step.seconds)
+        both_t.cpu.append(step.cpu)
+        if step.undecided:
+            both_t.latency[-1] += cls_t.latency[i]
+            both_t.cpu[-1] += cls_t.cpu[i]
+            both.append(answers[i] or cfg.default)
+        else:
+            both.append(head_picks[i])
+    return {"classifier": {"picked": [p or cfg.default for p in answers], "timer": cls_t,
+                           "unanswered": sum(p is None for p in answers)},
+            "semantic-then-classifier": {"picked": both, "timer": both_t,
+                                         "undecided": sum(s.undecided for s in steps)}}
 
 
 async def semantic_mode(session: aiohttp.ClientSession, cfg: RouterConfig,
@@ -338,85 +420,6 @@ async def semantic_mode(session: aiohttp.ClientSession, cfg: RouterConfig,
     return timer, picked, undecided
 
 
-def accuracy(rows: list[Labelled], picked: list[str], keep: Any = None) -> str:
-    pairs = [(r, p) for r, p in zip(rows, picked, strict=True) if keep is None or keep(r)]
-    if not pairs:
-        return "-"
-    right = sum(r.expert == p for r, p in pairs)
-    return f"{100 * right / len(pairs):.1f}% ({right}/{len(pairs)})"
-
-
-def _ms(values: list[float], q: float) -> str:
-    return f"{percentile([v * 1000 for v in values], q):.1f} ms"
-
-
-def report(result: dict[str, Any], args: argparse.Namespace, classifier: str) -> str:
-    rows, experts = result["rows"], result["experts"]
-    info = machine_info()
-    cv = result["cv"]
-    langs = sorted({r.lang for r in rows})
-    lines = ["## Automatic routing: accuracy and cost (`bench/auto_routing.py`)", "",
-             f"{dt.date.today().isoformat()}, {info.markdown()}; {len(rows)} prompts judged: "
-             f"{result['judged']}; no judged prompt repeats a training one (same text or "
-             f"cosine >= {args.near_duplicate}). Experts, default and keyword candidates of "
-             f"`{args.deployment.name}`; all-MiniLM-L6-v2 on vLLM 0.32 (CPU, pooling runner, "
-             f"the flags of `embedding_args`); {classifier}.", "",
-             f"The head's nested {cv.folds}-fold cross-validation on all {cv.prompts} prompts "
-             f"of `{args.train.name}` (`mol router train`'s report): "
-             f"{100 * cv.accuracy:.1f}% as routed, {100 * cv.accuracy_head:.1f}% the head "
-             "alone.", "",
-             "| mode | accuracy | routing step p50 | p99 | router CPU / decision |",
-             "|---|---|---|---|---|"]
-    for mode, m in result["modes"].items():
-        t = m["timer"]
-        if t is None:
-            lines.append(f"| {mode} | {accuracy(rows, m['picked'])} | - | - | - |")
-            continue
-        cpu = [x * 1000 for x in t.cpu]
-        lines.append(f"| {mode} | {accuracy(rows, m['picked'])} | {_ms(t.latency, 50)} | "
-                     f"{_ms(t.latency, 99)} | {sum(cpu) / len(cpu):.2f} ms |")
-    lines += ["", "Latency is the routing step alone (embedding call and scoring, or the "
-              "classifier's completion), one request at a time, the turn cache off; the "
-              "CPU is the router process' (the engines' own CPU is not included). "
-              f"`{EXAMPLES}` used the deployment file's examples, written with the project's "
-              "set in view: on that set it is not a held-out figure.", "",
-              "| prompts | " + " | ".join(result["modes"]) + " |",
-              "|---" * (len(result["modes"]) + 1) + "|"]
-    groups: list[tuple[str, Any]] = [
-        ("all", None), ("clear", lambda r: not r.borderline),
-        ("borderline", lambda r: r.borderline)]
-    if len(langs) > 1:  # the languages but English together, then each on its own
-        groups.append(("not English", lambda r: r.lang != "en"))
-    groups += [(f"language {g}", lambda r, g=g: r.lang == g) for g in langs]
-    groups += [(e, lambda r, e=e: r.expert == e) for e in experts]
-    for name, keep in groups:
-        lines.append(f"| {name} | " + " | ".join(accuracy(rows, m["picked"], keep)
-                                                for m in result["modes"].values()) + " |")
-    for mode, m in result["modes"].items():
-        if mode not in (HEAD, HEAD_KEYWORDS, EXAMPLES):
-            continue
-        conf = Counter((r.expert, p) for r, p in zip(rows, m["picked"], strict=True))
-        lines += ["", f"### {mode}", "", "| labelled \\ routed | " + " | ".join(experts)
-                  + " |", "|---" * (len(experts) + 1) + "|"]
-        lines += [f"| {a} | " + " | ".join(str(conf[(a, b)]) for b in experts) + " |"
-                  for a in experts]
-        if m.get("keywords"):
-            lines += ["", f"{m['keywords']} of {len(rows)} prompts were decided by keywords "
-                      "alone (no embedding call)."]
-        if m.get("below"):
-            lines += ["", f"{m['below']} prompts below the head's confidence threshold went "
-                      "to the default expert."]
-    gates = [h.training.get("keywordsOutOfFold") for h in result["heads"]]
-    kept = "; ".join(", ".join(f"{e}: {' '.join(w)}" for e, w in h.keywords.items())
-                     or "none" for h in result["heads"])
-    lines += ["", "Keywords first, judged out of fold within each head's training data "
-              "(right / the head right on the same turns / turns settled): "
-              + "; ".join(f"{g['right']}/{g['headRight']}/{g['settled']}" if g else "-"
-                          for g in gates)
-              + f"; keywords kept per head: {kept}.", ""]
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     obj = MoLDeployment.from_yaml(args.deployment.read_text(encoding="utf-8"))
@@ -428,9 +431,15 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="mol-auto-routing-") as tmp:
         work = Path(tmp)
         try:
+            model, folder = routing_model(obj, args.layers)
             url = args.embeddings_url
             if url is None:
-                proc, url = start_embedding_engine(work)
+                proc, url = start_embedding_engine(work, model, folder, PORT)
+                procs.append(proc)
+            reference = args.reference_url or (url if model == MINILM else None)
+            if reference is None:
+                proc, reference = start_embedding_engine(work, MINILM, packaged_dir(),
+                                                         REFERENCE_PORT)
                 procs.append(proc)
             classifier_url = None if args.no_classifier else args.classifier_url
             described = ("classifier: not measured" if args.no_classifier else
@@ -443,12 +452,16 @@ def main(argv: list[str] | None = None) -> int:
                 args.classifier_model = "classifier"
                 described = ("classifier: the demo adapter on the random tiny demo base "
                              "(vLLM CPU, the deployment's engine flags)")
-            asyncio.run(wait_up(url.removesuffix("/v1")))
+            for up in {url, reference}:
+                asyncio.run(wait_up(up.removesuffix("/v1")))
             if classifier_url is not None:
                 asyncio.run(wait_up(classifier_url))
             cfg = router_config_from_spec(obj, endpoints=["http://127.0.0.1:1"],
                                           embeddings_url=url)
-            result = asyncio.run(run(args, cfg, classifier_url, train, test))
+            assert cfg.semantic is not None
+            cfg = cfg.model_copy(update={"semantic": cfg.semantic.model_copy(
+                update={"model": model})})
+            result = asyncio.run(run(args, cfg, reference, classifier_url, train, test))
         finally:
             for proc in procs:
                 proc.terminate()
@@ -459,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
                     proc.kill()
     text = report(result, args, described)
     print(text)
+    if args.summary is not None:
+        args.summary.write_text(json.dumps(summary(result), indent=2) + "\n")
     if args.write:
         write_section(ROOT / "docs" / "benchmarks.md", "auto-routing", text)
     return 0

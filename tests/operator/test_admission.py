@@ -81,8 +81,17 @@ VALID: dict[str, dict[str, Any]] = {
                       "spec.experts.0.description": "small talk " * 50}),
     "semantic-operator-engine": _with({"spec.router": {
         "mode": "semantic", "default": "chat", "semantic": {
+            "model": "bge-small-en-v1.5",
             "engine": {"uri": "hf://BAAI/bge-small-en-v1.5", "cpu": "500m", "memory": "1.5Gi"},
             "experts": [{"name": "coding", "examples": ["fix my bug"]}]}}}),
+    "semantic-full-minilm-from-the-image": _with({"spec.router": {
+        "mode": "semantic", "default": "chat", "semantic": {
+            "model": "all-minilm-l6-v2",
+            "experts": [{"name": "coding", "examples": ["fix my bug"]}]}}}),
+    "semantic-own-model-on-own-server": _with({"spec.router": {
+        "mode": "semantic", "default": "chat", "semantic": {
+            "model": "bge-small-en-v1.5", "embeddingsUrl": "http://embeddings.ml.svc:8000",
+            "head": "shop/router@stable"}}}),
     "semantic-own-server": _with({"spec.router": {
         "mode": "semantic", "default": "chat", "semantic": {
             "embeddingsUrl": "http://embeddings.ml.svc:8000",
@@ -168,6 +177,11 @@ INVALID: dict[str, tuple[dict[str, Any], str, str]] = {
     "semantic-without-examples-or-head": ({"spec.router": {
         "mode": "semantic", "default": "chat", "semantic": {"model": "all-minilm-l6-v2"}}},
         "spec.router.semantic.experts", "experts (example utterances) or head"),
+    "semantic-model-the-image-lacks-without-weights": ({"spec.router": {
+        "mode": "semantic", "default": "chat", "semantic": {
+            "model": "bge-small-en-v1.5", "engine": {"cpu": "500m"},
+            "experts": [{"name": "coding", "examples": ["fix my bug"]}]}}},
+        "spec.router.semantic.model", "not a packaged embedding model"),
     "head-canary-without-head": ({"spec.router": {
         "mode": "semantic", "default": "chat", "semantic": {
             "experts": [{"name": "coding", "examples": ["fix my bug"]}],

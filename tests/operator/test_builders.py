@@ -363,15 +363,33 @@ def test_a_catalog_head_and_its_canary_reach_the_router_config() -> None:
     assert config["catalogUrl"]
 
 
+@pytest.mark.parametrize(("semantic", "folder", "served"), [
+    ({}, "/models/embedding/all-minilm-l6-v2-l3", "all-minilm-l6-v2-l3"),  # the default
+    ({"model": "all-minilm-l6-v2"}, "/models/embedding/all-minilm-l6-v2", "all-minilm-l6-v2"),
+    ({"model": "bge-small", "engine": {"uri": "/models/bge"}}, "/models/bge", "bge-small"),
+])
+def test_the_embedding_engine_serves_the_image_folder_of_the_named_model(
+        semantic: dict[str, Any], folder: str, served: str) -> None:
+    """Unset, ``engine.uri`` is the CPU image's folder of the packaged model the router
+    names, so the served name and the weights never disagree."""
+    obj = _obj(router={**SEMANTIC_ROUTER, "semantic": {**SEMANTIC, **semantic}})
+    objects = _by_kind(build_all(_facts(obj, defaults=CHART_DEFAULTS)))
+    (c,) = objects[("Deployment", "macaron-embedding")]["spec"]["template"]["spec"][
+        "containers"]
+    assert c["args"][:2] == ["serve", folder]
+    assert c["args"][c["args"].index("--served-model-name") + 1] == served
+
+
 def test_semantic_routing_without_a_server_renders_the_embedding_engine() -> None:
-    obj = _obj(router={**SEMANTIC_ROUTER, "semantic": {**SEMANTIC, "model": "minilm"}})
+    obj = _obj(router={**SEMANTIC_ROUTER, "semantic": {**SEMANTIC,
+                                                        "model": "all-minilm-l6-v2"}})
     objects = _by_kind(build_all(_facts(obj, defaults=CHART_DEFAULTS)))
     config = yaml.safe_load(objects[("ConfigMap", "macaron-router")]["data"]["router.yaml"])
     service = objects[("Service", "macaron-embedding")]
     (port,) = service["spec"]["ports"]
     assert config["semantic"]["embeddingsUrl"] == (
         f"http://macaron-embedding.default.svc:{port['port']}")
-    assert config["semantic"]["model"] == "minilm"
+    assert config["semantic"]["model"] == "all-minilm-l6-v2"
     dep = objects[("Deployment", "macaron-embedding")]
     assert service["spec"]["selector"].items() <= (
         dep["spec"]["template"]["metadata"]["labels"].items())
@@ -382,7 +400,7 @@ def test_semantic_routing_without_a_server_renders_the_embedding_engine() -> Non
     args = c["args"]
     assert args[:2] == ["serve", "/models/embedding/all-minilm-l6-v2"]
     assert args[args.index("--runner") + 1] == "pooling"
-    assert args[args.index("--served-model-name") + 1] == "minilm"
+    assert args[args.index("--served-model-name") + 1] == "all-minilm-l6-v2"
     assert args[args.index("--port") + 1] == str(port["port"])
     assert "--enable-lora" not in args
     env = {e["name"]: e.get("value") for e in c["env"]}

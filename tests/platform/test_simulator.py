@@ -281,3 +281,22 @@ async def test_embeddings_are_deterministic_unit_vectors_of_the_words() -> None:
     assert len(a) == DIMS
     assert abs(sum(v * v for v in a) - 1.0) < 1e-9
     assert empty[0] == 1.0
+
+
+async def test_embeddings_answer_base64_float32_when_asked() -> None:
+    """``encoding_format: base64`` (what the router asks for) is the same vector as
+    little-endian float32 bytes; another encoding is a 400."""
+    import base64
+    import struct
+
+    from mol_testkit.simulator.embeddings import DIMS, vector
+    async with AsyncSimulatorCluster(replicas=1) as sims, aiohttp.ClientSession() as http:
+        async with http.post(sims.urls[0] + "/v1/embeddings", json={
+                "model": "any", "input": "fix the code", "encoding_format": "base64"}) as r:
+            assert r.status == 200
+            (item,) = (await r.json())["data"]
+        async with http.post(sims.urls[0] + "/v1/embeddings", json={
+                "model": "any", "input": "x", "encoding_format": "int8"}) as bad:
+            assert bad.status == 400
+    got = struct.unpack(f"<{DIMS}f", base64.b64decode(item["embedding"]))
+    assert [round(v, 6) for v in got] == [round(v, 6) for v in vector("fix the code")]

@@ -5,15 +5,20 @@ the bounded input, against a scripted ``/v1/embeddings`` server on loopback."""
 from __future__ import annotations
 
 import asyncio
+import base64
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
+import numpy as np
 import pytest
 from aiohttp import web
 
 from mol_platform.contract.router_config import RouterConfig
+from mol_router import signals
+from mol_router.semantic import EmbeddingError, embeddings_url, post_embeddings
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, output_tokens=3)
@@ -28,6 +33,8 @@ class FakeEmbeddings:
         self.fail: str | None = None
         self.delay_examples = 0.0  # seconds before answering a call of several inputs
         self.extra_dims = 0  # a model of another size answering (a swapped engine)
+        self.base64: str | None = None  # "float32": answer base64 when asked; "bad": garbage
+        self.formats: list[str | None] = []  # the encoding_format of each call
         self.inputs: list[list[str]] = []
         self.url = ""
 
@@ -41,8 +48,15 @@ class FakeEmbeddings:
             await asyncio.sleep(5)
         if len(body["input"]) > 1:
             await asyncio.sleep(self.delay_examples)
-        data = [{"index": i, "embedding": [t.lower().count(w) + 0.01 for w in AXES]
-                 + [0.5] * self.extra_dims} for i, t in enumerate(body["input"])]
+        self.formats.append(body.get("encoding_format"))
+        data: list[dict[str, Any]] = [
+            {"index": i, "embedding": [t.lower().count(w) + 0.01 for w in AXES]
+             + [0.5] * self.extra_dims} for i, t in enumerate(body["input"])]
+        if self.base64 is not None and body.get("encoding_format") == "base64":
+            for d in data:
+                raw = struct.pack(f"<{len(d['embedding'])}f", *d["embedding"])
+                d["embedding"] = (base64.b64encode(raw).decode() if self.base64 == "float32"
+                                  else base64.b64encode(raw[:-1]).decode())
         return web.json_response({"data": data})
 
 
@@ -89,6 +103,25 @@ async def _ask(http: aiohttp.ClientSession, url: str, text: str,
     async with http.post(url + "/v1/chat/completions", json=body) as resp:
         assert resp.status == 200, await resp.text()
         return resp.headers["x-mol-expert"], resp.headers.get("x-mol-route")
+
+
+async def test_embeddings_are_asked_as_base64_and_read_either_way() -> None:
+    """The router asks for base64 float32; the same vectors come out of a base64 answer
+    and of a server that ignores the field and answers floats. Bytes that are not
+    float32 are an ``invalid`` answer (the turn falls back), never a crash."""
+    async with fake_embeddings() as fake, aiohttp.ClientSession() as http:
+        url = embeddings_url(fake.url)
+        as_floats = await post_embeddings(http, url, "mini", ["code page", "hello"], 5.0)
+        fake.base64 = "float32"
+        as_base64 = await post_embeddings(http, url, "mini", ["code page", "hello"], 5.0)
+        fake.base64 = "bad"
+        with pytest.raises(EmbeddingError) as bad:
+            await post_embeddings(http, url, "mini", ["code"], 5.0)
+    assert fake.formats == ["base64"] * 3
+    assert bad.value.reason == "invalid"
+    for a, b in zip(as_floats, as_base64, strict=True):
+        assert np.allclose(a, b, atol=1e-6)
+    assert np.allclose(as_floats[0], signals.unit([1.01, 1.01, 0.01]))
 
 
 async def test_semantic_decides_then_the_classifier_then_the_default(

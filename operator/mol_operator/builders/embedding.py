@@ -50,9 +50,16 @@ from mol_operator.builders.common import (
     serialize,
     shutdown_timeout,
 )
-from mol_operator.builders.engine import ENGINE_HOME, scratch_mounts, scratch_volumes, weights
+from mol_operator.builders.engine import (
+    ENGINE_HOME,
+    BuildError,
+    scratch_mounts,
+    scratch_volumes,
+    weights,
+)
 from mol_platform.contract.engine_args import embedding_args
-from mol_platform.contract.spec_router import EmbeddingEngineSpec
+from mol_platform.contract.embedding_models import image_dir
+from mol_platform.contract.spec_router import MSG_MODEL_WEIGHTS, EmbeddingEngineSpec
 
 COMPONENT = "embedding"
 SHM_SIZE = "256Mi"
@@ -89,11 +96,14 @@ def embedding_container(facts: Facts) -> tuple[V1Container, list[V1Volume],
     spec = embedding_spec(facts)
     sem = facts.obj.spec.router.semantic
     assert sem is not None
-    w = weights(spec.uri, spec.secret_ref, facts.defaults.s3_sync_image,
+    uri = spec.uri or image_dir(sem.model)
+    if uri is None:  # the spec's own rule refuses this at admission
+        raise BuildError(MSG_MODEL_WEIGHTS)
+    w = weights(uri, spec.secret_ref, facts.defaults.s3_sync_image,
                 "router.semantic.engine.uri")
     launch = embedding_args(w.model, served_model_name=sem.model, host="0.0.0.0",
                             port=ENGINE_PORT, cpu=True)
-    offline = {"HF_HUB_OFFLINE"} if urlparse(spec.uri).scheme == "hf" else set()
+    offline = {"HF_HUB_OFFLINE"} if urlparse(uri).scheme == "hf" else set()
     env = [V1EnvVar(name=k, value=v) for k, v in sorted(launch.env.items()) if k not in offline]
     env.append(V1EnvVar(name="HOME", value=ENGINE_HOME))
     container = V1Container(

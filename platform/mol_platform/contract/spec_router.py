@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
+from mol_platform.contract.embedding_models import DEFAULT_EMBEDDING_MODEL, PACKAGED_LAYERS
 from mol_platform.contract.spec_base import AdapterRefStr, SpecModel, defaulted, rules
 from mol_platform.contract.spec_rules import (
     MSG_AUTO,
@@ -70,8 +71,6 @@ class SemanticExpertSpec(SpecModel):
         "expert's score.")
 
 
-EMBEDDING_MODEL_DIR = "/models/embedding/all-minilm-l6-v2"
-"""Where the CPU engine image (deploy/images/engine.Dockerfile) holds all-MiniLM-L6-v2."""
 EMBEDDING_IMAGE = "ghcr.io/mol-platform/vllm-mol-cpu:0.32.0"
 
 
@@ -80,11 +79,11 @@ class EmbeddingEngineSpec(SpecModel):
     ``embeddingsUrl`` is not set: a CPU Deployment and Service with vLLM's pooling
     runner (the flags ``mol up`` uses), beside the LLM engines."""
 
-    uri: WeightsUri = Field(
-        default=EMBEDDING_MODEL_DIR,
-        description="The sentence-embedding model's weights: a path in the image (default: "
-        "all-MiniLM-L6-v2, packaged in the CPU engine image), hf://org/model, "
-        "pvc://claim/path or s3://bucket/prefix.")
+    uri: WeightsUri | None = Field(
+        default=None,
+        description="The sentence-embedding model's weights: a path in the image, "
+        "hf://org/model, pvc://claim/path or s3://bucket/prefix (unset: the CPU engine "
+        "image's copy of a packaged model, /models/embedding/<router.semantic.model>).")
     secret_ref: ObjectName | None = Field(
         default=None, description="A Secret with credentials for the weights (env).")
     image: ImageRef = Field(default=EMBEDDING_IMAGE,
@@ -97,6 +96,9 @@ class EmbeddingEngineSpec(SpecModel):
 
 MSG_HEAD_OR_EXPERTS = ("spec.router.semantic needs experts (example utterances) or head "
                        "(a trained head in the catalog)")
+MSG_MODEL_WEIGHTS = (f"spec.router.semantic.model is not a packaged embedding model "
+                     f"({', '.join(sorted(PACKAGED_LAYERS))}): set engine.uri to its weights "
+                     f"or embeddingsUrl to a server of your own")
 MSG_CANARY_HEAD = "spec.router.semantic.canary trials a head against spec.router.semantic.head"
 
 
@@ -120,14 +122,20 @@ class SemanticSpec(SpecModel):
         cel("has(self.head) || (has(self.experts) && size(self.experts) > 0)",
             MSG_HEAD_OR_EXPERTS, field_path=".experts", reason="FieldValueRequired"),
         cel("!has(self.canary) || has(self.head)", MSG_CANARY_HEAD, field_path=".head",
-            reason="FieldValueRequired")))
+            reason="FieldValueRequired"),
+        cel(f"has(self.embeddingsUrl) || (has(self.engine) && has(self.engine.uri)) || "
+            f"!has(self.model) || self.model in {sorted(PACKAGED_LAYERS)}", MSG_MODEL_WEIGHTS,
+            field_path=".model", reason="FieldValueInvalid")))
 
-    model: str = Field(default="all-minilm-l6-v2", max_length=253,
-                       description="The embedding model's served name.")
+    model: str = Field(default=DEFAULT_EMBEDDING_MODEL, max_length=253,
+                       description="The embedding model's served name. Packaged (mol up "
+                       "and the CPU engine image carry them): all-minilm-l6-v2-l3 (the "
+                       "default: all-MiniLM-L6-v2's first 3 layers, what trained heads "
+                       "route best on) and all-minilm-l6-v2.")
     embeddings_url: str | None = Field(
         default=None, max_length=2048, pattern=r"^https?://",
         description="An OpenAI-compatible embeddings server to use (its base URL); unset, "
-        "mol up (and the operator, see engine) runs one on all-MiniLM-L6-v2.")
+        "mol up (and the operator, see engine) runs one on the model.")
     engine: EmbeddingEngineSpec | None = Field(
         default=None, description="The embedding engine the operator runs when "
         "embeddingsUrl is unset (unset: its defaults).")
@@ -161,6 +169,9 @@ class SemanticSpec(SpecModel):
             raise ValueError(MSG_HEAD_OR_EXPERTS)
         if self.canary is not None and self.head is None:
             raise ValueError(MSG_CANARY_HEAD)
+        if (self.embeddings_url is None and (self.engine is None or self.engine.uri is None)
+                and self.model not in PACKAGED_LAYERS):
+            raise ValueError(MSG_MODEL_WEIGHTS)
         return self
 
 

@@ -9,8 +9,10 @@ way, and the same text always gets the same vector in every process.
 
 from __future__ import annotations
 
+import base64
 import math
 import re
+import struct
 import zlib
 from typing import Any
 
@@ -31,10 +33,16 @@ def vector(text: str, dims: int = DIMS) -> list[float]:
     return [v / norm for v in out]
 
 
-def response(model: str, inputs: list[str]) -> dict[str, Any]:
-    """The OpenAI embeddings answer for ``inputs``."""
+def encoded(values: list[float]) -> str:
+    """``encoding_format: base64``: the vector as little-endian float32 bytes."""
+    return base64.b64encode(struct.pack(f"<{len(values)}f", *values)).decode()
+
+
+def response(model: str, inputs: list[str], encoding: str = "float") -> dict[str, Any]:
+    """The OpenAI embeddings answer for ``inputs`` (``encoding``: float or base64)."""
+    shape = encoded if encoding == "base64" else (lambda v: v)
     return {"object": "list", "model": model,
-            "data": [{"object": "embedding", "index": i, "embedding": vector(t)}
+            "data": [{"object": "embedding", "index": i, "embedding": shape(vector(t))}
                      for i, t in enumerate(inputs)],
             "usage": {"prompt_tokens": sum(len(t.split()) for t in inputs),
                       "total_tokens": sum(len(t.split()) for t in inputs)}}

@@ -221,7 +221,13 @@ class SimServer:
             return web.json_response({"error": {
                 "message": "input must be a string or a list of strings", "type":
                 "BadRequestError", "code": 400}}, status=400)
-        return web.json_response(embeddings.response(str(body.get("model", "")), texts))
+        encoding = body.get("encoding_format", "float")
+        if encoding not in ("float", "base64"):
+            return web.json_response({"error": {
+                "message": "encoding_format must be float or base64", "type":
+                "BadRequestError", "code": 400}}, status=400)
+        return web.json_response(embeddings.response(str(body.get("model", "")), texts,
+                                                     encoding))
 
     async def _load(self, request: web.Request) -> web.Response:
         try:

