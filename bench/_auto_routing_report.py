@@ -49,7 +49,11 @@ def report(result: dict[str, Any], args: argparse.Namespace, classifier: str) ->
              f"{100 * cv.accuracy:.1f}% as routed, {100 * cv.accuracy_head:.1f}% the head "
              "alone" + ("" if "cv_full" not in result else
                         f"; on the full all-MiniLM-L6-v2, {100 * result['cv_full'].accuracy:.1f}%"
-                        f" and {100 * result['cv_full'].accuracy_head:.1f}%") + ".", "",
+                        f" and {100 * result['cv_full'].accuracy_head:.1f}%") + ". As routed, "
+             "over fold seeds: " + "; ".join(
+                 f"`{m}` " + " / ".join(f"{100 * a:.1f}" for a in accs)
+                 + f" (mean {100 * sum(accs) / len(accs):.1f}%)"
+                 for m, accs in result["cv_seeds"].items()) + ".", "",
              "| mode | accuracy | routing step p50 | p99 | router CPU / decision |",
              "|---|---|---|---|---|"]
     for mode, m in result["modes"].items():
@@ -125,4 +129,5 @@ def summary(result: dict[str, Any]) -> dict[str, Any]:
             "cpuMs": None if t is None else 1000 * sum(t.cpu) / len(t.cpu)}
     return {"model": result["model"], "judged": result["judged"], "prompts": len(rows),
             "cv": result["cv"].accuracy, "cvHead": result["cv"].accuracy_head,
+            "cvSeeds": result["cv_seeds"].get(result["model"], [result["cv"].accuracy]),
             "modes": modes}

@@ -66,12 +66,15 @@ def _pct(value: float | None) -> str:
 
 
 def table(runs: dict[int, dict[str, Any]]) -> list[str]:
-    lines = ["| layers | CV (training set) | judged | not English | borderline | "
-             "routing step p50 | p99 | router CPU |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| layers | CV (training set, mean of the fold seeds) | judged | not English | "
+             "borderline | routing step p50 | p99 | router CPU |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for n, s in runs.items():
         head, every = s["modes"][HEAD], s["modes"][HEAD_EVERY]
         mark = " (the default)" if n == 3 else ""
-        lines.append(f"| {n}{mark} | {_pct(s['cv'])} | {_pct(head['accuracy'])} | "
+        seeds = s["cvSeeds"]
+        lines.append(f"| {n}{mark} | {_pct(sum(seeds) / len(seeds))} | "
+                     f"{_pct(head['accuracy'])} | "
                      f"{_pct(head['notEnglish'])} | {_pct(head['borderline'])} | "
                      f"{every['p50Ms']:.1f} ms | {every['p99Ms']:.1f} ms | "
                      f"{every['cpuMs']:.2f} ms |")
@@ -90,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = work / f"layers-{n}.json"
                 cmd = [sys.executable, str(BENCH), "--train", str(args.train),
                        "--layers", str(n), "--reference-url", ref_url, "--no-classifier",
-                       "--summary", str(out)]
+                       "--no-full", "--summary", str(out)]
                 if args.prompts is not None:
                     cmd += ["--prompts", str(args.prompts)]
                 print(f"--- {n} layer(s)", flush=True)

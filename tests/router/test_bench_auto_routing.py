@@ -14,7 +14,6 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _auto_routing_report import HEAD, HEAD_EVERY, NEAREST, summary  # noqa: E402
 from auto_routing import Timer  # noqa: E402
 from embedding_layers import parse_args, table  # noqa: E402
-
 from mol_router.head_train import Labelled, Report  # noqa: E402
 
 ROWS = [Labelled("hi", "chat"), Labelled("fix it", "coding", borderline=True),
@@ -33,6 +32,7 @@ def _result() -> dict[str, object]:
             "cv": Report(folds=5, prompts=4, accuracy=0.75, accuracy_head=0.5,
                          keyword_share=0.0, keyword_accuracy=None,
                          keyword_head_accuracy=None, below_threshold=0.0),
+            "cv_seeds": {"all-minilm-l6-v2-first2": [0.75, 0.7, 0.8]},  # mean 0.75
             "modes": {HEAD: {"picked": ["chat", "coding", "agent", "agent"],
                              "timer": _timer([10, 12, 14, 30])},
                       HEAD_EVERY: {"picked": ["chat", "ui", "chat", "agent"],
@@ -51,13 +51,14 @@ def test_the_summary_counts_each_group_from_the_picks() -> None:
     assert 11.0 <= s["modes"][HEAD_EVERY]["p50Ms"] <= 13.0
     assert s["modes"][HEAD]["cpuMs"] == pytest.approx(1.0)
     assert (s["cv"], s["prompts"]) == (0.75, 4)
+    assert s["cvSeeds"] == [0.75, 0.7, 0.8]
 
 
 def test_the_layers_table_has_a_row_per_cut_and_marks_the_default() -> None:
     runs = {2: summary(_result()), 3: summary(_result())}
     lines = table(runs)
     assert len(lines) == 4
-    assert lines[2].startswith("| 2 | 75.0% | 75.0% | 50.0% | 100.0% |")
+    assert lines[2].startswith("| 2 | 75.0% | 75.0% | 50.0% | 100.0% |")  # CV: mean of seeds
     assert lines[3].startswith("| 3 (the default) |")
 
 
