@@ -57,8 +57,8 @@ from mol_operator.builders.engine import (
     scratch_volumes,
     weights,
 )
-from mol_platform.contract.engine_args import embedding_args
 from mol_platform.contract.embedding_models import image_dir
+from mol_platform.contract.engine_args import embedding_args
 from mol_platform.contract.spec_router import MSG_MODEL_WEIGHTS, EmbeddingEngineSpec
 
 COMPONENT = "embedding"

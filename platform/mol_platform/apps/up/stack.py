@@ -186,10 +186,11 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     check_port_free("127.0.0.1", ports.engine, "--engine-port")
     check_port_free(host, ports.router, "--router-port")
     spec = obj.spec
-    own_embedding = spec.router.semantic is not None and spec.router.semantic.embeddings_url is None
-    if own_embedding:
+    semantic = spec.router.semantic
+    own_embedding = semantic is not None and semantic.embeddings_url is None
+    if own_embedding and semantic is not None:
         try:  # fail before starting anything (a derived model is written once, ~1 s)
-            embedding_dir = model_dir(spec.router.semantic.model, data_dir / "embedding")
+            embedding_dir = model_dir(semantic.model, data_dir / "embedding")
         except EmbeddingModelError as exc:
             raise UpError(str(exc)) from None
         check_port_free("127.0.0.1", ports.embedding, "--embedding-port")
