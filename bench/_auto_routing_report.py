@@ -20,12 +20,15 @@ NEAREST = "nearest training example"
 EXAMPLES = "hand-written examples and keywords (before the head)"
 
 
-def accuracy(rows: list[Labelled], picked: list[str], keep: Any = None) -> str:
+def _right(rows: list[Labelled], picked: list[str], keep: Any = None) -> tuple[int, int]:
+    """How many of the rows ``keep`` selects were picked right, of how many."""
     pairs = [(r, p) for r, p in zip(rows, picked, strict=True) if keep is None or keep(r)]
-    if not pairs:
-        return "-"
-    right = sum(r.expert == p for r, p in pairs)
-    return f"{100 * right / len(pairs):.1f}% ({right}/{len(pairs)})"
+    return sum(r.expert == p for r, p in pairs), len(pairs)
+
+
+def accuracy(rows: list[Labelled], picked: list[str], keep: Any = None) -> str:
+    right, total = _right(rows, picked, keep)
+    return f"{100 * right / total:.1f}% ({right}/{total})" if total else "-"
 
 
 def _ms(values: list[float], q: float) -> str:
@@ -106,16 +109,14 @@ def report(result: dict[str, Any], args: argparse.Namespace, classifier: str) ->
     return "\n".join(lines)
 
 
-
-
 def summary(result: dict[str, Any]) -> dict[str, Any]:
     """The figures of one run as JSON (``--summary``): what bench/embedding_layers.py
     puts side by side for each cut of the embedding model."""
     rows = result["rows"]
 
     def share(picked: list[str], keep: Any = None) -> float | None:
-        pairs = [(r, p) for r, p in zip(rows, picked, strict=True) if keep is None or keep(r)]
-        return sum(r.expert == p for r, p in pairs) / len(pairs) if pairs else None
+        right, total = _right(rows, picked, keep)
+        return right / total if total else None
 
     modes: dict[str, Any] = {}
     for mode, m in result["modes"].items():

@@ -155,14 +155,16 @@ def _launch(launch: EngineLaunch, log: Path) -> subprocess.Popen[bytes]:
 
 def routing_model(obj: MoLDeployment, layers: int | None) -> tuple[str, Path]:
     """The served name and folder the router embeds with: the deployment's packaged
-    model, or (``--layers``) all-MiniLM-L6-v2 cut to that many layers."""
+    model, or (``--layers``) all-MiniLM-L6-v2 cut to that many layers (the packaged model
+    of that depth where there is one)."""
     sem = obj.spec.router.semantic
     if sem is None:
         raise SystemExit("the deployment has no router.semantic")
-    if layers is None:
-        return sem.model, model_dir(sem.model, CACHE)
-    if layers == PACKAGED_LAYERS[MINILM]:
-        return MINILM, packaged_dir()
+    packaged = {n: name for name, n in PACKAGED_LAYERS.items()}
+    model = sem.model if layers is None else packaged.get(layers)
+    if model is not None:
+        return model, model_dir(model, CACHE)
+    assert layers is not None
     name = f"{MINILM}-first{layers}"
     return name, derive(packaged_dir(), CACHE / name, layers)
 
@@ -251,8 +253,6 @@ def head_source(head: Head) -> HeadSource:
         path = Path(tmp) / "head.json"
         path.write_bytes(head.dumps())
         return HeadSource.of_file(str(path))
-
-
 
 
 async def judge_heads(session: aiohttp.ClientSession, args: argparse.Namespace,

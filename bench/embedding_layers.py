@@ -36,7 +36,11 @@ from auto_routing import (
     wait_up,
 )
 from mol_platform.apps.embedding_model import packaged_dir
-from mol_platform.contract.embedding_models import DEFAULT_EMBEDDING_MODEL, MINILM
+from mol_platform.contract.embedding_models import (
+    DEFAULT_EMBEDDING_MODEL,
+    MINILM,
+    PACKAGED_LAYERS,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = Path(__file__).resolve().parent / "auto_routing.py"
@@ -71,7 +75,7 @@ def table(runs: dict[int, dict[str, Any]]) -> list[str]:
              "|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for n, s in runs.items():
         head, every = s["modes"][HEAD], s["modes"][HEAD_EVERY]
-        mark = " (the default)" if n == 3 else ""
+        mark = " (the default)" if n == PACKAGED_LAYERS[DEFAULT_EMBEDDING_MODEL] else ""
         seeds = s["cvSeeds"]
         lines.append(f"| {n}{mark} | {_pct(sum(seeds) / len(seeds))} | "
                      f"{_pct(head['accuracy'])} | "

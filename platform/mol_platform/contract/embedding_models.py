@@ -5,10 +5,11 @@ the only embedding model the package registries carry for offline use):
 
 - ``all-minilm-l6-v2``: the model as published (6 transformer layers);
 - ``all-minilm-l6-v2-l3``: its first 3 layers, mean-pooled and normalised as the full
-  model is, with no retraining. The default: a trained router head routes better on it
-  (held-out and cross-validated, and in every language measured) and it embeds in about
-  half the time (docs/router.md, "Which embedding model"). It is for routing heads, not
-  for semantic search: its cosines run higher between unrelated texts.
+  model is, with no retraining. The default: a trained router head routes better on it,
+  held-out and cross-validated (in English and the Latin-script languages; worse in
+  Russian and Chinese), and it embeds in about half the time (docs/router.md, "Which
+  embedding model"). It is for routing heads, not for semantic search: texts that share
+  words but not a meaning score closer than on the full model.
 
 A served name says which one a vector came from, so a head trained on one is refused by a
 router embedding with the other (``mol_router.head.check_for``).
