@@ -10,7 +10,7 @@ from typing import Any
 
 from _machine import machine_info
 from _report import percentile
-from mol_router.head_train import Labelled
+from mol_router.auto.heads.train import Labelled
 
 HEAD = "semantic"
 HEAD_EVERY = "semantic, every turn embedded (keywordsDecide: false)"

@@ -28,13 +28,13 @@ import orjson
 
 from _kvcapacity import H100_LLAMA3_8B_BLOCKS
 from _workload import Arrival
-from mol_router.engine_metrics import EngineMetrics
-from mol_router.policy import Policy, RouteRequest, make_policy
-from mol_router.policy.interface import FleetStats
-from mol_router.policy.kvindex import KvBlockIndex
-from mol_router.policy.mol import MolAffinity
-from mol_router.policy.prefix import prefix_keys
-from mol_router.tracker import EngineTracker
+from mol_router.replicas.engine_metrics import EngineMetrics
+from mol_router.replicas.policy import Policy, RouteRequest, make_policy
+from mol_router.replicas.policy.interface import FleetStats
+from mol_router.replicas.policy.kvindex import KvBlockIndex
+from mol_router.replicas.policy.mol import MolAffinity
+from mol_router.replicas.policy.prefix import prefix_keys
+from mol_router.replicas.tracker import EngineTracker
 from mol_testkit.simulator.config import SimConfig
 from mol_testkit.simulator.kvcache import BlockHash, block_hashes
 from mol_testkit.simulator.kvevents import external_hash

@@ -29,8 +29,8 @@ import aiohttp
 
 from _fleet import FleetShape, RunResult, pick_and_book, route_request
 from _workload import Arrival
-from mol_router.policy import make_policy
-from mol_router.tracker import EngineTracker
+from mol_router.replicas.policy import make_policy
+from mol_router.replicas.tracker import EngineTracker
 from mol_testkit.net import free_port
 from mol_testkit.simulator.segments import prompt_text, segment_text
 

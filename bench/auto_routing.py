@@ -1,7 +1,7 @@
 """Automatic routing accuracy and cost, on prompts the router was not trained on.
 
 `python bench/auto_routing.py [--train FILE.jsonl] [--prompts FILE.jsonl] [--write]`:
-the trained head (`mol router train`'s recipe, mol_router.head_train) is fitted on
+the trained head (`mol router train`'s recipe, mol_router.auto.heads.train) is fitted on
 `--train` (default: the project's own bench/auto_routing_prompts.jsonl, four experts,
 ~16% not in English in 13 languages, ~16% borderline) and judged on `--prompts`, a labelled file
 (`{"text" or "prompt", "expert"}` a line, `lang` and `borderline` optional) that the
@@ -12,7 +12,7 @@ embedding model). Without `--prompts` it splits the training file in two halves
 so every prompt is judged by a head that never saw it; and it reports the head's
 nested k-fold cross-validation on the whole training file.
 
-Modes, with the router's own code (mol_router.semantic) against a real embedding
+Modes, with the router's own code (mol_router.auto.semantic) against a real embedding
 engine, vLLM's pooling runner with the flags `mol up` and the operator use (started from
 $MOL_ENGINE_VENV, or `--embeddings-url`) on the deployment's `router.semantic.model`
 (the default, all-MiniLM-L6-v2's first 3 layers; `--layers N` for another cut). A second
@@ -81,11 +81,9 @@ from mol_platform.contract.router_config import (
     router_config_from_spec,
 )
 from mol_platform.contract.spec import MoLDeployment
-from mol_router.classifier import instructions
-from mol_router.head import Head
-from mol_router.head_cli import train as train_head
-from mol_router.head_source import HeadSource
-from mol_router.head_train import (
+from mol_router.auto.heads.model import Head
+from mol_router.auto.heads.source import HeadSource
+from mol_router.auto.heads.train import (
     NEAR_DUPLICATE,
     Labelled,
     cross_validate,
@@ -94,8 +92,10 @@ from mol_router.head_train import (
     overlaps,
     split_halves,
 )
-from mol_router.selection import Routing
-from mol_router.semantic import SemanticSignal, embed_many
+from mol_router.auto.semantic import SemanticSignal, embed_many
+from mol_router.auto.training import train as train_head
+from mol_router.routing.rules import Routing
+from mol_router.serving.classify import instructions
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = Path(__file__).resolve().parent / "auto_routing_prompts.jsonl"
@@ -205,7 +205,7 @@ async def wait_up(url: str, within: float = 1200.0) -> None:
 
 async def classify(session: aiohttp.ClientSession, url: str, model: str, system: str,
                    choices: list[str], text: str) -> str | None:
-    """The classifier's pick, asked as mol_router.classifier asks it (None: no answer)."""
+    """The classifier's pick, asked as mol_router.serving.classify asks it (None: no answer)."""
     body = {"model": model, "messages": [{"role": "system", "content": system},
                                          {"role": "user", "content": text}],
             "structured_outputs": {"choice": choices}, "max_tokens": 16, "temperature": 0,

@@ -4,7 +4,7 @@ One command (`python bench/http_clients.py`): a small aiohttp server in its own 
 answers every call with the same 200 (a JSON body of ~200 bytes, keep-alive), and this
 process makes ``--calls`` calls one after another with each client: httpx sync
 (`httpx.Client`), httpx async (`httpx.AsyncClient`), aiohttp (`aiohttp.ClientSession`)
-and the router's own engine pool (`mol_router.pool.EnginePool`, on httptools), GET and
+and the router's own engine pool (`mol_router.replicas.pool.EnginePool`, on httptools), GET and
 a 1 KiB JSON POST each. CPU is this process's user + system time (the server's is not
 counted) divided by the calls, after a warm-up; the best of ``--rounds`` rounds is
 reported, which keeps a shared machine's noise out. The figures back the choice of
@@ -31,7 +31,7 @@ import httpx
 
 from _machine import machine_info
 from _report import write_section
-from mol_router.pool import EnginePool
+from mol_router.replicas.pool import EnginePool
 from mol_testkit.net import free_port
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _machine import machine_info
 from _report import write_section
-from mol_router.policy.prefix import PrefixIndex, prefix_keys
+from mol_router.replicas.policy.prefix import PrefixIndex, prefix_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 

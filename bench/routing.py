@@ -59,7 +59,7 @@ from _routing_rows import (
     row,
 )
 from _workload import Arrival, load_trace, synthetic
-from mol_router.policy import make_policy
+from mol_router.replicas.policy import make_policy
 
 ROOT = Path(__file__).resolve().parents[1]
 

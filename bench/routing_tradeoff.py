@@ -42,7 +42,7 @@ from _prefix_bound import HitRate
 from _report import write_section
 from _routing_goals import BASELINE, LLMD, OURS, PRECISE, Floors, longest_wait, prefix_bounds
 from _routing_rows import goodput, ms
-from mol_router.policy.mol import MolAffinity
+from mol_router.replicas.policy.mol import MolAffinity
 from routing import ROOT, parse_args, setup
 
 SECTION = "routing-tradeoff"

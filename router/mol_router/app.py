@@ -15,12 +15,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.openmetrics import exposition as openmetrics
 
 from mol_router.errors import RouterError
-from mol_router.proxy import GenerationProxy
-from mol_router.resolver import Resolved
+from mol_router.httpd.wire import Request, Response, error_response
+from mol_router.routing.resolver import Resolved
+from mol_router.routing.rules import AUTO
 from mol_router.runtime import Runtime
-from mol_router.selection import AUTO
+from mol_router.serving.proxy import GenerationProxy
 from mol_router.tenants import OPEN, Tenant
-from mol_router.wire import Request, Response, error_response
 
 log = logging.getLogger("mol.router")
 Handler = Callable[[Request], Awaitable[Response | None]]
@@ -34,7 +34,7 @@ _openmetrics: Callable[[CollectorRegistry], bytes] = openmetrics.generate_latest
 
 
 class RouterHandler:
-    """Every request enters here (from :mod:`mol_router.listener`): a dict lookup on
+    """Every request enters here (from :mod:`mol_router.httpd.listener`): a dict lookup on
     (method, path). Refusals of the HTTP layer and unexpected failures become
     OpenAI-style errors; an unexpected failure is logged and answered 503, never a
     bare 500. A handler returns its response, or None when it streamed one."""

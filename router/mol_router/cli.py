@@ -58,7 +58,7 @@ def explain(
     import json
 
     from mol_platform.contract.router_config import load_router_config
-    from mol_router.explain import explain as run
+    from mol_router.auto.explain import explain as run
 
     try:
         cfg = load_router_config(config)
@@ -125,11 +125,11 @@ def train(
     import json
 
     from mol_platform.contract.router_config import load_router_config
-    from mol_router.head import Ngrams
-    from mol_router.head_cli import embed_rows, report_text, write_head
-    from mol_router.head_cli import train as run
-    from mol_router.head_train import DEFAULT_NGRAMS, load_labelled
-    from mol_router.semantic import EmbeddingError
+    from mol_router.auto.heads.model import Ngrams
+    from mol_router.auto.heads.train import DEFAULT_NGRAMS, load_labelled
+    from mol_router.auto.semantic import EmbeddingError
+    from mol_router.auto.training import embed_rows, report_text, write_head
+    from mol_router.auto.training import train as run
 
     def fail(msg: str) -> typer.Exit:
         typer.echo(f"mol router train: {msg}", err=True)

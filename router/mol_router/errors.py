@@ -1,7 +1,7 @@
 """OpenAI-style error responses: ``{"error": {"message", "type", "code"}}``.
 
-Every refusal the router makes goes through ``mol_router.wire.error_response`` so clients of the
-OpenAI API get the body shape they already parse, with a message a person can act on.
+Every refusal the router makes goes through ``mol_router.httpd.wire.error_response`` so
+clients of the OpenAI API get the body shape they already parse, with a message a person can act on.
 """
 
 from __future__ import annotations

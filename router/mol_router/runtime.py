@@ -23,20 +23,20 @@ from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.clients.tracing import Tracing, make_tracing
 from mol_platform.contract.refs import AdapterRef
 from mol_platform.contract.router_config import ApiKeysFile, RouterConfig, load_router_config
-from mol_router.decisions import DecisionRecorder
-from mol_router.discovery import EndpointSource, make_endpoint_source
-from mol_router.head_source import HeadSource
-from mol_router.metrics import RouterMetrics
-from mol_router.policy import Policy, make_policy
-from mol_router.pool import EnginePool
-from mol_router.resolver import AdapterResolver, Resolved, Unresolved
-from mol_router.selection import Routing
-from mol_router.semantic import SemanticSignal
-from mol_router.semantic import check as check_semantic
+from mol_router.auto.heads.source import HeadSource
+from mol_router.auto.semantic import SemanticSignal
+from mol_router.auto.semantic import check as check_semantic
+from mol_router.replicas.discovery import EndpointSource, make_endpoint_source
+from mol_router.replicas.policy import Policy, make_policy
+from mol_router.replicas.pool import EnginePool
+from mol_router.replicas.tracker import EngineTracker
+from mol_router.reporting.decisions import DecisionRecorder
+from mol_router.reporting.usage import UsageReporter
+from mol_router.routing.resolver import AdapterResolver, Resolved, Unresolved
+from mol_router.routing.rules import Routing
 from mol_router.settings import RouterSettings
+from mol_router.telemetry.metrics import RouterMetrics
 from mol_router.tenants import KeyTable
-from mol_router.tracker import EngineTracker
-from mol_router.usage import UsageReporter
 
 log = logging.getLogger("mol.router")
 

@@ -10,10 +10,10 @@ import signal
 
 from mol_platform.contract.router_config import RouterConfig, load_router_config
 from mol_router.app import RouterHandler
-from mol_router.listener import Listener
-from mol_router.logs import configure as configure_logging
+from mol_router.httpd.listener import Listener
 from mol_router.runtime import Runtime
 from mol_router.settings import RouterSettings
+from mol_router.telemetry.logs import configure as configure_logging
 
 log = logging.getLogger("mol.router")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from mol_platform.clients.catalog import CatalogClient
-from mol_router.head import Head, loads
+from mol_router.auto.heads.model import Head, loads
 from tests.catalog.test_cli import ADMIN, mol, server
 
 __all__ = ["server"]  # the module fixture shared with test_cli

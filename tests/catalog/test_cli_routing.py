@@ -15,8 +15,8 @@ from typer.testing import CliRunner, Result
 
 from mol_platform.clients.catalog import CatalogClient, CatalogError
 from mol_platform.clients.catalog_async import AsyncCatalogClient
+from mol_router.auto.heads.train import load_labelled
 from mol_router.cli import app
-from mol_router.head_train import load_labelled
 from tests.catalog.conftest import LiveCatalog
 
 

@@ -22,8 +22,8 @@ from mol_platform.clients.catalog import CatalogClient, CatalogError
 from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.contract import catalog_models as m
 from mol_platform.contract.router_heads import KIND, MAX_DOCUMENT_BYTES, HeadRef
-from mol_router.head import Head, Ngrams
-from mol_router.head import parse as parse_head
+from mol_router.auto.heads.model import Head, Ngrams
+from mol_router.auto.heads.model import parse as parse_head
 
 ADMIN = "mol_" + "h" * 43
 HEADS = "/v1/namespaces/{ns}/router-heads"

@@ -16,7 +16,7 @@ import httpx
 import numpy as np
 import pytest
 
-from mol_router.head_train import load_labelled
+from mol_router.auto.heads.train import load_labelled
 
 ADMIN = "mol_" + "r" * 43
 LABELS = "/v1/namespaces/{ns}/routing/labels"
@@ -272,7 +272,7 @@ async def test_retention_pruned_by_gc_labelled_kept(make_client: Any) -> None:
 
 
 def _head(seed: int) -> bytes:
-    from mol_router.head import Head
+    from mol_router.auto.heads.model import Head
 
     rng = np.random.default_rng(seed)
     return Head(("code", "math"), rng.normal(size=(2, 4)), rng.normal(size=2), 1.0, 0.5,

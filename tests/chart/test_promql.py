@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from mol_operator.crd import crd_manifest
-from mol_router.head import Head
+from mol_router.auto.heads.model import Head
 from mol_testkit.kube import KubeServer
 from mol_testkit.kube_client import ResourceSpec
 from mol_testkit.lora import SyntheticLlama

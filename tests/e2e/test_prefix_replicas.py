@@ -24,9 +24,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from mol_platform.apps.demo import DemoResult
 from mol_platform.contract.router_config import RouterConfig
+from mol_router.replicas.tracker import EngineTracker
 from mol_router.server import RouterServer
 from mol_router.settings import RouterSettings
-from mol_router.tracker import EngineTracker
 from mol_testkit.engine import Engine
 from mol_testkit.net import free_port
 from mol_testkit.simulator.segments import prompt_text

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from mol_platform.contract.router_config import RouterConfig
-from mol_router.selection import in_canary
+from mol_router.routing.rules import in_canary
 from mol_router.server import RouterServer
 from mol_router.settings import RouterSettings
 from mol_testkit.engine import Engine

@@ -9,7 +9,7 @@ import aiohttp
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from mol_router.policy.kvindex import KvBlockIndex
+from mol_router.replicas.policy.kvindex import KvBlockIndex
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 from mol_testkit.simulator.kvcache import PrefixCache, block_hashes, extra_keys
 from mol_testkit.simulator.kvevents import (

@@ -90,7 +90,7 @@ async def test_no_trace_id_when_not_traced_and_off_by_setting(
 _PROGRAM = textwrap.dedent("""
     import http.server, logging, sys, threading
     import httpx
-    from mol_router.logs import configure
+    from mol_router.telemetry.logs import configure
     from mol_router.settings import RouterSettings
 
     settings = RouterSettings()

@@ -14,7 +14,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _auto_routing_report import HEAD, HEAD_EVERY, NEAREST, summary  # noqa: E402
 from auto_routing import Timer  # noqa: E402
 from embedding_layers import parse_args, table  # noqa: E402
-from mol_router.head_train import Labelled, Report  # noqa: E402
+from mol_router.auto.heads.train import Labelled, Report  # noqa: E402
 
 ROWS = [Labelled("hi", "chat"), Labelled("fix it", "coding", borderline=True),
         Labelled("bonjour", "chat", lang="fr"), Labelled("book it", "agent", lang="de")]

@@ -21,8 +21,8 @@ from _fleet import FleetShape, pick_and_book, route_prefix, route_request  # noq
 from _http_leg import run_ours  # noqa: E402
 from _prefix_bound import ideal  # noqa: E402
 from _workload import Arrival  # noqa: E402
-from mol_router.policy import make_policy  # noqa: E402
-from mol_router.tracker import EngineTracker  # noqa: E402
+from mol_router.replicas.policy import make_policy  # noqa: E402
+from mol_router.replicas.tracker import EngineTracker  # noqa: E402
 
 SHAPE = FleetShape(replicas=2, max_loras=2, max_num_seqs=4, ttft_s=0.01, itl_s=0.01,
                    lora_load_s=0.0, scrape_interval=1.0, lora_disk_load_s=0.0,

@@ -1,4 +1,4 @@
-"""Trained heads from the catalog (:mod:`mol_router.head_source`) and a candidate head
+"""Trained heads from the catalog (:mod:`mol_router.auto.heads.source`) and a candidate head
 on trial (``semantic.canary``), against a fake catalog client and the scripted
 embeddings server of ``test_head_routing``: the source checks the digest and the fit
 before a head serves, keeps the serving head when an update does not fit, retries a
@@ -20,10 +20,10 @@ import numpy as np
 import pytest
 
 from mol_platform.contract.router_config import RouterConfig, RouterSemantic
-from mol_router import head as head_mod
-from mol_router.head_source import HeadSource, from_bytes
-from mol_router.semantic import SemanticSignal
-from mol_router.signals import Verdict
+from mol_router.auto.heads import model as head_mod
+from mol_router.auto.heads.source import HeadSource, from_bytes
+from mol_router.auto.scores import Verdict
+from mol_router.auto.semantic import SemanticSignal
 from mol_testkit.simulator import AsyncSimulatorCluster
 from tests.router.test_decisions import fake_catalog
 from tests.router.test_head_routing import EXPERTS, SIM, fake_embeddings, write_head
@@ -395,8 +395,8 @@ async def test_against_the_real_catalog_heads_follow_alias_moves_and_labels_scor
 
 
 def test_the_training_data_digest_names_the_pairs_in_order() -> None:
-    from mol_router.head_cli import data_digest
-    from mol_router.head_train import Labelled
+    from mol_router.auto.heads.train import Labelled
+    from mol_router.auto.training import data_digest
     rows = [Labelled("fix the code", "coding"), Labelled("hello", "chat")]
     digest = data_digest(rows)
     assert digest.startswith("sha256:")

@@ -39,8 +39,8 @@ from mol_platform.contract.routing_feedback import (
     DecisionsRecorded,
 )
 from mol_platform.contract.spec import MoLDeployment
-from mol_router.decisions import DecisionRecorder, home_namespace
-from mol_router.head_train import load_labelled
+from mol_router.auto.heads.train import load_labelled
+from mol_router.reporting.decisions import DecisionRecorder, home_namespace
 from mol_router.tenants import OPEN, Tenant
 from mol_testkit.simulator import AsyncSimulatorCluster
 from tests.router.test_head_routing import EXPERTS, SIM, fake_embeddings, write_head

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _fleet import FleetShape, run_policy  # noqa: E402
 from _floor import Fleet, belady_misses, load_floor, online_floor  # noqa: E402
 from _workload import Arrival, zipf_weights  # noqa: E402
-from mol_router.policy import POLICY_NAMES  # noqa: E402
+from mol_router.replicas.policy import POLICY_NAMES  # noqa: E402
 
 SHAPE = FleetShape(replicas=4, max_loras=2, max_num_seqs=4, ttft_s=0.05, itl_s=0.01,
                    lora_load_s=0.2, scrape_interval=1.0)  # fmt: skip

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from mol_router import head as head_mod
-from mol_router.head import Head, HeadError, check_for
-from mol_router.head_train import (
+from mol_router.auto.heads import model as head_mod
+from mol_router.auto.heads.model import Head, HeadError, check_for
+from mol_router.auto.heads.train import (
     Labelled,
     cross_validate,
     data_digest,

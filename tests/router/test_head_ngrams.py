@@ -12,8 +12,8 @@ import zlib
 import numpy as np
 import pytest
 
-from mol_router.head import Head, HeadError, Ngrams, loads
-from mol_router.head_train import (
+from mol_router.auto.heads.model import Head, HeadError, Ngrams, loads
+from mol_router.auto.heads.train import (
     DEFAULT_NGRAMS,
     L2_GRID,
     _descend_primal,

@@ -21,8 +21,8 @@ import pytest
 from aiohttp import web
 
 from mol_platform.contract.router_config import RouterConfig
-from mol_router import head as head_mod
-from mol_router.head_train import DEFAULT_NGRAMS, Labelled, fit_head
+from mol_router.auto.heads import model as head_mod
+from mol_router.auto.heads.train import DEFAULT_NGRAMS, Labelled, fit_head
 from mol_router.runtime import Runtime
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 

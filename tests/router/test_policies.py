@@ -8,13 +8,19 @@ from collections.abc import Mapping
 
 import pytest
 
-from mol_router.policy import DEFAULT_POLICY, POLICY_NAMES, EngineStats, RouteRequest, make_policy
-from mol_router.policy.gie import lora_affinity_score
-from mol_router.policy.hashing import home, ranking
-from mol_router.policy.interface import Demand, FleetStats
-from mol_router.policy.llmd import LlmdLoraLoadState
-from mol_router.policy.mol import eviction_cost, has_free_slot, session_home
-from mol_router.policy.prefix import PrefixIndex
+from mol_router.replicas.policy import (
+    DEFAULT_POLICY,
+    POLICY_NAMES,
+    EngineStats,
+    RouteRequest,
+    make_policy,
+)
+from mol_router.replicas.policy.gie import lora_affinity_score
+from mol_router.replicas.policy.hashing import home, ranking
+from mol_router.replicas.policy.interface import Demand, FleetStats
+from mol_router.replicas.policy.llmd import LlmdLoraLoadState
+from mol_router.replicas.policy.mol import eviction_cost, has_free_slot, session_home
+from mol_router.replicas.policy.prefix import PrefixIndex
 from tests.router.test_prefix import conversation_keys
 
 A = "acme/bot@v1"

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from mol_router.policy import make_policy
-from mol_router.policy.interface import Demand, EngineStats, FleetStats, RouteRequest
-from mol_router.policy.kvindex import KvBlockIndex
-from mol_router.policy.llmd import precise_prefix_scores
-from mol_router.policy.mol import traffic_share
-from mol_router.policy.prefix import PrefixIndex, prefix_keys
+from mol_router.replicas.policy import make_policy
+from mol_router.replicas.policy.interface import Demand, EngineStats, FleetStats, RouteRequest
+from mol_router.replicas.policy.kvindex import KvBlockIndex
+from mol_router.replicas.policy.llmd import precise_prefix_scores
+from mol_router.replicas.policy.mol import traffic_share
+from mol_router.replicas.policy.prefix import PrefixIndex, prefix_keys
 from mol_testkit.simulator.kvevents import AllBlocksCleared, BlockRemoved, BlockStored
 
 A = "acme/bot@v1"

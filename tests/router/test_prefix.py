@@ -12,11 +12,11 @@ import aiohttp
 import pytest
 import xxhash
 
-from mol_router.engine_metrics import EngineMetrics
-from mol_router.policy import make_policy
-from mol_router.policy.interface import Demand, EngineStats, FleetStats, RouteRequest
-from mol_router.policy.prefix import PrefixIndex, prefix_ends, prefix_keys
-from mol_router.tracker import EngineTracker
+from mol_router.replicas.engine_metrics import EngineMetrics
+from mol_router.replicas.policy import make_policy
+from mol_router.replicas.policy.interface import Demand, EngineStats, FleetStats, RouteRequest
+from mol_router.replicas.policy.prefix import PrefixIndex, prefix_ends, prefix_keys
+from mol_router.replicas.tracker import EngineTracker
 
 SYSTEM = b"You are a careful coding assistant. " * 40  # ~1.4 KB, shared by every turn
 A, B = "ns/coder@v3", "ns/coder@v4"
@@ -83,7 +83,7 @@ def test_a_key_stands_for_its_whole_prefix() -> None:
 
 def test_keys_are_the_same_in_every_process() -> None:
     """Router replicas must agree: no per-process hash seed is involved."""
-    code = ("import json, sys; from mol_router.policy.prefix import prefix_keys; "
+    code = ("import json, sys; from mol_router.replicas.policy.prefix import prefix_keys; "
             "print(json.dumps(prefix_keys(sys.stdin.buffer.read(), 'ns/coder@v3')))")
     out = subprocess.run([sys.executable, "-c", code], input=SYSTEM, capture_output=True,
                          check=True, env={"PYTHONHASHSEED": "123", **_env()})
@@ -219,7 +219,7 @@ async def test_tracker_records_sends_and_forgets_restarted_engines() -> None:
 
 
 def test_prefix_queries_counter_is_read_from_the_exposition() -> None:
-    from mol_router.engine_metrics import parse_engine_metrics
+    from mol_router.replicas.engine_metrics import parse_engine_metrics
 
     text = ('# TYPE vllm:prefix_cache_queries counter\n'
             'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 1200.0\n'

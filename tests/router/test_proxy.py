@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from mol_router.policy.prefix import prefix_keys
+from mol_router.replicas.policy.prefix import prefix_keys
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig, parse_sse, reply_text
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, max_loras=4, output_tokens=6)

@@ -8,8 +8,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 
-from mol_router.metrics import RouterMetrics
-from mol_router.ranking import OTHER, TopAdapters
+from mol_router.telemetry.metrics import RouterMetrics
+from mol_router.telemetry.ranking import OTHER, TopAdapters
 
 
 def test_one_off_adapters_never_get_a_label() -> None:

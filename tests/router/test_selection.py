@@ -10,7 +10,7 @@ import aiohttp
 import pytest
 
 from mol_platform.contract.router_config import RouterConfig
-from mol_router.selection import Routing, in_canary
+from mol_router.routing.rules import Routing, in_canary
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, output_tokens=3)

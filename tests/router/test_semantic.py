@@ -17,8 +17,8 @@ import pytest
 from aiohttp import web
 
 from mol_platform.contract.router_config import RouterConfig
-from mol_router import signals
-from mol_router.semantic import EmbeddingError, embeddings_url, post_embeddings
+from mol_router.auto import scores
+from mol_router.auto.semantic import EmbeddingError, embeddings_url, post_embeddings
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, output_tokens=3)
@@ -121,7 +121,7 @@ async def test_embeddings_are_asked_as_base64_and_read_either_way() -> None:
     assert bad.value.reason == "invalid"
     for a, b in zip(as_floats, as_base64, strict=True):
         assert np.allclose(a, b, atol=1e-6)
-    assert np.allclose(as_floats[0], signals.unit([1.01, 1.01, 0.01]))
+    assert np.allclose(as_floats[0], scores.unit([1.01, 1.01, 0.01]))
 
 
 async def test_semantic_decides_then_the_classifier_then_the_default(
@@ -280,8 +280,8 @@ async def test_cache_and_bounded_input(router_config: Any, start_router: Any,
 
 
 async def test_explain_scores_a_turn_without_an_llm_engine(router_config: Any) -> None:
+    from mol_router.auto.explain import explain
     from mol_router.cli import report_text
-    from mol_router.explain import explain
 
     async with fake_embeddings() as fake:
         cfg = _config(["http://127.0.0.1:9"], router_config, fake.url,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from mol_router.sse import StreamHop
+from mol_router.serving.sse import StreamHop
 
 
 def _event(obj: Any) -> bytes:

@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import orjson
 
-from mol_router.policy.prefix import prefix_keys
+from mol_router.replicas.policy.prefix import prefix_keys
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig
 
 SIM = SimConfig(model="tiny", dynamic_loras=True, output_tokens=4)

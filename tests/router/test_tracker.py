@@ -11,8 +11,8 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from mol_router.engine_metrics import parse_engine_metrics
-from mol_router.tracker import EngineTracker
+from mol_router.replicas.engine_metrics import parse_engine_metrics
+from mol_router.replicas.tracker import EngineTracker
 
 A, B, C = "ns/a@v1", "ns/b@v2", "ns/c@v1"
 
@@ -296,7 +296,7 @@ async def test_bookkeeping_and_endpoint_changes(engines: list[FakeEngine]) -> No
 def test_stats_between_begin_and_end_follow_scrapes_and_health() -> None:
     """Stats are reused while only the in-flight count moves; a scrape, a new adapter
     or a health change in between shows in the next snapshot."""
-    from mol_router.engine_metrics import EngineMetrics
+    from mol_router.replicas.engine_metrics import EngineMetrics
 
     session: aiohttp.ClientSession = None  # type: ignore[assignment]
     t = EngineTracker(session, scrape_interval=60, eject_after_failures=1)
@@ -344,8 +344,8 @@ def test_slot_estimate_and_demand_follow_sends_and_scrapes() -> None:
     """The tracker's guess of each engine's GPU slots is an LRU of what it sent there
     and what the engine showed running, never dropping a running adapter; every
     request counts toward its adapter's demand share."""
-    from mol_router.engine_metrics import EngineMetrics
-    from mol_router.policy.interface import FleetStats
+    from mol_router.replicas.engine_metrics import EngineMetrics
+    from mol_router.replicas.policy.interface import FleetStats
 
     session: aiohttp.ClientSession = None  # type: ignore[assignment]
     t = EngineTracker(session, scrape_interval=60, demand_half_life=1_000_000)
@@ -383,7 +383,7 @@ def test_slot_estimate_and_demand_follow_sends_and_scrapes() -> None:
 def test_begin_says_when_a_request_waits_for_a_load() -> None:
     """Cold: the engine neither runs the adapter nor holds it in the slots estimated
     from what this router sent there (``mol_router_adapter_cold_requests_total``)."""
-    from mol_router.engine_metrics import EngineMetrics
+    from mol_router.replicas.engine_metrics import EngineMetrics
 
     session: aiohttp.ClientSession = None  # type: ignore[assignment]
     t = EngineTracker(session, scrape_interval=60)

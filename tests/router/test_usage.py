@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from mol_catalog.cli.main import app as catalog_cli
 from mol_platform.clients.catalog_async import AsyncCatalogClient
-from mol_router.usage import UsageReporter
+from mol_router.reporting.usage import UsageReporter
 from mol_testkit.lora import SyntheticLlama
 from mol_testkit.net import free_port, stop_process, wait_port
 from mol_testkit.simulator import AsyncSimulatorCluster, SimConfig

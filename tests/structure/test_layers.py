@@ -42,7 +42,7 @@ def test_the_unchanged_copy_passes(tree: Path) -> None:
     out = _lint(tree)
     assert out.returncode == 0, out.stdout + out.stderr
     for name in ("platform layers: apps > clients > contract",
-                 "router policies and selection are pure: no I/O module",
+                 "router pure modules: no I/O module",
                  "operator builders and planner are pure: no API client, no executor"):
         assert f"{name} KEPT" in out.stdout
 
@@ -50,14 +50,14 @@ def test_the_unchanged_copy_passes(tree: Path) -> None:
 CASES = [
     ("operator/mol_operator/planner.py", "import mol_platform.clients.kube",
      "operator builders and planner are pure"),
-    ("router/mol_router/policy/base.py", "import mol_router.pool",
-     "router policies and selection are pure"),
+    ("router/mol_router/replicas/policy/base.py", "import mol_router.replicas.pool",
+     "router pure modules: no I/O module"),
     ("platform/mol_platform/contract/spec.py", "import mol_platform.clients.catalog",
      "platform layers: apps > clients > contract"),
     ("operator/mol_operator/builders/common.py", "import httpx",
      "operator builders and planner are pure"),
-    ("router/mol_router/selection.py", "import mol_router.proxy",
-     "router policies and selection are pure"),
+    ("router/mol_router/routing/rules.py", "import mol_router.serving.proxy",
+     "router pure modules: no I/O module"),
     ("catalog/mol_catalog/admin/endpoints.py", "import mol_catalog.blobs.repository",
      "catalog endpoints reach the database only through services"),
 ]

@@ -12,7 +12,7 @@ the only embedding model the package registries carry for offline use):
   words but not a meaning score closer than on the full model.
 
 A served name says which one a vector came from, so a head trained on one is refused by a
-router embedding with the other (``mol_router.head.check_for``).
+router embedding with the other (``mol_router.auto.heads.model.check_for``).
 """
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ from mol_platform.contract.spec_router import SEMANTIC_MODES, RoutingMode, canon
 API_KEYS_SECRET_KEY = "keys.yaml"
 DEFAULT_API_KEYS_FILE = f"/etc/mol/api-keys/{API_KEYS_SECRET_KEY}"
 DEFAULT_BODY_LIMIT = 4 * 1024 * 1024  # 4 MiB: long chat histories fit, floods do not
-DEFAULT_POLICY = "mol-affinity"  # mol_router.policy.DEFAULT_POLICY
+DEFAULT_POLICY = "mol-affinity"  # mol_router.replicas.policy.DEFAULT_POLICY
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 

@@ -1,6 +1,6 @@
 """Router heads as catalog artifacts: the document kind, its rules, and head references.
 
-A trained router head (``mol router train`` writes it; ``mol_router.head`` reads it) is
+A trained router head (``mol router train`` writes it; ``mol_router.auto.heads.model`` reads it) is
 published to the catalog like an adapter: immutable integer versions per
 ``namespace/name``, aliases that move, a digest over its canonical bytes and the lineage
 its ``training`` section records. Routers resolve ``ns/name@alias`` at start and again

@@ -1,0 +1,3 @@
+"""What the router reports to the catalog in batches: usage and recorded routing decisions,
+through one outbox.
+"""

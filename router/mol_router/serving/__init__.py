@@ -1,0 +1,3 @@
+"""The request path: the proxy (read, choose, forward, stream back), the attempt loop to
+the engines, and what one request carries.
+"""

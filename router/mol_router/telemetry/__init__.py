@@ -1,0 +1,1 @@
+"""Metrics, spans and logs."""
