@@ -411,6 +411,114 @@ async def engine_rolled(work: Path, catalog: str, expect: dict[str, str],
                           "sending to it"])
 
 
+def ejections(router: str) -> float:
+    """mol_router_ejections_total summed over reasons (0 when the router is gone)."""
+    try:
+        text = httpx.get(router + "/metrics", timeout=2.0).text
+    except httpx.HTTPError:
+        return 0.0
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("mol_router_ejections_total{"))
+
+
+async def _walk_away(url: str, ref: str, n: int, at_once: int, *, drop: bool,
+                     timeout_s: float) -> int:
+    """``n`` streams for ``ref``, ``at_once`` at a time, each abandoned mid-stream: after
+    its first event (``drop``), or by a client timeout of ``timeout_s``; the number of
+    them that did leave before their end."""
+    left = 0
+
+    async def one(http: httpx.AsyncClient, i: int) -> None:
+        nonlocal left
+        body = {"model": ref, "stream": True, "messages": [
+            {"role": "user", "content": f"walk away {i}"}]}
+        try:
+            async with asyncio.timeout(timeout_s), \
+                    http.stream("POST", url + "/v1/chat/completions", json=body) as resp:
+                async for chunk in resp.aiter_bytes():
+                    if drop and chunk:
+                        left += 1
+                        return  # the response closes: the client hung up
+        except TimeoutError:
+            left += 1
+
+    async with httpx.AsyncClient(timeout=None) as http:
+        for start in range(0, n, at_once):
+            await asyncio.gather(*(one(http, i) for i in range(start, min(n, start + at_once))))
+    return left
+
+
+async def _clients_walk_away(work: Path, catalog: str, expect: dict[str, str], shape: Shape,
+                             *, drop: bool) -> Row:
+    name = "client-drops" if drop else "client-timeouts"
+    with fleet(work / name, catalog, shape) as f:
+        marks: dict[str, Any] = {}
+        # a client timeout of a third of an answer's time: every one leaves mid-stream
+        answer_s = shape.ttft_s + shape.output_tokens * shape.itl_s
+        timeout_s = 60.0 if drop else answer_s / 3
+
+        async def fault(_t: Traffic) -> int:
+            await asyncio.sleep(shape.seconds / 4)
+            marks["at"] = time.monotonic()
+            return await _walk_away(f.url, next(iter(expect)), 200 if drop else 60,
+                                    20 if drop else 6, drop=drop, timeout_s=timeout_s)
+
+        traffic, left = await drive(f, expect, fault)
+        out = ejections(f.routers[0].url)
+        what = (f"{left} streams dropped after their first event, 20 at a time" if drop
+                else f"{left} streams given up by clients with a {timeout_s:.2f} s timeout "
+                f"on {answer_s:.2f} s answers, 6 at a time")
+        return Row("streams dropped mid-stream by clients" if drop
+                   else "clients time out mid-stream", "unplanned", traffic.outcomes,
+                   f.retried(), fault_at=marks["at"],
+                   notes=[f"{what}, beside the steady traffic (whose figures these are) on "
+                          f"a healthy pool; {out:g} ejections"],
+                   extra={"ejections": int(out), "walked_away": left})
+
+
+async def clients_drop_streams(work: Path, catalog: str, expect: dict[str, str],
+                               shape: Shape) -> Row:
+    """200 streams dropped by their clients after the first event, 20 at a time, while
+    other clients go on: no engine may be ejected, nobody else may fail."""
+    return await _clients_walk_away(work, catalog, expect, shape, drop=True)
+
+
+async def clients_time_out(work: Path, catalog: str, expect: dict[str, str],
+                           shape: Shape) -> Row:
+    """60 clients that give up mid-stream (a timeout a third of the answer's time), 6 at
+    a time, while other clients go on: as for drops."""
+    return await _clients_walk_away(work, catalog, expect, shape, drop=False)
+
+
+async def adapter_500_on_one_replica(work: Path, catalog: str, expect: dict[str, str],
+                                     shape: Shape) -> Row:
+    """Engine 0 answers 500 to every request for one adapter while it serves the others:
+    the pair is avoided, the replica stays in."""
+    with fleet(work / "adapter-500", catalog, shape) as f:
+        name = expect[next(iter(expect))]
+        marks: dict[str, Any] = {}
+
+        async def fault(_t: Traffic) -> None:
+            await asyncio.sleep(shape.seconds / 3)
+            marks["at"] = time.monotonic()
+            async with httpx.AsyncClient() as c:
+                r = await c.post(f.engines[0].url + "/sim/script", json={
+                    "model": name, "failure": {"status": 500,
+                                               "message": "internal error"}})
+                r.raise_for_status()
+
+        traffic, _ = await drive(f, expect, fault)
+        out = ejections(f.routers[0].url)
+        async with httpx.AsyncClient() as c:
+            status = (await c.get(f.routers[0].url + "/status")).json()
+        return Row("an adapter answers 500 on one replica", "unplanned", traffic.outcomes,
+                   f.retried(), fault_at=marks["at"],
+                   notes=[f"{name} answered 500 by engine-0 from a third of the way in; "
+                          f"{len(status['avoided'])} pair avoided in /status at the end, "
+                          f"{out:g} ejections"],
+                   extra={"ejections": int(out)})
+
+
 SCENARIOS: dict[str, Callable[..., Awaitable[Row]]] = {
     "engine-kill": engine_killed_mid_stream,
     "engine-kill-idle": engine_killed_between_requests,
@@ -419,6 +527,9 @@ SCENARIOS: dict[str, Callable[..., Awaitable[Row]]] = {
     "router-restart": router_restarted,
     "router-kill": router_killed,
     "engine-roll": engine_rolled,
+    "client-drops": clients_drop_streams,
+    "client-timeouts": clients_time_out,
+    "adapter-500": adapter_500_on_one_replica,
 }
 """Scenarios on the simulated fleet taking the catalog's URL; ``catalog-down`` takes its
 process and is run on its own."""

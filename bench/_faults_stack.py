@@ -118,7 +118,7 @@ def router_proc(work: Path, name: str, config: Path, *, port: int | None = None,
     port = port or free_port()
     argv = mol_argv("router", "serve", "--config", str(config), "--host", "127.0.0.1",
                     "--port", str(port))
-    env = {"MOL_ROUTER_RELOAD_INTERVAL": str(RELOAD_S), "MOL_ROUTER_USAGE_REPORT": "false",
+    env = {"MOL_ROUTER_RELOAD_INTERVAL": str(RELOAD_S),
            "MOL_ROUTER_DRAIN_DELAY": str(drain_delay)}
     return Proc(name, argv, port, work / f"{name}.log", "/healthz", env)
 

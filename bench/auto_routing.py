@@ -81,17 +81,11 @@ from mol_platform.contract.router_config import (
     router_config_from_spec,
 )
 from mol_platform.contract.spec import MoLDeployment
+from mol_router.auto.heads.holdout import NEAR_DUPLICATE, overlaps, split_halves
+from mol_router.auto.heads.labelled import Labelled, load_labelled
 from mol_router.auto.heads.model import Head
 from mol_router.auto.heads.source import HeadSource
-from mol_router.auto.heads.train import (
-    NEAR_DUPLICATE,
-    Labelled,
-    cross_validate,
-    fit_head,
-    load_labelled,
-    overlaps,
-    split_halves,
-)
+from mol_router.auto.heads.train import cross_validate, fit_head
 from mol_router.auto.semantic import SemanticSignal, embed_many
 from mol_router.auto.training import train as train_head
 from mol_router.routing.rules import Routing
@@ -252,7 +246,7 @@ def head_source(head: Head) -> HeadSource:
     with tempfile.TemporaryDirectory(prefix="mol-bench-head-") as tmp:
         path = Path(tmp) / "head.json"
         path.write_bytes(head.dumps())
-        return HeadSource.of_file(str(path))
+        return HeadSource(None, {}, (), head.model, files={"stable": str(path)})
 
 
 async def judge_heads(session: aiohttp.ClientSession, args: argparse.Namespace,

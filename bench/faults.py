@@ -7,9 +7,11 @@ Drives steady traffic (16 clients; streamed and whole chat requests in turn over
 adapters resolved through the catalog; loopback only, bounded in time) through the
 real processes of the local stack: the catalog (`mol catalog serve`, SQLite and a blob
 folder), router replicas (`mol router serve` at its production defaults: scrape every
-1 s, 3 attempts, eject after 3 failures, back in 10 s doubling) and two or more engine
+1 s, 3 attempts, eject after 3 failures, back in 10 s doubling, usage reports to the
+catalog on) and two or more engine
 replicas (the vLLM simulator, a process each, 16 tokens at 20 ms). One fault per
-scenario, each a row (bench/_faults_scenarios.py). The engine faults (killed, stalled,
+scenario, each a row (bench/_faults_scenarios.py; the catalog's slow, moved-then-down,
+flooded and usage-outage rows in bench/_faults_catalog.py). The engine faults (killed, stalled,
 an adapter failing on one replica) also through the named peer, vLLM's own router
 (`vllm-router`, bench/_faults_peer.py), on the same engines and traffic. Then the same
 kill on two real vLLM CPU engines, and Postgres restarted under the catalog's publish
@@ -38,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import aiohttp
 import yaml
 
+from _faults_catalog import CATALOG_SCENARIOS
 from _faults_load import Outcome, Traffic
 from _faults_peer import PEER, PEER_SCENARIOS
 from _faults_peer import POLICY as PEER_POLICY
@@ -65,7 +68,8 @@ COLUMNS = ("scenario", "kind", "requests", "answered", "clean_errors", "cut", "r
 PEER_VERSION = pin().split("==", 1)[1]
 ALL = ["engine-kill", "engine-kill-idle", "engine-stall", "adapter-fails", "catalog-down",
        "router-restart", "router-kill", "engine-roll", "operator-restart", "real-engine-kill",
-       "postgres-restart"]
+       "postgres-restart", "client-drops", "client-timeouts", "adapter-500",
+       *CATALOG_SCENARIOS]
 
 
 async def simulated(work: Path, only: list[str], shape: Shape, peer: bool = True) -> list[Row]:
@@ -79,6 +83,8 @@ async def simulated(work: Path, only: list[str], shape: Shape, peer: bool = True
         for name in only:
             if name == "catalog-down":
                 row = await catalog_down(work, catalog, expect, shape)
+            elif name in CATALOG_SCENARIOS:
+                row = await CATALOG_SCENARIOS[name](work, catalog, expect, shape)
             elif name in SCENARIOS:
                 row = await SCENARIOS[name](work, catalog.url, expect, shape)
             else:

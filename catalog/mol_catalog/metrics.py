@@ -39,7 +39,8 @@ class CatalogMetrics:
                                          ["reason"], registry=self.registry)
         self.webhook_deliveries = Counter(
             "mol_catalog_webhook_deliveries_total", "Webhook delivery attempts by result "
-            "(delivered, retry: failed and rescheduled, failed: out of attempts)", ["result"],
+            "(delivered, retry: failed and rescheduled, failed: out of attempts, refused: the "
+            "host resolves to an address webhooks may not reach)", ["result"],
             registry=self.registry)
         self.usage_batches = Counter("mol_catalog_usage_batches_total", "Usage batches "
                                      "received, by result (counted, duplicate)", ["result"],

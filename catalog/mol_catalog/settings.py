@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from mol_catalog.logs import LogFormat, LogLevel
+from mol_catalog.webhooks.targets import Allowlist
 
 GIB = 1024**3
 
@@ -73,6 +75,10 @@ class CatalogSettings(BaseSettings):
     webhook_backoff_seconds: float = Field(default=5.0, gt=0)
     webhook_backoff_max_seconds: float = Field(default=3600.0, gt=0)
     webhook_poll_seconds: float = Field(default=1.0, gt=0)
+    # Targets that are not public addresses which webhooks may reach all the same
+    # (webhooks.targets): networks (10.0.0.0/8, 127.0.0.1) and host names (hooks.internal,
+    # *.svc.cluster.local), comma-separated or a JSON list. Empty: public addresses only.
+    webhook_allow: Annotated[list[str], NoDecode] = Field(default_factory=list)
     # Tracing (docs/observability.md): off unless an OTLP/HTTP collector is set. Spans
     # for resolve and publish; a caller's traceparent is their parent only when trusted
     # (the router's and the operator's calls, in a cluster where clients cannot reach
@@ -95,6 +101,20 @@ class CatalogSettings(BaseSettings):
                 return "off"
         return value
 
+    @field_validator("webhook_allow", mode="before")
+    @classmethod
+    def _allow_entries(cls, value: object) -> object:
+        if isinstance(value, str):
+            text = value.strip()
+            return json.loads(text) if text.startswith("[") else text.split(",")
+        return value
+
+    @field_validator("webhook_allow")
+    @classmethod
+    def _allow_parses(cls, value: list[str]) -> list[str]:
+        Allowlist.parse(value)  # a bad entry stops the catalog at start, named
+        return [v.strip() for v in value if v.strip()]
+
     @field_validator("log_level", "log_format", mode="before")
     @classmethod
     def _lowercase(cls, value: object) -> object:
@@ -103,3 +123,7 @@ class CatalogSettings(BaseSettings):
     @property
     def auth_enabled(self) -> bool:
         return self.auth == "on"
+
+    @property
+    def webhook_allowlist(self) -> Allowlist:
+        return Allowlist.parse(self.webhook_allow)

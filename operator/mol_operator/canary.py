@@ -3,9 +3,10 @@
 The decision is a pure function (:func:`canary_step`) of the spec, the state kept in
 the MoLDeployment's status, one measurement and the time, so a restarted operator
 carries on from status where it stopped, and every rule is tested as a table. The
-measurement (:func:`measure_canary`) reads the router's own metrics from Prometheus:
-the canary version's 5xx share of requests and its mean latency against the stable
-version's, over one step interval.
+measurement (:func:`mol_operator.canary_measure.measure_canary`, the module's I/O half)
+reads the router's own metrics from Prometheus with :func:`canary_queries`: the canary
+version's 5xx share of requests and its mean latency against the stable version's, over
+one step interval.
 
 Rules, in order: a new canary version (the spec's ref now resolves elsewhere) starts
 over at the first step; a finished rollout (``Promoted``/``RolledBack``) stays as it
@@ -20,22 +21,16 @@ checked again on every look until they hold or the spec changes.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Final
-
-import aiohttp
 
 from mol_operator.gates import FAILED, MISSING, GateResult
 from mol_platform.contract.spec import CanarySpec
 
 PHASES: Final = ("Progressing", "Paused", "Promoted", "RolledBack")
 TERMINAL: Final = frozenset({"Promoted", "RolledBack"})
-QUERY_TIMEOUT_S: Final = 10.0
 
 
 @dataclass(frozen=True)
@@ -61,10 +56,6 @@ class CanaryMeasurement:
     error_rate: float | None
     latency_ratio: float | None
     requests: float
-
-
-class CanaryAnalysisError(RuntimeError):
-    """Prometheus could not be queried; the rollout holds until it can."""
 
 
 # -- time -----------------------------------------------------------------------------
@@ -243,14 +234,14 @@ def transition_result(before: CanaryStatus | None, after: CanaryStatus) -> str |
     return None
 
 
-# -- measurement --------------------------------------------------------------------------
+# -- measurement (the queries; mol_operator.canary_measure runs them) --------------------
 
 
-def _label(value: str) -> str:
+def label(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def _version_of(labels: Mapping[str, str]) -> int | None:
+def version_of(labels: Mapping[str, str]) -> int | None:
     text = labels.get("version", "").removeprefix("v")
     return int(text) if text.isdigit() else None
 
@@ -261,7 +252,7 @@ def canary_queries(
     """PromQL for (canary requests by code, mean latency by version) over ``window``.
 
     The router labels versions either ``3`` or ``v3``; both match."""
-    sel = f"deployment={_label(deployment)},expert={_label(expert)}"
+    sel = f"deployment={label(deployment)},expert={label(expert)}"
     canary = f'{sel},version=~"v?{canary_version}"'
     both = f'{sel},version=~"v?({canary_version}|{stable_version})"'
     requests = f"sum by (code) (increase(mol_router_requests_total{{{canary}}}[{window}]))"
@@ -271,65 +262,3 @@ def canary_queries(
         f"[{window}]))"
     )
     return requests, latency
-
-
-async def _query(client: aiohttp.ClientSession, base: str, promql: str
-                 ) -> list[dict[str, Any]]:
-    try:
-        async with client.get(f"{base.rstrip('/')}/api/v1/query",
-                              params={"query": promql}) as rsp:
-            body = json.loads(await rsp.read())
-    except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-        raise CanaryAnalysisError(f"Prometheus at {base} unreachable: "
-                                  f"{exc!r}") from exc
-    if body.get("status") != "success":
-        raise CanaryAnalysisError(
-            f"Prometheus refused {promql!r}: {body.get('errorType')}: {body.get('error')}"
-        )
-    result: list[dict[str, Any]] = body["data"]["result"]
-    return result
-
-
-def _value(sample: Mapping[str, Any]) -> float | None:
-    value = float(sample["value"][1])
-    return None if math.isnan(value) or math.isinf(value) else value
-
-
-async def measure_canary(
-    prometheus_url: str,
-    *,
-    deployment: str,
-    expert: str,
-    stable_version: int,
-    canary_version: int,
-    window: str,
-) -> CanaryMeasurement:
-    """Measure the canary over the last ``window`` (a PromQL duration such as ``5m``).
-
-    Raises :class:`CanaryAnalysisError` when Prometheus cannot answer."""
-    requests_q, latency_q = canary_queries(
-        deployment=deployment, expert=expert, stable_version=stable_version,
-        canary_version=canary_version, window=window,
-    )  # fmt: skip
-    async with aiohttp.ClientSession(
-            timeout=aiohttp.ClientTimeout(total=QUERY_TIMEOUT_S)) as client:
-        by_code, latency = await asyncio.gather(
-            _query(client, prometheus_url, requests_q),
-            _query(client, prometheus_url, latency_q)
-        )
-    total = errors = 0.0
-    for sample in by_code:
-        count = _value(sample) or 0.0
-        total += count
-        if str(sample["metric"].get("code", "")).startswith("5"):
-            errors += count
-    means = {_version_of(s["metric"]): _value(s) for s in latency}
-    canary_mean, stable_mean = means.get(canary_version), means.get(stable_version)
-    ratio = None
-    if canary_mean is not None and stable_mean is not None and stable_mean > 0:
-        ratio = canary_mean / stable_mean
-    return CanaryMeasurement(
-        error_rate=errors / total if total > 0 else None,
-        latency_ratio=ratio,
-        requests=total,
-    )

@@ -25,12 +25,14 @@ from mol_operator.reconcile import Invalid, Runtime, failure_status, reconcile
 from mol_operator.settings import OperatorSettings
 from mol_operator.status import status_patch
 from mol_operator.tokens import revoke_owner_tokens, sweep_forever
-from mol_operator.warmup import Warmer, pod_is_ready
+from mol_operator.warmup import Warmer
+from mol_operator.warmup_plan import ENGINE_POD_LABELS, pod_is_ready
 from mol_operator.warmup_status import record_warmup
+from mol_platform.contract.spec import GROUP, PLURAL, VERSION
 
-MOLD = ("mol.dev", "v1alpha1", "moldeployments")
+MOLD = (GROUP, VERSION, PLURAL)
 FINALIZER = "mol.dev/finalizer"
-ENGINE_PODS = {"app.kubernetes.io/component": "engine", "app.kubernetes.io/managed-by": MANAGER}
+ENGINE_PODS = ENGINE_POD_LABELS
 _IMPORT_SETTINGS = OperatorSettings()
 _RESYNC = _IMPORT_SETTINGS.resync_seconds
 _CANARY_TICK = _IMPORT_SETTINGS.canary_tick_seconds
@@ -69,6 +71,7 @@ def make_runtime(settings: OperatorSettings) -> Runtime:
         max_concurrent=settings.max_concurrent_reconciles,
         metrics=OperatorMetrics(),
         warmer=Warmer(timeout=settings.warmup_timeout),
+        adapter_window=settings.adapter_failure_window,
         tracing=make_tracing("mol-operator", settings.tracing_endpoint,
                              settings.tracing_sample_ratio, False),
     )
@@ -159,6 +162,8 @@ async def run_reconcile(body: kopf.Body, patch: kopf.Patch, runtime: Runtime) ->
             m.writes.labels(action.verb).inc()
     _emit(body, outcome.events)
     _write_status(body, patch, outcome.status)
+    if outcome.look_again:  # the status is written with the patch all the same
+        raise kopf.TemporaryError(outcome.look_again, delay=runtime.retry_seconds)
 
 
 @kopf.on.resume(*MOLD)

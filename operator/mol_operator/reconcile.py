@@ -18,6 +18,8 @@ from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
+from mol_operator.adapter_health import DEFAULT_WINDOW, with_health
+from mol_operator.adapter_probe import observe_adapter_health
 from mol_operator.builders import (
     MANAGED,
     BuildError,
@@ -42,14 +44,14 @@ from mol_operator.catalog import (
     revoke_token,
     token_scopes,
 )
-from mol_operator.gates import FAILED, MISSING
 from mol_operator.informer import ChildCache
 from mol_operator.metrics import OperatorMetrics
 from mol_operator.planner import OPTIONAL_APIS, Key, Plan, plan
 from mol_operator.rollout import step_canaries
-from mol_operator.status import condition, merge_conditions
+from mol_operator.status import canary_condition, condition, merge_conditions
 from mol_operator.tokens import revoke_owner_tokens, token_name
 from mol_operator.warmup import Warmer
+from mol_operator.warmup_plan import model_names
 from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.clients.kube import KubeApi, KubeError
 from mol_platform.clients.tracing import Tracing
@@ -58,6 +60,7 @@ from mol_platform.contract.spec import MoLDeployment
 
 Event = tuple[str, str, str]  # (type, reason, message)
 SYNC_TIMEOUT = 30.0  # how long a reconcile waits for the child cache's first lists
+PROBE_TIMEOUT_S = 30.0  # one adapter probe of a running pod, inside the reconcile
 
 
 class Invalid(Exception):
@@ -83,6 +86,7 @@ class Runtime:
     max_concurrent: int = 32
     bases: BaseRevisions = field(default_factory=BaseRevisions)
     tracing: Tracing | None = None  # None: tracing off
+    adapter_window: str = DEFAULT_WINDOW  # how far back the routers' adapter failures count
     _gate: asyncio.Semaphore | None = field(default=None, init=False, repr=False)
     _locks: weakref.WeakValueDictionary[str, asyncio.Lock] = field(
         default_factory=weakref.WeakValueDictionary, init=False, repr=False)
@@ -109,6 +113,10 @@ class Outcome:
     events: list[Event]
     plan: Plan
     seconds: float
+    look_again: str = ""
+    """Why the deployment should be looked at again soon although the reconcile went
+    through (an adapter fails on a running pod: its heal should show without waiting
+    for the resync)."""
 
 
 def parse(body: Mapping[str, Any]) -> MoLDeployment:
@@ -287,9 +295,15 @@ async def _reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
         _skipped(rt, k, OPTIONAL_APIS[k.api_version]) for k in late_missing]
     status = compute_status(obj, generation, old_status, cat, observed, the_plan, missing,
                             token, scopes, rt.defaults, rollout.states)
+    health = await observe_adapter_health(
+        rt.kube, rt.defaults.prometheus_url, deployment=obj.metadata.name, namespace=ns,
+        names=model_names(obj.spec, status), window=rt.adapter_window,
+        probe_timeout=min(rt.warmer.timeout, PROBE_TIMEOUT_S))
+    status = with_health(status, health, old_status, generation)
     events += _condition_events(old_status.get("conditions") or [], status["conditions"])
     return Outcome(status=status, events=events, plan=the_plan,
-                   seconds=time.perf_counter() - started)
+                   seconds=time.perf_counter() - started,
+                   look_again=health.message if health.failing else "")
 
 
 class Skipped(NamedTuple):
@@ -405,28 +419,6 @@ def compute_status(obj: MoLDeployment, generation: Any, old: Mapping[str, Any],
     if summary:
         status["canary"] = summary
     return status
-
-
-def canary_condition(experts: list[dict[str, Any]], rolled_back: list[str], paused: list[str],
-                     any_canary: bool) -> dict[str, Any]:
-    """``CanaryHealthy``: False once a canary rolled back, or while a promotion gate fails
-    (``GateFailed``); Unknown while a gate's eval report is missing (``GateMissing``) or
-    a canary is held for want of a measurement (Prometheus unset or unreachable, or no
-    canary traffic yet), since nothing has shown it healthy; True otherwise. The message
-    names each expert, the gate and why."""
-    def why(names: list[str]) -> str:
-        return "; ".join(f"{e['name']}: {e['canary'].get('message', '')}".strip(": ")
-                         for e in experts if e["name"] in names)
-    if rolled_back:
-        return condition("CanaryHealthy", False, "RolledBack", why(rolled_back))
-    for reason, status in ((FAILED, False), (MISSING, None)):
-        held = [e["name"] for e in experts
-                if e["name"] in paused and (e.get("canary") or {}).get("gate") == reason]
-        if held:
-            return condition("CanaryHealthy", status, reason, why(held))
-    if paused:
-        return condition("CanaryHealthy", None, "NoMeasurement", why(paused))
-    return condition("CanaryHealthy", True, "Healthy" if any_canary else "NoCanary")
 
 
 def _condition_events(old: list[Mapping[str, Any]], new: list[Mapping[str, Any]]) -> list[Event]:

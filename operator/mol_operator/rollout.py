@@ -18,15 +18,14 @@ from typing import Any
 
 from mol_operator.canary import (
     TERMINAL,
-    CanaryAnalysisError,
     CanaryMeasurement,
     canary_step,
-    measure_canary,
     next_promotes,
     status_from_dict,
     status_to_dict,
     transition_result,
 )
+from mol_operator.canary_measure import CanaryAnalysisError, measure_canary
 from mol_operator.catalog import CatalogFacts, Retry
 from mol_operator.gates import MISSING, GateResult, check_gates, first_problem
 from mol_operator.metrics import OperatorMetrics

@@ -92,6 +92,10 @@ class OperatorSettings(BaseSettings):
                                  description="Delay before retrying a temporary failure.")
     warmup_timeout: float = Field(default=120.0, gt=0,
                                   description="Timeout of one adapter warm-up request.")
+    adapter_failure_window: str = Field(
+        default="10m", pattern=r"^[1-9][0-9]*(s|m|h)$",
+        description="How far back the routers' adapter failures (from Prometheus) make the "
+        "operator ask the engine pods which of them fail (a PromQL duration).")
     canary_tick_seconds: float = Field(
         default=10.0, gt=0, description="How often running canaries are analysed and stepped.")
     catalog_timeout: float = Field(default=10.0, gt=0)

@@ -15,7 +15,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-CONDITION_TYPES = ("Ready", "AdaptersResolved", "Compatible", "Progressing", "CanaryHealthy")
+from mol_operator.gates import FAILED, MISSING
+
+CONDITION_TYPES = ("Ready", "AdaptersResolved", "Compatible", "Progressing", "CanaryHealthy",
+                   "OptionalApisAvailable", "AdaptersHealthy")
 
 
 class _Model(BaseModel):
@@ -27,8 +30,8 @@ class Condition(_Model):
     """One condition, Kubernetes style."""
 
     type: str
-    """Ready, AdaptersResolved, Compatible, Progressing, CanaryHealthy or
-    OptionalApisAvailable."""
+    """Ready, AdaptersResolved, Compatible, Progressing, CanaryHealthy,
+    OptionalApisAvailable or AdaptersHealthy."""
     status: Literal["True", "False", "Unknown"]
     """True, False or Unknown."""
     reason: str
@@ -80,6 +83,10 @@ class ExpertStatus(_Model):
     """False while the adapter failed to warm on some engine."""
     warmup_errors: list[str] = Field(default_factory=list)
     """``<pod>: <adapter>: <error>`` for each failed warm-up."""
+    failing_on: list[str] = Field(default_factory=list)
+    """The running engine pods where the expert's adapter fails to load now, as the
+    routers saw (their adapter failures in Prometheus) and a probe of each pod confirmed;
+    absent once it loads there again (the AdaptersHealthy condition says how it fails)."""
     canary: CanaryState | None = None
     """The canary's rollout, when the expert has one."""
 
@@ -101,7 +108,8 @@ class MoLDeploymentStatus(_Model):
     observed_generation: int | None = None
     """The spec generation last reconciled."""
     conditions: list[Condition] = Field(default_factory=list)
-    """Ready, AdaptersResolved, Compatible, Progressing, CanaryHealthy, ..."""
+    """Ready, AdaptersResolved, Compatible, Progressing, CanaryHealthy,
+    OptionalApisAvailable, AdaptersHealthy."""
     replicas: int | None = None
     """Engine replicas wanted."""
     ready_replicas: int | None = None
@@ -156,3 +164,25 @@ def status_patch(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, An
         if key not in new and not key.startswith("kopf"):
             patch[key] = None
     return patch
+
+
+def canary_condition(experts: list[dict[str, Any]], rolled_back: list[str], paused: list[str],
+                     any_canary: bool) -> dict[str, Any]:
+    """``CanaryHealthy``: False once a canary rolled back, or while a promotion gate fails
+    (``GateFailed``); Unknown while a gate's eval report is missing (``GateMissing``) or
+    a canary is held for want of a measurement (Prometheus unset or unreachable, or no
+    canary traffic yet), since nothing has shown it healthy; True otherwise. The message
+    names each expert, the gate and why."""
+    def why(names: list[str]) -> str:
+        return "; ".join(f"{e['name']}: {e['canary'].get('message', '')}".strip(": ")
+                         for e in experts if e["name"] in names)
+    if rolled_back:
+        return condition("CanaryHealthy", False, "RolledBack", why(rolled_back))
+    for reason, status in ((FAILED, False), (MISSING, None)):
+        held = [e["name"] for e in experts
+                if e["name"] in paused and (e.get("canary") or {}).get("gate") == reason]
+        if held:
+            return condition("CanaryHealthy", status, reason, why(held))
+    if paused:
+        return condition("CanaryHealthy", None, "NoMeasurement", why(paused))
+    return condition("CanaryHealthy", True, "Healthy" if any_canary else "NoCanary")

@@ -27,11 +27,12 @@ from mol_operator.catalog import Retry, revoke_token
 from mol_platform.clients.catalog import CatalogError
 from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.clients.kube import KubeApi, KubeError
+from mol_platform.contract.spec import API_VERSION, PLURAL
 
 log = logging.getLogger(__name__)
 PREFIX = "mol-operator/"
 MAX_TOKEN_NAME = 128  # the catalog's limit
-MOLD_API, MOLD_PLURAL = "mol.dev/v1alpha1", "moldeployments"
+MOLD_API, MOLD_PLURAL = API_VERSION, PLURAL
 _UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 

@@ -1,4 +1,5 @@
-"""Adapter warm-up: a one-token request per expert adapter on every ready engine pod.
+"""Adapter warm-up, the I/O half: a one-token request per expert adapter on every ready
+engine pod.
 
 The resolver plugin fetches an adapter on its first request, so a restarted or newly
 scaled pod would make some user wait for the download. Once the pod reports Ready
@@ -7,7 +8,7 @@ the operator sends each expert's immutable name (``ns/name@vN``) one
 ``/v1/completions`` request with ``max_tokens=1``. Requests run concurrently, a few
 at a time per pod; a failing adapter is reported and never holds up the others.
 
-:func:`ready_pod_urls` (pure) picks the pods, :func:`model_names` what to warm;
+:mod:`mol_operator.warmup_plan` (pure) picks the pods and what to warm;
 :class:`Warmer` remembers what each pod (by uid) already holds so the Pod handler can
 call it on every event and only new pods, restarted pods (new uid) and new versions
 are warmed.
@@ -16,93 +17,15 @@ are warmed.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 import aiohttp
 
-from mol_platform.contract.refs import AdapterRef
-from mol_platform.contract.spec import MoLDeploymentSpec
+from mol_operator.warmup_plan import WarmupResult, error_text, pod_url
 
-ENGINE_PORT_NAME: Final = "http"
-DEFAULT_ENGINE_PORT: Final = 8000
 PER_POD_CONCURRENCY: Final = 4
 WARMUP_PROMPT: Final = "Hello"
-
-WarmupResult = dict[tuple[str, str], str | None]
-
-
-def immutable_name(ref: str, version: int) -> str:
-    """``acme/coding@stable`` resolved to version 3 -> ``acme/coding@v3``."""
-    return f"{AdapterRef.parse(ref).adapter}@v{version}"
-
-
-def model_names(spec: MoLDeploymentSpec, status: Mapping[str, Any]) -> dict[str, str]:
-    """``{immutable name: expert}`` to warm: each expert's resolved version and, while it
-    takes traffic, its canary's; incompatible or not yet resolved ones are left out."""
-    by_name = {e.get("name"): e for e in status.get("experts") or () if isinstance(e, Mapping)}
-    names: dict[str, str] = {}
-    for expert in spec.experts:
-        seen = by_name.get(expert.name) or {}
-        version = seen.get("version")
-        if isinstance(version, int) and seen.get("compatible") is not False:
-            names.setdefault(immutable_name(expert.adapter, version), expert.name)
-        canary = seen.get("canary") or {}
-        if (
-            expert.canary is not None
-            and isinstance(canary.get("version"), int)
-            and canary.get("phase") != "RolledBack"
-        ):
-            names.setdefault(immutable_name(expert.canary.adapter, canary["version"]), expert.name)
-    return names
-
-
-def pod_is_ready(pod: Mapping[str, Any]) -> bool:
-    """Running, condition Ready=True, an IP, and not being deleted."""
-    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
-    if meta.get("deletionTimestamp") or status.get("phase") != "Running":
-        return False
-    if not status.get("podIP"):
-        return False
-    return any(
-        c.get("type") == "Ready" and c.get("status") == "True"
-        for c in status.get("conditions") or ()
-    )
-
-
-def _engine_port(pod: Mapping[str, Any]) -> int:
-    for container in (pod.get("spec") or {}).get("containers") or ():
-        for port in container.get("ports") or ():
-            if port.get("name") == ENGINE_PORT_NAME and isinstance(port.get("containerPort"), int):
-                return int(port["containerPort"])
-    return DEFAULT_ENGINE_PORT
-
-
-def pod_url(pod: Mapping[str, Any]) -> str | None:
-    """``http://<podIP>:<engine port>`` of a ready pod, else None."""
-    if not pod_is_ready(pod):
-        return None
-    ip = str(pod["status"]["podIP"])
-    host = f"[{ip}]" if ":" in ip else ip
-    return f"http://{host}:{_engine_port(pod)}"
-
-
-def ready_pod_urls(pods: Iterable[Mapping[str, Any]]) -> list[str]:
-    """The engine URLs of the ready pods among ``pods``, sorted, without duplicates."""
-    return sorted({url for pod in pods if (url := pod_url(pod)) is not None})
-
-
-def _error_text(status: int, text: str) -> str:
-    try:
-        body = json.loads(text)
-    except ValueError:
-        return f"HTTP {status}: {text[:200]}"
-    err = body.get("error") if isinstance(body, dict) else None
-    message = err.get("message") if isinstance(err, dict) else None
-    if message is None and isinstance(body, dict):
-        message = body.get("message") or body.get("detail") or err
-    return f"HTTP {status}: {message}"
 
 
 async def _warm_one(
@@ -118,7 +41,7 @@ async def _warm_one(
                 if rsp.status == 200:
                     await rsp.read()
                     return None
-                return _error_text(rsp.status, await rsp.text(errors="replace"))
+                return error_text(rsp.status, await rsp.text(errors="replace"))
         except TimeoutError:
             return f"timed out after {limit:g}s"
         except aiohttp.ClientError as exc:

@@ -14,29 +14,10 @@ import kopf
 from pydantic import ValidationError
 
 from mol_operator.reconcile import Runtime
-from mol_operator.warmup import model_names
-from mol_platform.contract.spec import MoLDeploymentSpec
+from mol_operator.warmup_plan import apply_results, model_names
+from mol_platform.contract.spec import API_VERSION, PLURAL, MoLDeploymentSpec
 
-MOLD_API, MOLD_PLURAL = "mol.dev/v1alpha1", "moldeployments"
-
-
-def apply_results(experts: list[dict[str, Any]], pod: str, names: Mapping[str, str],
-                  errors: Mapping[str, str | None]) -> list[dict[str, Any]]:
-    """New ``status.experts`` with this pod's warm-up outcome (pure)."""
-    failed: dict[str, list[str]] = {}
-    for name, error in errors.items():
-        if error is not None:
-            failed.setdefault(names[name], []).append(f"{pod}: {name}: {error}")
-    out = []
-    for e in experts:
-        kept = [x for x in e.get("warmupErrors") or [] if not x.startswith(f"{pod}: ")]
-        now = kept + failed.get(e["name"], [])
-        item = {k: v for k, v in e.items() if k not in ("warmupErrors", "serving")}
-        if now:
-            item["warmupErrors"] = now
-        item["serving"] = not now
-        out.append(item)
-    return out
+MOLD_API, MOLD_PLURAL = API_VERSION, PLURAL
 
 
 async def record_warmup(runtime: Runtime, pod: Mapping[str, Any]) -> None:

@@ -80,11 +80,20 @@ def explain(
 
 
 def report_text(report: dict[str, object]) -> str:
+    """The scores as a table: a trained head's probabilities (it has no examples, so
+    no nearest or centroid column), else the examples' similarities."""
     rows = report["scores"]
     assert isinstance(rows, list)
-    lines = [f"{'expert':<16} {'score':>7} {'nearest':>8} {'centroid':>9} {'keywords':>9}"]
-    lines += [f"{r['expert']:<16} {r['score']:>7.3f} {r['nearest']:>8.3f} "
-              f"{r['centroid']:>9.3f} {r['keywords']:>9}" for r in rows]
+    head = report.get("head")
+    if head is not None:
+        lines = [f"head: {head}", f"{'expert':<16} {'probability':>11} {'keywords':>9}"]
+        lines += [f"{r['expert']:<16} {r['probability']:>11.3f} {r['keywords']:>9}"
+                  for r in rows]
+    else:
+        lines = [f"{'expert':<16} {'score':>7} {'nearest':>8} {'centroid':>9} "
+                 f"{'keywords':>9}"]
+        lines += [f"{r['expert']:<16} {r['score']:>7.3f} {r['nearest']:>8.3f} "
+                  f"{r['centroid']:>9.3f} {r['keywords']:>9}" for r in rows]
     lines.append(f"decision: {report['expert']} ({report['route']})")
     return "\n".join(lines)
 
@@ -107,7 +116,10 @@ def train(
         help="The expert that takes turns below the threshold (over --config's).")] = None,
     threshold: Annotated[float, typer.Option(
         min=0.0, max=1.0, help="The lowest calibrated probability that decides.")] = 0.4,
-    folds: Annotated[int, typer.Option(min=2, max=20, help="Cross-validation folds.")] = 5,
+    folds: Annotated[int, typer.Option(min=2, max=20, help=(
+        "Cross-validation folds. Nested cross-validation needs 7 labelled prompts per "
+        "expert for 5 folds (6 for 4, 5 for 3, 4 for 2); a smaller file is trained with "
+        "the most folds it can fill, and the report says so."))] = 5,
     ngrams: Annotated[int, typer.Option(
         min=0, max=6, help="Character n-grams beside the embedding: 3 (the default) is "
         "3- and 4-grams, each in 1,024 buckets; another n, that length alone; 0, the "
@@ -125,8 +137,9 @@ def train(
     import json
 
     from mol_platform.contract.router_config import load_router_config
+    from mol_router.auto.heads.labelled import load_labelled
     from mol_router.auto.heads.model import Ngrams
-    from mol_router.auto.heads.train import DEFAULT_NGRAMS, load_labelled
+    from mol_router.auto.heads.train import DEFAULT_NGRAMS
     from mol_router.auto.semantic import EmbeddingError
     from mol_router.auto.training import embed_rows, report_text, write_head
     from mol_router.auto.training import train as run

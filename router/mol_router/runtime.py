@@ -70,7 +70,8 @@ class StaticResolver:
     def __init__(self) -> None:
         self._cache: dict[str, Resolved] = {}
 
-    async def resolve(self, ref: str, traceparent: str | None = None) -> Resolved:
+    async def resolve(self, ref: str, traceparent: str | None = None, *,
+                      tenant: str = "") -> Resolved:
         hit = self._cache.get(ref)
         if hit is not None:
             return hit
@@ -154,6 +155,7 @@ class Runtime:
         self.tracker = EngineTracker(self.session, scrape_interval=cfg.scrape_interval_seconds,
                                      eject_after_failures=cfg.eject_after_failures,
                                      readmit_after=cfg.readmit_after_seconds,
+                                     max_ejection_percent=cfg.max_ejection_percent,
                                      on_adapter_load=self._adapter_loaded,
                                      on_eject=lambda _e, why: self.metrics.ejected(why))
         try:
@@ -225,8 +227,11 @@ class Runtime:
         if first or catalog_key != self._catalog_key:
             old_resolver, old_client = self.resolver, self._catalog
             if cfg.catalog_url is not None:
-                self._catalog = AsyncCatalogClient(cfg.catalog_url, token or None, timeout=10.0)
-                self.resolver = AdapterResolver(self._catalog, cfg.profile)
+                limits = self.settings.resolver
+                self._catalog = AsyncCatalogClient(
+                    cfg.catalog_url, token or None, timeout=10.0,
+                    max_connections=limits.catalog_connections)
+                self.resolver = AdapterResolver(self._catalog, cfg.profile, limits=limits)
             else:
                 self._catalog, self.resolver = None, StaticResolver()
             await self.resolver.start()
@@ -276,15 +281,12 @@ class Runtime:
         if not first and key == self._heads_key:
             return False
         old = self.heads
-        if sem is None or (sem.head_file is None and sem.head is None):
-            self.heads = None
-        elif sem.head_file is not None:
-            self.heads = HeadSource.of_file(sem.head_file)
-            if sem.canary is not None and self._catalog is not None:
-                self.heads = self._catalog_heads({"candidate": sem.canary.head}, experts,
-                                                 sem.model, self.heads)
-        else:
-            self.heads = self._catalog_heads(refs, experts, sem.model)
+        self.heads = HeadSource.of(sem, experts, self._catalog, on_change=lambda role, h:
+                                   self.metrics.head_in_use(role, h.label if h else None,
+                                                            h.digest if h else None))
+        if self.heads is not None and self.heads.refs \
+                and isinstance(self.resolver, AdapterResolver):
+            self.resolver.listeners.append(self.heads.on_events)
         self._heads_key = key
         for role in ("stable", "candidate"):
             loaded = self.heads.heads.get(role) if self.heads is not None else None
@@ -298,19 +300,6 @@ class Runtime:
                     and old.on_events in self.resolver.listeners:
                 self.resolver.listeners.remove(old.on_events)
         return True
-
-    def _catalog_heads(self, refs: dict[str, str | None], experts: list[str], model: str,
-                       base: HeadSource | None = None) -> HeadSource:
-        assert self._catalog is not None  # RouterConfig refuses semantic.head without it
-        source = HeadSource(self._catalog, refs, experts, model, on_change=lambda role, h:
-                            self.metrics.head_in_use(role, h.label if h else None,
-                                                     h.digest if h else None))
-        if base is not None:  # a head file serving, a catalog candidate beside it
-            source.heads.update(base.heads)
-            source.errors.update(base.errors)
-        if isinstance(self.resolver, AdapterResolver):
-            self.resolver.listeners.append(source.on_events)
-        return source
 
     # --- hot reload --------------------------------------------------------------------
 

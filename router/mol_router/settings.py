@@ -9,14 +9,63 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mol_platform.clients.kube import SA_DIR, in_cluster
+from mol_platform.contract.router_config import DRAIN_DELAY_SECONDS, DRAIN_TIMEOUT_SECONDS
+
+
+class ResolverLimits(BaseModel):
+    """How much catalog work the adapter resolver may do, and in what order
+    (``MOL_ROUTER_RESOLVER__*``, docs/router.md).
+
+    A request's first resolution must never wait behind background work. So the
+    catalog's connections are split into lanes: ``request_slots`` for references a
+    request is waiting on, ``refresh_slots`` for background refreshes, ``listing_slots``
+    for ``/v1/models``, and the rest for the event feed, trained heads and usage reports.
+    Unknown names (404s) are kept apart from known ones: briefly, capped, per tenant,
+    and never refreshed.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # Catalog connections in all; each lane below gets its own share of them.
+    catalog_connections: int = Field(default=24, ge=4, le=1024)
+    request_slots: int = Field(default=12, ge=1, le=1000)
+    refresh_slots: int = Field(default=4, ge=1, le=1000)
+    listing_slots: int = Field(default=2, ge=1, le=100)
+    # Longest wait for a request slot; past it the request gets 503 with Retry-After.
+    slot_wait: float = Field(default=2.0, gt=0, le=60)
+    # Known references kept (oldest out first).
+    max_known: int = Field(default=100_000, ge=1, le=10_000_000)
+    # Unknown names (404s): kept this long, at most this many, at most this many per
+    # tenant (past it the tenant's new unknown names are answered 429, and not kept).
+    missing_ttl: float = Field(default=30.0, gt=0, le=3600)
+    missing_max: int = Field(default=10_000, ge=1, le=1_000_000)
+    missing_per_tenant: int = Field(default=1_000, ge=1, le=1_000_000)
+    # Background refreshes go in batches of this many references, at most this many
+    # references a second; a full refresh of every known reference every this often.
+    refresh_batch: int = Field(default=50, ge=1, le=10_000)
+    refresh_rate: float = Field(default=100.0, gt=0, le=100_000)
+    full_refresh: float = Field(default=300.0, gt=0, le=86_400)
+    # Long-poll of the catalog's event feed, seconds (the catalog holds at most 30).
+    poll_wait: float = Field(default=10.0, gt=0, le=30)
+
+    @model_validator(mode="after")
+    def _lanes_fit(self) -> ResolverLimits:
+        lanes = self.request_slots + self.refresh_slots + self.listing_slots
+        if lanes + 2 > self.catalog_connections:
+            raise ValueError(
+                f"catalog_connections ({self.catalog_connections}) must exceed request, "
+                f"refresh and listing slots ({lanes}) by at least 2: the event feed and "
+                "the reports need their own")
+        return self
 
 
 class RouterSettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="MOL_ROUTER_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="MOL_ROUTER_", extra="ignore",
+                                      env_nested_delimiter="__")
 
     config: Path = Path("router.yaml")
     host: str = "0.0.0.0"
@@ -44,8 +93,8 @@ class RouterSettings(BaseSettings):
     # balancers notice), then the listener closes and requests in flight get up to
     # drain_timeout seconds to finish. The pod's terminationGracePeriodSeconds must be
     # longer than its preStop wait plus both.
-    drain_delay: float = Field(default=1.0, ge=0, le=300)
-    drain_timeout: float = Field(default=20.0, ge=0, le=3600)
+    drain_delay: float = Field(default=DRAIN_DELAY_SECONDS, ge=0, le=300)
+    drain_timeout: float = Field(default=DRAIN_TIMEOUT_SECONDS, ge=0, le=3600)
     # Adapters labelled by name in per-adapter metrics (the rest: "other"), ranked by a
     # count that halves every top_adapters_half_life seconds.
     top_adapters: int = Field(default=100, ge=0, le=10_000)
@@ -70,6 +119,10 @@ class RouterSettings(BaseSettings):
     decisions_interval: float = Field(default=10.0, gt=0, le=3600)
     decisions_max_batches: int = Field(default=20, ge=1, le=1000)
     decisions_backoff_max: float = Field(default=60.0, gt=0, le=3600)
+
+    # How much catalog work resolving adapter references may do, and in what order
+    # (docs/router.md): e.g. MOL_ROUTER_RESOLVER__MISSING_PER_TENANT=200.
+    resolver: ResolverLimits = Field(default_factory=ResolverLimits)
 
     def kube_url(self) -> str | None:
         """Explicit URL, else the in-cluster one from the service environment."""

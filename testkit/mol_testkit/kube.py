@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import aiohttp.web
 import kmock
 
+from mol_platform.contract import spec as mold
 from mol_testkit.kube_client import AsyncKubeClient, KubeClient, ResourceSpec
 from mol_testkit.kube_emulator import KubeEmulator
 from mol_testkit.net import LOOPBACK, InfraError
@@ -29,7 +30,7 @@ def _r(api_version: str, plural: str, kind: str, **kw: Any) -> ResourceSpec:
     return ResourceSpec(group, version, plural, kind, **kw)
 
 
-MOLDEPLOYMENT = _r("mol.dev/v1alpha1", "moldeployments", "MoLDeployment", shortnames=("mold",))
+MOLDEPLOYMENT = _r(mold.API_VERSION, mold.PLURAL, mold.KIND, shortnames=(mold.SHORT_NAME,))
 
 DEFAULT_RESOURCES: tuple[ResourceSpec, ...] = (
     MOLDEPLOYMENT,

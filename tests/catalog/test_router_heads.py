@@ -21,9 +21,16 @@ from mol_catalog.settings import CatalogSettings
 from mol_platform.clients.catalog import CatalogClient, CatalogError
 from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.contract import catalog_models as m
-from mol_platform.contract.router_heads import KIND, MAX_DOCUMENT_BYTES, HeadRef
-from mol_router.auto.heads.model import Head, Ngrams
+from mol_platform.contract.router_heads import (
+    KIND,
+    MAX_DOCUMENT_BYTES,
+    HeadRef,
+    document_digest,
+)
+from mol_router.auto.heads.model import Head, HeadError, Ngrams
+from mol_router.auto.heads.model import loads as loads_head
 from mol_router.auto.heads.model import parse as parse_head
+from mol_router.auto.heads.source import from_file
 
 ADMIN = "mol_" + "h" * 43
 HEADS = "/v1/namespaces/{ns}/router-heads"
@@ -195,7 +202,7 @@ DELETE = object()
 BASE = head_doc(ngrams=16)
 
 
-@pytest.mark.parametrize(("body", "words"), [
+BAD_DOCUMENTS = [
     (b"{not json", "not JSON"),
     (b"", "not JSON"),
     (b"[1, 2]", "JSON object"),
@@ -249,7 +256,17 @@ BASE = head_doc(ngrams=16)
     (raw(BASE).replace(b'"bias": [', b'"bias": [NaN, ', 1), "NaN"),
     (raw(BASE).replace(b'"bias": [', b'"bias": [-Infinity, ', 1), "-Infinity"),
     (raw(_set(BASE, "training.deep", json.loads("[" * 40 + "]" * 40))), "nested"),
-])
+    (raw(_set(BASE, "embedding.dims", 4.5)), "embedding.dims must be an integer"),
+    (raw(_set(BASE, "keywords.code", ["x"])), "keywords of 'code': at most 256, each 2 to 80"),
+    (raw(_set(BASE, "keywords.code", ["w" * 81])), "each 2 to 80 characters"),
+    (raw(_set(BASE, "keywords.code", [f"w{i}" for i in range(257)])), "at most 256"),
+    (raw(_set(BASE, "embedding.model", "mini\x00lm")), "NUL"),
+    (raw(_set(BASE, "training.prompts", 2**64)), "64-bit"),
+    (raw(_set(BASE, "bias", [0.5, 2**64])), "bias must be 2 finite"),
+]
+
+
+@pytest.mark.parametrize(("body", "words"), BAD_DOCUMENTS)
 async def test_every_bad_document_is_422(client: httpx.AsyncClient, body: bytes,
                                          words: str) -> None:
     r = await publish(client, body)
@@ -257,6 +274,79 @@ async def test_every_bad_document_is_422(client: httpx.AsyncClient, body: bytes,
     assert r.json()["error"] == "InvalidRouterHead"
     assert words in r.json()["detail"]
     assert (await client.get(f"{HEADS.format(ns='acme')}/chat/versions")).status_code == 404
+
+
+GOOD_DOCUMENTS = [
+    raw(BASE),
+    raw(head_doc()),
+    raw(head_doc(ngrams=16, also=(4, 5))),
+    raw(_set(BASE, "keywords", None)),
+    raw(_set(BASE, "keywords", DELETE)),
+    raw(_set(BASE, "keywords.code", ["ab", "w" * 80, *(f"w{i}" for i in range(254))])),
+    raw(_set(BASE, "keywords.math", [])),
+    raw(_set(BASE, "training", None)),
+    raw(_set(BASE, "training", DELETE)),
+    raw(_set(BASE, "training.prompts", 2**63 - 1)),
+    raw(_set(BASE, "bias", [1, -2])),
+    raw(_set(BASE, "ngrams.scale", 100)),
+    raw(_set(BASE, "threshold", 0)),
+    raw(_set(BASE, "embedding.model", "m" * 253)),
+    raw(_set(BASE, "extra", {"kept": True})),
+    raw(_set(BASE, "training.deep", json.loads("[" * 30 + "]" * 30))),
+]
+
+
+def _mutations(count: int) -> list[bytes]:
+    """Seeded random edits of a good document: one field set to one of the values that
+    break rules somewhere (wrong types, bounds, characters no backend stores)."""
+    rng = np.random.default_rng(46)
+    paths = ["kind", "experts", "embedding", "embedding.model", "embedding.dims", "weights",
+             "bias", "temperature", "threshold", "keywords", "keywords.code", "keywords.math",
+             "training", "training.source", "training.dataDigest", "training.crossValidation",
+             "ngrams", "ngrams.n", "ngrams.dims", "ngrams.scale", "ngrams.also"]
+    values: list[Any] = [None, DELETE, 0, 1, -1, 2, 3, 4, 16, 4.0, 4.5, 1e300, 2**64, 1000.0,
+                         True, "", "x", "mini", "a\x00b", "\ud800", [], [4], [2, 3], ["ab"],
+                         ["x"], ["w" * 81], [["ab"]], {}, {"code": ["ab"]}, {"n": 3},
+                         [0.5, 0.25], [[0.0] * 20] * 2, ["code", "math"]]
+    out = []
+    for _ in range(count):
+        doc = BASE
+        for _ in range(int(rng.integers(1, 3))):
+            path = paths[int(rng.integers(len(paths)))]
+            try:
+                doc = _set(doc, path, values[int(rng.integers(len(values)))])
+            except (KeyError, TypeError):
+                continue  # the parent was replaced by a value without that field
+        out.append(json.dumps(doc).encode())
+    return out
+
+
+async def test_a_head_the_catalog_accepts_is_one_every_router_loads_and_the_reverse(
+        client: httpx.AsyncClient, tmp_path: Path) -> None:
+    """The catalog's publish check and the router's loader are one set of rules: on
+    good documents, on every bad one above and on random edits of a good one, a publish
+    succeeds exactly when a router loads the document (and the stored bytes load to
+    the same head, digest included)."""
+    bodies = GOOD_DOCUMENTS + [body for body, _ in BAD_DOCUMENTS] + _mutations(300)
+    accepted = refused = 0
+    for i, body in enumerate(bodies):
+        try:
+            head: Head | None = loads_head(body)
+        except HeadError:
+            head = None
+        r = await publish(client, body, name=f"h{i}")
+        assert r.status_code in (201, 422), r.text
+        assert (r.status_code == 201) == (head is not None), (body[:300], r.text)
+        if head is not None:
+            accepted += 1
+            assert r.json()["digest"] == document_digest(json.loads(body))
+            (tmp_path / "head.json").write_bytes(body)  # as semantic.headFile
+            assert from_file(str(tmp_path / "head.json")).digest == r.json()["digest"]
+            assert r.json()["experts"] == list(head.experts)
+        else:
+            refused += 1
+    assert accepted >= 20
+    assert refused >= 300
 
 
 async def test_bad_names_and_too_large(client: httpx.AsyncClient) -> None:

@@ -1,6 +1,7 @@
 """Webhooks on SQLite and Postgres, delivered to a real HTTP receiver on loopback: signed
 deliveries verified as docs/catalog.md says, retries after failures, redelivery after
-the catalog restarts, URL and secret rules."""
+the catalog restarts, URL and secret rules, and targets that are not public refused
+(at create, and on the resolved address at delivery) unless the allowlist lets them."""
 
 from __future__ import annotations
 
@@ -22,7 +23,9 @@ from mol_catalog.settings import CatalogSettings
 from tests.catalog.conftest import AppClient, MakeClient, Model
 
 SECRET = "s3cr3t-" + "x" * 20
-FAST = {"webhook_poll_seconds": 0.05, "webhook_backoff_seconds": 0.05}
+# The receiver listens on loopback, which webhooks reach only when the operator allows it.
+FAST = {"webhook_poll_seconds": 0.05, "webhook_backoff_seconds": 0.05,
+        "webhook_allow": ["127.0.0.1"]}
 HOOKS = "/v1/namespaces/acme/webhooks"
 
 
@@ -252,3 +255,84 @@ async def test_a_stopping_sender_releases_what_it_holds(
     first_id, again_id = (h["x-mol-delivery"] for h, _ in receiver.requests[:2])
     assert first_id == again_id
 
+
+
+@pytest.mark.parametrize(("url", "kind"), [
+    ("http://127.0.0.1:8080/hooks", "loopback"),
+    ("http://2130706433/hooks", "loopback"),  # 127.0.0.1 written as one number
+    ("http://0x7f.1/hooks", "loopback"),
+    ("http://0.0.0.0/hooks", "unspecified"),
+    ("https://10.1.2.3/hooks", "private"),
+    ("https://172.16.5.4/hooks", "private"),
+    ("https://192.168.1.10/hooks", "private"),
+    ("http://169.254.10.1/hooks", "link-local"),
+    ("http://169.254.169.254/latest/meta-data/", "cloud metadata"),
+    ("http://100.100.100.200/latest/meta-data/", "cloud metadata"),
+    ("http://metadata.google.internal/computeMetadata/v1/", "cloud metadata"),
+    ("http://METADATA.GOOGLE.INTERNAL/computeMetadata/v1/", "cloud metadata"),
+    ("https://100.64.0.1/hooks", "shared"),
+    ("https://224.0.0.1/hooks", "multicast"),
+])
+async def test_targets_that_are_not_public_are_refused_at_create(
+        client: AppClient, url: str, kind: str) -> None:
+    r = await client.post(HOOKS, json={"url": url, "secret": SECRET, "events": ["alias.moved"]})
+    assert r.status_code == 422, r.text
+    assert kind in r.json()["detail"]
+    assert "MOL_CATALOG_WEBHOOK_ALLOW" in r.json()["detail"]
+    assert (await client.get(HOOKS)).json() == {"items": []}
+
+
+async def test_public_addresses_and_allowed_networks_are_accepted(
+        make_client: MakeClient) -> None:
+    http = await make_client(webhook_allow=["10.0.0.0/8", "*.hooks.internal"])
+    for url in ("https://93.184.215.14/hooks", "https://10.1.2.3/hooks",
+                "http://ci.hooks.internal/x"):
+        r = await http.post(HOOKS, json={"url": url, "secret": SECRET,
+                                         "events": ["alias.moved"]})
+        assert r.status_code == 201, (url, r.text)
+    r = await http.post(HOOKS, json={"url": "https://192.168.1.1/hooks", "secret": SECRET,
+                                     "events": ["alias.moved"]})
+    assert r.status_code == 422, r.text
+
+
+async def _delivery(http: AppClient, hook: int, status: str) -> dict[str, Any]:
+    for _ in range(200):
+        items = (await http.get(f"{HOOKS}/{hook}/deliveries")).json()["items"]
+        if items and items[0]["status"] == status:
+            return dict(items[0])
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no {status} delivery: {items}")
+
+
+async def test_a_name_that_resolves_to_loopback_is_refused_at_delivery(
+        make_client: MakeClient, model: Model, receiver: Receiver) -> None:
+    """The check that matters is on the addresses the name resolves to when the delivery
+    connects: the name passes at create, its address does not, once, without retries."""
+    http = await make_client(**{**FAST, "webhook_allow": []})
+    await _base(http, model)
+    url = receiver.url.replace("127.0.0.1", "localhost")
+    hook = await _hook(http, url, ["version.published"])
+    await _publish(http, model, alias=None)
+    item = await _delivery(http, hook, "failed")
+    assert item["attempts"] == 1
+    assert item["last_status"] is None
+    assert item["last_error"].startswith("refused: localhost resolves to "), item
+    assert "a loopback address" in item["last_error"]
+    assert "MOL_CATALOG_WEBHOOK_ALLOW" in item["last_error"]
+    await asyncio.sleep(0.3)
+    assert receiver.requests == []
+    metrics = (await http.get("/metrics")).text
+    assert 'mol_catalog_webhook_deliveries_total{result="refused"} 1.0' in metrics
+
+
+@pytest.mark.parametrize("allow", [["127.0.0.1"], ["127.0.0.0/8", "::1"], ["localhost"]])
+async def test_the_allowlist_lets_a_loopback_receiver_through(
+        make_client: MakeClient, model: Model, receiver: Receiver, allow: list[str]) -> None:
+    http = await make_client(**{**FAST, "webhook_allow": allow})
+    await _base(http, model)
+    hook = await _hook(http, receiver.url.replace("127.0.0.1", "localhost"),
+                       ["version.published"])
+    await _publish(http, model, alias=None)
+    item = await _delivery(http, hook, "delivered")
+    assert (item["attempts"], item["last_status"]) == (1, 200)
+    assert len(receiver.requests) == 1

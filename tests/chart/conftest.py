@@ -24,6 +24,7 @@ FULL: dict[str, Any] = {
     "adminToken": {"existingSecret": "mol-admin", "key": "token"},
     "catalog": {
         "replicas": 2, "publicUrl": "https://catalog.example.com",
+        "webhooks": {"allow": ["10.20.0.0/16", "*.ci.svc.cluster.local"]},
         "database": {"existingSecret": "mol-postgres", "key": "url", "poolSize": 5},
         "blobs": {"url": "s3://adapters/prod", "s3": {
             "endpointUrl": "http://minio.minio.svc:9000", "region": "eu-west-1",

@@ -316,3 +316,12 @@ def test_tracing_values_reach_the_catalog_and_the_operator(chart: helm.Chart) ->
                            ).tracing_sample_ratio == 0.05
     for component in ("catalog", "operator"):
         assert not any("TRACING" in k for k in _env_of(chart, {}, component))
+
+
+def test_the_webhook_allowlist_reaches_the_catalog(chart: helm.Chart) -> None:
+    catalog = _env_of(chart, FULL, "catalog")
+    allow = catalog["MOL_CATALOG_WEBHOOK_ALLOW"]
+    assert allow == "10.20.0.0/16,*.ci.svc.cluster.local"
+    assert CatalogSettings(webhook_allow=allow).webhook_allowlist.allows_host(
+        "runner.ci.svc.cluster.local")
+    assert "MOL_CATALOG_WEBHOOK_ALLOW" not in _env_of(chart, {}, "catalog")

@@ -28,11 +28,11 @@ from mol_operator.canary import (
     CanaryMeasurement,
     CanaryStatus,
     canary_step,
-    measure_canary,
     status_from_dict,
     status_to_dict,
     transition_result,
 )
+from mol_operator.canary_measure import measure_canary
 from mol_operator.catalog import BaseRevisions, declare_and_resolve
 from mol_operator.metrics import OperatorMetrics
 from mol_operator.rollout import step_canaries

@@ -20,7 +20,7 @@ from mol_operator.canary import (
     status_to_dict,
 )
 from mol_operator.gates import FAILED, MISSING, GateResult, check_gate, check_gates, first_problem
-from mol_operator.reconcile import canary_condition
+from mol_operator.status import canary_condition
 from mol_platform.contract.catalog_models import EvalReport
 from mol_platform.contract.spec import CanarySpec, PromotionGate
 

@@ -9,8 +9,7 @@ import pytest
 from mol_operator.catalog import Retry, engine_label, token_scopes
 from mol_operator.reconcile import Invalid, failure_status, parse
 from mol_operator.status import condition, merge_conditions, status_patch
-from mol_operator.warmup import model_names
-from mol_operator.warmup_status import apply_results
+from mol_operator.warmup_plan import apply_results, model_names
 from mol_platform.contract.spec import MoLDeployment, MoLDeploymentSpec
 
 

@@ -18,12 +18,11 @@ from typing import Any
 import pytest
 
 from mol_operator.handlers import ENGINE_PODS
-from mol_operator.warmup import (
-    Warmer,
+from mol_operator.warmup import Warmer, warm_adapters
+from mol_operator.warmup_plan import (
     immutable_name,
     model_names,
     ready_pod_urls,
-    warm_adapters,
 )
 from mol_platform.contract.spec import MoLDeployment
 from mol_testkit.kube_client import KubeClient

@@ -13,6 +13,7 @@ from mol_platform.contract.refs import (
     check_namespace,
     check_scope,
     check_tag,
+    is_dns_label,
     is_valid_alias,
     is_valid_name,
     parse_version,
@@ -146,3 +147,13 @@ def test_parse_version(text: str, number: int) -> None:
 def test_parse_version_refuses(text: str) -> None:
     with pytest.raises(RefError, match="such as 3 or v3"):
         parse_version(text)
+
+
+@pytest.mark.parametrize(("label", "ok"), [
+    ("a", True), ("code-2", True), ("0abc", True), ("a" * 63, True), ("a" * 64, False),
+    ("", False), ("-a", False), ("a-", False), ("A", False), ("a.b", False),
+    ("a_b", False), ("a\n", False),
+])
+def test_dns_labels(label: str, ok: bool) -> None:
+    """One rule for experts, deployments and head names, everywhere they are checked."""
+    assert is_dns_label(label) is ok

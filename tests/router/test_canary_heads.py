@@ -103,23 +103,23 @@ async def test_a_head_is_fetched_checked_against_its_digest_and_followed() -> No
     try:
         assert src.stable is not None
         assert src.stable.digest == first.digest()  # canonical bytes: the same digest
-        assert src.stable.label == "router@v1"
-        assert seen == [("stable", "router@v1")]
+        assert src.stable.label == "demo/router@v1"
+        assert seen == [("stable", "demo/router@v1")]
         # an event for another head changes nothing; one for this head moves it
         second = fitted(threshold=0.4)
         client.publish(second.dumps(), "stable")
         src.on_events([{"type": "router_head.alias.set", "adapter": "demo/other"},
                        {"type": "adapter.alias.set", "adapter": "demo/router"}])
         await asyncio.sleep(0.2)
-        assert src.stable.label == "router@v1"
+        assert src.stable.label == "demo/router@v1"
         src.on_events([{"type": "router_head.alias.set", "adapter": "demo/router"}])
         for _ in range(100):
-            if src.stable.label == "router@v2":
+            if src.stable.label == "demo/router@v2":
                 break
             await asyncio.sleep(0.02)
-        assert src.stable.label == "router@v2"
+        assert src.stable.label == "demo/router@v2"
         assert src.stable.head.threshold == 0.4
-        assert src.status()["stable"] == {"ref": REF, "head": "router@v2",
+        assert src.status()["stable"] == {"ref": REF, "head": "demo/router@v2",
                                           "digest": second.digest(), "error": None}
     finally:
         await src.stop()
@@ -136,19 +136,19 @@ async def test_a_head_that_does_not_fit_or_lies_about_its_digest_never_serves() 
         # another embedding model: refused, the serving head stays
         client.publish(fitted(model="other").dumps(), "stable")
         await src.refresh()
-        assert src.stable.label == "router@v1"
+        assert src.stable.label == "demo/router@v1"
         assert "embedding model 'other'" in src.errors["stable"]
         # bytes that do not hash to the digest the catalog named
         client.publish(fitted(threshold=0.3).dumps(), "stable")
         client.lie = True
         await src.refresh()
-        assert src.stable.label == "router@v1"
+        assert src.stable.label == "demo/router@v1"
         assert "the catalog named sha256:000" in src.errors["stable"]
         # not a head at all
         client.lie = False
         client.publish(b'{"kind": "something else"}', "stable")
         await src.refresh()
-        assert src.stable.label == "router@v1"
+        assert src.stable.label == "demo/router@v1"
         assert "not a router head" in src.errors["stable"]
     finally:
         await src.stop()
@@ -177,9 +177,9 @@ async def test_a_catalog_down_at_start_leaves_the_head_missing_until_it_answers(
 def test_bytes_are_checked_against_the_named_digest() -> None:
     raw = fitted().dumps()
     digest = "sha256:" + hashlib.sha256(raw).hexdigest()
-    assert from_bytes(raw, REF, "router@v1", digest).digest == digest
+    assert from_bytes(raw, REF, "demo/router@v1", digest).digest == digest
     with pytest.raises(head_mod.HeadError, match="sha256"):
-        from_bytes(raw + b" ", REF, "router@v1", digest)
+        from_bytes(raw + b" ", REF, "demo/router@v1", digest)
 
 
 def test_the_config_refuses_a_canary_without_a_serving_head_and_refs_without_a_catalog(
@@ -250,20 +250,18 @@ async def test_the_router_counts_each_heads_picks_and_their_agreement(
     """The whole router with both heads from a fake catalog client: ``x-mol-route``
     marks the candidate's turns, the metrics count each head's picks and the
     comparisons, ``/status`` names both heads."""
-    from mol_router import runtime as runtime_mod
 
     stable = fitted()
     client = FakeHeads()
     client.publish(stable.dumps(), "stable")
     client.publish(swapped(stable).dumps(), "candidate")
 
-    def fake_catalog_heads(self: Any, refs: dict[str, str | None], experts: list[str],
-                           model: str, base: HeadSource | None = None) -> HeadSource:
-        return HeadSource(client, refs, experts, model,  # type: ignore[arg-type]
-                          on_change=lambda role, h: self.metrics.head_in_use(
-                              role, h.label if h else None, h.digest if h else None))
+    built = HeadSource.of
 
-    monkeypatch.setattr(runtime_mod.Runtime, "_catalog_heads", fake_catalog_heads)
+    def fake_of(sem: Any, experts: list[str], _client: Any, **kw: Any) -> HeadSource | None:
+        return built(sem, experts, client, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(HeadSource, "of", fake_of)
     async with fake_embeddings() as emb, fake_catalog() as cat, \
             AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
         cfg: RouterConfig = router_config(
@@ -294,19 +292,23 @@ async def test_the_router_counts_each_heads_picks_and_their_agreement(
     assert by_candidate
     assert by_stable
     assert set(by_stable) == {"coding"}
+    assert all(route.startswith("head; head=demo/router@v1; score=") for e, route in routes
+               if "head=candidate" not in route)
+    assert all(route.startswith("head; head=demo/router@v2; score=") for e, route in routes
+               if "head=candidate" in route)
     assert "coding" not in by_candidate
     agree = _sample(metrics, 'mol_router_head_agreement_total{deployment="demo",'
                     'result="disagree"}')
     assert agree == 40.0  # every turn compared; the swapped head never agrees
     stable_n = _sample(metrics, 'mol_router_head_decisions_total{deployment="demo",'
-                       'expert="coding",head="router@v1",role="stable"}')
+                       'expert="coding",head="demo/router@v1",role="stable"}')
     assert stable_n == len(by_stable)
     assert (f'mol_router_head_info{{deployment="demo",digest="{stable.digest()}",'
-            f'head="router@v1",role="stable"}} 1.0') in metrics
-    assert status["heads"]["candidate"]["head"] == "router@v2"
+            f'head="demo/router@v1",role="stable"}} 1.0') in metrics
+    assert status["heads"]["candidate"]["head"] == "demo/router@v2"
     assert status["heads"]["candidate"]["weight"] == 50
     # each decision holds the head that routed it and the other head's pick
-    digests = {"router@v1": stable.digest(), "router@v2": swapped(stable).digest()}
+    digests = {"demo/router@v1": stable.digest(), "demo/router@v2": swapped(stable).digest()}
     for d in cat.decisions_recorded():
         assert d["route"] == "head"
         assert {d["head"], d["candidate"]["head"]} == set(digests.values())
@@ -372,7 +374,7 @@ async def test_against_the_real_catalog_heads_follow_alias_moves_and_labels_scor
             assert heads is not None
             loop = asyncio.get_running_loop()
             deadline = loop.time() + 15
-            while heads.stable is None or heads.stable.label != "router@v2":
+            while heads.stable is None or heads.stable.label != "demo/router@v2":
                 assert loop.time() < deadline, heads.status()
                 await asyncio.sleep(0.05)
             async with http.post(router.url + "/v1/chat/completions", json=body) as resp:
@@ -395,8 +397,7 @@ async def test_against_the_real_catalog_heads_follow_alias_moves_and_labels_scor
 
 
 def test_the_training_data_digest_names_the_pairs_in_order() -> None:
-    from mol_router.auto.heads.train import Labelled
-    from mol_router.auto.training import data_digest
+    from mol_router.auto.heads.labelled import Labelled, data_digest
     rows = [Labelled("fix the code", "coding"), Labelled("hello", "chat")]
     digest = data_digest(rows)
     assert digest.startswith("sha256:")
@@ -404,3 +405,27 @@ def test_the_training_data_digest_names_the_pairs_in_order() -> None:
     assert data_digest(list(rows)) == digest
     assert data_digest(rows[::-1]) != digest
     assert data_digest([rows[0], Labelled("hello", "agent")]) != digest  # a label changed
+
+
+def test_the_head_label_of_the_decision_metrics_stays_bounded() -> None:
+    """Each published version is a new ``head`` label value: a head no role uses any
+    longer takes its decision series with it, so a deployment that goes through many
+    versions keeps at most two heads' series (stable and candidate)."""
+    from prometheus_client import generate_latest
+
+    from mol_router.telemetry.metrics import RouterMetrics
+
+    m = RouterMetrics("demo")
+    for v in range(1, 30):
+        head = f"demo/router@v{v}"
+        m.head_in_use("stable", head, f"sha256:{v:064x}")
+        m.head_decided("stable", head, "coding")
+        if v > 1:  # the previous version runs on as the candidate for a while
+            m.head_in_use("candidate", f"demo/router@v{v - 1}", f"sha256:{v - 1:064x}")
+            m.head_decided("candidate", f"demo/router@v{v - 1}", "chat")
+    text = generate_latest(m.registry).decode()
+    series = {line.split("{", 1)[1].split("}")[0] for line in text.splitlines()
+              if line.startswith("mol_router_head_decisions_total{")}
+    assert series == {'deployment="demo",expert="coding",head="demo/router@v29",role="stable"',
+                      'deployment="demo",expert="chat",head="demo/router@v28",'
+                      'role="candidate"'}

@@ -191,6 +191,10 @@ async def test_serves_from_cache_while_the_catalog_is_down(
             assert r.status_code == 200
             assert r.headers["x-mol-adapter-version"] == "demo/chat@v1"
             assert (await _ask(http, router.url, model="demo/coding@v1")).status_code == 200
+            # never asked for by name, but the version stable named: immutable, so known
+            r = await _ask(http, router.url, model="demo/chat@v1")
+            assert r.status_code == 200, r.text
+            assert r.headers["x-mol-adapter-version"] == "demo/chat@v1"
             r = await _ask(http, router.url, model="demo/chat@v2")
             assert r.status_code == 503
             assert r.json()["error"]["code"] == "catalog_unavailable"

@@ -12,12 +12,12 @@ import zlib
 import numpy as np
 import pytest
 
+from mol_router.auto.heads.calibration import nll as _nll
 from mol_router.auto.heads.model import Head, HeadError, Ngrams, loads
 from mol_router.auto.heads.train import (
     DEFAULT_NGRAMS,
     L2_GRID,
     _descend_primal,
-    _nll,
     choose_l2,
     fit_softmax,
     out_of_fold,
@@ -87,12 +87,13 @@ def test_a_file_from_before_also_loads_and_keeps_its_bytes() -> None:
 
 
 @pytest.mark.parametrize(("also", "message"), [
-    ([3], r"ngrams\.also must hold lengths within 2\.\.6, none repeated"),
+    ([3], r"ngrams\.also must be a list of further gram lengths from 2 to 6, none "
+          r"repeated and none equal to ngrams\.n"),
     ([4, 4], r"none repeated"),
-    ([7], r"within 2\.\.6"),
-    (["4"], r"ngrams\.also must be a list of gram lengths"),
-    ([True], r"ngrams\.also must be a list of gram lengths"),
-    (4, r"ngrams\.also must be a list of gram lengths"),
+    ([7], r"from 2 to 6"),
+    (["4"], r"ngrams\.also must be a list of further gram lengths"),
+    ([True], r"ngrams\.also must be a list of further gram lengths"),
+    (4, r"ngrams\.also must be a list of further gram lengths"),
 ])
 def test_a_bad_also_is_refused_with_what_is_wrong(also: object, message: str) -> None:
     data = json.loads(head_with(Ngrams(3, 16, 1.0, (4,))).dumps())
@@ -106,11 +107,13 @@ def test_bad_ngrams_blocks_are_refused() -> None:
     data["ngrams"] = [3, 16]
     with pytest.raises(HeadError, match="ngrams must be an object"):
         loads(json.dumps(data))
-    with pytest.raises(HeadError, match="dims times the lengths"):
-        Ngrams(3, 1 << 15, 1.0, (4, 5))
+    data["ngrams"] = {"n": 3, "dims": 1 << 15, "scale": 1.0, "also": [4, 5]}
+    with pytest.raises(HeadError, match="dims times the gram lengths must be at most 65536"):
+        loads(json.dumps(data))
     data = json.loads(head_with(Ngrams(3, 16, 1.0, (4,))).dumps())
     data["ngrams"] = {"n": 3, "dims": 16, "scale": 1.0}  # the weights hold two blocks
-    with pytest.raises(HeadError, match=r"embedding\.dims says 4, the weights have 20"):
+    with pytest.raises(HeadError, match=r"weights row 0 must hold 20 numbers \(4 for the "
+                       r"embedding and 16 for the n-grams\), it holds 36"):
         loads(json.dumps(data))
 
 

@@ -125,12 +125,13 @@ async def test_the_head_decides_keywords_first_and_low_confidence_goes_to_defaul
             expert, route = await _ask(http, router.url, "fix the code now")
             assert expert == "coding"
             score = float(route.split("score=")[1].split(";")[0])
-            assert route.startswith("semantic; score=")
+            # a trained head's pick is named as such, with the head (its file here)
+            assert route.startswith("head; head=head.json; score=")
             assert score >= 0.6
             assert (await _ask(http, router.url, "a page please"))[0] == "ui"
             calls = len(fake.inputs)
             assert await _ask(http, router.url, "booking for two") == (
-                "agent", "keywords; score=0.100; margin=0.100")
+                "agent", "keywords; head=head.json; score=0.100; margin=0.100")
             assert len(fake.inputs) == calls  # the keyword settled it: no embedding call
             # a word of every expert: none reaches the head's confidence
             assert await _ask(http, router.url, "code page hello trip") == (
@@ -195,3 +196,32 @@ async def test_mol_router_train_embeds_cross_validates_and_writes_the_head(
     assert sum(len(b) for b in fake.inputs) == 40  # every prompt once; the bad run none
     assert bad.returncode == 2
     assert "default expert 'legal' has no labelled prompts" in bad_err.decode()
+
+
+async def test_explain_names_the_head_and_shows_only_what_a_head_computes(
+        tmp_path: Path, router_config: Any) -> None:
+    """A head has no example utterances: ``explain`` names it and gives each expert's
+    probability and keyword hits, not nearest or centroid similarities of 0."""
+    from mol_router.auto.explain import explain
+    from mol_router.cli import report_text
+
+    write_head(tmp_path / "head.json")
+    async with fake_embeddings() as fake:
+        cfg = _config(["http://127.0.0.1:9"], router_config, fake.url, tmp_path / "head.json")
+        decided = await explain(cfg, "fix the code now")
+        keyword = await explain(cfg, "booking for two")
+    assert decided["expert"] == "coding"
+    assert decided["head"] == "head.json"
+    assert str(decided["route"]).startswith("head; head=head.json; score=")
+    scores = decided["scores"]
+    assert isinstance(scores, list)
+    assert set(scores[0]) == {"expert", "probability", "keywords"}
+    assert scores[0]["expert"] == "coding"
+    assert sum(s["probability"] for s in scores) == pytest.approx(1.0)
+    assert str(keyword["route"]).startswith("keywords; head=head.json; score=")
+    lines = report_text(decided).splitlines()
+    assert lines[0] == "head: head.json"
+    assert lines[1].split() == ["expert", "probability", "keywords"]
+    assert "nearest" not in report_text(decided)
+    assert "centroid" not in report_text(decided)
+    assert lines[-1].startswith("decision: coding (head; head=head.json; score=")

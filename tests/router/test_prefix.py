@@ -199,6 +199,8 @@ async def test_tracker_records_sends_and_forgets_restarted_engines() -> None:
     session: aiohttp.ClientSession = None  # type: ignore[assignment]
     t = EngineTracker(session, scrape_interval=60, eject_after_failures=1)
     t.set_endpoints(["http://e1", "http://e2"])
+    for e in ("http://e1", "http://e2"):  # both pass their checks: one may be ejected
+        t.record_health(e, True)
     keys = prefix_keys(SYSTEM, A)
     t.observe("http://e1", EngineMetrics(max_lora=2, prefix_queries=500.0))
     t.begin("http://e1", A, keys)

@@ -148,56 +148,57 @@ async def test_scrape_health_and_adapter_load_estimates(engines: list[FakeEngine
 async def test_ejection_and_readmission(engines: list[FakeEngine]) -> None:
     """An engine failing its requests (while its health check passes) is ejected after
     N in a row, re-admitted once its back-off has passed and a check passes; a failed
-    check starts the wait over, and each ejection no success separates doubles it."""
-    e0, _ = engines
+    check starts the wait over, and each ejection no success separates doubles it. (Two
+    engines: the last one passing its checks is never ejected for failures.)"""
+    e0, e1 = engines
     async with aiohttp.ClientSession() as session:
         t = EngineTracker(session, scrape_interval=60, eject_after_failures=2,
                           readmit_after=0.2, readmit_after_max=0.5)
-        t.set_endpoints([e0.url])
+        t.set_endpoints([e0.url, e1.url])
         await t.probe_all()
-        assert t.ready_endpoints() == [e0.url]
+        assert t.ready_endpoints() == [e0.url, e1.url]
         t.record_failure(e0.url)
         t.record_success(e0.url)  # a success in between resets the count
         t.record_failure(e0.url)
-        assert t.ready_endpoints() == [e0.url]
+        assert t.ready_endpoints() == [e0.url, e1.url]
         t.record_failure(e0.url)
-        assert t.ready_endpoints() == []
+        assert t.ready_endpoints() == [e1.url]
         assert t.snapshot()[e0.url].healthy is False
         await t.probe_all()  # passes, but the back-off has not passed
-        assert t.ready_endpoints() == []
+        assert t.ready_endpoints() == [e1.url]
         await asyncio.sleep(0.25)
         e0.health = 500
         await t.probe_all()  # checked, failed: the wait starts over
-        assert t.ready_endpoints() == []
+        assert t.ready_endpoints() == [e1.url]
         e0.health = 200
         await t.probe_all()
-        assert t.ready_endpoints() == []
+        assert t.ready_endpoints() == [e1.url]
         await asyncio.sleep(0.25)
         await t.probe_all()
-        assert t.ready_endpoints() == [e0.url]
+        assert t.ready_endpoints() == [e0.url, e1.url]
         assert t.snapshot()[e0.url].healthy is True
         # ejected again with no success between: 0.4 s now
         t.record_failure(e0.url)
         t.record_failure(e0.url)
         await asyncio.sleep(0.25)
         await t.probe_all()
-        assert t.ready_endpoints() == []
+        assert t.ready_endpoints() == [e1.url]
         await asyncio.sleep(0.2)
         await t.probe_all()
-        assert t.ready_endpoints() == [e0.url]
+        assert t.ready_endpoints() == [e0.url, e1.url]
         # a third time: 0.8 s capped at readmit_after_max, 0.5 s
         t.record_failure(e0.url)
         t.record_failure(e0.url)
         await asyncio.sleep(0.55)
         await t.probe_all()
-        assert t.ready_endpoints() == [e0.url]
+        assert t.ready_endpoints() == [e0.url, e1.url]
         # a success resets the doubling: back to 0.2 s
         t.record_success(e0.url)
         t.record_failure(e0.url)
         t.record_failure(e0.url)
         await asyncio.sleep(0.25)
         await t.probe_all()
-        assert t.ready_endpoints() == [e0.url]
+        assert t.ready_endpoints() == [e0.url, e1.url]
 
 
 async def test_a_down_engine_is_ejected_at_once_and_back_on_the_first_check(

@@ -43,23 +43,29 @@ def test_the_unchanged_copy_passes(tree: Path) -> None:
     assert out.returncode == 0, out.stdout + out.stderr
     for name in ("platform layers: apps > clients > contract",
                  "router pure modules: no I/O module",
-                 "operator builders and planner are pure: no API client, no executor"):
+                 "operator pure modules: no API client, no executor"):
         assert f"{name} KEPT" in out.stdout
 
 
 CASES = [
     ("operator/mol_operator/planner.py", "import mol_platform.clients.kube",
-     "operator builders and planner are pure"),
+     "operator pure modules"),
     ("router/mol_router/replicas/policy/base.py", "import mol_router.replicas.pool",
      "router pure modules: no I/O module"),
     ("platform/mol_platform/contract/spec.py", "import mol_platform.clients.catalog",
      "platform layers: apps > clients > contract"),
     ("operator/mol_operator/builders/common.py", "import httpx",
-     "operator builders and planner are pure"),
+     "operator pure modules"),
+    ("operator/mol_operator/canary.py", "import aiohttp",
+     "operator pure modules"),
+    ("operator/mol_operator/adapter_health.py", "import mol_operator.adapter_probe",
+     "operator layers: entry points > reconcile > executors > pure"),
     ("router/mol_router/routing/rules.py", "import mol_router.serving.proxy",
      "router pure modules: no I/O module"),
     ("catalog/mol_catalog/admin/endpoints.py", "import mol_catalog.blobs.repository",
      "catalog endpoints reach the database only through services"),
+    ("catalog/mol_catalog/usage/repository.py", "import mol_catalog.usage.service",
+     "catalog domains: endpoints > services > schemas > repositories"),
 ]
 
 
@@ -77,3 +83,16 @@ def test_a_crossing_import_fails(tree: Path, tmp_path: Path, module: str, line: 
     assert contract in out.stdout
     broken = [ln for ln in out.stdout.splitlines() if ln.endswith("BROKEN")]
     assert any(contract in ln for ln in broken), out.stdout
+
+
+def test_a_module_added_to_a_catalog_domain_must_be_placed(tree: Path, tmp_path: Path) -> None:
+    """The domain contract is exhaustive: a new module in a domain folder, even one that
+    imports nothing, breaks it until it is given a layer."""
+    copy = tmp_path / "tree"
+    shutil.copytree(tree, copy)
+    (copy / "catalog/mol_catalog/routing/helpers.py").write_text('"""A new room."""\n')
+    out = _lint(copy)
+    assert out.returncode != 0
+    assert "mol_catalog.routing.helpers" in out.stdout
+    broken = [ln for ln in out.stdout.splitlines() if ln.endswith("BROKEN")]
+    assert any("catalog domains" in ln for ln in broken), out.stdout

@@ -24,9 +24,9 @@ from mol_catalog.models import utcnow
 from mol_catalog.util import check_json
 from mol_platform.contract import router_heads as rh
 
-PUBLISHED = "router_head.published"
-ALIAS_SET = "router_head.alias.set"
-ALIAS_DELETED = "router_head.alias.deleted"
+PUBLISHED = f"{rh.EVENT_PREFIX}published"
+ALIAS_SET = f"{rh.EVENT_PREFIX}alias.set"
+ALIAS_DELETED = f"{rh.EVENT_PREFIX}alias.deleted"
 
 
 class InvalidRouterHead(ValidationFailed):
@@ -41,7 +41,7 @@ class Checked:
 
     stored: bytes
     digest: str
-    facts: rh.HeadFacts
+    facts: rh.HeadDocument
 
 
 def check(raw: bytes) -> Checked:
@@ -95,7 +95,7 @@ async def publish(uow: UnitOfWork, namespace: str, name: str, doc: Checked,
     number = latest + 1
     f = doc.facts
     await repo.insert_version(uow.conn, head_id, {
-        "number": number, "digest": doc.digest, "experts": f.experts,
+        "number": number, "digest": doc.digest, "experts": list(f.experts),
         "embedding_model": f.embedding_model, "dims": f.dims, "ngram_dims": f.ngram_dims,
         "data_digest": f.data_digest, "source": f.source,
         "cross_validation": f.cross_validation, "size_bytes": len(doc.stored),

@@ -15,7 +15,6 @@ from mol_catalog.deps import CatalogDep, PrincipalDep
 from mol_catalog.errors import BadRequest, json_response
 from mol_catalog.routing import service
 from mol_catalog.routing.schemas import (
-    DNS_LABEL_RE,
     AccuracyOut,
     DecisionBatchIn,
     DecisionOut,
@@ -24,7 +23,7 @@ from mol_catalog.routing.schemas import (
     LabelOut,
 )
 from mol_catalog.util import valid_name
-from mol_platform.contract.refs import DNS_LABEL_PATTERN
+from mol_platform.contract.refs import DNS_LABEL_PATTERN, is_dns_label
 from mol_platform.contract.routing_feedback import REQUEST_ID_PATTERN
 
 router = APIRouter(tags=["routing"])
@@ -77,7 +76,7 @@ DeploymentQuery = Annotated[str | None, Query(max_length=63, description=(
 
 
 def _deployment(deployment: str | None) -> str | None:
-    if deployment is not None and DNS_LABEL_RE.fullmatch(deployment) is None:
+    if deployment is not None and not is_dns_label(deployment):
         raise BadRequest(f"invalid deployment {deployment[:80]!r}: a deployment's name is "
                          "a DNS label (lowercase letters, digits and '-', at most 63)")
     return deployment

@@ -24,12 +24,11 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import Dialect
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from mol_catalog.db import Prepared, ReadConn, datetime_value
+from mol_catalog.db import Prepared, ReadConn, datetime_value, dialect_insert
+from mol_catalog.db import claim_batch as claim_batch_id
 from mol_catalog.models import RoutingBatch, RoutingDecision
 
 DECISIONS = cast(Table, RoutingDecision.__table__)
@@ -38,10 +37,6 @@ D = DECISIONS.c
 # SQLAlchemy's SQLite DateTime stores naive UTC text in this form; driver SQL compares
 # parameters with it as text.
 _SQLITE_TS = "%Y-%m-%d %H:%M:%S.%f"
-
-
-def _insert(conn: AsyncConnection) -> Any:
-    return pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
 
 
 def ts_param(dialect: Dialect, when: datetime) -> Any:
@@ -99,12 +94,8 @@ _ONE = Prepared(select(*_COLUMNS).where(D.namespace == _NS, D.request_id == _REQ
 
 
 async def claim_batch(conn: AsyncConnection, batch_id: str, now: datetime) -> bool:
-    """Record the batch id; False when it was recorded before (a concurrent twin waits
-    for the first to commit, then sees it)."""
-    stmt = (_insert(conn)(BATCHES).values(batch_id=batch_id, received_at=now)
-            .on_conflict_do_nothing(index_elements=["batch_id"])
-            .returning(BATCHES.c.batch_id))
-    return (await conn.execute(stmt)).first() is not None
+    """Record the batch id; False when it was recorded before (``db.claim_batch``)."""
+    return await claim_batch_id(conn, BATCHES, batch_id, now)
 
 
 async def add(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> int:
@@ -112,7 +103,7 @@ async def add(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> int:
     its row. The number inserted."""
     if not rows:
         return 0
-    stmt = (_insert(conn)(DECISIONS).values(list(rows))
+    stmt = (dialect_insert(conn)(DECISIONS).values(list(rows))
             .on_conflict_do_nothing(index_elements=["namespace", "request_id"])
             .returning(D.id))
     return len((await conn.execute(stmt)).all())

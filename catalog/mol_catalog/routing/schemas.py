@@ -5,7 +5,6 @@ validators still match in full, so a trailing newline is refused with 422)."""
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime
 from typing import Annotated
 
@@ -22,7 +21,6 @@ HEAD_PATTERN = r"sha256:[0-9a-f]{64}"
 NO_NUL = {"pattern": "^[^\\u0000]*$"}
 # ... and not blank (a blank turn is not a line ``mol router train`` can learn from).
 TURN = {"pattern": "^[^\\u0000]*[^\\s\\u0000][^\\u0000]*$"}
-DNS_LABEL_RE = re.compile(DNS_LABEL_PATTERN)
 
 
 HeadDigest = Annotated[str, Field(pattern=f"\\A{HEAD_PATTERN}\\Z"), Field(

@@ -21,11 +21,10 @@ from sqlalchemy import (
     null,
     select,
 )
-from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from mol_catalog.db import Prepared, ReadConn, datetime_value
+from mol_catalog.db import Prepared, ReadConn, datetime_value, dialect_insert
+from mol_catalog.db import claim_batch as claim_batch_id
 from mol_catalog.models import Adapter, Namespace, UsageBatch, Version, VersionUsage
 
 USAGE = cast(Table, VersionUsage.__table__)
@@ -46,17 +45,9 @@ def _totals(r: Sequence[Any], at: int = 0) -> Totals:
                   datetime_value(r[at + 3]))
 
 
-def _insert(conn: AsyncConnection) -> Any:
-    return pg_insert if conn.dialect.name == "postgresql" else sqlite_insert
-
-
 async def claim_batch(conn: AsyncConnection, batch_id: str, now: datetime) -> bool:
-    """Record the batch id; False when it was recorded before (a concurrent twin waits
-    for the first to commit, then sees it)."""
-    stmt = (_insert(conn)(BATCHES).values(batch_id=batch_id, received_at=now)
-            .on_conflict_do_nothing(index_elements=["batch_id"])
-            .returning(BATCHES.c.batch_id))
-    return (await conn.execute(stmt)).first() is not None
+    """Record the batch id; False when it was recorded before (``db.claim_batch``)."""
+    return await claim_batch_id(conn, BATCHES, batch_id, now)
 
 
 async def version_ids(conn: AsyncConnection, names: Sequence[str]) -> dict[tuple[str, int], int]:
@@ -73,7 +64,7 @@ async def add(conn: AsyncConnection, rows: Sequence[dict[str, Any]]) -> None:
     Postgres then lock rows in one order and never deadlock)."""
     if not rows:
         return
-    ins = _insert(conn)(USAGE)
+    ins = dialect_insert(conn)(USAGE)
     new = ins.excluded
     stmt = ins.on_conflict_do_update(index_elements=["version_id", "day"], set_={
         "requests": USAGE.c.requests + new.requests,

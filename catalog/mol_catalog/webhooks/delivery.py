@@ -11,7 +11,9 @@ Two steps, each its own transaction, so a restart loses nothing:
    timeout, so a sender that dies leaves them to be retried; one that stops releases
    what it still holds, so the next process sends them at once), posted with at most
    ``webhook_concurrency`` requests in flight, then marked delivered (2xx), rescheduled
-   with exponential backoff, or failed after ``webhook_max_attempts``.
+   with exponential backoff, or failed after ``webhook_max_attempts``. A host that
+   resolves to an address webhooks may not reach (``targets``) fails the delivery at
+   once, its reason in ``last_error`` (``transport`` checks the addresses it connects to).
 
 Every attempt carries the same ``X-Mol-Delivery`` id (receivers dedupe on it) and a fresh
 ``X-Mol-Signature: t=<unix seconds>,v1=<hex>``, the HMAC-SHA256 with the webhook's secret
@@ -39,6 +41,7 @@ from mol_catalog.metrics import CatalogMetrics
 from mol_catalog.models import utcnow
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.webhooks import repository
+from mol_catalog.webhooks.transport import RefusedTarget, guarded_transport
 
 log = logging.getLogger("mol_catalog.webhooks")
 FAN_OUT_BATCH = 500  # events per fan-out transaction
@@ -67,7 +70,9 @@ class WebhookSender:
         self.db = db
         self.settings = settings
         self.metrics = metrics
-        self.http = httpx.AsyncClient(timeout=settings.webhook_timeout, transport=transport,
+        self.http = httpx.AsyncClient(timeout=settings.webhook_timeout,
+                                      transport=transport or guarded_transport(
+                                          settings.webhook_allowlist),
                                       follow_redirects=False,
                                       headers={"User-Agent": USER_AGENT})
         self.slots = asyncio.Semaphore(settings.webhook_concurrency)
@@ -165,6 +170,7 @@ class WebhookSender:
             "created_at": d["created_at"]}})
         status: int | None = None
         error: str | None = None
+        refused = False
         async with self.slots:
             headers = {"Content-Type": "application/json", "X-Mol-Event": d["type"],
                        "X-Mol-Delivery": d["delivery_id"],
@@ -176,6 +182,8 @@ class WebhookSender:
                     error = f"HTTP {status}: {response.text[:200]}"
             except (httpx.HTTPError, ValueError) as exc:  # ValueError: a URL httpx refuses
                 error = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_CHARS]
+            except RefusedTarget as exc:  # a setting to change, not a fault to wait out
+                error, refused = f"refused: {exc}"[:MAX_ERROR_CHARS], True
         attempts = int(d["attempts"]) + 1
         now = utcnow()
         values: dict[str, Any] = {"attempts": attempts, "last_status": status,
@@ -183,9 +191,9 @@ class WebhookSender:
         if error is None:
             values.update(status="delivered", delivered_at=now)
             result = "delivered"
-        elif attempts >= self.settings.webhook_max_attempts:
+        elif refused or attempts >= self.settings.webhook_max_attempts:
             values.update(status="failed")
-            result = "failed"
+            result = "refused" if refused else "failed"
         else:
             values["next_attempt_at"] = now + timedelta(seconds=backoff(self.settings,
                                                                         attempts))

@@ -26,10 +26,12 @@ WebhookId = Annotated[int, Path(ge=1, le=MAX_BIGINT)]
 async def create_webhook(ns: str, body: WebhookCreate, catalog: CatalogDep,
                          who: PrincipalDep) -> Response:
     """Register a webhook for the namespace's events from now on (the secret is never
-    returned)."""
+    returned). A URL that names a loopback, private, link-local or cloud metadata
+    address is refused (422) unless the catalog's WEBHOOK_ALLOW setting lists it."""
     who.require_admin()
     async with catalog.db.unit() as uow:
-        out = await service.create(uow, ns, body, who.name)
+        out = await service.create(uow, ns, body, who.name,
+                                   catalog.settings.webhook_allowlist)
     return json_response(out, 201)
 
 

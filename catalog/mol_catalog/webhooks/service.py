@@ -5,20 +5,25 @@ from __future__ import annotations
 from typing import Any
 
 from mol_catalog.db import ReadConn, UnitOfWork
-from mol_catalog.errors import Conflict, NotFound
+from mol_catalog.errors import Conflict, NotFound, ValidationFailed
 from mol_catalog.events import repository as events_repo
 from mol_catalog.models import utcnow
 from mol_catalog.util import valid_name
 from mol_catalog.webhooks import repository
 from mol_catalog.webhooks.schemas import EVENT_KINDS, WebhookCreate
+from mol_catalog.webhooks.targets import Allowlist, url_refusal
 
 MAX_PER_NAMESPACE = 100
 
 
-async def create(uow: UnitOfWork, namespace: str, body: WebhookCreate,
-                 who: str | None) -> dict[str, Any]:
-    """A new webhook; it gets the events committed after this one (``after_event``)."""
+async def create(uow: UnitOfWork, namespace: str, body: WebhookCreate, who: str | None,
+                 allow: Allowlist) -> dict[str, Any]:
+    """A new webhook; it gets the events committed after this one (``after_event``). Its
+    URL may not name an address webhooks may not reach (``targets``)."""
     valid_name(namespace, "namespace")
+    refusal = url_refusal(body.url, allow)
+    if refusal is not None:
+        raise ValidationFailed(f"url: {refusal}")
     if await repository.count(uow.conn, namespace) >= MAX_PER_NAMESPACE:
         raise Conflict(f"namespace {namespace!r} has {MAX_PER_NAMESPACE} webhooks, the most "
                        "allowed: delete one first")

@@ -32,6 +32,7 @@ from kubernetes.client import (
 
 from mol_platform import __version__
 from mol_platform.contract.names import NAME_LIMIT, child_name
+from mol_platform.contract.router_config import DRAIN_DELAY_SECONDS, DRAIN_TIMEOUT_SECONDS
 from mol_platform.contract.spec import API_VERSION, KIND, MoLDeployment
 
 MANAGER = "mol-operator"
@@ -54,8 +55,8 @@ _api = ApiClient()
 ROUTER_PRESTOP_SECONDS = 5
 # The router's drain (MOL_ROUTER_DRAIN_DELAY, MOL_ROUTER_DRAIN_TIMEOUT; docs/router.md):
 # new requests served for the delay, then requests in flight get the timeout.
-ROUTER_DRAIN_DELAY_SECONDS = 1.0
-ROUTER_DRAIN_TIMEOUT_SECONDS = 20.0
+ROUTER_DRAIN_DELAY_SECONDS = DRAIN_DELAY_SECONDS
+ROUTER_DRAIN_TIMEOUT_SECONDS = DRAIN_TIMEOUT_SECONDS
 # Engines are found through EndpointSlices by the routers, which a busy API server
 # may tell late; a longer wait costs a rolled replica nothing but time.
 ENGINE_PRESTOP_SECONDS = 10

@@ -63,6 +63,7 @@ class AsyncCatalogClient:
         self.url = (url or settings.url).rstrip("/")
         token = token if token is not None else settings.token
         self._slots = asyncio.Semaphore(max_connections)
+        self._timeout = timeout
         self._http = httpx.AsyncClient(
             base_url=self.url, headers=auth_headers(token), transport=transport,
             timeout=httpx.Timeout(timeout, connect=min(timeout, 5.0)),
@@ -109,10 +110,17 @@ class AsyncCatalogClient:
         return absolute_files(typed(m.Resolved, await self._json(
             "GET", path, params=params, headers=headers)), self.url)
 
-    async def events(self, after: int = 0, limit: int = 100) -> m.EventPage:
-        """One page of the change feed: ``items`` after ``after``, and ``last``."""
-        return typed(m.EventPage, await self._json("GET", "/v1/events",
-                                                   params=events_params(after, limit)))
+    async def events(self, after: int = 0, limit: int = 100, wait: float = 0.0
+                     ) -> m.EventPage:
+        """One page of the change feed: ``items`` after ``after``, and ``last``; with
+        ``wait`` (at most 30 s) the catalog holds the call until an event comes or time
+        runs out, and the call's own time limit grows by as much."""
+        extra: dict[str, Any] = {}
+        if wait:
+            extra["timeout"] = httpx.Timeout(self._timeout + wait,
+                                             connect=min(self._timeout, 5.0))
+        return typed(m.EventPage, await self._json(
+            "GET", "/v1/events", params=events_params(after, limit, wait), **extra))
 
     async def evals(self, adapter: str, version: int) -> list[m.EvalReport]:
         """The version's eval reports, by suite and suite version."""

@@ -16,15 +16,17 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from mol_platform.contract.router_heads import RouterHeadAlias as RouterHeadAlias
-from mol_platform.contract.router_heads import RouterHeadAliasDeleted as RouterHeadAliasDeleted
-from mol_platform.contract.router_heads import RouterHeadAliasItem as RouterHeadAliasItem
-from mol_platform.contract.router_heads import RouterHeadAliasList as RouterHeadAliasList
-from mol_platform.contract.router_heads import RouterHeadAliasSet as RouterHeadAliasSet
-from mol_platform.contract.router_heads import RouterHeadItem as RouterHeadItem
-from mol_platform.contract.router_heads import RouterHeadList as RouterHeadList
-from mol_platform.contract.router_heads import RouterHeadVersion as RouterHeadVersion
-from mol_platform.contract.router_heads import RouterHeadVersionList as RouterHeadVersionList
+from mol_platform.contract.router_head_answers import RouterHeadAlias as RouterHeadAlias
+from mol_platform.contract.router_head_answers import (
+    RouterHeadAliasDeleted as RouterHeadAliasDeleted,
+)
+from mol_platform.contract.router_head_answers import RouterHeadAliasItem as RouterHeadAliasItem
+from mol_platform.contract.router_head_answers import RouterHeadAliasList as RouterHeadAliasList
+from mol_platform.contract.router_head_answers import RouterHeadAliasSet as RouterHeadAliasSet
+from mol_platform.contract.router_head_answers import RouterHeadItem as RouterHeadItem
+from mol_platform.contract.router_head_answers import RouterHeadList as RouterHeadList
+from mol_platform.contract.router_head_answers import RouterHeadVersion as RouterHeadVersion
+from mol_platform.contract.router_head_answers import RouterHeadVersionList as RouterHeadVersionList
 
 # The answers of the routing feedback and router head calls are the wire contracts' own
 # models (re-exported: the clients' typed answers).

@@ -63,6 +63,13 @@ def is_valid_name(value: str) -> bool:
     return NAME_RE.fullmatch(value) is not None and ".." not in value
 
 
+def is_dns_label(value: str) -> bool:
+    """A Kubernetes DNS label (RFC 1123): 1-63 lowercase letters, digits and '-', a letter
+    or digit at each end. Experts, deployments and head names are labels, because they
+    become parts of object names and metric labels."""
+    return DNS_LABEL_RE.fullmatch(value) is not None
+
+
 def check_name(value: str, what: str = "name") -> str:
     """Adapter, base-model and serving-profile names (``what`` names the kind in errors)."""
     if not is_valid_name(value):

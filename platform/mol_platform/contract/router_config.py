@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from pydantic.alias_generators import to_camel
 
 from mol_platform.contract.names import child_name
-from mol_platform.contract.refs import check_name
+from mol_platform.contract.refs import AdapterRef, check_name
 from mol_platform.contract.routing_feedback import MAX_TEXT_CHARS
 from mol_platform.contract.spec import MoLDeployment
 from mol_platform.contract.spec_base import AdapterRefStr
@@ -30,6 +30,11 @@ API_KEYS_SECRET_KEY = "keys.yaml"
 DEFAULT_API_KEYS_FILE = f"/etc/mol/api-keys/{API_KEYS_SECRET_KEY}"
 DEFAULT_BODY_LIMIT = 4 * 1024 * 1024  # 4 MiB: long chat histories fit, floods do not
 DEFAULT_POLICY = "mol-affinity"  # mol_router.replicas.policy.DEFAULT_POLICY
+# The router's drain on SIGTERM (MOL_ROUTER_DRAIN_DELAY, MOL_ROUTER_DRAIN_TIMEOUT): new
+# requests are served for the delay while load balancers notice, then requests in flight
+# get the timeout. The operator sizes the router pod's grace period from the same numbers.
+DRAIN_DELAY_SECONDS = 1.0
+DRAIN_TIMEOUT_SECONDS = 20.0
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
@@ -164,6 +169,10 @@ class RouterConfig(_Model):
     scrape_interval_seconds: float = Field(default=1.0, gt=0, le=60)
     eject_after_failures: int = Field(default=3, ge=1, le=100)
     readmit_after_seconds: float = Field(default=10.0, gt=0, le=3600)
+    max_ejection_percent: int = Field(default=50, ge=0, le=100)
+    """At most this share of the replicas whose health checks pass is out for failed
+    requests at a time, and never all of them (replicas that do not answer at all are
+    ejected regardless)."""
 
     @field_validator("mode", mode="before")
     @classmethod
@@ -203,6 +212,16 @@ class RouterConfig(_Model):
             if e.name == name:
                 return e
         return None
+
+    @property
+    def home_namespace(self) -> str:
+        """Where the recorded decisions of requests without a tenant namespace go (and
+        so the namespace ``mol router label`` names for them): the first adapter
+        namespace, else the catalog namespace of the default expert's adapter."""
+        if self.adapter_namespaces:
+            return self.adapter_namespaces[0]
+        default = self.expert(self.default) or self.experts[0]
+        return AdapterRef.parse(default.adapter).namespace
 
 
 class ApiKey(_Model):

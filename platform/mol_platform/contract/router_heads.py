@@ -9,10 +9,13 @@ reaches traffic without a config change, and a canary head can run beside the se
 one.
 
 What lives here is shared by the catalog (which refuses a document that breaks a rule,
-with a sentence a person can act on), the clients and the CLI: the kind, the limits, the
-check of a document (pure Python: no numpy on the ground floor) and :class:`HeadRef`.
-The router keeps its own, stricter loader; the rules here are the subset a catalog can
-judge without knowing the deployment (its experts, its embedding model).
+with a sentence a person can act on), the router (which loads heads), the clients and
+the CLI: the kind, the limits, the check of a document (pure Python: no numpy on the
+ground floor), its canonical bytes and digest, and :class:`HeadRef`. The rules are
+written once, here: :func:`check_document` answers a typed :class:`HeadDocument` that
+the router only turns into arrays, so a head the catalog accepts is one every router
+loads, and the reverse. What the catalog cannot judge (whether the head fits a
+deployment's experts and embedding model) the router checks when it is applied.
 """
 
 from __future__ import annotations
@@ -21,12 +24,9 @@ import hashlib
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 
 from mol_platform.contract.refs import (
     ALIAS_PATTERN,
@@ -35,10 +35,14 @@ from mol_platform.contract.refs import (
     VERSION_NUMBER_PATTERN,
     RefError,
     check_alias,
+    is_dns_label,
     parse_version,
 )
 
 KIND = "mol.router.head/v1"
+EVENT_PREFIX = "router_head."
+"""The catalog event types of router heads (``router_head.published``, ``.alias.set``,
+``.alias.deleted``): routers refetch a head on them, and leave them out of adapter events."""
 MAX_EXPERTS = 64
 MAX_DIMS = 8192
 MAX_NGRAM_DIMS = 1 << 16
@@ -46,8 +50,11 @@ MAX_MODEL_CHARS = 253
 MAX_DOCUMENT_BYTES = 32 << 20  # the largest request body a publish accepts
 MAX_DATA_DIGEST_CHARS = 200
 MAX_SOURCE_CHARS = 2000
+MAX_KEYWORDS = 256  # per expert
+MIN_KEYWORD_CHARS, MAX_KEYWORD_CHARS = 2, 80
+MAX_JSON_DEPTH = 32  # what any stored JSON document may nest (the catalog's rule)
+MAX_INT = 2**63 - 1  # the largest integer every catalog backend stores
 
-DNS_LABEL_RE = re.compile(DNS_LABEL_PATTERN)
 # ``ns/name@ref``: a namespace (the catalog's name rule), a head name (a DNS label) and
 # a version (3 or v3) or an alias. Full match only: ``\Z``, never ``$``.
 HEAD_REF_RE = re.compile(
@@ -106,7 +113,7 @@ class HeadRef:
 
 def check_head_name(value: str) -> str:
     """A router head's name: a DNS label (it becomes a Prometheus label and a path)."""
-    if len(value) > 63 or DNS_LABEL_RE.fullmatch(value) is None:
+    if not is_dns_label(value):
         raise RefError(f"invalid router head name {value[:80]!r}: use a DNS label, 1-63 "
                        "lowercase letters, digits and '-', starting and ending with a letter "
                        "or digit")
@@ -114,16 +121,59 @@ def check_head_name(value: str) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class HeadFacts:
-    """What the catalog keeps beside a checked document (and answers with)."""
+class NgramSpec:
+    """The ``ngrams`` block: character ``n``-grams (and each length of ``also``), each
+    length hashed into ``dims`` buckets of its own, the block a unit vector times
+    ``scale``."""
 
-    experts: list[str]
+    n: int
+    dims: int
+    scale: float
+    also: tuple[int, ...] = ()
+
+    @property
+    def width(self) -> int:
+        """The n-gram part's size in the head's inputs: ``dims`` per gram length."""
+        return self.dims * (1 + len(self.also))
+
+
+@dataclass(frozen=True, slots=True)
+class HeadDocument:
+    """A head document that passed :func:`check_document`: every field of the file,
+    typed, and the facts the catalog keeps beside it (:attr:`data_digest`,
+    :attr:`source`, :attr:`cross_validation`). ``weights`` and ``bias`` are the
+    document's own lists (checked: finite numbers of the right shape)."""
+
+    experts: tuple[str, ...]
     embedding_model: str
     dims: int
-    ngram_dims: int  # the n-gram part's width: ngrams.dims per gram length (0: none)
-    data_digest: str | None
-    source: str | None
-    cross_validation: dict[str, Any] | None
+    weights: Sequence[Sequence[float]]
+    bias: Sequence[float]
+    temperature: float
+    threshold: float
+    keywords: Mapping[str, tuple[str, ...]]
+    training: Mapping[str, Any]
+    ngrams: NgramSpec | None = None
+
+    @property
+    def ngram_dims(self) -> int:
+        """The n-gram part's width (0: none)."""
+        return self.ngrams.width if self.ngrams is not None else 0
+
+    @property
+    def data_digest(self) -> str | None:
+        value = self.training.get("dataDigest")
+        return value if isinstance(value, str) else None
+
+    @property
+    def source(self) -> str | None:
+        value = self.training.get("source")
+        return value if isinstance(value, str) else None
+
+    @property
+    def cross_validation(self) -> dict[str, Any] | None:
+        value = self.training.get("crossValidation")
+        return value if isinstance(value, dict) else None
 
 
 def _refuse_constant(name: str) -> Any:
@@ -152,12 +202,20 @@ def canonical(doc: Any) -> bytes:
 
 
 def digest_of(stored: bytes) -> str:
+    """A head's digest: the sha256 of its stored (canonical) bytes."""
     return "sha256:" + hashlib.sha256(stored).hexdigest()
 
 
+def document_digest(doc: Any) -> str:
+    """The digest of a document, whatever spacing its file had: that of its canonical
+    bytes, as the catalog computes at publish."""
+    return digest_of(canonical(doc))
+
+
 def _number(value: Any) -> bool:
-    return (isinstance(value, int | float) and not isinstance(value, bool)
-            and math.isfinite(value))
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) if isinstance(value, float) else abs(value) <= MAX_INT
 
 
 def _experts(doc: Mapping[str, Any]) -> list[str]:
@@ -165,7 +223,7 @@ def _experts(doc: Mapping[str, Any]) -> list[str]:
     if not isinstance(experts, list) or not 2 <= len(experts) <= MAX_EXPERTS:
         raise HeadDocumentError(f"experts must be a list of 2 to {MAX_EXPERTS} expert names")
     for e in experts:
-        if not isinstance(e, str) or len(e) > 63 or DNS_LABEL_RE.fullmatch(e) is None:
+        if not isinstance(e, str) or not is_dns_label(e):
             raise HeadDocumentError(f"expert name {str(e)[:80]!r} is not a DNS label "
                                     "(lowercase letters, digits and '-', at most 63)")
     if len(set(experts)) != len(experts):
@@ -186,11 +244,11 @@ def _embedding(doc: Mapping[str, Any]) -> tuple[str, int]:
     return model, dims
 
 
-def _ngram_dims(doc: Mapping[str, Any]) -> int:
-    """The n-gram part's width in the weights: ``dims`` buckets per gram length (``n``,
-    then each of ``also``); 0 without ``ngrams``."""
+def _ngrams(doc: Mapping[str, Any]) -> NgramSpec | None:
+    """The ``ngrams`` block (None without one); its width is ``dims`` buckets per gram
+    length (``n``, then each of ``also``)."""
     if "ngrams" not in doc or doc["ngrams"] is None:
-        return 0
+        return None
     ng = doc["ngrams"]
     if not isinstance(ng, dict):
         raise HeadDocumentError("ngrams must be an object with n, dims and scale")
@@ -206,11 +264,11 @@ def _ngram_dims(doc: Mapping[str, Any]) -> int:
             or len({n, *also}) != 1 + len(also):
         raise HeadDocumentError("ngrams.also must be a list of further gram lengths from 2 "
                                 "to 6, none repeated and none equal to ngrams.n")
-    width = dims * (1 + len(also))
-    if width > MAX_NGRAM_DIMS:
+    spec = NgramSpec(n, dims, float(scale), tuple(also))
+    if spec.width > MAX_NGRAM_DIMS:
         raise HeadDocumentError(f"ngrams: dims times the gram lengths must be at most "
                                 f"{MAX_NGRAM_DIMS}")
-    return width
+    return spec
 
 
 def _matrix(doc: Mapping[str, Any], rows: int, width: int, ngram_dims: int) -> None:
@@ -231,19 +289,70 @@ def _matrix(doc: Mapping[str, Any], rows: int, width: int, ngram_dims: int) -> N
         raise HeadDocumentError(f"bias must be {rows} finite numbers (one per expert)")
 
 
-def _scalars(doc: Mapping[str, Any]) -> None:
+def _scalars(doc: Mapping[str, Any]) -> tuple[float, float]:
     temperature: Any = doc.get("temperature")
     threshold: Any = doc.get("threshold")
     if not _number(temperature) or not 1e-3 <= temperature <= 1e3:
         raise HeadDocumentError("temperature must be a number from 0.001 to 1000")
     if not _number(threshold) or not 0.0 <= threshold <= 1.0:
         raise HeadDocumentError("threshold must be a number from 0 to 1")
+    return float(temperature), float(threshold)
 
 
-def _training(doc: Mapping[str, Any]) -> tuple[str | None, str | None, dict[str, Any] | None]:
+def _keywords(doc: Mapping[str, Any], experts: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The measured keywords: experts of the head to at most :data:`MAX_KEYWORDS` words
+    each, every word 2 to 80 characters (what the router's keyword stage matches)."""
+    keywords = doc.get("keywords")
+    if keywords is None:
+        return {}
+    if not isinstance(keywords, dict) or any(
+            k not in experts or not isinstance(v, list) or not all(isinstance(w, str) for w in v)
+            for k, v in keywords.items()):
+        raise HeadDocumentError("keywords must map experts of the head to lists of words")
+    for expert, words in keywords.items():
+        if len(words) > MAX_KEYWORDS or any(
+                not MIN_KEYWORD_CHARS <= len(w) <= MAX_KEYWORD_CHARS for w in words):
+            raise HeadDocumentError(
+                f"keywords of {expert!r}: at most {MAX_KEYWORDS}, each {MIN_KEYWORD_CHARS} "
+                f"to {MAX_KEYWORD_CHARS} characters")
+    return {k: tuple(v) for k, v in keywords.items() if v}
+
+
+def _storable(doc: Mapping[str, Any]) -> None:
+    """What every stored JSON document must be, checked here so a router never loads
+    a head the catalog could not hold: strings without NUL or unpaired surrogates,
+    integers within 64 bits, nested at most :data:`MAX_JSON_DEPTH` levels. The weights
+    and bias were checked as numbers already."""
+    stack: list[tuple[Any, int]] = [(v, 2) for k, v in doc.items()
+                                    if k not in ("weights", "bias")]
+    stack += [(k, 1) for k in doc]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                raise HeadDocumentError("the head contains a NUL character (\\u0000)")
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                raise HeadDocumentError("the head contains an unpaired UTF-16 "
+                                        "surrogate") from None
+        elif isinstance(item, int) and not isinstance(item, bool) and abs(item) > MAX_INT:
+            raise HeadDocumentError("the head contains an integer beyond the 64-bit range")
+        elif isinstance(item, dict | list):
+            if depth > MAX_JSON_DEPTH:
+                raise HeadDocumentError(f"the head is nested more than {MAX_JSON_DEPTH} "
+                                        "levels deep")
+            if isinstance(item, dict):
+                stack.extend((k, depth) for k in item)
+                stack.extend((v, depth + 1) for v in item.values())
+            else:
+                stack.extend((v, depth + 1) for v in item)
+
+
+def _training(doc: Mapping[str, Any]) -> None:
     training = doc.get("training")
     if training is None:
-        return None, None, None
+        return
     if not isinstance(training, dict):
         raise HeadDocumentError("training must be an object (the lineage mol router train "
                                 "records)")
@@ -256,17 +365,19 @@ def _training(doc: Mapping[str, Any]) -> tuple[str | None, str | None, dict[str,
                                 f"{MAX_SOURCE_CHARS} characters")
     if cv is not None and not isinstance(cv, dict):
         raise HeadDocumentError("training.crossValidation must be an object")
-    return data, source, cv
 
 
-def check_document(doc: Any) -> HeadFacts:
-    """The facts of a head document, or :class:`HeadDocumentError` naming the first rule
-    it breaks: a JSON object of ``kind`` :data:`KIND`; ``experts`` 2..64 unique DNS
-    labels; ``embedding`` ``{model: 1..253 characters, dims: 1..8192}``; ``ngrams`` (when
-    there) as the router reads it; ``weights`` one row per expert of ``dims`` (+
-    ``ngrams.dims`` per gram length) finite numbers; ``bias`` one finite number per
-    expert; ``temperature`` and ``threshold`` in the router's ranges; the lineage in
-    ``training`` of the types the catalog lists."""
+def check_document(doc: Any) -> HeadDocument:
+    """The typed document, or :class:`HeadDocumentError` naming the first rule it
+    breaks: a JSON object of ``kind`` :data:`KIND`; ``experts`` 2..64 unique DNS labels;
+    ``embedding`` ``{model: 1..253 characters, dims: 1..8192}`` (integers, never 4.0);
+    ``ngrams`` (when there) ``{n: 2..6, dims: 16..65536, scale: (0, 100], also}``;
+    ``weights`` one row per expert of ``dims`` (+ ``ngrams.dims`` per gram length)
+    finite numbers; ``bias`` one finite number per expert; ``temperature`` 0.001..1000
+    and ``threshold`` 0..1; ``keywords`` at most 256 per expert of the head, each 2..80
+    characters; the lineage in ``training`` of the types the catalog lists; and what
+    any stored document must be (:func:`_storable`). The only rules: the catalog
+    checks a publish with them, the router every head it loads."""
     if not isinstance(doc, dict):
         raise HeadDocumentError(f"a router head is a JSON object, not a JSON "
                                 f"{type(doc).__name__}")
@@ -275,85 +386,12 @@ def check_document(doc: Any) -> HeadFacts:
                                 f"not {str(doc.get('kind'))[:80]!r}")
     experts = _experts(doc)
     model, dims = _embedding(doc)
-    ngram_dims = _ngram_dims(doc)
-    _matrix(doc, len(experts), dims + ngram_dims, ngram_dims)
-    _scalars(doc)
-    keywords = doc.get("keywords")
-    if keywords is not None and (not isinstance(keywords, dict) or any(
-            k not in experts or not isinstance(v, list) or not all(isinstance(w, str) for w in v)
-            for k, v in keywords.items())):
-        raise HeadDocumentError("keywords must map experts of the head to lists of words")
-    data, source, cv = _training(doc)
-    return HeadFacts(experts, model, dims, ngram_dims, data, source, cv)
-
-
-# --- the catalog's answers (the clients' typed answers; re-exported by catalog_models) ---
-
-
-class _Answer(BaseModel):
-    model_config = ConfigDict(extra="allow")  # fields a newer catalog adds are kept
-
-
-class RouterHeadVersion(_Answer):
-    """One immutable version of a router head: its digest and what its document says."""
-
-    namespace: str
-    name: str
-    version: int
-    digest: str
-    experts: list[str]
-    embedding_model: str
-    dims: int
-    ngram_dims: int  # the n-gram inputs: ngrams.dims per gram length (0: no n-grams)
-    data_digest: str | None  # training.dataDigest
-    source: str | None  # training.source
-    cross_validation: dict[str, Any] | None  # training.crossValidation
-    size_bytes: int  # of the stored (canonical) document
-    created_by: str | None
-    created_at: datetime
-
-
-class RouterHeadVersionList(_Answer):
-    items: list[RouterHeadVersion]  # newest first
-
-
-class RouterHeadAlias(RouterHeadVersion):
-    """The version an alias names, and the alias."""
-
-    alias: str
-
-
-class RouterHeadAliasSet(RouterHeadAlias):
-    previous: int | None  # where the alias pointed before (None: it is new)
-
-
-class RouterHeadAliasItem(_Answer):
-    alias: str
-    version: int
-    updated_at: datetime
-
-
-class RouterHeadAliasList(_Answer):
-    items: list[RouterHeadAliasItem]
-
-
-class RouterHeadAliasDeleted(_Answer):
-    namespace: str
-    name: str
-    alias: str
-    version: int  # where it pointed
-
-
-class RouterHeadItem(_Answer):
-    """A head name with its latest version and its aliases."""
-
-    namespace: str
-    name: str
-    latest_version: int
-    latest: RouterHeadVersion
-    aliases: dict[str, int]
-    updated_at: datetime
-
-
-class RouterHeadList(_Answer):
-    items: list[RouterHeadItem]  # by name
+    ngrams = _ngrams(doc)
+    width = ngrams.width if ngrams is not None else 0
+    _matrix(doc, len(experts), dims + width, width)
+    temperature, threshold = _scalars(doc)
+    keywords = _keywords(doc, experts)
+    _training(doc)
+    _storable(doc)
+    return HeadDocument(tuple(experts), model, dims, doc["weights"], doc["bias"], temperature,
+                        threshold, keywords, dict(doc.get("training") or {}), ngrams)

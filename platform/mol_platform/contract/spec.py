@@ -63,9 +63,10 @@ from mol_platform.contract.spec_rules import (
     steps_rule,
 )
 
-API_VERSION = "mol.dev/v1alpha1"
-KIND = "MoLDeployment"
 GROUP = "mol.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "MoLDeployment"
 PLURAL = "moldeployments"
 SHORT_NAME = "mold"
 

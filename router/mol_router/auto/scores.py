@@ -65,7 +65,8 @@ class Score:
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """What the signal concluded: the expert (None: undecided), the signal that
-    decided (``semantic``, ``keywords`` or ``none``), the winning score and its lead,
+    decided (``semantic``, ``keywords``, ``head`` for a trained head, or ``none``), the
+    winning score and its lead,
     the scores best first, and why it did not decide (``below-threshold``,
     ``below-margin``, ``no-embedding``, ``no-examples``)."""
 

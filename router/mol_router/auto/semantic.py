@@ -156,10 +156,9 @@ class SemanticSignal:
         self._index: tuple[scores.ExpertIndex, ...] | None = None
         self._building: asyncio.Task[tuple[scores.ExpertIndex, ...]] | None = None
         self._cache: OrderedDict[str, scores.Vector] = OrderedDict()
-        if heads is None:
-            heads = (HeadSource.of_file(cfg.head_file) if cfg.head_file is not None
-                     else HeadSource(None, {}, (), cfg.model))
-        self.heads = heads
+        # The runtime hands its source in; alone (explain, the benchmark) the signal
+        # builds the one its config names, a file's head at once.
+        self.heads = heads if heads is not None else HeadSource.of(cfg, (), None)
         self._shadows: set[asyncio.Task[None]] = set()
         # The config's keywords alone (no vectors): keywords first and an engine failure
         # without a head (a head brings its own measured keywords).
@@ -252,7 +251,7 @@ class SemanticSignal:
         ``other`` names the head to compare with. Without: examples and keywords."""
         text = self.turn(text)
         heads = self.heads
-        if heads.wanted:
+        if heads is not None and heads.wanted:
             stable, candidate = heads.stable, heads.candidate
             routed, other, role = stable, candidate, "stable"
             canary = self.cfg.canary

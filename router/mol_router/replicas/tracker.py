@@ -10,14 +10,22 @@ replicas out of selection (outlier detection, below), and estimates adapter load
 Outlier detection. A replica is ejected at once when it is down (connection refused,
 or a health check that does not answer within the probe timeout: a dead or stalled
 process), and after ``eject_after_failures`` failures in a row otherwise (5xx answers,
-streams cut, while ``/health`` may still pass). Health checks go on every scrape
-interval while it is out: one that was down is re-admitted by the first check that
-passes (it came back: recovery within one interval), one ejected by its requests only
-once its back-off has passed too, the back-off doubling with each ejection that no
-success separates (``readmit_after`` up to ``readmit_after_max``). An adapter that
-fails to load on one replica (the engine's own words for it, see
-:func:`mol_router.serving.upstream.adapter_failure`) is avoided there for a back-off of its
-own while the other replicas serve it; one success there clears it.
+streams cut, while ``/health`` may still pass). Ejection for failed requests is capped,
+as Envoy's ``max_ejection_percent`` caps it: at most ``max_ejection_percent`` of the
+replicas whose health checks pass are out for failures at a time, and never the last
+of them, so failing requests alone never empty a pool that passes its checks (requests
+fail for reasons of their own too: a client's overload, a bad prompt). Health checks
+go on every scrape interval while it is out: one that was down is re-admitted by the
+first check that passes (it came back: recovery within one interval), one ejected by
+its requests only once its back-off has passed too, the back-off doubling with each
+ejection that no success separates (``readmit_after`` up to ``readmit_after_max``,
+:func:`mol_router.backoff.ejection`). A client that goes away is no failure of the
+engine's: the proxy books nothing for it. An adapter that fails on one replica (the
+engine's own words for a failed load, see
+:func:`mol_router.serving.upstream.adapter_failure`, or 5xx answers confined to that
+adapter while others succeed there, :meth:`AdapterFailures.confined`) is avoided there
+for a back-off of its own while the other replicas serve it; one success there clears
+it.
 It also estimates what a policy needs to spend GPU slots well: each engine's slot
 contents in least-recently-used order (what vLLM would evict next), the adapters of
 its requests in flight there (running or waiting for a slot), and each adapter's share
@@ -48,92 +56,18 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
 import aiohttp
 
+from mol_router.backoff import Backoff, ejection
 from mol_router.replicas.avoid import AdapterFailures
 from mol_router.replicas.engine_metrics import EngineMetrics, parse_engine_metrics
-from mol_router.replicas.policy.interface import Demand, EngineStats, FleetStats
+from mol_router.replicas.engine_state import Engine, remember
+from mol_router.replicas.policy.interface import Demand, FleetStats
 from mol_router.replicas.policy.prefix import DEFAULT_CAPACITY, PrefixIndex
 
 log = logging.getLogger(__name__)
-
-DEFAULT_SLOTS = 4
-"""Adapter slots assumed for an engine that has not reported ``max_lora`` yet."""
-
-
-def _remember(lru: OrderedDict[str, None], name: str, capacity: int, keep: Iterable[str]) -> bool:
-    """Touch ``name`` in ``lru`` (most recent last), evicting the oldest entries not in
-    ``keep`` beyond ``capacity``; True when ``name`` was not there before."""
-    new = name not in lru
-    lru[name] = None
-    lru.move_to_end(name)
-    if len(lru) > capacity:
-        pinned = set(keep)
-        for old in [n for n in lru if n not in pinned][: len(lru) - capacity]:
-            del lru[old]
-    return new
-
-
-@dataclass(slots=True)
-class _Engine:
-    metrics: EngineMetrics = field(default_factory=EngineMetrics)
-    inflight: int = 0
-    sent: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    in_slots: OrderedDict[str, None] = field(default_factory=OrderedDict)
-    """Estimated GPU slot contents, least recently used first: adapters sent there or
-    seen running, touched again when one of this router's requests on them ends."""
-    active: dict[str, int] = field(default_factory=dict)
-    """This router's requests in flight there, by adapter: theirs cannot be evicted."""
-    probed: bool = False
-    """At least one health check passed: until then the engine is not ready."""
-    failures: int = 0
-    ejected_until: float | None = None
-    down: bool = False
-    """Ejected because it did not answer at all: re-admitted by the first passing check."""
-    ejections: int = 0
-    """Ejections since the last success: the next back-off doubles with each."""
-    backoff: float = 0.0
-    """The current ejection's back-off: a failed health check starts it over."""
-    # Frozen views reused across snapshots until their source changes, so the stats
-    # rebuilt on every request's begin and end copy no adapter sets.
-    running_view: frozenset[str] = frozenset()
-    sent_view: frozenset[str] = frozenset()
-    slots_view: tuple[str, ...] = ()
-    pending: frozenset[str] = frozenset()
-    """The adapters in ``active``, as the stats show them."""
-    # Stats differ between a request's begin and end only in ``inflight`` and
-    # ``pending``: keep them by those until anything else changes (``changed``), so
-    # most refreshes build none.
-    by_inflight: dict[tuple[int, frozenset[str]], EngineStats] = field(default_factory=dict)
-
-    def changed(self) -> None:
-        """Something other than ``inflight`` that the stats show has changed."""
-        self.by_inflight.clear()
-
-    @property
-    def slots(self) -> int:
-        return self.metrics.max_lora or DEFAULT_SLOTS
-
-    @property
-    def ready(self) -> bool:
-        return self.probed and self.ejected_until is None
-
-    def stats(self) -> EngineStats:
-        key = (self.inflight, self.pending)
-        stats = self.by_inflight.get(key)
-        if stats is None:
-            m = self.metrics
-            stats = self.by_inflight[key] = EngineStats(
-                m.running, m.waiting, m.kv_cache_usage, m.max_lora, self.running_view,
-                self.sent_view, self.inflight, self.probed and self.ejected_until is None,
-                self.pending, self.slots_view,
-            )
-        return stats
-
 
 class EngineTracker:
     """Per-engine state for replica picking; see the module docstring.
@@ -156,6 +90,7 @@ class EngineTracker:
         prefix_capacity: int = DEFAULT_CAPACITY,
         readmit_after_max: float | None = None,
         on_eject: Callable[[str, str], None] | None = None,
+        max_ejection_percent: int = 50,
     ) -> None:
         if scrape_interval <= 0:
             raise ValueError("scrape_interval must be > 0 seconds")
@@ -167,17 +102,20 @@ class EngineTracker:
             raise ValueError("probe_timeout must be > 0 seconds")
         if demand_half_life < 1:
             raise ValueError("demand_half_life must be >= 1 request")
+        if not 0 <= max_ejection_percent <= 100:
+            raise ValueError("max_ejection_percent must be between 0 and 100")
         self._session = session
         self.scrape_interval = scrape_interval
         self.eject_after_failures = eject_after_failures
         self.readmit_after = readmit_after
-        self.readmit_after_max = (8 * readmit_after if readmit_after_max is None
-                                  else max(readmit_after_max, readmit_after))
+        self.backoff: Backoff = ejection(readmit_after, readmit_after_max)
+        self.readmit_after_max = self.backoff.most
+        self.max_ejection_percent = max_ejection_percent
         self.adapter_failures = AdapterFailures()
         self._on_adapter_load = on_adapter_load or (lambda _endpoint: None)
         self._on_eject = on_eject or (lambda _endpoint, _reason: None)
         """Called with (endpoint, "down" | "failures") on each ejection."""
-        self._engines: dict[str, _Engine] = {}
+        self._engines: dict[str, Engine] = {}
         self._sends = 0
         self._last_sent: dict[str, int] = {}
         self.demand = Demand(demand_half_life)
@@ -198,7 +136,7 @@ class EngineTracker:
             self.prefix.forget(gone)
             self._last_sent.pop(gone, None)
             self.adapter_failures.forget(gone)
-        engines = {u: self._engines.get(u) or _Engine() for u in wanted}
+        engines = {u: self._engines.get(u) or Engine() for u in wanted}
         added = any(u not in self._engines for u in wanted)
         self._engines = engines
         self._snapshot = FleetStats.of({u: e.stats() for u, e in engines.items()}, self.demand,
@@ -220,7 +158,7 @@ class EngineTracker:
         callers must not mutate it."""
         return self._ready
 
-    def _refresh(self, endpoint: str, engine: _Engine) -> None:
+    def _refresh(self, endpoint: str, engine: Engine) -> None:
         """Replace one engine's entry in a new snapshot (snapshots already handed out
         stay as they were); every readiness change passes here."""
         snap = FleetStats.of(self._snapshot, self.demand, self.prefix, last_sent=self._last_sent)
@@ -253,7 +191,7 @@ class EngineTracker:
             if adapter in sent:
                 sent.move_to_end(adapter)  # same set: the frozen view stays valid
             else:
-                _remember(sent, adapter, engine.slots, ())
+                remember(sent, adapter, engine.slots, ())
                 engine.sent_view = frozenset(sent)
                 engine.changed()
             if adapter not in engine.pending:
@@ -266,11 +204,11 @@ class EngineTracker:
         return cold
 
     @staticmethod
-    def _touch(engine: _Engine, adapter: str) -> None:
+    def _touch(engine: Engine, adapter: str) -> None:
         """``adapter`` was just used on ``engine``: most recent in the slot estimate,
         evicting the least recent idle ones beyond the engine's slots."""
         if not engine.slots_view or engine.slots_view[-1] != adapter:  # order moved
-            _remember(engine.in_slots, adapter, engine.slots,
+            remember(engine.in_slots, adapter, engine.slots,
                       engine.active)  # fmt: skip
             engine.slots_view = tuple(engine.in_slots)
             engine.changed()
@@ -303,13 +241,25 @@ class EngineTracker:
             engine.down = engine.down or down
             engine.ejected_until = time.monotonic() + engine.backoff  # the wait starts over
             return
-        if down or engine.failures >= self.eject_after_failures:
+        if down or (engine.failures >= self.eject_after_failures
+                    and self._may_eject_for_failures()):
             self._eject(endpoint, engine, down=down)
 
-    def _eject(self, endpoint: str, engine: _Engine, *, down: bool) -> None:
+    def _may_eject_for_failures(self) -> bool:
+        """Whether one more replica may go out for failed requests: at most
+        ``max_ejection_percent`` of those whose health checks pass (and never all of
+        them) may be out for failures at a time."""
+        passing = out = 0
+        for e in self._engines.values():
+            if e.probed and not e.down:
+                passing += 1
+                out += e.ejected_until is not None
+        allowed = min(passing * self.max_ejection_percent // 100, passing - 1)
+        return out < allowed
+
+    def _eject(self, endpoint: str, engine: Engine, *, down: bool) -> None:
         engine.ejections += 1
-        wait = min(self.readmit_after * float(2 ** min(engine.ejections - 1, 30)),
-                   self.readmit_after_max)
+        wait = self.backoff.after(engine.ejections)
         engine.backoff = wait
         engine.ejected_until = time.monotonic() + wait
         engine.down = down
@@ -332,6 +282,16 @@ class EngineTracker:
         if adapter is not None:
             self.adapter_failures.cleared(endpoint, adapter)
 
+    def record_error(self, endpoint: str, adapter: str | None) -> float | None:
+        """A 5xx answer from ``endpoint`` for ``adapter``: booked against the pair when it
+        is confined to that adapter (the seconds the pair is now avoided), else against
+        the replica (None)."""
+        if endpoint in self._engines and adapter is not None \
+                and self.adapter_failures.confined(endpoint, adapter):
+            return self.adapter_failures.failed(endpoint, adapter)
+        self.record_failure(endpoint)
+        return None
+
     def record_adapter_failure(self, endpoint: str, adapter: str) -> float:
         """``adapter`` failed to load on ``endpoint``: seconds it is avoided there."""
         if endpoint not in self._engines:
@@ -353,7 +313,7 @@ class EngineTracker:
         engine.changed()
         keep = engine.running_view.union(engine.active)
         for adapter in running:
-            _remember(engine.in_slots, adapter, engine.slots, keep)
+            remember(engine.in_slots, adapter, engine.slots, keep)
         engine.slots_view = tuple(engine.in_slots)
         self._refresh(endpoint, engine)
 

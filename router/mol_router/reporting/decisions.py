@@ -22,7 +22,6 @@ and a refused batch dropped (``reason="rejected"``).
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -31,7 +30,7 @@ from typing import Any, Protocol
 
 from prometheus_client import CollectorRegistry, Counter
 
-from mol_platform.contract.refs import DNS_LABEL_PATTERN, AdapterRef
+from mol_platform.contract.refs import is_dns_label
 from mol_platform.contract.router_config import RouterConfig
 from mol_platform.contract.routing_feedback import (
     MAX_BATCH_DECISIONS,
@@ -43,7 +42,6 @@ from mol_router.reporting.outbox import Batch, Outbox
 from mol_router.tenants import Tenant
 
 log = logging.getLogger("mol.router.decisions")
-_DNS_LABEL = re.compile(DNS_LABEL_PATTERN)
 
 
 class DecisionSink(Protocol):
@@ -53,7 +51,7 @@ class DecisionSink(Protocol):
 
 
 def _label(name: str) -> bool:
-    return len(name) <= 63 and _DNS_LABEL.fullmatch(name) is not None
+    return is_dns_label(name)
 
 
 def storable(text: str) -> bool:
@@ -75,10 +73,7 @@ def home_namespace(cfg: RouterConfig) -> str:
     """Where the decisions of requests without a tenant namespace go: the deployment's
     first adapter namespace, else the catalog namespace of its default expert's
     adapter (every deployment has one)."""
-    if cfg.adapter_namespaces:
-        return cfg.adapter_namespaces[0]
-    default = next((e for e in cfg.experts if e.name == cfg.default), cfg.experts[0])
-    return AdapterRef.parse(default.adapter).namespace
+    return cfg.home_namespace
 
 
 class DecisionRecorder(Outbox):

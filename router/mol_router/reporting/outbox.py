@@ -32,6 +32,7 @@ from typing import Any
 from prometheus_client import Counter
 
 from mol_platform.clients.catalog import CatalogError
+from mol_router import backoff
 
 
 @dataclass
@@ -166,8 +167,8 @@ class Outbox(ABC):
         """Seconds before the next flush after ``failures`` failed ones in a row."""
         if failures == 0:
             return self.interval
-        delay: float = min(self.backoff_max, self.interval * 2.0 ** min(failures - 1, 16))
-        return delay * (0.5 + random.random() / 2)  # jitter: routers do not retry in step
+        # jitter: routers do not retry in step
+        return backoff.outbox(self.interval, self.backoff_max).after(failures)
 
     async def _run(self) -> None:
         failures = 0

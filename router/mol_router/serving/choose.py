@@ -81,8 +81,9 @@ class Chooser:
                 self._decided(rid, tenant, text, decided, verdict.expert)
                 if decided.role == "candidate":
                     why.append("head=candidate")
+                label = decided.head.label if decided.head is not None else None
                 return routing.expert_choice(verdict.expert, cfg.mode, user, verdict.signal,
-                                             route_value(verdict.signal, verdict, why))
+                                             route_value(verdict.signal, verdict, why, label))
             why.append(f"semantic={verdict.reason}")
         if cfg.mode in CLASSIFIER_MODES and cfg.classifier is not None:
             span = spans.child("mol.router.classify") if spans is not None else None
@@ -137,19 +138,20 @@ class Chooser:
             recorder.record(rid, tenant, semantic.turn(text), expert, route, head, candidate)
 
     async def resolve(self, choice: Choice, spans: RequestSpans | None,
-                       parent: Span | None = None, *, unsampled: str | None = None
-                       ) -> tuple[Choice, Resolved]:
+                       parent: Span | None = None, *, unsampled: str | None = None,
+                       tenant: str = "") -> tuple[Choice, Resolved]:
         """The immutable adapter for a choice. A canary that cannot be served (unknown,
         catalog down, incompatible) falls back to the stable version rather than failing
         its users; anything else that cannot be served is refused. ``unsampled``: the
-        untraced request's ``traceparent`` for the catalog."""
+        untraced request's ``traceparent`` for the catalog; ``tenant``: whose unknown
+        names count against its cap."""
         traceparent, span = unsampled, None
         if spans is not None:
             span = spans.child("mol.router.resolve", parent, {
                 ADAPTER_REF: choice.ref, EXPERT: choice.expert, CANARY: choice.canary})
             traceparent = spans.traceparent(span)
         try:
-            resolved = await self.rt.resolver.resolve(choice.ref, traceparent)
+            resolved = await self.rt.resolver.resolve(choice.ref, traceparent, tenant=tenant)
         except Unresolved as exc:
             if span is not None:
                 span.set_attribute("error.type", str(exc.status or "unreachable"))
@@ -168,7 +170,8 @@ class Chooser:
                         choice.ref, choice.expert)
             stable = dataclasses.replace(
                 choice, ref=self.rt.routing.experts[choice.expert].adapter, canary=False)
-            return await self.resolve(stable, spans, parent, unsampled=unsampled)
+            return await self.resolve(stable, spans, parent, unsampled=unsampled,
+                                      tenant=tenant)
         assert resolved is not None
         if not resolved.compatible:
             self.rt.metrics.rejected("incompatible")
@@ -183,6 +186,10 @@ def _unresolved(choice: Choice, exc: Unresolved) -> RouterError:
     if choice.expert == ADAPTER_LABEL and exc.status == 404:
         return RouterError(404, f"adapter {choice.ref}: {exc.detail}", "model_not_found",
                            param="model")
+    if exc.status == 429:
+        return RouterError(429, exc.detail, "too_many_unknown_adapters", param="model",
+                           retry_after=exc.retry_after)
     return RouterError(503, f"cannot resolve {choice.ref} for expert {choice.expert!r}: "
-                       f"{exc.detail}", "catalog_unavailable", retry_after=5.0)
+                       f"{exc.detail}", "catalog_unavailable",
+                       retry_after=exc.retry_after or 5.0)
 

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from mol_router.replicas import attempts
 from mol_router.replicas.policy import RouteRequest
+from mol_router.replicas.pool import UpstreamBroken
 from mol_router.routing.rules import Routing
 from mol_router.runtime import Runtime
 from mol_router.serving.upstream import Upstreams
@@ -89,12 +91,17 @@ async def classify(rt: Runtime, upstreams: Upstreams, body: dict[str, Any], chat
                 "/v1/chat/completions", payload, headers, RouteRequest(resolved.name),
                 rt.limits.classifier, spans, call)
             ok = False
+            outcome: attempts.Outcome = "cancelled"  # unless read: nobody's failure
             try:
                 data = await resp.read()
+                outcome = attempts.answered(resp.status)
                 ok = resp.status == 200
                 status = resp.status
+            except (UpstreamBroken, TimeoutError) as exc:
+                outcome = "broken" if isinstance(exc, UpstreamBroken) else "timeout"
+                raise
             finally:
-                upstreams.done(resp, endpoint, resolved.name, ok=ok, complete=True)
+                upstreams.finish(resp, endpoint, resolved.name, outcome)
             end_engine_call(call, status, endpoint, None, 0, 0, _cold)
             call = None
     except asyncio.CancelledError:

@@ -15,10 +15,12 @@ _HEX = frozenset("0123456789abcdef")
 _NO_TRACE = "0" * 32
 
 
-def route_value(signal: str, verdict: Verdict | None, why: list[str]) -> str:
-    """The ``x-mol-route`` value: the deciding signal, its score and lead, and why the
-    signals before it did not decide (docs/router.md)."""
-    parts = [signal]
+def route_value(signal: str, verdict: Verdict | None, why: list[str],
+                head: str | None = None) -> str:
+    """The ``x-mol-route`` value: the deciding signal, the trained head whose pick it is
+    (``head=ns/name@v3``), its score and lead, and why the signals before it did not
+    decide (docs/router.md)."""
+    parts = [signal] + ([f"head={head}"] if head else [])
     if verdict is not None:
         parts += [f"score={verdict.score:.3f}", f"margin={verdict.margin:.3f}"]
     return "; ".join(parts + why)

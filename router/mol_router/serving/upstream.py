@@ -1,12 +1,15 @@
-"""Sending one request to an engine: replica choice, queueing, retries.
+"""Sending one request to an engine: replica choice, queueing, retries, booking.
 
 A request is retried on another replica after a connect error, a 5xx answer or an
 engine saying it could not load the request's adapter (:func:`adapter_failure`), as
 long as nothing has reached the client yet; a timeout is not retried (the engine may
-still be working). The proxy also retries once when an answer broke after its head
-but before any byte reached the client (``tried`` carries the replicas already tried,
-so the retry goes elsewhere). With no ready engine (scaled to zero, all ejected) requests wait
-in a bounded queue until one is ready or the queue timeout passes (503 +
+still be working). The hop loop (:mod:`mol_router.serving.relay`) also retries once
+when an answer broke after its head but before any byte reached the client (``tried``
+carries the replicas already tried, so the retry goes elsewhere); both follow the one
+plan of :mod:`mol_router.replicas.attempts`, which also says whom each outcome counts
+against (:meth:`Upstreams.book`: a client that went away, nobody). With no ready engine
+(scaled to zero, all ejected) requests wait in a bounded queue until one is ready or
+the queue timeout passes (503 +
 ``Retry-After``); ``mol_router_pending_requests`` shows the queue so an autoscaler
 can wake engines up from zero.
 """
@@ -21,6 +24,7 @@ from typing import TYPE_CHECKING
 import orjson
 
 from mol_router.errors import RouterError
+from mol_router.replicas import attempts
 from mol_router.replicas.policy import RouteRequest
 from mol_router.replicas.pool import UpstreamBroken, UpstreamResponse, UpstreamUnreachable
 from mol_router.runtime import Runtime
@@ -100,30 +104,29 @@ class Upstreams:
                    ) -> tuple[UpstreamResponse, str, bool]:
         """An open response (status < 500, or the last 5xx), the endpoint it came
         from, and whether that attempt was cold (the engine did not hold the adapter:
-        :meth:`EngineTracker.begin`). The caller reads it and calls :meth:`done`.
+        :meth:`EngineTracker.begin`). The caller reads it and calls :meth:`finish`.
         ``limit`` bounds the whole exchange, reading the body included. ``tried``
         (updated) holds the replicas this request was sent to already: they are not
-        picked again. Replicas where the adapter failed to load lately are avoided
-        while another can take it. With tracing on, the engine gets ``call``'s
-        ``traceparent`` and each replica choice is a ``mol.router.pick`` span under it."""
+        picked again. Which tries may follow which failures, and where, is
+        :mod:`mol_router.replicas.attempts`' to say. With tracing on, the engine gets
+        ``call``'s ``traceparent`` and each replica choice is a ``mol.router.pick``
+        span under it."""
         rt = self.rt
         tracker = rt.tracker
         pool = rt.pool
         assert tracker is not None
         tried = set() if tried is None else tried
         error: RouterError | None = None
-        attempts = rt.limits.max_attempts
+        max_tries = rt.limits.max_attempts
         if spans is not None:
             headers = {**headers, "traceparent": spans.traceparent(call)}
         avoid = tracker.adapter_failures.avoid(route.adapter)
-        why = ""  # why the last attempt failed, once one has
-        for attempt in range(attempts):
+        last: attempts.Outcome | None = None  # how the last try ended, once one has
+        for attempt in range(max_tries):
             ready = tracker.ready_endpoints()
             if not ready and not tried:
                 ready = await self._wait_ready()
-            exclude = frozenset(tried) if tried else _NONE_TRIED
-            if avoid and any(e not in avoid and e not in exclude for e in ready):
-                exclude = exclude | avoid  # elsewhere while another replica can take it
+            exclude = attempts.excluded(tried, ready, avoid)
             pick = spans.child("mol.router.pick", call, {"mol.attempt": attempt + 1}) \
                 if spans is not None else None
             endpoint = rt.policy.pick(ready, tracker.snapshot(), route, exclude)
@@ -137,49 +140,71 @@ class Upstreams:
                 pick.end()
             if endpoint is None:
                 break
-            if why:
-                rt.metrics.retried(why)
+            if last is not None:
+                rt.metrics.retried(attempts.RETRY_REASON[last])
             tried.add(endpoint)
             cold = tracker.begin(endpoint, route.adapter, route.prefix)
             try:
                 resp = await pool.post(endpoint, path, payload, headers, limit=limit,
                                        connect=rt.limits.connect)
             except TimeoutError:
-                tracker.end(endpoint, route.adapter)
-                tracker.record_failure(endpoint)
+                self.book(endpoint, route.adapter, "timeout")
                 rt.metrics.upstream_error("timeout")
                 raise RouterError(504, f"the engine did not answer within "
                                   f"{limit:g} s", "upstream_timeout") from None
             except UpstreamUnreachable as exc:
-                tracker.end(endpoint, route.adapter)
-                tracker.record_failure(endpoint, down=exc.down)
+                last = "down" if exc.down else "connect"
+                self.book(endpoint, route.adapter, last)
                 rt.metrics.upstream_error("connect")
                 log.info("engine %s failed before answering (%s); attempt %d of %d",
-                         endpoint, exc, attempt + 1, attempts)
+                         endpoint, exc, attempt + 1, max_tries)
                 error = RouterError(502, f"could not reach an engine: {exc}",
                                     "upstream_unreachable")
-                why = "connect"
-                continue
-            except BaseException:  # cancelled: the client went away
-                tracker.end(endpoint, route.adapter)
+                if attempts.may_retry(last, wrote=False, tries=attempt + 1,
+                                      max_tries=max_tries, broken_retried=False):
+                    continue
+                break
+            except BaseException:  # cancelled: the client went away; nobody's failure
+                self.book(endpoint, route.adapter, "cancelled")
                 raise
-            if resp.status >= 500 and attempt + 1 < attempts:
+            try:
+                outcome, refused = await self._judge(resp, endpoint, route.adapter)
+            except BaseException:  # cancelled while reading an error body
                 resp.close()
-                tracker.end(endpoint, route.adapter)
-                tracker.record_failure(endpoint)
+                self.book(endpoint, route.adapter, "cancelled")
+                raise
+            retry = attempts.may_retry(outcome, wrote=False, tries=attempt + 1,
+                                       max_tries=max_tries, broken_retried=False)
+            if outcome == "ok" or (outcome == "status" and not retry):
+                return resp, endpoint, cold  # the last 5xx: the caller reads it
+            last = outcome
+            if refused is not None:  # read whole, and booked against the pair
+                resp.release()
+                self.book(endpoint, route.adapter, outcome)
+                error = refused
+            else:
+                resp.close()
+                self.book(endpoint, route.adapter, outcome)
                 rt.metrics.upstream_error("status")
                 error = RouterError(502, f"the engine answered {resp.status}",
                                     "upstream_error")
-                why = "status"
-                continue
-            if resp.status in (400, 404) and route.adapter is not None:
-                failed = await self._adapter_failed(resp, endpoint, route.adapter)
-                if failed is not None:
-                    error, why = failed, "adapter"
-                    continue
-            return resp, endpoint, cold
+            if not retry:
+                break
         raise error or RouterError(503, "no engine is ready to serve this request",
                                    "no_ready_engine", retry_after=1.0)
+
+    async def _judge(self, resp: UpstreamResponse, endpoint: str, adapter: str | None
+                     ) -> tuple[attempts.Outcome, RouterError | None]:
+        """``status`` for a 5xx head; ``adapter`` when the engine says it could not load
+        ``adapter`` (booked against the pair; with the error for the client); else
+        ``ok`` (the body left readable)."""
+        if resp.status >= 500:
+            return "status", None
+        if resp.status in (400, 404) and adapter is not None:
+            failed = await self._adapter_failed(resp, endpoint, adapter)
+            if failed is not None:
+                return "adapter", failed
+        return "ok", None
 
     async def _adapter_failed(self, resp: UpstreamResponse, endpoint: str,
                               adapter: str) -> RouterError | None:
@@ -196,8 +221,6 @@ class Upstreams:
         if message is None:
             resp.unread(data)
             return None
-        resp.release()
-        tracker.end(endpoint, adapter)
         wait = tracker.record_adapter_failure(endpoint, adapter)
         self.rt.metrics.adapter_failed(adapter.split("@", 1)[0])  # ns/name, as labelled
         log.warning("engine %s could not serve %s (%s); avoided there for %.0f s",
@@ -209,19 +232,34 @@ class Upstreams:
     def another(self, tried: set[str]) -> bool:
         """Whether a ready replica not in ``tried`` is there to retry on."""
         tracker = self.rt.tracker
-        return tracker is not None and any(e not in tried for e in tracker.ready_endpoints())
+        return tracker is not None and bool(attempts.candidates(tried,
+                                                                 tracker.ready_endpoints()))
 
-    def done(self, resp: UpstreamResponse, endpoint: str, adapter: str | None, *,
-             ok: bool, complete: bool) -> None:
-        """Release (or, when cut short, close) the response and book the outcome."""
-        if complete:
+    def finish(self, resp: UpstreamResponse, endpoint: str, adapter: str | None,
+               outcome: attempts.Outcome) -> None:
+        """Release the response (read whole) or close it (cut short: the engine aborts
+        the request), and book the outcome."""
+        if outcome in ("ok", "status"):
             resp.release()
         else:
-            resp.close()  # drops the connection: the engine aborts the request
+            resp.close()
+        self.book(endpoint, adapter, outcome)
+
+    def book(self, endpoint: str, adapter: str | None, outcome: attempts.Outcome) -> None:
+        """End the try in the tracker and count it against whom it blames (a client
+        that went away: nobody)."""
         tracker = self.rt.tracker
         assert tracker is not None
         tracker.end(endpoint, adapter)
-        if ok:
+        blame = attempts.blame(outcome)
+        if blame == "success":
             tracker.record_success(endpoint, adapter)
-        else:
-            tracker.record_failure(endpoint)
+        elif blame in ("replica", "down"):
+            tracker.record_failure(endpoint, down=blame == "down")
+        elif blame == "error":
+            wait = tracker.record_error(endpoint, adapter)
+            if wait is not None and adapter is not None:
+                self.rt.metrics.adapter_failed(adapter.split("@", 1)[0])
+                log.warning("engine %s answers 5xx for %s while its other adapters "
+                            "succeed there; avoided there for %.0f s", endpoint, adapter,
+                            wait)

@@ -54,7 +54,8 @@ class RouterMetrics:
             "mol_router_route_decisions",
             "Expert selections by how they were made (mode: router, model, adapter, default, "
             "or for model auto the routing mode) and the signal that decided (request, "
-            "semantic, keywords, classifier, default).", ["deployment", "mode", "signal", "expert"])
+            "semantic, head, keywords, classifier, default).",
+            ["deployment", "mode", "signal", "expert"])
         self.adapter_duration = Histograms(
             "mol_router_adapter_request_duration_seconds",
             "Whole request time by adapter (top K or other).", ["deployment", "adapter"], lat,
@@ -138,7 +139,7 @@ class RouterMetrics:
         self.head_decisions = Counter(
             "mol_router_head_decisions", "Automatic turns a trained head decided (its "
             "measured keywords included), by role (stable: semantic.head; candidate: "
-            "semantic.canary.head), head (name@version) and expert.",
+            "semantic.canary.head), head (ns/name@version) and expert.",
             ["deployment", "role", "head", "expert"], registry=r)
         self.head_agreement = Counter(
             "mol_router_head_agreement", "Canary comparisons: turns where the other head "
@@ -147,7 +148,7 @@ class RouterMetrics:
             ["deployment", "result"], registry=r)
         self.head_info = Gauge(
             "mol_router_head_info", "1 for each trained head in use, by role, head "
-            "(name@version) and digest.", ["deployment", "role", "head", "digest"],
+            "(ns/name@version) and digest.", ["deployment", "role", "head", "digest"],
             registry=r)
         self._head_labels: dict[str, tuple[str, str]] = {}
         self._children: dict[tuple[Any, ...], Any] = {}
@@ -242,13 +243,22 @@ class RouterMetrics:
         self._child(self.head_agreement, self.deployment, result).inc()
 
     def head_in_use(self, role: str, head: str | None, digest: str | None) -> None:
-        """The head now in ``role`` (None: none), replacing the series of the one before."""
+        """The head now in ``role`` (None: none), replacing the series of the one before.
+        A head no role uses any longer loses its decision series too: the ``head``
+        label (``ns/name@vN``) then stays bounded by the two roles times the experts,
+        however many versions a deployment goes through."""
         old = self._head_labels.pop(role, None)
         if old is not None:
             self.head_info.remove(self.deployment, role, *old)
         if head is not None and digest is not None:
             self._head_labels[role] = (head, digest)
             self.head_info.labels(self.deployment, role, head, digest).set(1)
+        if old is not None and old[0] not in {h for h, _ in self._head_labels.values()}:
+            gone = [k for k in self._children
+                    if k[0] == id(self.head_decisions) and k[3] == old[0]]
+            for key in gone:
+                self.head_decisions.remove(*key[1:])
+                del self._children[key]
             if role == "candidate":  # every result from 0: a ratio of rates has both sides
                 for result in ("agree", "disagree", "undecided", "skipped"):
                     self._child(self.head_agreement, self.deployment, result)

@@ -28,8 +28,9 @@ MODE_ORDER = {
                                 "then the router expert, then the default",
 }
 ROUTE_LINE = ("# x-mol-expert: who answered; x-mol-route: what decided: router (named by "
-              "the request), keywords, semantic (example utterances), classifier (the "
-              "router expert) or default, with scores (docs/router.md)")
+              "the request), keywords, semantic (example utterances), head (a trained "
+              "head, named head=ns/name@vN), classifier (the router expert) or default, "
+              "with scores (docs/router.md)")
 MAX_ALIASES = 12  # banner lines for aliases; the rest is one `catalog ls` away
 
 
@@ -98,7 +99,10 @@ def curl_examples(router_url: str, deployment: str, key: str | None = None) -> l
 
 def stack_banner(obj: MoLDeployment, router_url: str, engine_url: str, catalog_url: str,
                  data_dir: Path, token: str | None, aliases: dict[str, int], more: bool = False,
-                 embeddings_url: str | None = None, api_key: str | None = None) -> str:
+                 embeddings_url: str | None = None, api_key: str | None = None,
+                 label_namespace: str | None = None) -> str:
+    """``label_namespace``: where automatic decisions are recorded (None: they are not),
+    so the banner shows how to label one for the next ``mol router train``."""
     experts = ", ".join(e.name for e in obj.spec.experts)
     mode = obj.spec.router.mode
     forced, automatic = curl_examples(router_url, obj.metadata.name, api_key)
@@ -113,6 +117,13 @@ def stack_banner(obj: MoLDeployment, router_url: str, engine_url: str, catalog_u
     if api_key:
         lines.append(f"          API key (tenant local, kept in {data_dir / 'router-api-key'})"
                      f": {api_key}; none or a wrong one is a 401")
+    if label_namespace is not None:
+        mol = mol_command()
+        lines += ["          # automatic decisions are recorded in the local catalog; say which "
+                  "expert was right for one (its x-request-id header), then export the "
+                  "labels to train a head (docs/router.md):",
+                  f"          {mol} router label <x-request-id> <expert> -n {label_namespace}"
+                  f" --catalog {catalog_url}{' --token ' + token if token else ''}"]
     lines += [f"engine    {engine_url}  (vLLM; log {logs / 'engine.log'})",
               *([f"embedding {embeddings_url}  (vLLM pooling runner, started beside the "
                  f"engine; log {logs / 'embedding.log'})"] if embeddings_url else []),

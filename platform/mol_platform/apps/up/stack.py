@@ -43,8 +43,13 @@ from mol_platform.apps.up.supervisor import (
     wait_healthy,
 )
 from mol_platform.contract.engine_args import PluginSettings, embedding_args, engine_args
-from mol_platform.contract.router_config import profile_name, router_config_from_spec
-from mol_platform.contract.spec import MoLDeployment
+from mol_platform.contract.router_config import (
+    RouterConfig,
+    profile_name,
+    router_config_from_spec,
+)
+from mol_platform.contract.routing_feedback import MAX_TEXT_CHARS
+from mol_platform.contract.spec import MoLDeployment, MoLDeploymentSpec
 
 DEFAULT_EXAMPLE = Path("deploy/examples/macaron-local.yaml")
 ENGINE_VENV_ENV = "MOL_ENGINE_VENV"
@@ -240,6 +245,7 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     weights = {e.name: float(e.canary.steps[0]) for e in spec.experts if e.canary is not None}
     config = router_config_from_spec(obj, endpoints=[engine_url], catalog_url=url,
                                      canary_weights=weights, embeddings_url=embeddings_url)
+    config = record_locally(config, spec)
     if keys is not None:
         config = config.model_copy(update={"api_keys_file": str(keys.path)})
     config_path = data_dir / "router.yaml"
@@ -255,12 +261,29 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
                                          "--host", host, "--port", str(ports.router)),
                       f"{router_url}/healthz", env=env, log_path=logs / "router.log"))
     aliases, more = catalog_aliases(url, seeded.adapters, token=token)
+    recorded = config.semantic is not None and config.semantic.record_decisions
     return stack_banner(obj, router_url, engine_url, url, data_dir, token, aliases, more,
-                        embeddings_url, keys.local if keys else None)
+                        embeddings_url, keys.local if keys else None,
+                        config.home_namespace if recorded else None)
 
 
 __all__ = ["ROUTER_TOKEN_NAME", "Ports", "TraceExport", "mint_router_token", "start_catalog",
            "start_catalog_only", "start_stack"]
+
+
+def record_locally(config: RouterConfig, spec: MoLDeploymentSpec) -> RouterConfig:
+    """``semantic.recordDecisions`` on, unless the spec sets it: under ``mol up`` the
+    turns stay on this machine (the local catalog), and recording them is what lets
+    ``mol router label`` and a retrain run on the demo (train, publish, label, train
+    again) without editing YAML. In a cluster it stays off unless asked for: there
+    users' turns would leave the router."""
+    sem = config.semantic
+    spec_sem = spec.router.semantic
+    if sem is None or spec_sem is None or "record_decisions" in spec_sem.model_fields_set \
+            or sem.max_chars > MAX_TEXT_CHARS:
+        return config
+    return config.model_copy(update={"semantic": sem.model_copy(
+        update={"record_decisions": True})})
 
 
 def local_model(uri: str, demo_base: Path) -> Path:

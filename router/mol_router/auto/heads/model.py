@@ -21,12 +21,15 @@ faith.
 The file is JSON (:data:`KIND`), written canonically (sorted keys, no spaces) so its
 sha256 is the head's digest in the catalog. Why JSON and not pickle or npz: the router
 reads heads published by others, and a JSON document of numbers executes nothing.
+
+What a head document may hold is the contract's
+(:func:`mol_platform.contract.router_heads.check_document`, the very rules the
+catalog checks at publish): this module only turns the checked document into arrays
+and scores, so a head the catalog accepts is one this loader accepts, and the reverse.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 import re
 import zlib
@@ -38,17 +41,25 @@ from typing import Any
 import numpy as np
 
 from mol_platform.contract.refs import DNS_LABEL_RE
-from mol_platform.contract.router_heads import KIND, MAX_DIMS, MAX_EXPERTS, MAX_NGRAM_DIMS
+from mol_platform.contract.router_heads import (
+    KIND,
+    HeadDocument,
+    HeadDocumentError,
+    NgramSpec,
+    canonical,
+    check_document,
+    digest_of,
+    document_digest,
+    parse_document,
+)
 from mol_router.auto import scores
 
-# The document's kind and bounds are the contract's, which the catalog checks at publish:
-# one set of limits for what a router loads and what the catalog accepts.
 EXPERT_RE = DNS_LABEL_RE
-MAX_KEYWORDS = 256
 
 
 class HeadError(ValueError):
-    """A head file that cannot be used (unreadable, malformed, or not for this config)."""
+    """A head file that cannot be used (unreadable, breaking a rule of the contract,
+    or not for this config)."""
 
 _WORD = re.compile(r"\w+")
 
@@ -69,21 +80,6 @@ class Ngrams:
     dims: int = 1024
     scale: float = 1.0
     also: tuple[int, ...] = ()
-
-    def __post_init__(self) -> None:
-        if not 2 <= self.n <= 6:
-            raise HeadError("ngrams.n must be within 2..6")
-        if not 16 <= self.dims <= MAX_NGRAM_DIMS:
-            raise HeadError(f"ngrams.dims must be within 16..{MAX_NGRAM_DIMS}")
-        if not (math.isfinite(self.scale) and 0.0 < self.scale <= 100.0):
-            raise HeadError("ngrams.scale must be within 0..100")
-        lengths = (self.n, *self.also)
-        if any(not 2 <= m <= 6 for m in self.also) or len(set(lengths)) != len(lengths):
-            raise HeadError("ngrams.also must hold lengths within 2..6, none repeated "
-                            "and none equal to ngrams.n")
-        if self.width > MAX_NGRAM_DIMS:
-            raise HeadError(f"ngrams: dims times the lengths must be at most "
-                            f"{MAX_NGRAM_DIMS}")
 
     @property
     def lengths(self) -> tuple[int, ...]:
@@ -117,23 +113,18 @@ class Ngrams:
         return {"n": self.n, "dims": self.dims, "scale": self.scale,
                 **({"also": list(self.also)} if self.also else {})}
 
-
-def _ngrams(ng: object) -> Ngrams:
-    """The ``ngrams`` block of a head file (``also`` optional: files before it load)."""
-    if not isinstance(ng, dict):
-        raise HeadError("ngrams must be an object with n, dims and scale")
-    also = ng.get("also", [])
-    if not isinstance(also, list) or not all(isinstance(m, int) and not isinstance(m, bool)
-                                             for m in also):
-        raise HeadError("ngrams.also must be a list of gram lengths (integers)")
-    return Ngrams(int(ng["n"]), int(ng["dims"]), float(ng["scale"]), tuple(also))
+    @classmethod
+    def of(cls, spec: NgramSpec) -> Ngrams:
+        return cls(spec.n, spec.dims, spec.scale, spec.also)
 
 
 @dataclass(frozen=True)
 class Head:
     """A fitted head: ``weights`` (experts x dims), ``bias``, ``temperature``,
     ``threshold``, the embedding model it was trained on and the measured keywords;
-    ``training`` is the lineage and the cross-validation report, kept as written."""
+    ``training`` is the lineage and the cross-validation report, kept as written. Built
+    from a checked document (:func:`parse`) or by training; :meth:`checked` puts a
+    trained one through the contract's rules before it is written."""
 
     experts: tuple[str, ...]
     weights: scores.Vector
@@ -144,37 +135,6 @@ class Head:
     keywords: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     training: Mapping[str, Any] = field(default_factory=dict)
     ngrams: Ngrams | None = None
-
-    def __post_init__(self) -> None:
-        k = len(self.experts)
-        if not 2 <= k <= MAX_EXPERTS:
-            raise HeadError(f"a head needs 2 to {MAX_EXPERTS} experts, not {k}")
-        for name in self.experts:
-            if not EXPERT_RE.fullmatch(name):
-                raise HeadError(f"expert name {name!r} is not a DNS label")
-        if len(set(self.experts)) != k:
-            raise HeadError("expert names must be unique")
-        extra = self.ngrams.width if self.ngrams is not None else 0
-        if self.weights.ndim != 2 or self.weights.shape[0] != k \
-                or not 1 <= self.weights.shape[1] - extra <= MAX_DIMS:
-            raise HeadError(f"weights must be {k} rows of 1 to {MAX_DIMS} numbers"
-                            + (f" and {extra} for the n-grams" if extra else ""))
-        if self.bias.shape != (k,):
-            raise HeadError(f"bias must hold {k} numbers")
-        if not (np.isfinite(self.weights).all() and np.isfinite(self.bias).all()):
-            raise HeadError("weights and bias must be finite")
-        if not (math.isfinite(self.temperature) and 1e-3 <= self.temperature <= 1e3):
-            raise HeadError("temperature must be within 0.001..1000")
-        if not 0.0 <= self.threshold <= 1.0:
-            raise HeadError("threshold must be within 0..1")
-        if not self.model or len(self.model) > 253:
-            raise HeadError("the embedding model's name must be 1 to 253 characters")
-        for name, words in self.keywords.items():
-            if name not in self.experts:
-                raise HeadError(f"keywords for {name!r}, which is not one of the experts")
-            if len(words) > MAX_KEYWORDS or any(not 2 <= len(w) <= 80 for w in words):
-                raise HeadError(f"keywords of {name!r}: at most {MAX_KEYWORDS}, each 2 to "
-                                "80 characters")
 
     @property
     def dims(self) -> int:
@@ -203,7 +163,9 @@ class Head:
                 index: Sequence[scores.ExpertIndex] = ()) -> scores.Verdict:
         """The decision for a unit embedding: the most probable expert when its
         probability reaches ``threshold``, else undecided (``below-confidence``).
-        ``score`` is that probability and ``margin`` its lead over the second."""
+        ``score`` is that probability and ``margin`` its lead over the second; the
+        signal is ``head`` (not ``semantic``, which is the example utterances'), and
+        each score's ``nearest`` and ``centroid`` are 0: a head has no examples."""
         probs = self.probabilities(query, text)
         hits = {e.name: scores.keyword_hits(e.keywords, text) for e in index}
         order = np.argsort(-probs, kind="stable")
@@ -213,7 +175,7 @@ class Head:
         lead = best.score - ranked[1].score
         if best.score < self.threshold:
             return scores.Verdict(None, "none", best.score, lead, ranked, "below-confidence")
-        return scores.Verdict(best.expert, "semantic", best.score, lead, ranked)
+        return scores.Verdict(best.expert, "head", best.score, lead, ranked)
 
     # --- the file ----------------------------------------------------------------------
 
@@ -232,67 +194,68 @@ class Head:
         }
 
     def dumps(self) -> bytes:
-        """The canonical bytes (sorted keys, compact): what the digest is taken over."""
-        return json.dumps(self.to_json(), sort_keys=True, separators=(",", ":"),
-                          allow_nan=False).encode()
+        """The canonical bytes (the contract's): what the digest is taken over."""
+        return canonical(self.to_json())
 
     def digest(self) -> str:
-        return "sha256:" + hashlib.sha256(self.dumps()).hexdigest()
+        return digest_of(self.dumps())
 
     def with_threshold(self, threshold: float) -> Head:
         return Head(self.experts, self.weights, self.bias, self.temperature, threshold,
                     self.model, self.keywords, self.training, self.ngrams)
 
+    def checked(self) -> Head:
+        """This head, once its document passed the contract's rules (what the catalog
+        would refuse at publish is refused before a file is written)."""
+        return parse(self.to_json())
+
+    @classmethod
+    def of(cls, doc: HeadDocument) -> Head:
+        """The arrays of a checked document."""
+        return cls(doc.experts, np.asarray(doc.weights, dtype=np.float64),
+                   np.asarray(doc.bias, dtype=np.float64), doc.temperature, doc.threshold,
+                   doc.embedding_model, doc.keywords, doc.training,
+                   Ngrams.of(doc.ngrams) if doc.ngrams is not None else None)
+
 
 def parse(data: object) -> Head:
-    """A head from its JSON document; :class:`HeadError` says what is wrong."""
-    if not isinstance(data, dict):
-        raise HeadError("a head file is a JSON object")
-    if data.get("kind") != KIND:
-        raise HeadError(f"not a router head (kind must be {KIND!r})")
+    """A head from its JSON document; :class:`HeadError` names the contract's rule it
+    breaks."""
     try:
-        emb = data["embedding"]
-        experts = tuple(data["experts"])
-        keywords = {str(k): tuple(str(w) for w in v)
-                    for k, v in dict(data.get("keywords") or {}).items()}
-        ng = data.get("ngrams")
-        ngrams = None if ng is None else _ngrams(ng)
-        weights = np.asarray(data["weights"], dtype=np.float64)
-        bias = np.asarray(data["bias"], dtype=np.float64)
-        head = Head(experts=experts, weights=weights, bias=bias,
-                    temperature=float(data["temperature"]),
-                    threshold=float(data["threshold"]), model=str(emb["model"]),
-                    keywords=keywords, training=dict(data.get("training") or {}),
-                    ngrams=ngrams)
-        dims = int(emb["dims"])
-    except HeadError:
-        raise
-    except (KeyError, TypeError, ValueError) as exc:
-        raise HeadError(f"malformed head: {exc!r}") from None
-    if dims != head.dims:
-        raise HeadError(f"embedding.dims says {dims}, the weights have {head.dims} for it")
-    if not all(isinstance(e, str) for e in experts):
-        raise HeadError("experts must be names")
-    return head
+        return Head.of(check_document(data))
+    except HeadDocumentError as exc:
+        raise HeadError(f"not a router head: {exc}") from None
+
+
+def _decoded(raw: bytes | str) -> Any:
+    try:
+        return parse_document(raw.encode() if isinstance(raw, str) else raw)
+    except HeadDocumentError as exc:
+        raise HeadError(str(exc)) from None
 
 
 def loads(raw: bytes | str) -> Head:
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise HeadError(f"not JSON: {exc}") from None
-    return parse(data)
+    """A head from its file's bytes (NaN and Infinity refused, as at publish)."""
+    return parse(_decoded(raw))
 
 
-def load(path: str | Path) -> Head:
+def read(path: str | Path) -> tuple[Head, str]:
+    """A head file, and its digest as the catalog computes it at publish (over the
+    document's canonical bytes, whatever spacing the file has): a file and its
+    published copy are named alike."""
     try:
         raw = Path(path).read_bytes()
     except OSError as exc:
         raise HeadError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
-        return loads(raw)
+        data = _decoded(raw)
+        return parse(data), document_digest(data)
     except HeadError as exc:
         raise HeadError(f"{path}: {exc}") from None
+
+
+def load(path: str | Path) -> Head:
+    return read(path)[0]
 
 
 def check_for(head: Head, experts: Sequence[str], model: str) -> None:

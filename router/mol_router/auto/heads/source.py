@@ -20,19 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mol_platform.contract.refs import RefError
-from mol_platform.contract.router_heads import HeadRef
+from mol_platform.contract.router_heads import EVENT_PREFIX as HEAD_EVENT_PREFIX
+from mol_platform.contract.router_heads import HeadRef, digest_of
 from mol_router.auto import scores
-from mol_router.auto.heads.model import Head, HeadError, check_for, load, loads
+from mol_router.auto.heads.model import Head, HeadError, check_for, loads, read
 
 if TYPE_CHECKING:
     from mol_platform.clients.catalog_async import AsyncCatalogClient
+    from mol_platform.contract.router_config import RouterSemantic
 
 log = logging.getLogger("mol.router.heads")
 
@@ -40,7 +41,7 @@ RETRY_SECONDS = 5.0
 """How often a head that could not be had is asked for again."""
 FULL_REFRESH_SECONDS = 300.0
 """The slow refresh of every reference: should an event of the feed be missed."""
-EVENT_PREFIX = "router_head."
+EVENT_PREFIX = HEAD_EVENT_PREFIX
 ROLES = ("stable", "candidate")
 
 
@@ -48,7 +49,8 @@ ROLES = ("stable", "candidate")
 class LoadedHead:
     """A head the router can use, with what names it: ``digest`` (sha256 of the bytes
     the router read, the catalog's digest), ``ref`` as the config wrote it, ``label``
-    (``name@v3``, or the file's name) for metrics and logs, and its keyword index."""
+    (``ns/name@v3``, or the file's name) for the ``x-mol-route`` header, ``explain``,
+    metrics and logs, and its keyword index."""
 
     head: Head
     digest: str
@@ -63,7 +65,7 @@ class LoadedHead:
 
 def from_bytes(raw: bytes, ref: str, label: str, digest: str | None = None) -> LoadedHead:
     """A head from its document's bytes; ``digest`` (when given) must be theirs."""
-    actual = "sha256:" + hashlib.sha256(raw).hexdigest()
+    actual = digest_of(raw)
     if digest is not None and actual != digest:
         raise HeadError(f"{ref}: the document's sha256 is {actual}, the catalog named "
                         f"{digest}")
@@ -73,8 +75,8 @@ def from_bytes(raw: bytes, ref: str, label: str, digest: str | None = None) -> L
 def from_file(path: str) -> LoadedHead:
     """A head file (``semantic.headFile``): its digest is the canonical one, as the
     catalog computes at publish time, so a file and its published copy match."""
-    head = load(path)
-    return LoadedHead.of(head, head.digest(), path, path.rsplit("/", 1)[-1])
+    head, digest = read(path)
+    return LoadedHead.of(head, digest, path, path.rsplit("/", 1)[-1])
 
 
 class HeadSource:
@@ -82,8 +84,9 @@ class HeadSource:
     current. ``errors`` says per role why a head is missing or was refused (the newest
     reason; a refused update keeps the head that was serving)."""
 
-    def __init__(self, client: AsyncCatalogClient | None, refs: dict[str, str | None],
+    def __init__(self, client: AsyncCatalogClient | None, refs: Mapping[str, str | None],
                  experts: Sequence[str], model: str, *,
+                 files: Mapping[str, str] | None = None,
                  on_change: Callable[[str, LoadedHead | None], None] | None = None,
                  retry_seconds: float = RETRY_SECONDS,
                  full_refresh_seconds: float = FULL_REFRESH_SECONDS) -> None:
@@ -98,19 +101,36 @@ class HeadSource:
         self._full = full_refresh_seconds
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
-        self._names = {ref.split("@", 1)[0] for ref in self.refs.values()}  # feed keys
+        self._names: set[str] = set()  # the feed's keys (ns/name) of the references
+        for ref in self.refs.values():
+            with contextlib.suppress(RefError):  # a bad one is refused by refresh()
+                self._names.add(HeadRef.parse(ref).head)
+        for role, path in (files or {}).items():
+            # A file is read once (the config was checked with it; a file gone since
+            # leaves the head missing, with the reason).
+            try:
+                self._set(role, from_file(path))
+            except HeadError as exc:
+                self.errors[role] = str(exc)
+                log.error("trained head unusable (%s); the semantic signal falls back", exc)
 
     @classmethod
-    def of_file(cls, path: str) -> HeadSource:
-        """A source that never changes: the head file read once (the config was checked
-        with it; a file gone since leaves the head missing, with the reason)."""
-        source = cls(None, {}, (), "")
-        try:
-            source._set("stable", from_file(path))
-        except HeadError as exc:
-            source.errors["stable"] = str(exc)
-            log.error("trained head unusable (%s); the semantic signal falls back", exc)
-        return source
+    def of(cls, sem: RouterSemantic | None, experts: Sequence[str],
+           client: AsyncCatalogClient | None, *,
+           on_change: Callable[[str, LoadedHead | None], None] | None = None
+           ) -> HeadSource | None:
+        """The heads a config's semantic section names (None: none, examples decide):
+        ``headFile`` read once as the serving head, or ``head`` followed in the
+        catalog; ``canary.head``, the candidate, from the catalog beside either. The
+        one place the router builds its heads."""
+        if sem is None or (sem.head_file is None and sem.head is None):
+            return None
+        refs = {"stable": sem.head}
+        if sem.canary is not None and client is not None:
+            refs["candidate"] = sem.canary.head
+        files = {"stable": sem.head_file} if sem.head_file is not None else {}
+        return cls(client if any(refs.values()) else None, refs, experts, sem.model,
+                   files=files, on_change=on_change)
 
     @property
     def stable(self) -> LoadedHead | None:
@@ -180,7 +200,7 @@ class HeadSource:
                 return
             raw = await self.client.router_head_document(parsed.namespace, parsed.name,
                                                          meta.version)
-            loaded = from_bytes(raw, ref, f"{parsed.name}@v{meta.version}", meta.digest)
+            loaded = from_bytes(raw, ref, f"{parsed.head}@v{meta.version}", meta.digest)
             check_for(loaded.head, self.experts, self.model)
         except asyncio.CancelledError:
             raise

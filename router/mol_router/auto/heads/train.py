@@ -6,13 +6,17 @@ penalty. Everything is measured on data the step did not see:
 - the penalty is picked by stratified k-fold cross-validation over a small grid
   (the lowest out-of-fold log-loss);
 - the temperature that calibrates the probabilities is fitted on out-of-fold logits
-  (so it corrects the over-confidence of a model judged on its own training data);
+  (so it corrects the over-confidence of a model judged on its own training data), with
+  targets smoothed by what the number of prompts can show
+  (:mod:`mol_router.auto.heads.calibration`);
 - a candidate keyword is kept only when every labelled prompt that holds it belongs to
   its expert (at least :data:`MIN_KEYWORD_SUPPORT` of them);
 - the reported accuracy is *nested* cross-validation: in each outer fold all of the
   above is redone on the other folds alone, then the held-out fold is routed as the
   router would route it (keywords first, the head, the threshold to the default
-  expert). A figure computed any other way would have seen its own test data.
+  expert). A figure computed any other way would have seen its own test data. So
+  every expert needs :func:`min_prompts` labelled prompts (7 for 5 folds); a smaller
+  file is trained with fewer folds (:func:`folds_for`), never with a check skipped.
 
 The fit is deterministic (accelerated gradient descent from zeros, seeded folds), so
 the same prompts and embeddings give the same head, byte for byte.
@@ -20,19 +24,22 @@ the same prompts and embeddings give the same head, byte for byte.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from mol_router.auto import scores
-from mol_router.auto.heads.model import EXPERT_RE, Head, Ngrams
+from mol_router.auto.heads.calibration import calibration_error, fit_temperature, nll
+from mol_router.auto.heads.labelled import MAX_PROMPTS as MAX_PROMPTS
+from mol_router.auto.heads.labelled import MAX_TEXT as MAX_TEXT
+from mol_router.auto.heads.labelled import Labelled as Labelled
+from mol_router.auto.heads.labelled import data_digest as data_digest
+from mol_router.auto.heads.labelled import load_labelled as load_labelled
+from mol_router.auto.heads.labelled import normalised as normalised
+from mol_router.auto.heads.model import Head, Ngrams
 
 L2_GRID = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2)
 DEFAULT_NGRAMS = Ngrams(3, 1024, math.sqrt(0.5), (4,))
@@ -51,71 +58,8 @@ DEFAULT_THRESHOLD = 0.4
 """On the project's 240 prompts (5-fold, out of fold) a calibrated probability under 0.4
 was 2% of the turns, right about half the time: the default expert is no worse there."""
 MIN_KEYWORD_SUPPORT = 2
-MAX_PROMPTS = 200_000
-MAX_TEXT = 100_000
 _ITERS = 400
 _TOLERANCE = 1e-6  # the gradient's size at which a fit stops early
-_LANG_RE = re.compile(r"[a-z]{2,3}(-[a-z0-9]{2,8})*")
-
-
-@dataclass(frozen=True, slots=True)
-class Labelled:
-    """One labelled prompt: ``text``, the right ``expert``, and for the benchmark's
-    breakdowns its language (``en`` unless told) and whether it is ``borderline``."""
-
-    text: str
-    expert: str
-    id: str = ""
-    lang: str = "en"
-    borderline: bool = False
-
-
-def load_labelled(path: str | Path) -> list[Labelled]:
-    """JSON lines ``{"text", "expert"}`` (``prompt`` is read as ``text``; ``id``,
-    ``lang`` and ``borderline`` are optional). A bad line is a ValueError naming it."""
-    out: list[Labelled] = []
-    text = Path(path).read_text(encoding="utf-8")
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            row = json.loads(line)
-        except ValueError as exc:
-            raise ValueError(f"{where}: not JSON ({exc})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{where}: each line is a JSON object")
-        body = row.get("text", row.get("prompt"))
-        expert = row.get("expert")
-        if not isinstance(body, str) or not body.strip() or len(body) > MAX_TEXT:
-            raise ValueError(f"{where}: text (or prompt) must be 1 to {MAX_TEXT} characters")
-        if not isinstance(expert, str) or not EXPERT_RE.fullmatch(expert):
-            raise ValueError(f"{where}: expert must be an expert's name (a DNS label)")
-        lang = row.get("lang") or "en"
-        if lang == "non-en":  # the project's set marks other languages this way
-            lang = "other"
-        if not isinstance(lang, str) or not (lang == "other" or _LANG_RE.fullmatch(lang)):
-            raise ValueError(f"{where}: lang must be a language code such as fr or pt-br")
-        out.append(Labelled(body, expert, str(row.get("id", n)), lang,
-                            bool(row.get("borderline"))))
-        if len(out) > MAX_PROMPTS:
-            raise ValueError(f"{path}: more than {MAX_PROMPTS} prompts")
-    return out
-
-
-def data_digest(rows: Sequence[Labelled]) -> str:
-    """The labelled data's identity (texts and labels, in order): the head's lineage."""
-    h = hashlib.sha256()
-    for r in rows:
-        h.update(json.dumps([r.text, r.expert], ensure_ascii=False).encode() + b"\n")
-    return "sha256:" + h.hexdigest()
-
-
-def normalised(text: str) -> str:
-    """Case and spacing folded: what "the same text" means for overlap checks."""
-    return " ".join(text.casefold().split())
-
-
 # --- fitting -----------------------------------------------------------------------
 
 
@@ -207,17 +151,32 @@ def stratified_folds(y: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
     return fold
 
 
-def _nll(z: scores.Vector, y: np.ndarray, temperature: float) -> float:
-    a = z / temperature
-    a = a - a.max(axis=1, keepdims=True)
-    return float(-(a[np.arange(len(y)), y] - np.log(np.exp(a).sum(axis=1))).mean())
+def min_prompts(folds: int) -> int:
+    """The fewest labelled prompts per expert that nested ``folds``-fold
+    cross-validation runs on: each outer fold holds up to ``ceil(n / folds)`` of an
+    expert's ``n`` prompts and must leave ``folds`` of them for the inner folds (2
+    folds: 4, 3: 5, 5: 7)."""
+    n = folds
+    while n - math.ceil(n / folds) < folds:
+        n += 1
+    return n
 
 
-def fit_temperature(z: scores.Vector, y: np.ndarray) -> float:
-    """The temperature that minimises the log-loss of held-out logits (a grid over
-    0.05..20, log-spaced: the loss is smooth and one-dimensional)."""
-    grid = np.exp(np.linspace(math.log(0.05), math.log(20.0), 121))
-    return float(grid[int(np.argmin([_nll(z, y, float(t)) for t in grid]))])
+def folds_for(rows: Sequence[Labelled], folds: int) -> int:
+    """``folds``, or the most folds the smallest expert's prompts can fill (at least 2);
+    ValueError naming the minimum and the expert when not even 2 folds can run."""
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r.expert] = counts.get(r.expert, 0) + 1
+    if not counts:
+        raise ValueError("no labelled prompts")
+    smallest = min(counts, key=lambda e: (counts[e], e))
+    n = counts[smallest]
+    fits = [k for k in range(2, folds + 1) if min_prompts(k) <= n]
+    if not fits:
+        raise ValueError(f"every expert needs at least {min_prompts(2)} labelled prompts "
+                         f"(nested cross-validation with 2 folds); {smallest} has {n}")
+    return fits[-1]
 
 
 def out_of_fold(x: scores.Vector, y: np.ndarray, k: int, l2: float, folds: int,
@@ -242,7 +201,7 @@ def choose_l2(x: scores.Vector, y: np.ndarray, k: int, folds: int, seed: int,
     best: tuple[float, float, scores.Vector] | None = None
     for l2 in grid:
         z = out_of_fold(x, y, k, l2, folds, seed)
-        loss = _nll(z, y, 1.0)
+        loss = nll(z, y, 1.0)
         if best is None or loss < best[0]:
             best = (loss, l2, z)
     assert best is not None
@@ -339,6 +298,9 @@ class Report:
     per_expert: dict[str, float] = field(default_factory=dict)
     per_lang: dict[str, float] = field(default_factory=dict)
     keywords_dropped: dict[str, str] = field(default_factory=dict)
+    calibration_error: float = 0.0  # ECE of the head alone's top probability, out of fold
+    confidence: float = 0.0  # the mean top probability, out of fold
+    folds_asked: int = 0  # the folds asked for, when the file was too small for them
 
     def as_dict(self) -> dict[str, Any]:
         return {"folds": self.folds, "prompts": self.prompts,
@@ -351,7 +313,10 @@ class Report:
                                              else round(self.keyword_head_accuracy, 4)),
                 "belowThreshold": round(self.below_threshold, 4),
                 "perExpert": {k: round(v, 4) for k, v in self.per_expert.items()},
-                "perLanguage": {k: round(v, 4) for k, v in self.per_lang.items()}}
+                "perLanguage": {k: round(v, 4) for k, v in self.per_lang.items()},
+                "calibrationError": round(self.calibration_error, 4),
+                "meanConfidence": round(self.confidence, 4),
+                **({"foldsAsked": self.folds_asked} if self.folds_asked else {})}
 
 
 def design(vectors: scores.Vector, rows: Sequence[Labelled],
@@ -419,12 +384,22 @@ def cross_validate(vectors: scores.Vector, rows: Sequence[Labelled], model: str,
                    ngrams: Ngrams | None = DEFAULT_NGRAMS,
                    keywords_gate: bool = True) -> Report:
     """Nested k-fold cross-validation of :func:`fit_head` and the router's decision:
-    each outer fold's head (penalty, temperature, keywords) sees the other folds only."""
+    each outer fold's head (penalty, temperature, keywords) sees the other folds only.
+    ValueError when an expert has fewer than :func:`min_prompts` prompts."""
     experts = sorted({r.expert for r in rows})
     y = np.array([experts.index(r.expert) for r in rows])
+    counts = np.bincount(y, minlength=len(experts))
+    if len(experts) >= 2 and int(counts.min()) < min_prompts(folds):
+        small = experts[int(np.argmin(counts))]
+        fewer = folds_for(rows, folds)
+        raise ValueError(
+            f"nested {folds}-fold cross-validation needs at least {min_prompts(folds)} "
+            f"labelled prompts per expert (each outer fold must leave {folds} for the inner "
+            f"folds); {small} has {int(counts.min())}: add prompts, or pass --folds {fewer}")
     fold = stratified_folds(y, folds, seed + 1)
     picked: list[str | None] = [None] * len(rows)
     alone: list[str] = [""] * len(rows)
+    confidence = np.zeros(len(rows))
     via: list[str] = [""] * len(rows)
     dropped: dict[str, str] = {}
     x = design(vectors, rows, ngrams)
@@ -440,6 +415,7 @@ def cross_validate(vectors: scores.Vector, rows: Sequence[Labelled], model: str,
             picked[i], via[i] = expert, signal
             probs = head.probabilities(vectors[i], rows[int(i)].text)
             alone[i] = head.experts[int(np.argmax(probs))]
+            confidence[i] = float(probs.max())
     right = [p == r.expert for p, r in zip(picked, rows, strict=True)]
     by_kw = [ok for ok, v in zip(right, via, strict=True) if v == "keywords"]
     head_kw = [a == r.expert for a, r, v in zip(alone, rows, via, strict=True)
@@ -450,49 +426,14 @@ def cross_validate(vectors: scores.Vector, rows: Sequence[Labelled], model: str,
     langs = sorted({r.lang for r in rows})
     per_lang = {g: float(np.mean([ok for ok, r in zip(right, rows, strict=True)
                                   if r.lang == g])) for g in langs}
+    right_alone = np.array([a == r.expert for a, r in zip(alone, rows, strict=True)])
     return Report(
         folds=folds, prompts=len(rows), accuracy=float(np.mean(right)),
-        accuracy_head=float(np.mean([a == r.expert for a, r in zip(alone, rows,
-                                                                    strict=True)])),
+        accuracy_head=float(np.mean(right_alone)),
+        calibration_error=calibration_error(confidence, right_alone),
+        confidence=float(confidence.mean()),
         keyword_share=len(by_kw) / len(rows),
         keyword_accuracy=float(np.mean(by_kw)) if by_kw else None,
         keyword_head_accuracy=float(np.mean(head_kw)) if head_kw else None,
         below_threshold=sum(v == "default" for v in via) / len(rows),
         per_expert=per_expert, per_lang=per_lang, keywords_dropped=dropped)
-
-
-# --- held-out evaluation -------------------------------------------------------------
-
-NEAR_DUPLICATE = 0.9
-"""Cosine at or above which a test prompt counts as a near duplicate of a training one
-(all-MiniLM-L6-v2: paraphrases of one request score 0.85-0.95; the closest two
-different prompts of the project's set, 0.69)."""
-
-
-def overlaps(train: Sequence[Labelled], train_vectors: scores.Vector,
-             test: Sequence[Labelled], test_vectors: scores.Vector,
-             near: float = NEAR_DUPLICATE) -> list[tuple[int, int, float]]:
-    """``(test index, train index, cosine)`` of each test prompt that repeats a training
-    one (the same text, case and spacing folded) or nearly (cosine >= ``near``): a
-    figure on such a set would be partly measured on training data."""
-    seen = {normalised(r.text): i for i, r in enumerate(train)}
-    out: list[tuple[int, int, float]] = []
-    sims = test_vectors @ train_vectors.T if len(train) and len(test) else None
-    for t, row in enumerate(test):
-        same = seen.get(normalised(row.text))
-        if same is not None:
-            out.append((t, same, 1.0))
-        elif sims is not None:
-            j = int(np.argmax(sims[t]))
-            if sims[t, j] >= near:
-                out.append((t, j, float(sims[t, j])))
-    return out
-
-
-def split_halves(rows: Sequence[Labelled], seed: int = 0) -> tuple[list[int], list[int]]:
-    """Two halves of the rows, each holding half of every expert's prompts (seeded): a
-    held-out measurement when no held-out set exists (train on one, judge the other)."""
-    experts = sorted({r.expert for r in rows})
-    y = np.array([experts.index(r.expert) for r in rows])
-    fold = stratified_folds(y, 2, seed)
-    return [int(i) for i in np.flatnonzero(fold == 0)], [int(i) for i in np.flatnonzero(fold == 1)]
