@@ -22,6 +22,7 @@ from aiohttp import web
 from _faults_load import Traffic
 from _faults_scenarios import Row, Shape, drive, fleet, since
 from _faults_stack import NAMESPACE, PROFILE, Proc
+from _faults_webhooks import webhook_internal
 from _report import percentile
 from mol_testkit.lora import SyntheticLlama
 
@@ -30,10 +31,12 @@ FLOOD_NAMES = 3000  # unknown names in the flood
 A0 = f"{NAMESPACE}/a0"
 
 
-def _fresh_refs(expect: dict[str, str]) -> list[str]:
-    """Seeded references the traffic never asks for (first asked in the row)."""
+def _fresh_refs(expect: dict[str, str], *, served: bool = False) -> list[str]:
+    """Seeded references the traffic never asks for (first asked in the row); ``served``:
+    only those of adapters the traffic uses (new versions and aliases of them)."""
+    used = {r.partition("@")[0] for r in expect}
     refs = [f"{NAMESPACE}/a{i}@{tag}" for i in range(4) for tag in ("v2", "latest", "v1")]
-    return [r for r in refs if r not in expect]
+    return [r for r in refs if r not in expect and (not served or r.partition("@")[0] in used)]
 
 
 async def _ask(c: httpx.AsyncClient, url: str, ref: str) -> tuple[str, float]:
@@ -200,10 +203,13 @@ async def alias_moved_then_catalog_down(work: Path, catalog: Proc, expect: dict[
 async def unknown_flood(work: Path, catalog: Proc, expect: dict[str, str],
                         shape: Shape) -> Row:
     """3,000 made-up names, 32 at a time, beside the steady traffic; a serving-profile
-    change halfway (a refresh of everything known); references never asked for before
-    arrive one every 0.25 s and should stay fast."""
+    change early on (a refresh of everything known); new versions and aliases of the
+    adapters served arrive one every 0.25 s and should stay fast. Without API keys every
+    caller is one tenant, so past its cap an adapter never served gets 429."""
+    marks: dict[str, Any] = {}
     with fleet(work / "unknown-flood", catalog.url, shape) as f:
-        async def fault(_t: Traffic) -> tuple[dict[str, int], list[tuple[str, float]]]:
+        async def fault(_t: Traffic) -> tuple[dict[str, int], list[tuple[str, float]],
+                                              list[tuple[str, float]]]:
             await asyncio.sleep(shape.seconds / 5)
             answers: dict[str, int] = {}
             names = iter(range(FLOOD_NAMES))
@@ -216,23 +222,31 @@ async def unknown_flood(work: Path, catalog: Proc, expect: dict[str, str],
 
                 async def newcomers() -> list[tuple[str, float]]:
                     out = []
-                    for n, ref in enumerate(_fresh_refs(expect)):
+                    for n, ref in enumerate(_fresh_refs(expect, served=True)):
                         if n == 3:
                             await _set_profile(catalog.url)
                         out.append(await _ask(c, f.url, ref))
+                        control.append(await _ask(c, f.url, next(iter(expect))))
                         await asyncio.sleep(0.25)
                     return out
 
+                control: list[tuple[str, float]] = []
                 flood = asyncio.gather(*(flooder() for _ in range(32)))
                 await asyncio.sleep(0.5)
                 fresh = await newcomers()
+                unseen = [f"{r} -> {(await _ask(c, f.url, r))[0]}"
+                          for r in _fresh_refs(expect) if r not in _fresh_refs(expect, served=True)]
+                marks["unseen"] = unseen
                 await flood
-            return answers, fresh
+            return answers, fresh, control
 
-        traffic, (answers, fresh) = await drive(f, expect, fault)
+        traffic, (answers, fresh, control) = await drive(f, expect, fault)
     return Row(f"flood of unknown names ({FLOOD_NAMES}, 32 at a time)", "dependency",
                traffic.outcomes, f.retried(),
                notes=[f"new references during the flood: {_latencies(fresh)}",
+                      f"a resolved reference asked right after each: {_latencies(control)}",
+                      "an adapter never served, asked by the flooding tenant (no API keys: "
+                      f"one tenant) during the flood: {'; '.join(marks.get('unseen', []))}",
                       "flood answers: " + ", ".join(f"{n} x {k}" for k, n in
                                                     sorted(answers.items()))],
                extra={"new_ref_max_s": round(max((s for _, s in fresh), default=0), 2)})
@@ -277,5 +291,6 @@ CATALOG_SCENARIOS: dict[str, Callable[[Path, Proc, dict[str, str], Shape],
     "alias-move-outage": alias_moved_then_catalog_down,
     "unknown-flood": unknown_flood,
     "usage-outage": usage_outbox_outage,
+    "webhook-internal": webhook_internal,
 }
 """Scenarios taking the shared catalog's process (they slow, stop or change it)."""

@@ -11,11 +11,13 @@ folder), router replicas (`mol router serve` at its production defaults: scrape 
 catalog on) and two or more engine
 replicas (the vLLM simulator, a process each, 16 tokens at 20 ms). One fault per
 scenario, each a row (bench/_faults_scenarios.py; the catalog's slow, moved-then-down,
-flooded and usage-outage rows in bench/_faults_catalog.py). The engine faults (killed, stalled,
-an adapter failing on one replica) also through the named peer, vLLM's own router
-(`vllm-router`, bench/_faults_peer.py), on the same engines and traffic. Then the same
-kill on two real vLLM CPU engines, and Postgres restarted under the catalog's publish
-load.
+flooded and usage-outage rows in bench/_faults_catalog.py, a webhook aimed at an internal
+address in bench/_faults_webhooks.py; the operator's rows, killed mid-canary and an
+adapter that starts failing on a running pod, in bench/_faults_operator.py). The engine
+faults (killed, stalled, an adapter failing on one replica) also through the named peer,
+vLLM's own router (`vllm-router`, bench/_faults_peer.py), on the same engines and
+traffic. Then the same kill on two real vLLM CPU engines, and Postgres restarted under
+the catalog's publish load.
 
 Each request is classified by what its client got (bench/_faults_load.py): answered,
 clean error, cut, hung, wrong. Writes the "faults" section of docs/benchmarks.md.
@@ -69,7 +71,7 @@ PEER_VERSION = pin().split("==", 1)[1]
 ALL = ["engine-kill", "engine-kill-idle", "engine-stall", "adapter-fails", "catalog-down",
        "router-restart", "router-kill", "engine-roll", "operator-restart", "real-engine-kill",
        "postgres-restart", "client-drops", "client-timeouts", "adapter-500",
-       *CATALOG_SCENARIOS]
+       *CATALOG_SCENARIOS, "adapter-health"]
 
 
 async def simulated(work: Path, only: list[str], shape: Shape, peer: bool = True) -> list[Row]:
@@ -362,6 +364,8 @@ def goals(figures: list[dict[str, Any]]) -> list[str]:
            f"- recovery within 2 scrape intervals (2 s): {verdict(slow)}"]
     if down:
         out.append(f"- catalog down: already-resolved references answered: {down[0]['notes']}")
+    out += [f"- {f['goal']}: {verdict([] if f.get('goal_met') else [f['scenario']])}"
+            for f in figures if f.get("goal")]  # a row's own goal, judged by the row
     return out
 
 
@@ -385,9 +389,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="mol-faults-") as tmp:
         work = Path(tmp)
         rows = asyncio.run(simulated(work, only, shape, peer=not args.no_peer))
-        if "operator-restart" in only:
-            from _faults_operator import operator_restart
-            rows.append(asyncio.run(operator_restart(work / "operator")))
+        from _faults_operator import OPERATOR_SCENARIOS
+        for name in only:
+            if name in OPERATOR_SCENARIOS:
+                rows.append(asyncio.run(OPERATOR_SCENARIOS[name](work / name)))
         if "real-engine-kill" in only:
             rows.append(asyncio.run(real_engine_kill(work / "real", shape)))
         if "postgres-restart" in only:

@@ -182,9 +182,9 @@ def train(
                       ngrams=(DEFAULT_NGRAMS if ngrams == DEFAULT_NGRAMS.n else
                               Ngrams(ngrams) if ngrams else None),
                       keywords_gate=not force_keywords)
+        write_head(trained.head, out)  # refused, as at publish, if it breaks a rule
     except ValueError as exc:
         raise fail(str(exc)) from None
-    write_head(trained.head, out)
     if output == "json":
         typer.echo(json.dumps({"head": str(out), "digest": trained.head.digest(),
                                "crossValidation": trained.report.as_dict(),
@@ -232,8 +232,8 @@ def label_decision(
 ) -> None:
     """Say which expert was right for a request the router routed automatically
     (model: auto), so the next `mol router train` learns from it. The router must have
-    recorded the decision (semantic.recordDecisions); labelling again replaces the
-    label. Needs a token with publish on the namespace."""
+    recorded the decision (semantic.recordDecisions, on by default under mol up);
+    labelling again replaces the label. Needs a token with publish on the namespace."""
     from mol_platform.clients.catalog import CatalogClient, CatalogError
 
     if source not in ("user", "reviewer"):

@@ -98,3 +98,42 @@ def test_the_peer_rows_sit_beside_ours_and_stay_out_of_our_goals() -> None:
            "0.20 / - |" in text
     assert "0 requests hung, 0 wrong, 0 malformed in every scenario: **met**" in text
     assert "| - | 3 |" in text, "the peer's retries are not counted: '-'"
+
+
+def test_every_scenario_table_is_runnable_by_name() -> None:
+    from _faults_catalog import CATALOG_SCENARIOS
+    from _faults_operator import OPERATOR_SCENARIOS
+    from _faults_scenarios import SCENARIOS
+
+    tables = {**SCENARIOS, **CATALOG_SCENARIOS, **OPERATOR_SCENARIOS}
+    assert {"webhook-internal", "adapter-health"} <= set(tables)
+    assert set(tables) <= set(faults.ALL), "each table's rows run by default and by --only"
+
+
+def test_a_rows_own_goal_is_judged_by_the_row() -> None:
+    lines = goals([figures(scenario="hook", kind="misuse", goal="hooks refused", goal_met=True),
+                   figures(scenario="pod", goal="failingOn shown", goal_met=False)])
+    assert "- hooks refused: **met**" in lines
+    assert "- failingOn shown: **not met** (pod)" in lines
+
+
+def test_webhooks_on_internal_addresses_are_refused_and_the_allowlist_lets_them_through(
+        tmp_path: Path) -> None:
+    import asyncio
+
+    from _faults_scenarios import Shape, start_catalog
+    from _faults_stack import seed_catalog
+    from _faults_webhooks import EVENTS, webhook_internal
+
+    catalog = start_catalog(tmp_path)
+    try:
+        seed_catalog(catalog.url)  # the bench's adapters: the row moves an alias of one
+        row = asyncio.run(webhook_internal(tmp_path, catalog, {}, Shape())).figures()
+        assert "MOL_CATALOG_WEBHOOK_ALLOW" not in catalog.env  # left as found
+    finally:
+        catalog.stop()
+    assert row["refused_at_create"] == row["internal_urls"] >= 10
+    assert row["reached_receiver_refused"] == 0
+    assert row["refused_at_delivery"] == EVENTS
+    assert row["delivered_allowed"] == EVENTS
+    assert row["goal_met"], row["notes"]

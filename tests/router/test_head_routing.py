@@ -225,3 +225,27 @@ async def test_explain_names_the_head_and_shows_only_what_a_head_computes(
     assert "nearest" not in report_text(decided)
     assert "centroid" not in report_text(decided)
     assert lines[-1].startswith("decision: coding (head; head=head.json; score=")
+
+
+async def test_train_on_a_small_file_scales_the_folds_down_and_says_so(tmp_path: Path) -> None:
+    """Five prompts per expert: nested 5-fold cross-validation needs seven, so the
+    command trains with 3 folds, says why on its first line, and reports calibration."""
+    rows = labelled()
+    small = [r for e in EXPERTS.values() for r in [x for x in rows if x.expert == e][:5]]
+    prompts = tmp_path / "small.jsonl"
+    prompts.write_text("".join(json.dumps({"text": r.text, "expert": r.expert}) + "\n"
+                               for r in small))
+    async with fake_embeddings() as fake:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "mol_platform", "router", "train", "--prompts",
+            str(prompts), "--embeddings-url", fake.url, "--model", "mini",
+            "-o", str(tmp_path / "head.json"),
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdout, stderr = await asyncio.wait_for(proc.communicate(), 60)
+    assert proc.returncode == 0, stderr.decode()
+    text = stdout.decode()
+    assert text.startswith("folds: 3, not 5: nested 5-fold cross-validation needs 7 "
+                           "labelled prompts per expert"), text
+    assert f"3-fold cross-validation on {len(small)} prompts" in text
+    assert "calibration error (ECE, the head alone): " in text
+    assert head_mod.load(tmp_path / "head.json").training["crossValidation"]["foldsAsked"] == 5
