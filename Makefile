@@ -6,7 +6,7 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # mypy checks the packages, the tests and the benchmarks in one run (shared analysis).
-TYPED := platform/mol_platform catalog/mol_catalog operator/mol_operator router/mol_router testkit/mol_testkit tests bench
+TYPED := platform/mol_platform catalog/mol_catalog operator/mol_operator router/mol_router sandbox/mol_sandbox testkit/mol_testkit tests bench
 PYTEST_ARGS ?= -v --durations=15 -n 2
 
 .PHONY: demo test deps system venv assets engine lint typecheck imports pytest bench bench-serve bench-operator screenshots clean

@@ -3,9 +3,9 @@
 # pg_trgm, which Debian ships inside postgresql-15), Prometheus + promtool (PromQL and
 # rule checks), wrk (benchmarks), chromium (the console's browser tests, driven by
 # Playwright; its own browser downloads are never used), npm (the console's
-# front-end assets, scripts/console-assets.sh) and openssl (the signing keys the
-# catalog's documented flow makes). Installs only what is missing, so a
-# second run costs nothing. Services are never started: the tests start their own on
+# front-end assets, scripts/console-assets.sh), openssl (the signing keys the
+# catalog's documented flow makes) and bubblewrap (the sandbox's sessions). Installs
+# only what is missing, so a second run costs nothing. Services are never started: the tests start their own on
 # loopback.
 set -euo pipefail
 
@@ -21,6 +21,7 @@ command -v wrk >/dev/null 2>&1 || need+=(wrk)
 [[ -x /usr/bin/chromium ]] || need+=(chromium)
 command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+[[ -x /usr/bin/bwrap ]] || need+=(bubblewrap)
 ((${#need[@]})) || exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

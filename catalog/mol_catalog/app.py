@@ -44,6 +44,7 @@ from mol_catalog.routing.endpoints import router as routing_router
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.signing.endpoints import router as signing_router
 from mol_catalog.tokens.endpoints import router as tokens_router
+from mol_catalog.tools.endpoints import router as tools_router
 from mol_catalog.usage.endpoints import router as usage_router
 from mol_catalog.usage.service import UNUSED_DAYS, UnusedGauge
 from mol_catalog.util import ResponseBody
@@ -164,7 +165,7 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
     for router in (adapters_router, evals_router, resolve_router, base_models_router,
                    profiles_router, events_router, namespaces_router, webhooks_router,
                    tokens_router, signing_router, usage_router, routing_router, heads_router, ops,
-                   admin_router):
+                   tools_router, admin_router):
         app.include_router(router, responses=ERROR_RESPONSES)
     for router in (apidocs.router, console.pages, console.calls, stack_pages.pages,
                    stack_pages.calls):

@@ -532,3 +532,57 @@ class RouterHeadAlias(Base):
     name: Mapped[str] = mapped_column(String(63), primary_key=True)
     version: Mapped[int] = mapped_column(Integer)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class Tool(Base):
+    """A tool name in a namespace (``mol catalog tools publish``); ``latest_version`` is
+    its newest version (versions are never deleted)."""
+
+    __tablename__ = "tools"
+    __table_args__ = (UniqueConstraint("namespace", "name", name="uq_tools_namespace_name"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    namespace: Mapped[str] = mapped_column(String(63))
+    name: Mapped[str] = mapped_column(String(63))
+    latest_version: Mapped[int] = mapped_column(Integer)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ToolVersion(Base):
+    """An immutable tool version: its canonical JSON document (in the row, as a router
+    head's: a few KiB), the checks computed at publish, its signature and lineage."""
+
+    __tablename__ = "tool_versions"
+    __table_args__ = (
+        UniqueConstraint("tool_id", "number", name="uq_tool_versions_tool_id_number"),
+        UniqueConstraint("tool_id", "digest", name="uq_tool_versions_tool_id_digest"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True)
+    tool_id: Mapped[int] = mapped_column(ForeignKey("tools.id", ondelete="CASCADE"))
+    number: Mapped[int] = mapped_column(Integer)
+    digest: Mapped[str] = mapped_column(String(71))
+    description: Mapped[str] = mapped_column(Text)
+    checks: Mapped[list[Any]] = mapped_column(JSON)
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    document: Mapped[bytes] = mapped_column(LargeBinary)
+    signature: Mapped[str | None] = mapped_column(Text, nullable=True)
+    signed_by: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    session_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    deployment: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    expert: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    tenant: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    created_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class ToolAlias(Base):
+    __tablename__ = "tool_aliases"
+
+    tool_id: Mapped[int] = mapped_column(
+        ForeignKey("tools.id", ondelete="CASCADE"), primary_key=True)
+    name: Mapped[str] = mapped_column(String(63), primary_key=True)
+    version: Mapped[int] = mapped_column(Integer)
+    updated_by: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)

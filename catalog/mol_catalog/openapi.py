@@ -24,6 +24,7 @@ from starlette.types import Receive, Scope, Send
 
 from mol_catalog.errors import ERROR_RESPONSES
 from mol_catalog.util import MAX_BIGINT
+from mol_platform.contract import tools
 from mol_platform.contract.evals import SUITE_PATTERN, SUITE_VERSION_PATTERN
 from mol_platform.contract.model_signature import KEY_ID_PATTERN
 from mol_platform.contract.refs import (
@@ -57,6 +58,8 @@ PARAMETERS: dict[str, dict[str, Any]] = {
     "suite": {"pattern": f"^{SUITE_PATTERN}$", "maxLength": 63},
     "suite_version": {"pattern": f"^{SUITE_VERSION_PATTERN}$", "maxLength": 63},
     "limit": {"minimum": 1, "maximum": 500},
+    "tool": {"pattern": f"^{tools.EXACT_NAME_PATTERN}$", "maxLength": 63},
+    "tool_alias": {"pattern": f"^{tools.APPROVED}$"},
 }
 
 
@@ -208,6 +211,9 @@ def document(schema: dict[str, Any]) -> dict[str, Any]:
                 # Optional parameters are `anyOf: [{type: string}, {type: null}]`.
                 for option in param["schema"].get("anyOf", [param["schema"]]):
                     kind = option.get("type")
+                    if kind == "array" and "pattern" in extra:
+                        option = option.get("items", {})  # each value of a list
+                        kind = option.get("type")
                     if kind == "string" and "pattern" in extra:
                         option.update(extra)
                     elif kind == "integer" and "minimum" in extra and "maximum" not in option:

@@ -17,6 +17,8 @@ OPTIONAL_APIS = {
     "keda.sh/v1alpha1": "KEDA",
     "monitoring.coreos.com/v1": "the Prometheus operator",
     "serving.kserve.io/v1alpha2": "KServe",
+    # Not "missing" when absent: the code harness falls back to plain session pods.
+    "extensions.agents.x-k8s.io/v1beta1": "agent-sandbox",
 }
 
 

@@ -35,6 +35,7 @@ from mol_operator.builders.common import (
     TOKEN_KEY,
     TOKEN_SCOPES_ANNOTATION,
 )
+from mol_operator.builders.sandbox import SANDBOX_API
 from mol_operator.catalog import (
     BaseRevisions,
     CatalogFacts,
@@ -154,6 +155,17 @@ async def observe(rt: Runtime, facts: Facts, needed: set[str]
     return observed, available
 
 
+async def agent_sandbox_served(rt: Runtime, obj: MoLDeployment) -> bool:
+    """Whether code-harness sessions are agent-sandbox SandboxClaims (its CRDs served)
+    rather than plain pods; asked only of a deployment with the harness on."""
+    if not obj.spec.harness_experts:
+        return False
+    if not await rt.children.wait_synced(SYNC_TIMEOUT):
+        return False  # observe() says why and retries
+    return await rt.children.served(SANDBOX_API, "sandboxtemplates", needed=True,
+                                    seconds=SYNC_TIMEOUT)
+
+
 def _token_from(secret: Mapping[str, Any] | None,
                 scopes: tuple[str, ...]) -> tuple[int, str] | None:
     if secret is None:
@@ -254,7 +266,8 @@ async def _reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
                                   delay=rt.retry_seconds)
     events += rollout.events
     facts = Facts(obj=obj, uid=uid, token_scopes=scopes, canary_weights=rollout.weights,
-                  stable_overrides=rollout.stable_overrides, defaults=rt.defaults)
+                  stable_overrides=rollout.stable_overrides, defaults=rt.defaults,
+                  agent_sandbox=await agent_sandbox_served(rt, obj))
     try:  # built once, before a token is minted: an unrenderable spec gets none
         desired = build_all(facts)
     except BuildError as exc:

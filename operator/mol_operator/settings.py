@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mol_operator.builders.common import Defaults
+from mol_platform.contract.spec_sandbox import HarnessSpec
 
 SA_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _DEFAULTS = Defaults()
@@ -83,6 +84,10 @@ class OperatorSettings(BaseSettings):
     prometheus_pod_labels: dict[str, str] = Field(
         default_factory=lambda: dict(_DEFAULTS.prometheus_pod_labels),
         description="Labels of the Prometheus pods engines admit (any namespace).")
+    harness: HarnessSpec | None = Field(
+        default=None, description="The code harness section (JSON, the fields of a "
+        "MoLDeployment's spec.harness) of deployments that leave theirs out; its image and "
+        "runtimeClassName also fill a section that names none.")
     metrics_port: int = Field(default=8090, ge=0, le=65535,
                               description="/metrics and /healthz; 0 turns them off.")
     metrics_host: str = "0.0.0.0"
@@ -173,4 +178,5 @@ class OperatorSettings(BaseSettings):
             router_drain_timeout=self.router_drain_timeout,
             engine_prestop_seconds=self.engine_prestop_seconds,
             engine_grace_seconds=self.engine_grace_seconds,
+            harness=self.harness,
         )

@@ -57,7 +57,8 @@ CONTENT_CHECKED = {"POST /v1/adapters/{ns}/{name}/versions", "POST /v1/base-mode
                    "PUT /v1/serving-profiles/{profile}", "POST /v1/namespaces/{ns}/keys",
                    "PUT /v1/namespaces/{ns}/signature-policy",
                    # A router head document: its rows must match its experts and dims.
-                   "POST /v1/namespaces/{ns}/router-heads/{name}/versions"}
+                   "POST /v1/namespaces/{ns}/router-heads/{name}/versions",
+                   "POST /v1/namespaces/{ns}/tools/{tool}/versions"}
 # The storage-breaking strings are meant to be refused: acceptance is not expected.
 NASTY_CHECKS = [c for c in CHECKS if c is not checks.positive_data_acceptance]
 # Any number 0..2^63-1 is a valid cursor (``encode_cursor``); a generated string is not:
@@ -102,7 +103,8 @@ def _settings(backend: str, tmp: Path, request: pytest.FixtureRequest) -> Catalo
 DISPOSABLE: dict[str, dict[str, str]] = {
     "DELETE /v1/adapters/{ns}/{name}/versions/{version}": {"ns": "scratch"},
     "DELETE /v1/namespaces/{ns}/webhooks/{webhook_id}": {"ns": "scratch"},
-    "DELETE /v1/namespaces/{ns}/router-heads/{name}/aliases/{alias}": {"ns": "scratch"}}
+    "DELETE /v1/namespaces/{ns}/router-heads/{name}/aliases/{alias}": {"ns": "scratch"},
+    "DELETE /v1/namespaces/{ns}/tools/{tool}/aliases/{tool_alias}": {"ns": "scratch"}}
 ROUTER_HEAD = json.dumps({
     "kind": "mol.router.head/v1", "experts": ["code", "math"],
     "embedding": {"model": "minilm", "dims": 2}, "weights": [[0.5, -0.5], [-0.5, 0.5]],
@@ -153,6 +155,12 @@ def _seed(url: str) -> dict[str, str]:
             r = http.post(f"{heads}/versions", content=ROUTER_HEAD)
             assert r.status_code == 201, r.text
             assert http.put(f"{heads}/aliases/stable", json={"version": 1}).status_code == 200
+            tools = f"/v1/namespaces/{ns}/tools/coding"
+            r = http.post(f"{tools}/versions", json={
+                "source": "def coding(x):\n    return x\n", "parameters": {
+                    "type": "object", "properties": {"x": {}}, "required": ["x"]}})
+            assert r.status_code == 201, r.text
+            assert http.put(f"{tools}/aliases/approved", json={"version": 1}).status_code == 200
         hooks = [http.post(f"/v1/namespaces/{ns}/webhooks", json=HOOK) for ns in
                  ("acme", "scratch")]
         assert [h.status_code for h in hooks] == [201, 201], hooks[0].text
@@ -162,7 +170,8 @@ def _seed(url: str) -> dict[str, str]:
             "alias": "stable", "version": "1",
             "name_ref": "coding@stable", "profile": "small", "hexdigest": files[0]["digest"][7:],
             "token_id": "1", "manifest": digest, "base": model.name, "key_id": key_id,
-            "suite": "humaneval", "suite_version": "1", "request_id": "req-1"}
+            "suite": "humaneval", "suite_version": "1", "request_id": "req-1",
+            "tool": "coding", "tool_alias": "approved"}
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgres"])

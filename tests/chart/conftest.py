@@ -39,6 +39,9 @@ FULL: dict[str, Any] = {
                  "serviceAccount": {"annotations": {"iam.gke.io/gcp-service-account": "op@p.iam"}},
                  "podLabels": {"team": "platform"}},
     "engine": {"resources": {"requests": {"cpu": "4", "memory": "32Gi"}}, "shmSize": "8Gi"},
+    "harness": {"runtimeClassName": "gvisor", "warmPool": 4,
+                "limits": {"memory": "1Gi", "timeoutSeconds": 20},
+                "egress": {"allow": ["203.0.113.0/24"]}},
     "router": {
         "image": {"repository": "registry.example.com/mol", "tag": "0.1.0"},
         "resources": {"requests": {"cpu": "500m", "memory": "256Mi"},

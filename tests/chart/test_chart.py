@@ -218,10 +218,15 @@ READ_OR_EVENTS = {("mol.dev", "moldeployments"), ("mol.dev", "moldeployments/sta
                   ("events.k8s.io", "events"), ("", "namespaces"),
                   ("apiextensions.k8s.io", "customresourcedefinitions")}
 WRITE_VERBS = {"get", "list", "watch", "create", "patch", "delete"}
+READ_VERBS = {"get", "list", "watch"}
+Kind = tuple[str, str]
 
 
-def _rendered_kinds() -> set[tuple[str, str]]:
-    """(API group, plural) of everything the operator's builders render, all variants."""
+def _rendered() -> tuple[set[Kind], dict[Kind, set[str]]]:
+    """What the operator's builders render, all variants (the code harness with and
+    without agent-sandbox included): the (API group, plural) of every object, and what
+    the Roles among them grant, which the operator must hold itself (the API server
+    refuses a Role granting more than its creator has)."""
     from mol_operator.builders import Defaults, Facts, build_all
     from mol_platform.contract.spec import MoLDeployment
 
@@ -234,37 +239,65 @@ def _rendered_kinds() -> set[tuple[str, str]]:
                "RoleBinding": "rolebindings", "PodDisruptionBudget": "poddisruptionbudgets",
                "ScaledObject": "scaledobjects", "ServiceMonitor": "servicemonitors",
                "LLMInferenceService": "llminferenceservices",
-               "NetworkPolicy": "networkpolicies"}
-    kinds = set()
-    for extra in ({}, {"replicas": None, "autoscaling": {"minReplicas": 0, "maxReplicas": 2}},
-                  {"serving": {"mode": "kserve"}}):
+               "NetworkPolicy": "networkpolicies", "SandboxTemplate": "sandboxtemplates",
+               "SandboxWarmPool": "sandboxwarmpools"}
+    harness = [{**e, "harness": e["name"] == "agent"} for e in base["spec"]["experts"]]
+    kinds: set[Kind] = set()
+    delegated: dict[Kind, set[str]] = {}
+    for extra, agent_sandbox in (
+            ({}, False), ({"replicas": None, "autoscaling": {"minReplicas": 0,
+                                                            "maxReplicas": 2}}, False),
+            ({"serving": {"mode": "kserve"}}, False),
+            ({"experts": harness}, False), ({"experts": harness}, True)):
         data = {**base, "spec": {**base["spec"], **extra}}
         facts = Facts(obj=MoLDeployment.model_validate(data), uid="u", token="t", token_id=1,
-                      token_scopes=("read:demo",), defaults=defaults)
+                      token_scopes=("read:demo",), defaults=defaults,
+                      agent_sandbox=agent_sandbox)
         for o in build_all(facts):
             group = o["apiVersion"].rpartition("/")[0]
             kinds.add((group, plurals[o["kind"]]))
-    return kinds
+            for rule in o.get("rules", []) if o["kind"] == "Role" else []:
+                for g in rule["apiGroups"]:
+                    for res in rule["resources"]:
+                        delegated.setdefault((g, res), set()).update(rule["verbs"])
+    return kinds, delegated
+
+
+def test_the_rendered_variants_include_the_code_harness() -> None:
+    kinds, delegated = _rendered()
+    assert {("extensions.agents.x-k8s.io", "sandboxtemplates"),
+            ("extensions.agents.x-k8s.io", "sandboxwarmpools")} <= kinds
+    assert delegated[("", "pods")] >= {"create", "delete"}
+    assert ("extensions.agents.x-k8s.io", "sandboxclaims") in delegated
 
 
 def test_operator_rbac_is_what_it_renders_and_nothing_more(chart: helm.Chart) -> None:
     role = next(o for o in render(chart, {"keda": {"enabled": True},
                                           "kserve": {"enabled": True}})
                 if o["kind"] == "ClusterRole")
-    granted: dict[tuple[str, str], set[str]] = {}
+    granted: dict[Kind, set[str]] = {}
     for rule in role["rules"]:
         for group in rule["apiGroups"]:
             for res in rule["resources"]:
                 granted.setdefault((group, res), set()).update(rule["verbs"])
-    rendered = _rendered_kinds()
+    rendered, delegated = _rendered()
     for kind in rendered:
         assert granted.get(kind, set()) >= WRITE_VERBS, f"the operator cannot write {kind}"
-    extra = set(granted) - rendered - READ_OR_EVENTS
+    for kind, verbs in delegated.items():
+        assert granted.get(kind, set()) >= verbs, (
+            f"a Role the operator renders grants {sorted(verbs)} on {kind}: it must hold them")
+    extra = set(granted) - rendered - set(delegated) - READ_OR_EVENTS
     assert not extra, f"granted but never rendered or read: {sorted(extra)}"
     for kind, verbs in granted.items():
-        if kind in READ_OR_EVENTS - {("mol.dev", "moldeployments"),
-                                     ("mol.dev", "moldeployments/status")}:
-            assert not verbs & {"create", "delete"} or kind[1] == "events", (kind, verbs)
+        if kind in rendered or kind in {("mol.dev", "moldeployments"),
+                                        ("mol.dev", "moldeployments/status")}:
+            continue
+        allowed = delegated.get(kind, set()) | READ_VERBS
+        if kind[1] == "events":
+            allowed |= {"create", "patch"}
+        elif kind == ("mol.dev", "moldeployments/finalizers"):
+            allowed = {"update"}
+        assert verbs <= allowed, (kind, verbs - allowed)
 
 
 # Cluster-scoped resources: a Role granting them grants nothing.

@@ -1,6 +1,8 @@
 """The policy gate: checkov's Kubernetes checks over the chart, rendered with every
 value set, and over every manifest the operator renders for the example
-MoLDeployments (raw and KServe mode). A failed check passes only when
+MoLDeployments (raw and KServe mode; with the code harness on, its session pods both as
+agent-sandbox's SandboxTemplate and as the plain Pod in a ConfigMap, each scanned as the
+Pod it becomes). A failed check passes only when
 deploy/policy/checkov-skips.yaml names it with a reason; a skip that matches nothing
 fails too, so the list cannot go stale. All renders are scanned in one run (a minute,
 not ten), each under names of its own: checkov's graph checks (CKV2_*, e.g. "the pod
@@ -9,6 +11,7 @@ and must never join two renders."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -18,6 +21,7 @@ import pytest
 import yaml
 
 from mol_operator.builders import Defaults, Facts, build_all
+from mol_operator.builders.sandbox import POD_TEMPLATE_KEY
 from mol_platform.contract.spec import MoLDeployment
 from mol_testkit.checkov import Finding, scan
 
@@ -42,9 +46,28 @@ def _skipped_by(finding: Finding) -> int | None:
     return None
 
 
-def _operator_manifests(example: Path, mode: str) -> list[dict[str, Any]]:
+def _session_pods(objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The code harness's session pods as the cluster gets them: checkov reads neither a
+    SandboxTemplate's podTemplate nor a Pod manifest held in a ConfigMap."""
+    pods = []
+    for obj in objects:
+        meta = obj["metadata"]
+        if obj["kind"] == "ConfigMap" and POD_TEMPLATE_KEY in obj.get("data", {}):
+            pod = json.loads(obj["data"][POD_TEMPLATE_KEY])
+            pod["metadata"]["name"] = pod["metadata"].pop("generateName") + "pod"
+            pods.append(pod)
+        elif obj["kind"] == "SandboxTemplate":
+            template = obj["spec"]["podTemplate"]
+            pods.append({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                **template["metadata"], "name": f"{meta['name']}-pod",
+                "namespace": meta["namespace"]}, "spec": template["spec"]})
+    return pods
+
+
+def _operator_manifests(example: Path, mode: str, agent_sandbox: bool = False
+                        ) -> list[dict[str, Any]]:
     data = yaml.safe_load(example.read_text())
-    data["metadata"]["name"] += f"-{mode}"
+    data["metadata"]["name"] += f"-{mode}" + ("-as" if agent_sandbox else "")
     data["metadata"]["namespace"] = "team-a"  # not default: kubectl apply -n team-a
     data["spec"]["serving"] = {"mode": mode}
     # A semantic router without embeddingsUrl: the operator's embedding engine is scanned.
@@ -53,8 +76,23 @@ def _operator_manifests(example: Path, mode: str) -> list[dict[str, Any]]:
                   defaults=Defaults(prometheus_url="http://prometheus:9090",
                                     # as the chart sets them (networkPolicy.enabled)
                                     network_policy=True, operator_namespace="mol-system",
-                                    operator_pod_labels={"app.kubernetes.io/name": "mol"}))
-    return build_all(facts)
+                                    operator_pod_labels={"app.kubernetes.io/name": "mol"}),
+                  agent_sandbox=agent_sandbox)
+    objects = build_all(facts)
+    return objects + _session_pods(objects)
+
+
+def _renders() -> dict[str, tuple[Path, str, bool]]:
+    """Scanned file stem -> (example, serving mode, agent-sandbox served); a harness
+    example is rendered once more with agent-sandbox's CRDs (raw mode)."""
+    out = {}
+    for example in EXAMPLES:
+        for mode in MODES:
+            out[f"operator-{example.stem}-{mode}"] = (example, mode, False)
+        if MoLDeployment.model_validate(yaml.safe_load(example.read_text())
+                                        ).spec.harness_experts:
+            out[f"operator-{example.stem}-raw-agent-sandbox"] = (example, "raw", True)
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -64,10 +102,9 @@ def findings(chart: helm.Chart, tmp_path_factory: pytest.TempPathFactory) -> lis
     for name, values in VALUE_SETS.items():
         objects = render(chart, values, release=f"mol-{name}")
         (folder / f"chart-{name}.yaml").write_text(yaml.safe_dump_all(objects))
-    for example in EXAMPLES:
-        for mode in MODES:
-            (folder / f"operator-{example.stem}-{mode}.yaml").write_text(
-                yaml.safe_dump_all(_operator_manifests(example, mode)))
+    for stem, (example, mode, agent_sandbox) in _renders().items():
+        (folder / f"{stem}.yaml").write_text(
+            yaml.safe_dump_all(_operator_manifests(example, mode, agent_sandbox)))
     return scan(folder)
 
 
@@ -87,6 +124,17 @@ def test_the_scan_saw_every_render(findings: list[Finding]) -> None:
     # A gate that scanned nothing would pass: the default render has known skipped findings.
     files = {f.file for f in findings}
     assert {f"chart-{name}.yaml" for name in VALUE_SETS if name != "minimal"} <= files
+    assert {f"{stem}.yaml" for stem in _renders()} <= files
+
+
+def test_the_scan_saw_the_session_pods_in_both_forms(findings: list[Finding]) -> None:
+    # Images go by tag (a skipped check, CKV_K8S_43): every scanned pod fails it once.
+    sessions = {f.file for f in findings if f.check == "CKV_K8S_43"
+                and re.match(r"Pod\.[^.]*\.[^.]*-sandbox-session-pod(\.|$)", f.resource)}
+    harness = {stem for stem, (_, _, agent) in _renders().items() if agent}
+    assert harness, "no example turns the code harness on"
+    assert {f"{stem}.yaml" for stem in harness} <= sessions
+    assert {f"{stem.removesuffix('-agent-sandbox')}.yaml" for stem in harness} <= sessions
 
 
 def test_chart_passes_the_policy_scan(findings: list[Finding]) -> None:

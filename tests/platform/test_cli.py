@@ -38,7 +38,7 @@ def test_components_arrive_through_entry_points() -> None:
     from importlib.metadata import entry_points
 
     names = {ep.name for ep in entry_points(group="mol.commands")}
-    assert {"catalog", "router", "operator"} <= names
+    assert {"catalog", "router", "operator", "sandbox"} <= names
 
 
 def test_router_serve_refuses_a_missing_config(tmp_path: Path) -> None:

@@ -429,3 +429,18 @@ def test_the_head_label_of_the_decision_metrics_stays_bounded() -> None:
     assert series == {'deployment="demo",expert="coding",head="demo/router@v29",role="stable"',
                       'deployment="demo",expert="chat",head="demo/router@v28",'
                       'role="candidate"'}
+
+
+def test_a_first_candidate_starts_every_agreement_result_at_zero() -> None:
+    """The dashboards' agreement ratio divides two rates: both sides need a series from
+    the moment a candidate head is first in use, before any turn was compared."""
+    from prometheus_client import generate_latest
+
+    from mol_router.telemetry.metrics import RouterMetrics
+
+    m = RouterMetrics("demo")
+    m.head_in_use("candidate", "demo/router@v2", f"sha256:{2:064x}")
+    text = generate_latest(m.registry).decode()
+    results = {line.split('result="', 1)[1].split('"')[0] for line in text.splitlines()
+               if line.startswith("mol_router_head_agreement_total{")}
+    assert results == {"agree", "disagree", "undecided", "skipped"}

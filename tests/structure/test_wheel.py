@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-RUNTIME_PACKAGES = {"mol_platform", "mol_catalog", "mol_operator", "mol_router"}
+RUNTIME_PACKAGES = {"mol_platform", "mol_catalog", "mol_operator", "mol_router", "mol_sandbox"}
 
 
 def _build(project: Path, out: Path) -> set[str]:

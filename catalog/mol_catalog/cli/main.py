@@ -36,6 +36,7 @@ from mol_catalog.cli.evals import eval_app, format_metrics, version_of
 from mol_catalog.cli.heads import head_app
 from mol_catalog.cli.namespaces import register_namespaces
 from mol_catalog.cli.signing import read_signature, register_signing, sign_folder
+from mol_catalog.cli.tools import tools_app
 from mol_catalog.cli.versions import register_versions
 from mol_catalog.logs import LogFormat, LogLevel
 from mol_platform.clients.catalog import CatalogClient
@@ -433,6 +434,7 @@ def yank(
 app.add_typer(alias_app, name="alias")
 app.add_typer(eval_app, name="eval")
 app.add_typer(head_app, name="head")
+app.add_typer(tools_app, name="tools")
 register_admin(app)
 register_versions(app)
 register_namespaces(app)

@@ -127,9 +127,11 @@ permission it grants routers (EndpointSlices), or Kubernetes refuses the Role.
 - apiGroups: [""]
   resources: [services, configmaps, secrets, serviceaccounts]
   verbs: [get, list, watch, create, patch, delete]
+# Pods to warm; create and delete only because the code harness's sandbox service gets
+# them in its Role (session pods), and a Role grants nothing its creator lacks.
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, create, delete]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]
@@ -148,6 +150,17 @@ permission it grants routers (EndpointSlices), or Kubernetes refuses the Role.
 - apiGroups: [monitoring.coreos.com]
   resources: [servicemonitors]
   verbs: [get, list, watch, create, patch, delete]
+# The code harness with kubernetes-sigs/agent-sandbox: the sessions' SandboxTemplate and
+# SandboxWarmPool; claims and sandboxes are what the sandbox service's Role grants.
+- apiGroups: [extensions.agents.x-k8s.io]
+  resources: [sandboxtemplates, sandboxwarmpools]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [extensions.agents.x-k8s.io]
+  resources: [sandboxclaims]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [agents.x-k8s.io]
+  resources: [sandboxes]
+  verbs: [get, list, watch]
 {{- if .Values.keda.enabled }}
 - apiGroups: [keda.sh]
   resources: [scaledobjects]

@@ -31,6 +31,7 @@ from mol_operator.builders.extras import (
     service_monitor,
 )
 from mol_operator.builders.router import endpoint, router_config, router_objects
+from mol_operator.builders.sandbox import SANDBOX_API, sandbox_objects, wants_sandbox
 
 __all__ = ["BuildError", "Defaults", "Facts", "ManagedKind", "Names", "build_all",
            "catalog_secret", "endpoint", "managed_objects", "router_config"]
@@ -53,16 +54,27 @@ MANAGED: tuple[ManagedKind, ...] = (
     ManagedKind("v1", "ServiceAccount", "serviceaccounts", "router"),
     ManagedKind("rbac.authorization.k8s.io/v1", "Role", "roles", "router"),
     ManagedKind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", "router"),
+    ManagedKind("v1", "ServiceAccount", "serviceaccounts", "sandbox"),
+    ManagedKind("rbac.authorization.k8s.io/v1", "Role", "roles", "sandbox"),
+    ManagedKind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", "sandbox"),
     ManagedKind("v1", "ConfigMap", "configmaps", "router"),
+    ManagedKind("v1", "ConfigMap", "configmaps", "sandbox_session"),
     ManagedKind("v1", "Service", "services", "engine"),
     ManagedKind("v1", "Service", "services", "embedding"),
     ManagedKind("v1", "Service", "services", "router"),
     ManagedKind("apps/v1", "Deployment", "deployments", "engine"),
     ManagedKind("apps/v1", "Deployment", "deployments", "embedding"),
     ManagedKind("apps/v1", "Deployment", "deployments", "router"),
+    ManagedKind("v1", "Service", "services", "sandbox"),
+    ManagedKind("apps/v1", "Deployment", "deployments", "sandbox"),
+    ManagedKind(SANDBOX_API, "SandboxTemplate", "sandboxtemplates", "sandbox_session"),
+    ManagedKind(SANDBOX_API, "SandboxWarmPool", "sandboxwarmpools", "sandbox_session"),
     ManagedKind("policy/v1", "PodDisruptionBudget", "poddisruptionbudgets", "engine"),
     ManagedKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", "engine"),
     ManagedKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", "embedding"),
+    ManagedKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies", "sandbox"),
+    ManagedKind("networking.k8s.io/v1", "NetworkPolicy", "networkpolicies",
+                "sandbox_session"),
     ManagedKind("keda.sh/v1alpha1", "ScaledObject", "scaledobjects", "engine"),
     ManagedKind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", "engine"),
     ManagedKind("monitoring.coreos.com/v1", "ServiceMonitor", "servicemonitors", "router"),
@@ -95,6 +107,9 @@ def build_all(facts: Facts) -> list[dict[str, Any]]:
         workload += [embedding_service(facts), embedding_deployment(facts)]
         if facts.defaults.network_policy:
             workload.append(network_policy(facts, "embedding"))
+    # The code harness: the sandbox service and its sessions' pod template and policy.
+    if wants_sandbox(facts):
+        workload += sandbox_objects(facts)
     out += [*router, *workload, *monitors]
     order = {(m.api_version, m.kind, str(getattr(facts.names, m.name))): i
              for i, m in enumerate(MANAGED)}

@@ -34,6 +34,7 @@ from mol_platform import __version__
 from mol_platform.contract.names import NAME_LIMIT, child_name
 from mol_platform.contract.router_config import DRAIN_DELAY_SECONDS, DRAIN_TIMEOUT_SECONDS
 from mol_platform.contract.spec import API_VERSION, KIND, MoLDeployment
+from mol_platform.contract.spec_sandbox import HarnessSpec
 
 MANAGER = "mol-operator"
 PART_OF = "mol-platform"
@@ -88,6 +89,17 @@ class Names:
     def embedding(self) -> str:
         """The semantic signal's embedding engine (Deployment and Service)."""
         return child_name(self.deployment, "-embedding")
+
+    @property
+    def sandbox(self) -> str:
+        """The code harness's sandbox service (Deployment, Service, its RBAC)."""
+        return child_name(self.deployment, "-sandbox")
+
+    @property
+    def sandbox_session(self) -> str:
+        """The sessions' pod template (SandboxTemplate or ConfigMap), warm pool and
+        NetworkPolicy."""
+        return child_name(self.deployment, "-sandbox-session")
 
     @property
     def catalog_secret(self) -> str:
@@ -151,6 +163,9 @@ class Defaults:
     router_drain_timeout: float = ROUTER_DRAIN_TIMEOUT_SECONDS
     engine_prestop_seconds: int = ENGINE_PRESTOP_SECONDS
     engine_grace_seconds: int = ENGINE_GRACE_SECONDS
+    # The code harness section a deployment without ``spec.harness`` gets (chart:
+    # harness); its image and runtime class also fill a section that names none.
+    harness: HarnessSpec | None = None
 
 
 @dataclass(frozen=True)
@@ -166,6 +181,9 @@ class Facts:
     # expert -> the adapter ref the router serves as stable (a pinned promotion)
     stable_overrides: Mapping[str, str] = field(default_factory=dict)
     defaults: Defaults = field(default_factory=Defaults)
+    # kubernetes-sigs/agent-sandbox's CRDs are served: sessions are SandboxClaims of a
+    # SandboxTemplate (else plain pods from a template in a ConfigMap)
+    agent_sandbox: bool = False
 
     @property
     def name(self) -> str:

@@ -55,6 +55,7 @@ from mol_platform.clients.catalog_http import (
     typed,
     unreachable,
 )
+from mol_platform.clients.catalog_tools import ToolCalls
 from mol_platform.contract import catalog_models as m
 from mol_platform.contract.model_folder import (
     MultipartBody,
@@ -69,8 +70,9 @@ __all__ = ["DEFAULT_URL", "CatalogClient", "CatalogError", "ClientSettings", "jo
            "split_adapter", "typed"]
 
 
-class CatalogClient:
-    """Sync client; use as a context manager (it owns an ``httpx.Client``)."""
+class CatalogClient(ToolCalls):
+    """Sync client; use as a context manager (it owns an ``httpx.Client``). The calls on
+    tools are ``catalog_tools.ToolCalls``'s."""
 
     def __init__(self, url: str | None = None, token: str | None = None, *,
                  timeout: float = 60.0, transport: httpx.BaseTransport | None = None) -> None:

@@ -62,6 +62,7 @@ from mol_platform.contract.spec_rules import (
     cel,
     steps_rule,
 )
+from mol_platform.contract.spec_sandbox import HarnessSpec
 
 GROUP = "mol.dev"
 VERSION = "v1alpha1"
@@ -277,6 +278,9 @@ class ExpertSpec(SpecModel):
     """What the expert is for; the classifier reads it."""
     canary: CanarySpec | None = None
     """An optional progressive rollout of another version."""
+    harness: bool = False
+    """Offer this expert the code harness: a ``python`` tool run in an isolated sandbox
+    session (``spec.harness`` sets the limits)."""
 
 
 class ServingSpec(SpecModel):
@@ -326,6 +330,9 @@ class MoLDeploymentSpec(SpecModel):
     """The router."""
     serving: ServingSpec = defaulted(ServingSpec)
     """How engines are run."""
+    harness: HarnessSpec | None = None
+    """The code harness's sandboxes (limits, runtime class, egress allowlist, warm pool);
+    used when an expert sets ``harness: true``."""
 
     @field_validator("adapter_namespaces")
     @classmethod
@@ -372,6 +379,16 @@ class MoLDeploymentSpec(SpecModel):
         if self.autoscaling is not None:
             return self.autoscaling.min_replicas
         return 1
+
+    @property
+    def harness_experts(self) -> list[str]:
+        """The experts offered the code harness (none: no sandbox is rendered)."""
+        return [e.name for e in self.experts if e.harness]
+
+    @property
+    def harness_settings(self) -> HarnessSpec:
+        """``spec.harness``, or its defaults when the section is left out."""
+        return self.harness or HarnessSpec()
 
     @property
     def default_expert(self) -> str:

@@ -253,12 +253,12 @@ class RouterMetrics:
         if head is not None and digest is not None:
             self._head_labels[role] = (head, digest)
             self.head_info.labels(self.deployment, role, head, digest).set(1)
+            if role == "candidate":  # every result from 0: a ratio of rates has both sides
+                for result in ("agree", "disagree", "undecided", "skipped"):
+                    self._child(self.head_agreement, self.deployment, result)
         if old is not None and old[0] not in {h for h, _ in self._head_labels.values()}:
             gone = [k for k in self._children
                     if k[0] == id(self.head_decisions) and k[3] == old[0]]
             for key in gone:
                 self.head_decisions.remove(*key[1:])
                 del self._children[key]
-            if role == "candidate":  # every result from 0: a ratio of rates has both sides
-                for result in ("agree", "disagree", "undecided", "skipped"):
-                    self._child(self.head_agreement, self.deployment, result)

@@ -1,0 +1,1 @@
+"""What keeps a session in: the bubblewrap command line, its cgroups and its process."""

@@ -1,0 +1,1 @@
+"""The interpreter inside the sandbox: its driver script and the frames it speaks."""

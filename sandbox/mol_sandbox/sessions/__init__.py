@@ -1,0 +1,1 @@
+"""Sessions: the HTTP API, their lifecycle (limits, reaping, restarts) and wire shapes."""

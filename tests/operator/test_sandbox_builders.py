@@ -1,0 +1,163 @@
+"""The code harness's manifests, built as pure functions: the sandbox service, the
+session pods' spec (agent-sandbox's SandboxTemplate and SandboxWarmPool, or a Pod in a
+ConfigMap), and the sessions' deny-all-egress NetworkPolicy; validated against the real
+schemas (the vendored agent-sandbox CRDs, the built-in kinds)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from mol_operator.builders import Defaults, Facts, build_all
+from mol_platform.contract.spec import MoLDeployment
+from mol_platform.contract.spec_sandbox import DENIED_NETWORKS
+from mol_testkit.kube_validate import validate_builtin, validate_custom_resource
+from mol_testkit.pod_security import restricted_violations
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART_DEFAULTS = Defaults(prometheus_url="http://prometheus:9090", network_policy=True,
+                          operator_namespace="mol-system")
+
+
+def _objects(harness: dict[str, Any] | None = None, *, agent: bool,
+             on: bool = True) -> dict[tuple[str, str], dict[str, Any]]:
+    data = yaml.safe_load((ROOT / "deploy/examples/macaron.yaml").read_text())
+    data["spec"]["experts"][0]["harness"] = on
+    if harness is not None:
+        data["spec"]["harness"] = harness
+    facts = Facts(obj=MoLDeployment.model_validate(data), uid="0f4e2c1a-uid", token="t",
+                  token_id=1, defaults=CHART_DEFAULTS, agent_sandbox=agent)
+    return {(o["kind"], o["metadata"]["name"]): o for o in build_all(facts)}
+
+
+def _session_pod(objects: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    template = objects.get(("SandboxTemplate", "macaron-sandbox-session"))
+    if template is not None:
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "session"},
+                "spec": template["spec"]["podTemplate"]["spec"]}
+    pod: dict[str, Any] = json.loads(
+        objects[("ConfigMap", "macaron-sandbox-session")]["data"]["pod.json"])
+    return pod
+
+
+# (harness section, agent-sandbox served, kinds expected, kinds not expected)
+CASES: dict[str, tuple[dict[str, Any] | None, bool, set[str], set[str]]] = {
+    "plain-pods-defaults": (None, False, {"ConfigMap"}, {"SandboxTemplate", "SandboxWarmPool"}),
+    "agent-sandbox-defaults": (None, True, {"SandboxTemplate", "SandboxWarmPool"}, set()),
+    "gvisor-with-allowlist": ({"runtimeClassName": "gvisor", "warmPool": 5,
+                               "egress": {"allow": ["0.0.0.0/0", "2001:db8::/32"]},
+                               "limits": {"timeoutSeconds": 10, "memory": "1Gi",
+                                          "diskBytes": 2097152}},
+                              True, {"SandboxTemplate", "SandboxWarmPool"}, set()),
+    "kata-plain-pods": ({"runtimeClassName": "kata"}, False, {"ConfigMap"},
+                        {"SandboxTemplate"}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_harness_manifests_validate_against_the_real_schemas(case: str) -> None:
+    harness, agent, wanted, unwanted = CASES[case]
+    objects = _objects(harness, agent=agent)
+    kinds = {kind for kind, name in objects if name.startswith("macaron-sandbox")}
+    assert {"ServiceAccount", "Role", "RoleBinding", "Deployment", "Service",
+            "NetworkPolicy"} | wanted <= kinds
+    assert not kinds & unwanted
+    for (kind, _), manifest in objects.items():
+        if kind.startswith("Sandbox"):
+            validate_custom_resource(manifest)
+        elif kind not in {"ScaledObject", "ServiceMonitor", "LLMInferenceService"}:
+            validate_builtin(manifest)
+    validate_builtin(_session_pod(objects))
+
+
+@pytest.mark.parametrize("agent", [False, True])
+def test_session_pods_are_restricted_limited_and_tokenless(agent: bool) -> None:
+    pod = _session_pod(_objects({"runtimeClassName": "gvisor",
+                                 "limits": {"cpu": "500m", "memory": "1Gi",
+                                            "diskBytes": 8 * 1024**2}}, agent=agent))
+    spec = pod["spec"]
+    assert restricted_violations(spec) == []
+    assert spec["runtimeClassName"] == "gvisor"
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["enableServiceLinks"] is False
+    (c,) = spec["containers"]
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert c["resources"]["limits"]["cpu"] == "500m"
+    assert c["resources"]["limits"]["memory"] == "1Gi"
+    (scratch,) = spec["volumes"]
+    assert scratch["emptyDir"] == {"medium": "Memory", "sizeLimit": str(8 * 1024**2)}
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["MOL_SANDBOX_MAX_SESSIONS"] == "1"
+    assert "MOL_CATALOG_TOKEN" not in env
+
+
+def test_session_labels_keep_the_catalog_closed() -> None:
+    """The catalog's NetworkPolicy admits pods by mol.dev/component: sessions have none."""
+    pod = _session_pod(_objects(agent=False))
+    assert "mol.dev/component" not in pod["metadata"]["labels"]
+
+
+def _egress_policy(objects: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    policy: dict[str, Any] = objects[("NetworkPolicy", "macaron-sandbox-session")]
+    return policy
+
+
+@pytest.mark.parametrize("agent", [False, True])
+def test_no_egress_by_default(agent: bool) -> None:
+    objects = _objects(agent=agent)
+    spec = _egress_policy(objects)["spec"]
+    assert spec["policyTypes"] == ["Ingress", "Egress"]
+    assert spec["egress"] == []
+    assert spec["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "mol-sandbox-session"
+    (rule,) = spec["ingress"]
+    assert rule["from"] == [{"podSelector": {"matchLabels": {
+        "app.kubernetes.io/name": "mol-sandbox", "app.kubernetes.io/instance": "macaron"}}}]
+    if agent:  # agent-sandbox's own policy (internet allowed) is not made
+        template = objects[("SandboxTemplate", "macaron-sandbox-session")]
+        assert template["spec"]["networkPolicyManagement"] == "Unmanaged"
+
+
+@pytest.mark.parametrize(("allow", "blocks"), [
+    (["203.0.113.7"], [{"ipBlock": {"cidr": "203.0.113.7/32"}}]),
+    (["8.8.8.8/8"], [{"ipBlock": {"cidr": "8.0.0.0/8"}}]),
+    (["0.0.0.0/0"], [{"ipBlock": {"cidr": "0.0.0.0/0", "except": [
+        d for d in DENIED_NETWORKS if "." in d]}}]),
+    (["::/0"], [{"ipBlock": {"cidr": "::/0", "except": [
+        d for d in DENIED_NETWORKS if ":" in d]}}]),
+    (["10.0.0.0/7"], [{"ipBlock": {"cidr": "10.0.0.0/7", "except": ["10.0.0.0/8"]}}]),
+])
+def test_allowlist_entries_except_the_denied_networks(
+        allow: list[str], blocks: list[dict[str, Any]]) -> None:
+    spec = _egress_policy(_objects({"egress": {"allow": allow}}, agent=False))["spec"]
+    assert spec["egress"] == [{"to": blocks}]
+
+
+def test_warm_pool_and_service_settings() -> None:
+    objects = _objects({"warmPool": 7, "maxSessions": 40, "replicas": 2,
+                        "limits": {"timeoutSeconds": 12, "idleTTLSeconds": 600}}, agent=True)
+    pool = objects[("SandboxWarmPool", "macaron-sandbox-session")]
+    assert pool["spec"] == {"replicas": 7, "sandboxTemplateRef": {
+        "name": "macaron-sandbox-session"}}
+    dep = objects[("Deployment", "macaron-sandbox")]
+    assert dep["spec"]["replicas"] == 2
+    (c,) = dep["spec"]["template"]["spec"]["containers"]
+    assert c["args"][:2] == ["sandbox", "serve"]
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    assert env["MOL_SANDBOX_TIMEOUT_SECONDS"] == "12"
+    assert env["MOL_SANDBOX_IDLE_TTL_SECONDS"] == "600"
+    assert env["MOL_SANDBOX_MAX_SESSIONS"] == "40"
+    assert env["MOL_SANDBOX_ISOLATION"] == "agent-sandbox"
+    role = objects[("Role", "macaron-sandbox")]
+    assert role["rules"][0]["resources"] == ["sandboxclaims"]
+
+
+def test_no_harness_no_sandbox_objects() -> None:
+    objects = _objects({"warmPool": 3}, agent=True, on=False)
+    assert not [k for k in objects if "sandbox" in k[1]]
