@@ -479,13 +479,10 @@ class RoutingBatch(Base):
     received_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class RouterHead(Base):
-    """A router head name in a namespace (``mol catalog head publish``); ``latest_version``
-    is its newest version (versions are never deleted)."""
-
-    __tablename__ = "router_heads"
-    __table_args__ = (UniqueConstraint("namespace", "name",
-                                       name="uq_router_heads_namespace_name"),)
+class VersionedName:
+    """The columns of a versioned document's name (a router head's, a tool's): unique
+    per namespace, ``latest_version`` its newest version (versions are never deleted;
+    0 before the first). Each table names its own unique constraint."""
 
     id: Mapped[int] = mapped_column(BigId, primary_key=True)
     namespace: Mapped[str] = mapped_column(String(63))
@@ -493,6 +490,15 @@ class RouterHead(Base):
     latest_version: Mapped[int] = mapped_column(Integer)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
+
+
+class RouterHead(VersionedName, Base):
+    """A router head name in a namespace (``mol catalog head publish``); ``latest_version``
+    is its newest version (versions are never deleted)."""
+
+    __tablename__ = "router_heads"
+    __table_args__ = (UniqueConstraint("namespace", "name",
+                                       name="uq_router_heads_namespace_name"),)
 
 
 class RouterHeadVersion(Base):
@@ -534,19 +540,12 @@ class RouterHeadAlias(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
-class Tool(Base):
+class Tool(VersionedName, Base):
     """A tool name in a namespace (``mol catalog tools publish``); ``latest_version`` is
     its newest version (versions are never deleted)."""
 
     __tablename__ = "tools"
     __table_args__ = (UniqueConstraint("namespace", "name", name="uq_tools_namespace_name"),)
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    namespace: Mapped[str] = mapped_column(String(63))
-    name: Mapped[str] = mapped_column(String(63))
-    latest_version: Mapped[int] = mapped_column(Integer)
-    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
-    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utcnow)
 
 
 class ToolVersion(Base):

@@ -18,8 +18,10 @@ from mol_catalog.app import create_app
 from mol_catalog.settings import CatalogSettings
 from mol_platform.clients.catalog import CatalogClient, CatalogError
 from mol_platform.contract import catalog_models as m
+from mol_platform.contract import tool_answers as tools
 
 ADAPTER = "/v1/adapters/{ns}/{name}"
+TOOL = "/v1/namespaces/{ns}/tools/{tool}"
 ENDPOINTS: list[tuple[str, str, str, type[BaseModel]]] = [
     ("/v1/namespaces/{ns}/routing/accuracy", "get", "200", m.RoutingAccuracy),
     ("/v1/namespaces/{ns}/router-heads", "get", "200", m.RouterHeadList),
@@ -35,6 +37,13 @@ ENDPOINTS: list[tuple[str, str, str, type[BaseModel]]] = [
      m.RouterHeadAliasSet),
     ("/v1/namespaces/{ns}/router-heads/{name}/aliases/{alias}", "delete", "200",
      m.RouterHeadAliasDeleted),
+    ("/v1/namespaces/{ns}/tools", "get", "200", tools.ToolList),
+    (f"{TOOL}/versions", "post", "201", tools.ToolVersion),
+    (f"{TOOL}/versions", "get", "200", tools.ToolVersionList),
+    (f"{TOOL}/versions/{{version}}", "get", "200", tools.ToolVersion),
+    (f"{TOOL}/aliases/{{tool_alias}}", "put", "200", tools.ToolApproval),
+    (f"{TOOL}/aliases/{{tool_alias}}", "delete", "200", tools.ToolApproval),
+    ("/v1/namespaces/{ns}/approved-tools", "get", "200", tools.ApprovedToolList),
     ("/v1/resolve/{ns}/{name_ref}", "get", "200", m.Resolved),
     (f"{ADAPTER}/versions", "post", "201", m.Published),
     ("/v1/adapters", "get", "200", m.AdapterPage),

@@ -11,8 +11,9 @@ from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 from starlette.responses import Response
 
+from mol_catalog import versioned_routes as versioned
 from mol_catalog.deps import CatalogDep, PrincipalDep
-from mol_catalog.errors import BadRequest, InvalidName, PayloadTooLarge, json_response
+from mol_catalog.errors import BadRequest, InvalidName, json_response
 from mol_catalog.tools import service
 from mol_catalog.tools.schemas import (
     ApprovedToolListOut,
@@ -23,7 +24,7 @@ from mol_catalog.tools.schemas import (
     ToolVersionListOut,
     ToolVersionOut,
 )
-from mol_catalog.util import valid_alias, valid_name, version_number
+from mol_catalog.util import valid_alias, version_number
 from mol_platform.contract import tools as tc
 
 router = APIRouter(tags=["tools"])
@@ -32,16 +33,8 @@ TOOL = TOOLS + "/{tool}"
 MAX_BODY = tc.MAX_BODY_BYTES
 PUBLISH_BODY: dict[str, Any] = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": ToolPublish.model_json_schema()}}}}
-DOCUMENT_ANSWER: dict[int | str, dict[str, Any]] = {200: {
-    "description": "The stored document, byte for byte (canonical ASCII JSON); its sha256 is "
-                   "the digest",
-    "content": {"application/json": {"schema": {"type": "object"}}},
-    "headers": {"ETag": {"description": "The digest, in quotes",
-                         "schema": {"type": "string"}}}}}
-
-
-def _ns(ns: str) -> str:
-    return valid_name(ns, "namespace")
+DOCUMENT_ANSWER = versioned.document_answer(
+    "The stored document, byte for byte (canonical ASCII JSON); its sha256 is the digest")
 
 
 def _name(name: str) -> str:
@@ -55,19 +48,9 @@ def _name(name: str) -> str:
 async def _body(request: Request) -> ToolPublish:
     """The publish body, refused with 413 past MAX_BODY (before reading it all) and 422
     when it is not a ``ToolPublish``."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
-        raise PayloadTooLarge(f"a tool proposal is at most {MAX_BODY} bytes; this body "
-                              f"declares {declared}")
-    parts: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > MAX_BODY:
-            raise PayloadTooLarge(f"a tool proposal is at most {MAX_BODY} bytes")
-        parts.append(chunk)
+    raw = await versioned.body(request, MAX_BODY, "a tool proposal")
     try:
-        return ToolPublish.model_validate_json(b"".join(parts))
+        return ToolPublish.model_validate_json(raw)
     except ValidationError as exc:
         raise RequestValidationError(exc.errors()) from None
 
@@ -82,7 +65,7 @@ async def publish(ns: str, tool: str, request: Request, catalog: CatalogDep,
     name, with the automatic checks as advice; the same document again answers 200 with
     its version. It is offered to no one until an admin approves it. Writes
     ``tool.published``."""
-    who.require_publish(_ns(ns))
+    who.require_publish(versioned.namespace(ns))
     name = _name(tool)
     proposal = service.propose(name, await _body(request))
     async with catalog.db.read() as conn:
@@ -96,30 +79,23 @@ async def publish(ns: str, tool: str, request: Request, catalog: CatalogDep,
 async def list_tools(ns: str, catalog: CatalogDep, who: PrincipalDep) -> Response:
     """The namespace's tools by name: the latest version (checks included) and the
     approved one."""
-    who.require_read(_ns(ns))
-    async with catalog.db.read() as conn:
-        items = await service.tools(conn, ns)
-    return json_response({"items": items})
+    return await versioned.items(catalog.db, who, ns, lambda conn: service.tools(conn, ns))
 
 
 @router.get(TOOL + "/versions", response_model=ToolVersionListOut)
 async def list_versions(ns: str, tool: str, catalog: CatalogDep,
                         who: PrincipalDep) -> Response:
     """The tool's versions, newest first (404 for an unknown tool)."""
-    who.require_read(_ns(ns))
-    async with catalog.db.read() as conn:
-        items = await service.versions(conn, ns, _name(tool))
-    return json_response({"items": items})
+    return await versioned.items(catalog.db, who, ns,
+                                 lambda conn: service.versions(conn, ns, _name(tool)))
 
 
 @router.get(TOOL + "/versions/{version}", response_model=ToolVersionOut)
 async def get_version(ns: str, tool: str, version: str, catalog: CatalogDep,
                       who: PrincipalDep) -> Response:
     """One version: source, schema, checks, signature and lineage."""
-    who.require_read(_ns(ns))
-    async with catalog.db.read() as conn:
-        out = await service.version(conn, ns, _name(tool), version_number(version))
-    return json_response(out)
+    return await versioned.one(catalog.db, who, ns, lambda conn: service.version(
+        conn, ns, _name(tool), version_number(version)))
 
 
 @router.get(TOOL + "/versions/{version}/document", response_class=Response,
@@ -127,10 +103,8 @@ async def get_version(ns: str, tool: str, version: str, catalog: CatalogDep,
 async def get_document(ns: str, tool: str, version: str, catalog: CatalogDep,
                        who: PrincipalDep) -> Response:
     """The version's document exactly as stored; ``ETag`` is the digest in quotes."""
-    who.require_read(_ns(ns))
-    async with catalog.db.read() as conn:
-        body, digest = await service.document(conn, ns, _name(tool), version_number(version))
-    return Response(body, media_type="application/json", headers={"ETag": f'"{digest}"'})
+    return await versioned.document(catalog.db, who, ns, lambda conn: service.document(
+        conn, ns, _name(tool), version_number(version)))
 
 
 @router.put(TOOL + "/aliases/{tool_alias}", response_model=ToolApprovalOut)
@@ -139,7 +113,7 @@ async def approve(ns: str, tool: str, tool_alias: str, body: ToolApprove, catalo
     """Approve a version: move the protected alias ``approved`` to it (scope ``admin``;
     a tool has no other alias). 409 with ``reasons`` when the namespace's rules refuse
     it (``force`` overrides, on record). Writes ``tool.alias.set`` when it moves."""
-    _ns(ns)
+    versioned.namespace(ns)
     async with catalog.db.unit() as uow:
         out = await service.approve(uow, ns, _name(tool), valid_alias(tool_alias), body.version,
                                     body.force, who.name, who.admin)
@@ -151,7 +125,7 @@ async def withdraw(ns: str, tool: str, tool_alias: str, catalog: CatalogDep,
                    who: PrincipalDep) -> Response:
     """Withdraw the approval (scope ``admin``): the tool is offered no more. Writes
     ``tool.alias.deleted``."""
-    _ns(ns)
+    versioned.namespace(ns)
     async with catalog.db.unit() as uow:
         out = await service.withdraw(uow, ns, _name(tool), valid_alias(tool_alias), who.name,
                                      who.admin)
@@ -169,7 +143,7 @@ async def approved_tools(
     signature (and the signer's key): what a loader checks with
     ``mol_platform.contract.tools.verify_load`` before each load. ``missing`` lists the
     names asked for that have no approved version."""
-    who.require_read(_ns(ns))
+    who.require_read(versioned.namespace(ns))
     names = [_name(n) for n in tool or []]
     if len(names) > service.MAX_NAMES:
         raise BadRequest(f"at most {service.MAX_NAMES} names per lookup")

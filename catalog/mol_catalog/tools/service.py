@@ -215,7 +215,8 @@ async def approve(uow: UnitOfWork, namespace: str, name: str, alias: str, number
                        + " (force overrides, on record)", reasons=reasons)
     previous = await repo.alias_version(uow.conn, tool_id, tc.APPROVED)
     if previous != number:
-        await repo.set_alias(uow.conn, tool_id, tc.APPROVED, number, previous, who, utcnow())
+        await repo.set_alias(uow.conn, tool_id, tc.APPROVED, number, previous, utcnow(),
+                            updated_by=who)
         uow.emit(ALIAS_SET, adapter=f"{namespace}/{name}", version=number, alias=tc.APPROVED,
                  data={"previous": previous, "digest": row.digest, "by": who,
                        "forced": bool(reasons), "overridden": reasons})
