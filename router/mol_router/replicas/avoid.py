@@ -61,7 +61,8 @@ class AdapterFailures:
         return wait
 
     def cleared(self, endpoint: str, adapter: str, now: float | None = None) -> None:
-        """A success of ``adapter`` on ``endpoint`` (the common case: a dict miss)."""
+        """A success of ``adapter`` on ``endpoint``: noted (what :meth:`confined` compares a
+        5xx against), and the pair's failures cleared (usually a dict miss)."""
         _note(self._ok, endpoint, adapter, time.monotonic() if now is None else now)
         if not self._failing:
             return
