@@ -206,10 +206,14 @@ class RouterHandler:
 
     async def readyz(self, request: Request) -> Response:
         """Ready when an engine is ready and the router is not draining; the reason
-        otherwise (503)."""
+        otherwise (503). ``semantic`` says whether the experts' examples are embedded
+        (``ready``, ``building``, ``failed``, ``unused``, ``off``): not a condition of
+        readiness, since requests fall back meanwhile, but what ``mol up`` waits for
+        before it prints examples that rely on it."""
         rt = self.rt
         ready = rt.tracker.ready_endpoints() if rt.tracker is not None else []
         ok = bool(ready) and not rt.draining
         body = {"ready": ok, "endpoints": len(ready), "draining": rt.draining,
-                "catalog_feed": bool(getattr(rt.resolver, "feed_ok", True))}
+                "catalog_feed": bool(getattr(rt.resolver, "feed_ok", True)),
+                "semantic": rt.semantic.state if rt.semantic is not None else "off"}
         return Response(200 if ok else 503, orjson.dumps(body), _JSON)

@@ -251,6 +251,8 @@ class Runtime:
             self.semantic = (SemanticSignal(cfg.semantic, cfg.timeouts.embedding, self.heads)
                              if cfg.semantic is not None else None)
             self._semantic_key = semantic_key
+            if self.semantic is not None and self.session is not None:
+                self.semantic.warm(self.session)
         self.keys = KeyTable(keys, self.keys)
         self.config = cfg
         self.decisions.configure(cfg)

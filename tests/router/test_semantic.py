@@ -235,19 +235,30 @@ async def test_embedding_failure_falls_back_to_keywords_then_default(
 async def test_slow_examples_are_embedded_in_the_background(
         router_config: Any, start_router: Any, ready: Any) -> None:
     """Embedding the examples may take longer than one turn may wait (tens of examples
-    on a CPU engine): the first requests fall back within the per-turn bound while the
-    examples call goes on, and once it is done turns are decided semantically."""
+    on a CPU engine): the call starts when the config applies, before any request, and
+    ``/readyz`` says where it is; requests meanwhile fall back within the per-turn bound,
+    and once it is done turns are decided semantically."""
     async with fake_embeddings() as fake, AsyncSimulatorCluster(replicas=1, config=SIM) as sims:
-        fake.delay_examples = 1.0  # > timeouts.embedding (0.3 s)
+        fake.delay_examples = 3.0  # > timeouts.embedding (0.3 s)
         cfg = _config(sims.urls, router_config, fake.url, "semantic")
         async with start_router(cfg) as router, aiohttp.ClientSession() as http:
             await ready(router)
+            async with http.get(router.url + "/readyz") as resp:
+                assert (await resp.json())["semantic"] == "building"
+            assert [len(batch) for batch in fake.inputs] == [4]  # asked before any request
             loop = asyncio.get_running_loop()
             started = loop.time()
             assert await _ask(http, router.url, "code") == (
                 "chat", "default; embedding=timeout; semantic=no-embedding")
             assert loop.time() - started < 0.9  # did not wait for the examples
-            await asyncio.sleep(1.2)
+            states = []
+            while loop.time() - started < 10:
+                async with http.get(router.url + "/readyz") as resp:
+                    states.append((await resp.json())["semantic"])
+                if states[-1] != "building":
+                    break
+                await asyncio.sleep(0.1)
+            assert states[-1] == "ready", states
             expert, route = await _ask(http, router.url, "code")
     assert expert == "coding"
     assert route is not None

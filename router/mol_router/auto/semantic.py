@@ -192,6 +192,31 @@ class SemanticSignal:
             task.add_done_callback(_retrieve)
         return task
 
+    def _needs_examples(self) -> bool:
+        return not (self.heads is not None and self.heads.wanted) and any(
+            e.examples for e in self.cfg.experts)
+
+    def warm(self, session: aiohttp.ClientSession) -> None:
+        """Start embedding the experts' examples now, when the config applies: else the
+        first requests after a start fall back (to keywords, the classifier) while a CPU
+        engine embeds tens of examples, and a user's first example request is not the
+        semantic decision the banner promised."""
+        if self._needs_examples():
+            self._task(session)
+
+    @property
+    def state(self) -> str:
+        """``ready``, ``building``, ``failed`` (the next request retries) or ``unused``
+        (a trained head decides, or no examples): what ``/readyz`` reports."""
+        if not self._needs_examples():
+            return "unused"
+        if self._index is not None:
+            return "ready"
+        task = self._building
+        if task is not None and task.done():
+            return "failed"
+        return "building"
+
     async def ready(self, session: aiohttp.ClientSession) -> tuple[scores.ExpertIndex, ...]:
         """The experts' example vectors, waiting for the whole build (``EXAMPLES_TIMEOUT``):
         for callers that time turns apart from the examples (explain, the benchmark)."""

@@ -41,6 +41,7 @@ from mol_platform.apps.up.supervisor import (
     mol_argv,
     say,
     wait_healthy,
+    wait_semantic,
 )
 from mol_platform.contract.engine_args import PluginSettings, embedding_args, engine_args
 from mol_platform.contract.router_config import (
@@ -260,6 +261,8 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     sup.start(Service("router", mol_argv("router", "serve", "--config", str(config_path),
                                          "--host", host, "--port", str(ports.router)),
                       f"{router_url}/healthz", env=env, log_path=logs / "router.log"))
+    if config.semantic is not None:
+        wait_semantic(f"{router_url}/readyz", 120.0, say)
     aliases, more = catalog_aliases(url, seeded.adapters, token=token)
     recorded = config.semantic is not None and config.semantic.record_decisions
     return stack_banner(obj, router_url, engine_url, url, data_dir, token, aliases, more,

@@ -117,6 +117,26 @@ def wait_healthy(svc: Service, timeout: float,
             time.sleep(0.25)
 
 
+def wait_semantic(ready_url: str, timeout: float, say: Callable[[str], None]) -> str:
+    """Wait until the router says its experts' examples are embedded (``semantic`` in
+    its ``/readyz``), so that the examples the banner prints are decided as it says;
+    the state it ended in. A build that fails or outlasts ``timeout`` is said and not
+    fatal: requests fall back to keywords and the classifier meanwhile."""
+    start = time.monotonic()
+    state = "building"
+    with httpx.Client(timeout=2.0) as client:
+        while time.monotonic() - start < timeout:
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                state = str(client.get(ready_url).json().get("semantic", "off"))
+            if state != "building":
+                break
+            time.sleep(0.25)
+    if state in ("building", "failed"):
+        say(f"the experts' examples are not embedded yet ({state}); until they are, "
+            "requests the keywords leave open go to the classifier")
+    return state
+
+
 class Supervisor:
     """Starts services in order and stops them in reverse, whatever happens."""
 
