@@ -53,6 +53,14 @@ else
   echo "engine venv: reusing $VENV" >&2
 fi
 
+# gguf: transformers reads the demo's base model from a GGUF file with it
+# (mol_platform.apps.experts.base). Its own step, so venvs built before it get it too.
+GGUF_VERSION="0.19.0"
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('gguf') != '$GGUF_VERSION')" 2>/dev/null; then
+  echo "engine venv: installing gguf==$GGUF_VERSION" >&2
+  "$VENV/bin/pip" install "${PIP_FLAGS[@]}" "gguf==$GGUF_VERSION"
+fi
+
 # Reinstall the project whenever its sources differ from what the venv holds: the
 # stamp is a digest of every packaged file, so an unchanged tree costs nothing.
 STAMP="$VENV/.mol-platform-sources"

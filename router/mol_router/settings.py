@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from mol_platform.clients.kube import SA_DIR, in_cluster
@@ -119,6 +119,11 @@ class RouterSettings(BaseSettings):
     decisions_interval: float = Field(default=10.0, gt=0, le=3600)
     decisions_max_batches: int = Field(default=20, ge=1, le=1000)
     decisions_backoff_max: float = Field(default=60.0, gt=0, le=3600)
+
+    # The sandbox service's bearer token for a router without API keys (with keys, each
+    # request's own key goes to the sandbox, whose tokens file is the same keys file, so
+    # sessions belong to the caller's tenant). None: no token (a sandbox on loopback).
+    sandbox_token: SecretStr | None = None
 
     # How much catalog work resolving adapter references may do, and in what order
     # (docs/router.md): e.g. MOL_ROUTER_RESOLVER__MISSING_PER_TENANT=200.

@@ -55,6 +55,7 @@ from mol_operator.builders.common import (
     token_env,
 )
 from mol_operator.builders.embedding import embedding_url, wants_embedding_engine
+from mol_operator.builders.sandbox import wants_sandbox
 from mol_platform.contract.router_config import (
     DEFAULT_API_KEYS_FILE,
     EndpointSliceSelector,
@@ -101,6 +102,8 @@ def router_config(facts: Facts) -> RouterConfig:
         canary_weights=dict(facts.canary_weights),
         # router.semantic.embeddingsUrl wins; else the engine the operator renders
         embeddings_url=embedding_url(facts) if wants_embedding_engine(facts) else None,
+        # the sandbox service's Service (port 80), when an expert sets harness
+        sandbox_url=f"http://{names.sandbox}" if wants_sandbox(facts) else None,
     )
     if not facts.stable_overrides:
         return config

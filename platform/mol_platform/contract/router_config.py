@@ -35,6 +35,7 @@ DEFAULT_POLICY = "mol-affinity"  # mol_router.replicas.policy.DEFAULT_POLICY
 # get the timeout. The operator sizes the router pod's grace period from the same numbers.
 DRAIN_DELAY_SECONDS = 1.0
 DRAIN_TIMEOUT_SECONDS = 20.0
+DEFAULT_SANDBOX_URL = "http://127.0.0.1:8090"  # `mol sandbox serve`'s own default
 _SHA256_RE = re.compile(r"[0-9a-f]{64}")
 
 
@@ -64,6 +65,22 @@ class RouterExpert(_Model):
     adapter: AdapterRefStr
     description: str = ""
     canary: RouterCanary | None = None
+    harness: bool = False  # offered the code interpreter (the spec's experts[].harness)
+
+
+class RouterHarness(_Model):
+    """The code interpreter: where the sandbox service answers and how far one request's
+    steps may go (docs/router.md). The sandbox's bearer token is not here: the caller's
+    own API key when the router has keys, else ``MOL_ROUTER_SANDBOX_TOKEN``."""
+
+    sandbox_url: str = DEFAULT_SANDBOX_URL
+    max_steps: int = Field(default=8, ge=1, le=100)  # code runs per request
+    budget_seconds: float = Field(default=120.0, gt=0, le=3600)  # the steps' time, in all
+    # One sandbox call, the session's start included; above the sandbox's own call limit,
+    # so that limit is what stops runaway code and says so.
+    call_timeout_seconds: float = Field(default=40.0, gt=0, le=3600)
+    # What a step's tool message may hold for the model (the client gets the whole step).
+    result_chars: int = Field(default=16_384, ge=256, le=1_048_576)
 
 
 class RouterSemanticExpert(_Model):
@@ -152,6 +169,7 @@ class RouterConfig(_Model):
     default: str
     handoff_enabled: bool = False
     handoff_max_hops: int = Field(default=2, ge=1)
+    harness: RouterHarness | None = None  # needed when an expert sets harness
     cache_isolation: Literal["shared", "tenant"] = "shared"
     """``tenant``: the router sets vLLM's ``cache_salt`` per tenant (see the spec)."""
     adapter_namespaces: list[str] = Field(default_factory=list)
@@ -203,6 +221,10 @@ class RouterConfig(_Model):
             raise ValueError("set endpoints or endpointSlice: the router needs engines")
         if len(names) != len(self.experts):
             raise ValueError("expert names must be unique")
+        with_harness = [e.name for e in self.experts if e.harness]
+        if with_harness and self.harness is None:
+            raise ValueError(f"experts {with_harness} set harness: add harness "
+                             "(sandboxUrl) so the router can reach the sandbox service")
         for ns in self.adapter_namespaces:
             check_name(ns, "adapter namespace")
         return self
@@ -310,13 +332,16 @@ def router_config_from_spec(
     catalog_token_file: str | None = None,
     api_keys_file: str | None = None,
     embeddings_url: str | None = None,
+    sandbox_url: str | None = None,
     **overrides: Any,
 ) -> RouterConfig:
     """The router's config for a deployment. ``api_keys_file`` defaults to
     :data:`DEFAULT_API_KEYS_FILE` when the spec sets ``router.apiKeys``;
     ``embeddings_url`` is where the embedding engine that ``mol up`` started answers
     (``router.semantic.embeddingsUrl`` wins; one of them is needed when the spec sets
-    ``router.semantic``); ``overrides`` set any other RouterConfig field
+    ``router.semantic``); ``sandbox_url`` is where the sandbox service answers when
+    experts set ``harness`` (default: :data:`DEFAULT_SANDBOX_URL`), its call timeout
+    derived from ``spec.harness``'s; ``overrides`` set any other RouterConfig field
     (timeouts, policy, limits) by its Python name."""
     spec = obj.spec
     sem = spec.router.semantic
@@ -346,9 +371,16 @@ def router_config_from_spec(
                 if e.canary is not None
                 else None
             ),
+            harness=e.harness,
         )
         for e in spec.experts
     ]
+    harness = None
+    if spec.harness_experts:
+        # the sandbox stops a call at its own limit; the router waits a little longer
+        limit = spec.harness_settings.limits.timeout_seconds
+        harness = RouterHarness(sandbox_url=sandbox_url or DEFAULT_SANDBOX_URL,
+                                call_timeout_seconds=float(limit + 10))
     return RouterConfig(
         deployment=obj.metadata.name,
         namespace=ns,
@@ -362,6 +394,7 @@ def router_config_from_spec(
         handoff_enabled=spec.router.handoff.enabled,
         cache_isolation=spec.router.cache_isolation,
         handoff_max_hops=spec.router.handoff.max_hops,
+        harness=harness,
         adapter_namespaces=list(spec.adapter_namespaces),
         endpoints=list(endpoints or []),
         endpoint_slice=endpoint_slice,

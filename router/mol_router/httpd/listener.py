@@ -38,8 +38,8 @@ HEADER_LIMIT = 64 * 1024
 # The request headers the router reads; others are framing (handled by the parser)
 # or not the router's business, and are not decoded at all.
 READ_HEADERS = {h.encode(): h for h in (
-    "accept", "authorization", "content-length", "expect", "traceparent", "x-mol-user",
-    "x-request-id")}
+    "accept", "authorization", "content-length", "expect", "traceparent", "x-mol-session",
+    "x-mol-user", "x-request-id")}
 _SWEEP = 0.1  # seconds between deadline checks
 _LINGER = 2.0  # seconds a refused client may keep sending before the close
 _IDLE, _HEADERS, _BODY, _BUSY, _LINGERING = range(5)

@@ -8,28 +8,15 @@ target expert, the summary added as system context, and the client sees one answ
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-TOOL_NAME = "handoff"
-_DESCRIPTION = ("Hand this conversation to a better-suited expert. Call it only when "
-                "another expert should answer; summarize what the user needs.")
+from mol_platform.contract.handoff import TOOL_NAME, tool
 
-
-def tool(targets: Sequence[str], descriptions: dict[str, str]) -> dict[str, Any]:
-    """The tool offered to an expert (built once per config: it is only serialized)."""
-    listing = "; ".join(f"{t}: {descriptions.get(t) or t}" for t in targets)
-    return {"type": "function", "function": {
-        "name": TOOL_NAME,
-        "description": f"{_DESCRIPTION} Experts: {listing}.",
-        "parameters": {
-            "type": "object",
-            "properties": {"expert": {"type": "string", "enum": list(targets)},
-                           "summary": {"type": "string"}},
-            "required": ["expert", "summary"]}}}
+__all__ = ["TOOL_NAME", "Call", "from_message", "may_offer", "offer", "parse_arguments",
+           "tool"]
 
 
 def offer(body: dict[str, Any], tool_def: dict[str, Any] | None,

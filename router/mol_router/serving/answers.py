@@ -1,6 +1,9 @@
 """The two ways an engine's answer reaches the client: whole, or streamed event by
 event. Strategies of the hop loop (:mod:`mol_router.serving.relay`), which owns the
-tries, the booking and the handoffs; these own only the bytes."""
+tries, the booking, the handoffs and the code interpreter's steps; these own only the
+bytes. Steps reach the client in the answer itself: a whole answer lists them in
+``mol_steps``; a stream shows each as a chunk whose delta is the ``tool`` message, the
+step itself in ``mol_step`` (docs/router.md)."""
 
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from typing import Any
 import orjson
 
 from mol_router.errors import RouterError, error_body
+from mol_router.harness import tool
 from mol_router.httpd.wire import Request, Response, Stream
 from mol_router.replicas.pool import UpstreamResponse
 from mol_router.routing import handoff
@@ -37,8 +41,10 @@ class WholeAnswer:
         self.proxy, self.served, self.tenant, self.rid = proxy, served, tenant, rid
         self._final: Response | None = None
         self._error: RouterError | None = None
+        self._last: dict[str, Any] | None = None  # the last answer read (a python turn's)
+        self._steps: list[dict[str, Any]] = []
 
-    async def take(self, resp: UpstreamResponse, t: Try) -> handoff.Call | None:
+    async def take(self, resp: UpstreamResponse, t: Try) -> handoff.Call | tool.Turn | None:
         served = self.served
         before = (served.prompt, served.completion)
         try:
@@ -69,13 +75,34 @@ class WholeAnswer:
         call = handoff.from_message(obj) if t.offered and isinstance(obj, dict) else None
         if call is not None and call.expert in t.offered:
             return call
-        if t.hops and isinstance(obj, dict):
-            obj["usage"] = {"prompt_tokens": served.prompt,
-                            "completion_tokens": served.completion,
-                            "total_tokens": served.prompt + served.completion}
-            data = orjson.dumps(obj)
+        turn = tool.from_message(obj) if t.harness_on and isinstance(obj, dict) else None
+        if turn is not None:
+            self._last = obj
+            return turn
+        if (t.turn or self._steps) and isinstance(obj, dict):
+            data = self._merged(obj)
         self._final = Response(200, data, self.proxy.headers_for(served, self.rid))
         return None
+
+    def _merged(self, obj: dict[str, Any]) -> bytes:
+        """The last answer with the usage of every hop, and the steps that ran."""
+        served = self.served
+        obj["usage"] = {"prompt_tokens": served.prompt,
+                        "completion_tokens": served.completion,
+                        "total_tokens": served.prompt + served.completion}
+        if self._steps:
+            obj["mol_steps"] = self._steps
+        return orjson.dumps(obj)
+
+    async def stepped(self, step: tool.Step) -> None:
+        self._steps.append(step.public())
+
+    def stopped(self, reason: str, note: str) -> Response:
+        obj = self._last or {}
+        obj["choices"] = [{"index": 0, "message": {"role": "assistant", "content": note},
+                           "finish_reason": "stop"}]
+        obj["mol_stop"] = reason
+        return Response(200, self._merged(obj), self.proxy.headers_for(self.served, self.rid))
 
     def result(self) -> Response:
         if self._error is not None:
@@ -111,11 +138,12 @@ class StreamAnswer:
         self._first_sent = False
         self._final: tuple[Response | None, int] | None = None
         self._hop: StreamHop | None = None
-        self._handoff_on = False
+        self._continues = False
+        self._calls_shown = 0  # python calls shown so far (the next ones' index base)
 
-    async def take(self, resp: UpstreamResponse, t: Try) -> handoff.Call | None:
+    async def take(self, resp: UpstreamResponse, t: Try) -> handoff.Call | tool.Turn | None:
         self.wrote = False
-        self._handoff_on = t.handoff_on
+        self._continues = t.continues
         if resp.status != 200:
             await self._refusal(resp, t)
             return None
@@ -125,9 +153,10 @@ class StreamAnswer:
             out = self.out = self.request.stream(200, {
                 **self.proxy.headers_for(served, self.rid, "text/event-stream"),
                 "Cache-Control": "no-cache"})
-        hop = StreamHop(keep_usage=self.keep_usage and not t.handoff_on,
-                        handoff_on=bool(t.offered), continuation=t.hops > 0,
-                        rewrite_id=self._first_id, targets=t.offered, want_id=t.handoff_on)
+        hop = StreamHop(keep_usage=self.keep_usage and not t.continues,
+                        handoff_on=bool(t.offered), continuation=t.turn > 0,
+                        rewrite_id=self._first_id, targets=t.offered, want_id=t.continues,
+                        harness_on=t.harness_on, index_base=self._calls_shown)
         cold, complete = t.cold, False
         try:
             while chunk := await resp.next_chunk():
@@ -153,7 +182,7 @@ class StreamAnswer:
         self._first_id = self._first_id or hop.first_id()
         self.proxy.count(self.tenant, served, hop.prompt, hop.completion)
         self._hop = hop
-        return hop.call
+        return hop.call or hop.turn
 
     def _first_token(self) -> None:
         if self._first_sent:
@@ -191,7 +220,7 @@ class StreamAnswer:
         assert hop is not None
         assert out is not None
         tail = b""
-        if self._handoff_on and self.keep_usage:
+        if self._continues and self.keep_usage:
             tail += b"data: " + orjson.dumps({
                 "id": (self._first_id or b"").decode(), "object": "chat.completion.chunk",
                 "model": served.resolved.name, "choices": [],
@@ -222,6 +251,28 @@ class StreamAnswer:
         assert self._hop.call is not None
         await self.out.write(f": mol-handoff {source}>{self._hop.call.expert} "
                              f"{served.resolved.name}\n\n".encode())
+
+    async def stepped(self, step: tool.Step) -> None:
+        """The step as a chunk: the ``tool`` message the model gets, and the step."""
+        assert self.out is not None
+        self._calls_shown += 1
+        limit = self.proxy.rt.config.harness
+        text = tool.tool_text(step, limit.result_chars if limit is not None else 16_384)
+        await self.out.write(self._chunk(
+            {"role": "tool", "tool_call_id": step.call_id, "content": text}, None,
+            mol_step=step.public()))
+
+    def stopped(self, reason: str, note: str) -> tuple[Response | None, int]:
+        assert self.out is not None
+        self.out.hold(self._chunk({"content": note}, "stop", mol_stop=reason))
+        return self.result()
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None, **extra: Any) -> bytes:
+        return b"data: " + orjson.dumps({
+            "id": (self._first_id or b"").decode(), "object": "chat.completion.chunk",
+            "created": int(time.time()), "model": self.served.resolved.name,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **extra}) + b"\n\n"
 
     def _error_event(self, status: int, message: str, code: str) -> None:
         """Headers are gone: the error travels as an SSE event, as vLLM sends them."""

@@ -3,7 +3,9 @@
 Read the body (bounded in size and time), authenticate, pick the expert, resolve it
 to an immutable adapter name, forward, and stream the answer back event by event.
 With handoff on, a ``handoff`` tool call from the expert continues the same request
-with the target expert (up to ``maxHops``); the client sees one response.
+with the target expert (up to ``maxHops``); the client sees one response. A request
+asking for the code interpreter gets its ``python`` calls run in the conversation's
+sandbox session (:mod:`mol_router.harness`), in the same hop loop.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ import orjson
 
 from mol_platform.clients.tracing import unsampled_traceparent
 from mol_router.errors import RouterError
+from mol_router.harness import loop as harness_loop
+from mol_router.harness.tool import SESSION_HEADER
 from mol_router.httpd.wire import Request, Response, error_response
 from mol_router.replicas.policy import RouteRequest
 from mol_router.replicas.policy.prefix import prefix_keys
@@ -87,20 +91,23 @@ class GenerationProxy:
                 raise RouterError(403, f"this API key may not use adapters of namespace "
                                   f"{choice.ref.split('/', 1)[0]!r}", "namespace_forbidden",
                                   param="model")
+            harness = harness_loop.begin(rt, body, request.headers, choice, tenant, chat)
+            if harness is not None:
+                await harness.prepare()
             unsampled = headers.get("traceparent")
             choice, resolved = await self.choose.resolve(choice, spans, unsampled=unsampled,
                                                          tenant=tenant.name)
             rt.metrics.saw(resolved.adapter, started)
             served = Served(choice, resolved, [choice.expert], trace=trace, spans=spans,
-                            unsampled=unsampled)
+                            unsampled=unsampled, harness=harness)
             body.pop("router", None)
             if body.get("stream") is True:
                 resp, code = await relay(self, path, body, chat, served, tenant, user, headers,
                                          StreamAnswer(self, request, body, served, tenant, rid,
-                                                      started))
+                                                      started), harness)
                 return resp
             result = await relay(self, path, body, chat, served, tenant, user, headers,
-                                 WholeAnswer(self, served, tenant, rid))
+                                 WholeAnswer(self, served, tenant, rid), harness)
             code = result.status
             return result
         except RouterError as exc:
@@ -204,6 +211,8 @@ class GenerationProxy:
             h["x-mol-route"] = served.choice.route
         if len(served.path) > 1:
             h["x-mol-handoffs"] = ">".join(served.path)
+        if served.harness is not None and served.harness.session is not None:
+            h[SESSION_HEADER] = served.harness.session
         return h
 
     def hop_body(self, body: dict[str, Any], served: Served, hops: int, handoff_on: bool,

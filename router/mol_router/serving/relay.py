@@ -4,8 +4,10 @@ A hop sends the request for the current expert (:meth:`Upstreams.send`, which re
 before the response head), hands the open answer to the :class:`Answer` strategy
 (read whole, or relayed to the client event by event), books the try by its outcome,
 and then either ends, tries once more elsewhere (an answer broken after its head before
-any byte of it reached the client), or continues with the expert a ``handoff`` call
-named. Which retries are allowed and whom an outcome counts against is
+any byte of it reached the client), or continues: with the expert a ``handoff`` call
+named, or, with the code interpreter on, with the same expert once the ``python`` calls
+it made ran (:mod:`mol_router.harness.loop`, which says when a limit ends the steps
+instead). Which retries are allowed and whom an outcome counts against is
 :mod:`mol_router.replicas.attempts`' to say; a client that went away ends the loop with
 nothing booked against the engine.
 """
@@ -17,6 +19,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from mol_router.errors import RouterError
+from mol_router.harness import tool
+from mol_router.harness.loop import Conversation
 from mol_router.replicas import attempts
 from mol_router.replicas.policy import RouteRequest
 from mol_router.replicas.pool import UpstreamBroken, UpstreamResponse
@@ -44,6 +48,13 @@ class Try:
     offered: frozenset[str]  # the handoff targets offered on this hop
     hops: int  # handoffs before this hop
     handoff_on: bool
+    turn: int  # hops of any kind before this one (handoffs and code-interpreter steps)
+    harness_on: bool
+
+    @property
+    def continues(self) -> bool:
+        """Whether more hops may follow this one (their answers are merged)."""
+        return self.handoff_on or self.harness_on
 
 
 class Host(Protocol):
@@ -74,10 +85,10 @@ class Answer(Protocol[R]):
         """Whether bytes of the current hop's answer reached the client."""
         ...
 
-    async def take(self, resp: UpstreamResponse, t: Try) -> handoff.Call | None:
-        """Read or relay the answer; the handoff it asks for, or None when it is the
-        last. Raises UpstreamBroken or TimeoutError when the answer broke, and ends the
-        engine call's span either way."""
+    async def take(self, resp: UpstreamResponse, t: Try) -> handoff.Call | tool.Turn | None:
+        """Read or relay the answer; the handoff or the ``python`` turn it asks for, or
+        None when it is the last. Raises UpstreamBroken or TimeoutError when the answer
+        broke, and ends the engine call's span either way."""
         ...
 
     def result(self) -> R:
@@ -96,15 +107,23 @@ class Answer(Protocol[R]):
         """The request continues with another expert."""
         ...
 
+    async def stepped(self, step: tool.Step) -> None:
+        """A ``python`` call ran (or was refused): show it."""
+        ...
+
+    def stopped(self, reason: str, note: str) -> R:
+        """A limit ended the code interpreter's steps before a final answer."""
+        ...
+
 
 async def relay(proxy: Host, path: str, body: dict[str, Any], chat: bool,
                 served: Served, tenant: Tenant, user: str | None, headers: dict[str, str],
-                answer: Answer[R]) -> R:
+                answer: Answer[R], harness: Conversation | None = None) -> R:
     """Run the request's hops through ``answer``; see the module docstring."""
     rt = proxy.rt
     handoff_on = chat and rt.config.handoff_enabled and handoff.may_offer(body)
     client_tools = body.get("tools")
-    hops = 0
+    hops = turn = 0
     tried: set[str] = set()
     broken_retried = False
     while True:
@@ -122,7 +141,8 @@ async def relay(proxy: Host, path: str, body: dict[str, Any], chat: bool,
         served.replica = endpoint
         if cold:
             rt.metrics.cold_request(served.resolved.adapter)
-        t = Try(engine, endpoint, cold, sent_at, offered, hops, handoff_on)
+        t = Try(engine, endpoint, cold, sent_at, offered, hops, handoff_on, turn,
+                harness is not None)
         outcome: attempts.Outcome = "cancelled"  # unless the take ends: the client left
         try:
             call = await answer.take(resp, t)
@@ -142,9 +162,19 @@ async def relay(proxy: Host, path: str, body: dict[str, Any], chat: bool,
             proxy.up.finish(resp, endpoint, adapter, outcome)
         if call is None:
             return answer.result()
+        turn += 1
+        tried = set()
+        if isinstance(call, tool.Turn):
+            assert harness is not None
+            steps, messages = await harness.run(call)
+            body["messages"] = [*body["messages"], *messages]
+            for step in steps:
+                await answer.stepped(step)
+            if harness.stopped is not None:
+                return answer.stopped(harness.stopped, harness.note())
+            continue
         source = served.choice.expert
         hops += 1
-        tried = set()
         try:
             await proxy.hand_over(body, served, call, user)
         except RouterError as exc:  # e.g. the target's adapter is incompatible

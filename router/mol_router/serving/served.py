@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from mol_router.auto.scores import Verdict
 from mol_router.routing.resolver import Resolved
 from mol_router.routing.rules import Choice
 from mol_router.telemetry.spans import RequestSpans
+
+if TYPE_CHECKING:
+    from mol_router.harness.loop import Conversation
 
 _RID_OK = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.:")
 _HEX = frozenset("0123456789abcdef")
@@ -58,6 +62,7 @@ class Served:
     unsampled: str | None = None  # an untraced request's traceparent (tracing on)
     replica: str | None = None  # the engine that answered (the last hop's)
     ttft: float | None = None  # streams: arrival to the first content byte sent
+    harness: Conversation | None = None  # the code interpreter's state, when asked for
 
     @property
     def version(self) -> str:

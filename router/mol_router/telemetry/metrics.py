@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from mol_router.routing.rules import ADAPTER_LABEL
 from mol_router.telemetry.ranking import OTHER, TopAdapters
@@ -127,6 +127,15 @@ class RouterMetrics:
         self.handoffs = Counter(
             "mol_router_handoffs", "Same-request switches from one expert to another.",
             ["deployment", "from", "to"], registry=r)
+        self.harness_steps = Counter(
+            "mol_router_harness_steps", "Code-interpreter steps (python calls of a model), "
+            "by expert and outcome (ok, error: the code raised, timeout: it ran past its "
+            "limit, limit: refused at the request's step limit or time budget, "
+            "sandbox_unavailable).", ["deployment", "expert", "outcome"], registry=r)
+        self.harness_duration = Histogram(
+            "mol_router_harness_step_duration_seconds", "Time of a code-interpreter step "
+            "through the sandbox service (a new session's start included).",
+            ["deployment", "expert"], registry=r, buckets=_LATENCY_BUCKETS)
         self.canary_weight = Gauge(
             "mol_canary_weight", "Percent of an expert's traffic sent to its canary version.",
             ["deployment", "expert"], registry=r)
@@ -226,6 +235,11 @@ class RouterMetrics:
 
     def handoff(self, src: str, dst: str) -> None:
         self._child(self.handoffs, self.deployment, src, dst).inc()
+
+    def harness_step(self, expert: str, outcome: str, seconds: float) -> None:
+        self._child(self.harness_steps, self.deployment, expert, outcome).inc()
+        if outcome != "limit":  # refused: nothing ran
+            self._child(self.harness_duration, self.deployment, expert).observe(seconds)
 
     def retried(self, reason: str) -> None:
         self._child(self.retries, self.deployment, reason).inc()

@@ -1,0 +1,1 @@
+"""The demo's real base model and its trained experts."""
