@@ -31,8 +31,10 @@ def test_mol_up_serves_its_curl_examples_and_stops_cleanly(
         curls = [line.strip() for line in banner.splitlines() if line.strip().startswith("curl ")
                  and "/v1/chat/completions" in line]
         assert len(curls) == 2, banner
-        assert '"router": "coding"' in curls[0]
-        assert '"router"' not in curls[1]
+        # the automatic one leads (what to try first), the one naming coding follows
+        assert '"model": "auto"' in curls[0]
+        assert '"router"' not in curls[0]
+        assert '"router": "coding"' in curls[1]
         for command in curls:
             assert command.startswith("curl -si ")  # the headers are the point: printed
             done = subprocess.run(shlex.split(command), capture_output=True,

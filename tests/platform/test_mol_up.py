@@ -64,9 +64,12 @@ def test_catalog_only_demo_then_reuse_and_sigterm(tmp_path: Path, runs: list[Mol
     assert first.started  # the catalog (and its workers) were there to stop
     assert first.proc.returncode == 0
     assert "mol up: stopping catalog ...\nmol up: stopped." in first.stderr
+    assert "mol up: building and publishing the demo adapters ..." in first.stderr
     second = MolUp(args, cwd=tmp_path)  # same data dir: nothing rebuilt or republished
     runs.append(second)
     again = second.wait_ready(120)
+    assert "mol up: reusing the demo adapters in data/demo" in second.stderr
+    assert "building" not in second.stderr
     assert re.findall(r"demo/\S+ -> v\d+", again) == re.findall(r"demo/\S+ -> v\d+", banner)
     assert weights.stat().st_mtime_ns == built
     assert second.stop(signal.SIGINT) == []

@@ -13,6 +13,10 @@ from mol_catalog.errors import ApiError, BadRequest, json_response
 pages = APIRouter(route_class=PageRoute, include_in_schema=False)
 calls = APIRouter(include_in_schema=False)
 MAX_CHAT_BYTES = 1024 * 1024
+# The playground renders the ui expert's HTML in a sandboxed srcdoc frame; with no frame
+# source allowed, that frame cannot navigate itself to a URL either (a request to
+# anywhere, which neither its sandbox nor its own CSP would stop).
+PLAYGROUND_CSP = "frame-src 'none'"
 
 
 @pages.get("/ui/stack")
@@ -47,7 +51,9 @@ async def playground(request: Request) -> Response:
             models = await stack.models(settings)
         except ApiError as exc:
             problem = exc.detail
-    return render(request, "playground.html", who, models=models, problem=problem)
+    response = render(request, "playground.html", who, models=models, problem=problem)
+    response.headers["content-security-policy"] = PLAYGROUND_CSP
+    return response
 
 
 @calls.post("/ui/playground/chat")

@@ -1,6 +1,7 @@
 // The console's scripts: publish with upload progress, the adapter page's live event
-// feed, the stack page's refresh and the playground's streamed chat. Requests that
-// change something repeat the CSRF cookie's value (the page's csrf-token meta tag).
+// feed, the stack page's refresh and the playground's streamed chat, whose HTML answers
+// run in a sandboxed frame. Requests that change something repeat the CSRF cookie's
+// value (the page's csrf-token meta tag).
 "use strict";
 
 const csrf = () => document.querySelector('meta[name="csrf-token"]').content;
@@ -132,7 +133,8 @@ function initStack(root) {
         const row = root.querySelector(`tr[data-expert="${CSS.escape(e.name)}"]`);
         if (!row) continue;
         row.querySelector(".rate").textContent = e.live.rate === null ? "…" : e.live.rate.toFixed(2);
-        row.querySelector(".ttft").textContent = e.live.ttft_ms === null ? "none yet" : `${Math.round(e.live.ttft_ms)} ms`;
+        row.querySelector(".ttft").textContent = e.live.ttft_text;
+        row.querySelector(".latency").textContent = e.live.latency_text;
         row.querySelector(".count").textContent = String(Math.round(e.live.requests));
       }
       root.querySelector("#engines").replaceChildren(...body.engines.map((g) => el("tr", {},
@@ -148,25 +150,93 @@ function initStack(root) {
   setTimeout(refresh, 2000);
 }
 
+// --- the ui expert's answers, rendered ------------------------------------------------
+// An answer that is one HTML document (the ui expert's; or any answer that is a whole
+// document, fenced as ```html or not) is shown running, in a frame that can do nothing
+// but run its own scripts. sandbox="allow-scripts" without allow-same-origin gives it an
+// opaque origin: this page, its cookies, its storage and its CSRF token are out of reach.
+// A CSP put first in its <head> allows inline script and style and data: images only,
+// so it loads and fetches nothing (WebRTC, which no CSP governs, aside: docs/console.md);
+// the playground page's own CSP (frame-src 'none') stops the frame from navigating
+// itself to a URL. It is given the answer's text and nothing
+// else, and this page listens to no message from it.
+const ARTIFACT_CSP = "default-src 'none'; style-src 'unsafe-inline'; "
+  + "script-src 'unsafe-inline'; img-src data:";
+
+function htmlDocument(text, expert) {
+  const fenced = /```html[^\S\n]*\n([\s\S]*?)(?:\n```|$)/i.exec(text);
+  const candidate = (fenced ? fenced[1] : text).trim();
+  if (/^(<!doctype html|<html[\s>])/i.test(candidate)) return candidate;
+  if (expert === "ui" && /^<[a-z!]/i.test(candidate)) return candidate;
+  return null;
+}
+
+function artifactSource(html) {
+  // Parsed here first (an inert document: nothing in it runs or loads), so the CSP
+  // lands before anything the answer has, wherever its own <head> or scripts were.
+  const doc = new DOMParser().parseFromString(html, "text/html");
+  const meta = doc.createElement("meta");
+  meta.setAttribute("http-equiv", "Content-Security-Policy");
+  meta.setAttribute("content", ARTIFACT_CSP);
+  doc.head.prepend(meta);
+  return `<!DOCTYPE html>\n${doc.documentElement.outerHTML}`;
+}
+
+function renderArtifact(box, source, html) {
+  // The sandbox is set before the content and before the frame joins the page: a frame
+  // takes its flags when it loads.
+  const frame = el("iframe", {sandbox: "allow-scripts", referrerpolicy: "no-referrer",
+    class: "artifact", title: "The answer's HTML document, running in a sandbox"});
+  frame.srcdoc = artifactSource(html);
+  const toggle = el("button", {type: "button", class: "link", "aria-controls": source.id,
+    "aria-expanded": "false"}, "Show the source");
+  toggle.addEventListener("click", () => {
+    source.hidden = !source.hidden;
+    toggle.setAttribute("aria-expanded", String(!source.hidden));
+    toggle.textContent = source.hidden ? "Show the source" : "Hide the source";
+  });
+  box.replaceChildren(el("div", {class: "artifact-bar"},
+    el("span", {class: "hint"}, "Rendered in a sandbox: its scripts run, it loads nothing and cannot reach this page."),
+    toggle), frame);
+  box.hidden = false;
+  source.hidden = true;
+}
+
 // --- the playground ----------------------------------------------------------------
 function initChat(form) {
   const answer = document.getElementById("answer");
+  const artifact = document.getElementById("artifact");
   const status = document.getElementById("chat-status");
   const show = (id, value) => { document.getElementById(id).textContent = value || "none"; };
+  const say = (text, problem = false) => {
+    status.textContent = text;
+    status.classList.toggle("problem", problem);
+    status.classList.toggle("hint", !problem);
+  };
   form.addEventListener("submit", async (e) => {
     e.preventDefault();
     answer.textContent = "";
-    status.textContent = "Waiting for the first token ...";
+    answer.hidden = false;
+    artifact.replaceChildren();
+    artifact.hidden = true;
+    say("Waiting for the first token ...");
     for (const id of ["h-expert", "h-version", "h-canary", "h-route", "h-handoff"]) show(id, "");
     const started = performance.now();
-    const r = await fetch("/ui/playground/chat", {
-      method: "POST",
-      headers: {"content-type": "application/json", "x-csrf-token": csrf()},
-      body: JSON.stringify({model: form.model.value, stream: true,
-        max_tokens: Number(form.max_tokens.value),
-        messages: [{role: "user", content: form.prompt.value}]}),
-    });
-    show("h-expert", r.headers.get("x-mol-expert"));
+    let r;
+    try {
+      r = await fetch("/ui/playground/chat", {
+        method: "POST",
+        headers: {"content-type": "application/json", "x-csrf-token": csrf()},
+        body: JSON.stringify({model: form.model.value, stream: true,
+          max_tokens: Number(form.max_tokens.value),
+          messages: [{role: "user", content: form.prompt.value}]}),
+      });
+    } catch (err) {
+      say(`No answer: the catalog could not be reached (${err.message}).`, true);
+      return;
+    }
+    let expert = r.headers.get("x-mol-expert");
+    show("h-expert", expert);
     show("h-version", r.headers.get("x-mol-adapter-version"));
     show("h-canary", r.headers.get("x-mol-canary") || "false");
     show("h-route", r.headers.get("x-mol-route"));
@@ -178,39 +248,71 @@ function initChat(form) {
       const [pair, adapter] = comment.split(" ");
       const [from, to] = pair.split(">");
       chain = `${chain || from} → ${to}${adapter ? ` (${adapter})` : ""}`;
+      expert = to;
       show("h-handoff", chain);
     };
     if (!r.ok) {
-      const text = await r.text();
+      const text = await r.text().catch(() => "");
       let message = text;
       try { const b = JSON.parse(text); message = (b.error && (b.error.message || b.detail)) || text; } catch {}
-      status.textContent = `The router answered ${r.status}: ${message}`;
+      say(`The router answered ${r.status}: ${message}`, true);
       return;
     }
-    const reader = r.body.getReader();
-    const decoder = new TextDecoder();
-    let buffer = "", first = null;
-    for (;;) {
-      const {done, value} = await reader.read();
-      if (done) break;
-      buffer += decoder.decode(value, {stream: true});
-      let cut;
-      while ((cut = buffer.indexOf("\n")) >= 0) {
-        const line = buffer.slice(0, cut).trimEnd();
-        buffer = buffer.slice(cut + 1);
-        if (line.startsWith(": mol-handoff ")) hop(line.slice(14));
-        if (!line.startsWith("data:")) continue;
-        const data = line.slice(5).trim();
-        if (data === "[DONE]") continue;
-        const chunk = JSON.parse(data);
-        const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
-        if (delta && delta.content) {
-          if (first === null) first = performance.now() - started;
-          answer.textContent += delta.content;
+    // The stream ends with "data: [DONE]". An error event, a broken connection or an
+    // end without [DONE] leave the text received so far, and say that it broke off.
+    let text = "", first = null, finished = false, failure = null;
+    const received = (piece) => {
+      if (first === null) {
+        first = performance.now() - started;
+        say(`Receiving the answer (first token after ${Math.round(first)} ms) ...`);
+      }
+      text += piece;
+      answer.textContent = text;
+    };
+    try {
+      if (!(r.headers.get("content-type") || "").includes("text/event-stream")) {
+        const whole = await r.json();
+        received(whole.choices[0].message.content || "");
+        finished = true;
+      } else {
+        const reader = r.body.getReader();
+        const decoder = new TextDecoder();
+        let buffer = "";
+        for (;;) {
+          const {done, value} = await reader.read();
+          if (done) break;
+          buffer += decoder.decode(value, {stream: true});
+          let cut;
+          while ((cut = buffer.indexOf("\n")) >= 0) {
+            const line = buffer.slice(0, cut).trimEnd();
+            buffer = buffer.slice(cut + 1);
+            if (line.startsWith(": mol-handoff ")) hop(line.slice(14));
+            if (!line.startsWith("data:")) continue;
+            const data = line.slice(5).trim();
+            if (data === "[DONE]") { finished = true; continue; }
+            let chunk;
+            try { chunk = JSON.parse(data); } catch { continue; }  // a line cut by a break
+            if (chunk.error) {
+              failure = chunk.error.message || JSON.stringify(chunk.error);
+              continue;
+            }
+            const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
+            if (delta && delta.content) received(delta.content);
+          }
         }
       }
+    } catch (err) {
+      failure = `the connection was lost (${err.message})`;
     }
-    status.textContent = `Done: first token after ${Math.round(first || 0)} ms, whole answer ${Math.round(performance.now() - started)} ms.`;
+    if (failure === null && !finished) failure = "the stream ended before the answer was complete";
+    if (failure !== null) {
+      const where = text ? `after ${text.length} characters` : "before its first token";
+      say(`The answer broke off ${where}: ${failure}.`, true);
+      return;
+    }
+    say(`Done: first token after ${Math.round(first || 0)} ms, whole answer ${Math.round(performance.now() - started)} ms.`);
+    const html = htmlDocument(text, expert);
+    if (html !== null) renderArtifact(artifact, answer, html);
   });
 }
 

@@ -1,10 +1,11 @@
 """What ``mol up`` prints once everything is up: how to call each part, as commands
 that run when pasted (tests run them as printed).
 
-The banner is the first thing a new user reads, so it says where ``mol`` is when the
-virtual environment is not activated, what each example shows, how to read the
-``x-mol-route`` header, and every alias the catalog holds (not only the demo's: a
-restarted ``mol up`` shows what was published since).
+The banner is the first thing a new user reads, so it leads with what to try next (the
+console, one ``model: auto`` request and how to read its ``x-mol-route`` header, ``mol
+router explain`` for why), then the endpoint and each part's details: where ``mol`` is
+when the virtual environment is not activated, and every alias the catalog holds (not
+only the demo's: a restarted ``mol up`` shows what was published since).
 """
 
 from __future__ import annotations
@@ -66,15 +67,19 @@ def alias_lines(aliases: dict[str, int], more: bool) -> list[str]:
     return lines
 
 
-def catalog_banner(url: str, data_dir: Path, token: str | None) -> str:
+def catalog_banner(url: str, data_dir: Path, token: str | None, *,
+                   console: bool = True, hint: bool = True) -> str:
+    """``console``, ``hint``: with the console's line and the PATH hint (the stack's
+    banner may have shown them before)."""
     lines = [f"catalog   {url}  (SQLite {data_dir.resolve() / 'catalog.db'}, "
              f"blobs {data_dir.resolve() / 'blobs'})",
              f"          curl{bearer(token)} {url}/v1/adapters",
              (f"          MOL_CATALOG_URL={url}"
               + (f" MOL_CATALOG_TOKEN={token}" if token else "")
               + f" {mol_command()} catalog ls"),
-             *path_hint(),
-             f"          console: {url}/ui   API docs: {url}/docs"]
+             *(path_hint() if hint else []),
+             (f"          console: {url}/ui   API docs: {url}/docs" if console
+              else f"          API docs: {url}/docs")]
     if token:
         lines += [f"          admin token (kept in {data_dir / 'admin-token'}): {token}",
                   "          (the console's login takes it; a wrong one is a 401: "
@@ -85,7 +90,8 @@ def catalog_banner(url: str, data_dir: Path, token: str | None) -> str:
 
 
 def curl_examples(router_url: str, deployment: str, key: str | None = None) -> list[str]:
-    """The two chat calls: one naming the coding expert, one the router decides."""
+    """The two chat calls: one naming the coding expert, one the router decides
+    (``model: auto``; the deployment's name means the same)."""
     def body(extra: dict[str, object], prompt: str) -> str:
         return json.dumps({"model": deployment, **extra,
                            "messages": [{"role": "user", "content": prompt}],
@@ -94,7 +100,7 @@ def curl_examples(router_url: str, deployment: str, key: str | None = None) -> l
     post = (f"curl -si {router_url}/v1/chat/completions{bearer(key)} "
             "-H 'content-type: application/json' -d '{}'")
     return [post.format(body({"router": "coding"}, FORCED_PROMPT)),
-            post.format(body({}, AUTO_PROMPT))]
+            post.format(body({"model": "auto"}, AUTO_PROMPT))]
 
 
 def stack_banner(obj: MoLDeployment, router_url: str, engine_url: str, catalog_url: str,
@@ -107,18 +113,27 @@ def stack_banner(obj: MoLDeployment, router_url: str, engine_url: str, catalog_u
     mode = obj.spec.router.mode
     forced, automatic = curl_examples(router_url, obj.metadata.name, api_key)
     logs = data_dir / "logs"
+    mol = mol_command()
     lines = ["", f"MoL Platform is up: {obj.metadata.name} (experts {experts})",
-             f"endpoint  {router_url}/v1  (OpenAI API; model '{obj.metadata.name}' or 'auto')",
-             "          # the coding expert, named by the request:",
-             f"          {forced}",
+             f"try next  the console: {catalog_url}/ui  (the stack's live figures, a "
+             "playground that chats with the experts, the adapters)",
              f"          # the router picks ({mode} mode: {MODE_ORDER.get(mode, mode)}):",
              f"          {automatic}",
              f"          {ROUTE_LINE}"]
+    explain = obj.spec.router.semantic is not None
+    if explain:
+        lines += ["          # why: each expert's score for that prompt, and what would decide "
+                  "(no model is called):",
+                  f"          {mol} router explain -c {data_dir.resolve() / 'router.yaml'} "
+                  f"'{AUTO_PROMPT}'", *path_hint()]
+    lines += [f"endpoint  {router_url}/v1  (OpenAI API; model 'auto' or "
+              f"'{obj.metadata.name}': the router picks; or an expert's name)",
+              "          # the coding expert, named by the request:",
+              f"          {forced}"]
     if api_key:
         lines.append(f"          API key (tenant local, kept in {data_dir / 'router-api-key'})"
                      f": {api_key}; none or a wrong one is a 401")
     if label_namespace is not None:
-        mol = mol_command()
         lines += ["          # automatic decisions are recorded in the local catalog; say which "
                   "expert was right for one (its x-request-id header), then export the "
                   "labels to train a head (docs/router.md):",
@@ -128,6 +143,6 @@ def stack_banner(obj: MoLDeployment, router_url: str, engine_url: str, catalog_u
               *([f"embedding {embeddings_url}  (vLLM pooling runner, started beside the "
                  f"engine; log {logs / 'embedding.log'})"] if embeddings_url else []),
               f"router    config {data_dir / 'router.yaml'}, log {logs / 'router.log'}",
-              catalog_banner(catalog_url, data_dir, token),
+              catalog_banner(catalog_url, data_dir, token, console=False, hint=not explain),
               *alias_lines(aliases, more)]
     return "\n".join(lines)

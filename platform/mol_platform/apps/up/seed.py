@@ -39,14 +39,33 @@ def demo_folders(work_dir: Path) -> tuple[Path, dict[str, Path]]:
     adapters = {r.name: work_dir / "adapters" / r.name for r in DEMO_ADAPTERS}
     name, _alias = CANDIDATE
     candidate = work_dir / "candidate" / name
-    ready = [base / "config.json", *(p / "adapter_config.json" for p in adapters.values()),
-             candidate / "adapter_config.json"]
-    if not all(p.is_file() for p in ready):
+    if not demo_built(work_dir):
         built = build_demo(work_dir)
         recipe = next(r for r in DEMO_ADAPTERS if r.name == name)
         write_adapter(candidate, recipe, DemoModelConfig(), base_model=str(built.base),
                       seed=CANDIDATE_SEED)
     return base, {**adapters, f"{name}@candidate": candidate}
+
+
+def demo_built(work_dir: Path) -> bool:
+    """Whether an earlier run built the demo's base and adapter folders in ``work_dir``
+    (:func:`demo_folders` then reuses them)."""
+    from mol_platform.apps.demo import DEMO_ADAPTERS, DEMO_BASE_NAME
+
+    work_dir = work_dir.resolve()
+    ready = [work_dir / DEMO_BASE_NAME / "config.json",
+             *(work_dir / "adapters" / r.name / "adapter_config.json" for r in DEMO_ADAPTERS),
+             work_dir / "candidate" / CANDIDATE[0] / "adapter_config.json"]
+    return all(p.is_file() for p in ready)
+
+
+def seed_note(work_dir: Path) -> str:
+    """What ``mol up`` says before seeding: a second start reuses what the first built
+    and published, and says so."""
+    if demo_built(work_dir):
+        return (f"reusing the demo adapters in {work_dir} (publishing only those the "
+                "catalog lacks) ...")
+    return "building and publishing the demo adapters ..."
 
 
 def _publish_if_absent(client: CatalogClient, folder: Path, adapter: str, alias: str,
