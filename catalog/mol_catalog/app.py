@@ -25,6 +25,7 @@ from mol_catalog.blobs import leftovers
 from mol_catalog.blobs.store import open_blob_store
 from mol_catalog.console import apidocs, stack_pages
 from mol_catalog.console import endpoints as console
+from mol_catalog.console import tools as console_tools
 from mol_catalog.console.render import STATIC_DIR
 from mol_catalog.db import Database
 from mol_catalog.db_urls import Timeouts
@@ -168,7 +169,7 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
                    tools_router, admin_router):
         app.include_router(router, responses=ERROR_RESPONSES)
     for router in (apidocs.router, console.pages, console.calls, stack_pages.pages,
-                   stack_pages.calls):
+                   stack_pages.calls, console_tools.pages):
         app.include_router(router)
     app.mount("/ui/static", StaticFiles(directory=STATIC_DIR), name="console-static")
     openapi.install(app)

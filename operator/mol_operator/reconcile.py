@@ -29,6 +29,7 @@ from mol_operator.builders import (
     catalog_secret,
     endpoint,
     managed_objects,
+    sandbox_token_secret,
 )
 from mol_operator.builders.common import (
     TOKEN_ID_ANNOTATION,
@@ -50,7 +51,7 @@ from mol_operator.metrics import OperatorMetrics
 from mol_operator.planner import OPTIONAL_APIS, Key, Plan, plan
 from mol_operator.rollout import step_canaries
 from mol_operator.status import canary_condition, condition, merge_conditions
-from mol_operator.tokens import revoke_owner_tokens, token_name
+from mol_operator.tokens import revoke_owner_tokens, sandbox_token, token_name
 from mol_operator.warmup import Warmer
 from mol_operator.warmup_plan import model_names
 from mol_platform.clients.catalog_async import AsyncCatalogClient
@@ -286,9 +287,14 @@ async def _reconcile(rt: Runtime, body: Mapping[str, Any]) -> Outcome:
                                  delay=rt.retry_seconds)
         events.append(("Normal", "CatalogToken",
                        f"minted catalog read token {token[0]} ({', '.join(scopes)})"))
-    # Only the Secret holds the token: it is built again now that the token is known.
-    facts = replace(facts, token=token[1], token_id=token[0])
-    desired = [catalog_secret(facts) if m["kind"] == "Secret" else m for m in desired]
+    # Only the Secrets hold the tokens: they are built again now that the tokens are known.
+    facts = replace(facts, token=token[1], token_id=token[0],
+                    sandbox_token=sandbox_token(facts, observed.get(
+                        Key("v1", "Secret", facts.names.sandbox_token))))
+    by_name = {facts.names.catalog_secret: catalog_secret,
+               facts.names.sandbox_token: sandbox_token_secret}
+    desired = [by_name[m["metadata"]["name"]](facts) if m["kind"] == "Secret" else m
+               for m in desired]
     the_plan = plan(desired, observed, owner_uid=uid, available=available)
     if the_plan.conflicts:
         names = ", ".join(str(k) for k in the_plan.conflicts)

@@ -14,15 +14,23 @@ characters; the uid alone identifies the owner) and found again by that prefix:
 
 Tokens named ``mol-operator/<namespace>/<name>`` (older operators) are swept when no
 deployment of that namespace and name exists.
+
+The router's sandbox token (a deployment with the code harness and no API keys) is no
+catalog token: 256 random bits made here once, then kept in its Secret.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import logging
 import re
-from collections.abc import Collection, Sequence
+import secrets
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
 
+from mol_operator.builders import Facts, uses_router_token
+from mol_operator.builders.common import TOKEN_KEY
 from mol_operator.catalog import Retry, revoke_token
 from mol_platform.clients.catalog import CatalogError
 from mol_platform.clients.catalog_async import AsyncCatalogClient
@@ -39,6 +47,18 @@ _UID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}
 def token_name(uid: str, namespace: str, name: str) -> str:
     """The name a deployment's token carries: its owner, uid first."""
     return f"{PREFIX}{uid}/{namespace}/{name}"[:MAX_TOKEN_NAME]
+
+
+def sandbox_token(facts: Facts, secret: Mapping[str, Any] | None) -> str:
+    """The router's sandbox token: the one its Secret holds (running pods use it), else
+    a new one; empty when the deployment needs none."""
+    if not uses_router_token(facts):
+        return ""
+    try:
+        held = base64.b64decode((secret or {})["data"][TOKEN_KEY]).decode()
+    except (KeyError, TypeError, ValueError):
+        held = ""
+    return held or secrets.token_urlsafe(32)
 
 
 def owner_prefix(uid: str) -> str:

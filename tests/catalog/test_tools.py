@@ -15,6 +15,7 @@ from sqlalchemy import create_engine, inspect
 
 from mol_catalog.db import downgrade, migrate, sync_url
 from mol_platform.clients.catalog import CatalogClient, CatalogError
+from mol_platform.clients.catalog_async import AsyncCatalogClient
 from mol_platform.contract import tools as tc
 from mol_testkit.signing import make_key, sign_with_library
 
@@ -259,6 +260,32 @@ def test_client(catalog_server: str) -> None:
         assert err.value.status == 404
         with pytest.raises(ValueError, match="invalid tool name"):
             c.tool("acme", "Hypot", 1)
+
+
+async def test_async_client(catalog_server_auth: Any) -> None:
+    """The same calls awaited, against a live catalog with auth on: a publisher proposes,
+    only an admin approves, and the approved document is what the loader checks."""
+    live = catalog_server_auth
+    async with AsyncCatalogClient(live.url, live.admin_token) as admin:
+        publisher = (await admin.create_token("tools-pub", ["publish:acme", "read"])).token
+        async with AsyncCatalogClient(live.url, publisher) as pub:
+            v = await pub.publish_tool("acme", "hypot", SOURCE, SCHEMA, lineage=LINEAGE,
+                                       example={"a": 3, "b": 4})
+            assert (v.version, v.lineage.session_id, v.approved) == (1, "s-1f2e", False)
+            assert [t.name for t in await pub.tools("acme")] == ["hypot"]
+            assert [x.version for x in await pub.tool_versions("acme", "hypot")] == [1]
+            assert (await pub.approved_tools("acme", ["hypot"])).missing == ["hypot"]
+            with pytest.raises(CatalogError) as err:
+                await pub.approve_tool("acme", "hypot", 1)
+            assert err.value.status == 403
+        assert (await admin.approve_tool("acme", "hypot", "v1")).version == 1
+        assert (await admin.tool("acme", "hypot", 1)).approved is True
+        [item] = (await admin.approved_tools("acme", ["hypot"])).items
+        assert tc.verify_load(item.document.encode(), digest=item.digest).name == "hypot"
+        assert (await admin.withdraw_tool("acme", "hypot")).previous == 1
+        with pytest.raises(CatalogError) as err:
+            await admin.tool("acme", "hypot", 2)
+        assert err.value.status == 404
 
 
 def test_migration_0015_down_and_up(backend: str, db_url: str) -> None:

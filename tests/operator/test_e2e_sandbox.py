@@ -5,6 +5,7 @@ sessions' deny-all-egress NetworkPolicy and the sandbox service are there."""
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -72,3 +73,22 @@ def test_no_harness_renders_no_sandbox(kube_client: KubeClient, run_operator: An
     kube_client.wait_for("MoLDeployment", "macaron", _at(1), timeout=WAIT)
     assert kube_client.find("Deployment", "macaron-sandbox") is None
     assert kube_client.find("ConfigMap", "macaron-sandbox-session") is None
+
+
+def test_the_routers_sandbox_token_is_made_once_and_kept(
+        kube_client: KubeClient, run_operator: Any, make_manifest: Any) -> None:
+    run_operator()
+    kube_client.create(_harness_manifest(make_manifest))
+    kube_client.wait_for("MoLDeployment", "macaron", _at(1), timeout=WAIT)
+    first = kube_client.get("Secret", "macaron-sandbox-token")["data"]
+    assert len(base64.b64decode(first["token"])) >= 32
+    (router,) = kube_client.get("Deployment", "macaron-router")["spec"]["template"]["spec"][
+        "containers"]
+    env = {e["name"]: e for e in router["env"]}
+    assert env["MOL_ROUTER_SANDBOX_TOKEN"]["valueFrom"]["secretKeyRef"]["name"] == (
+        "macaron-sandbox-token")
+    sandbox = kube_client.get("Deployment", "macaron-sandbox")["spec"]["template"]["spec"]
+    assert "--tokens-file" in sandbox["containers"][0]["args"]
+    kube_client.patch("MoLDeployment", "macaron", {"spec": {"harness": {"warmPool": 4}}})
+    kube_client.wait_for("MoLDeployment", "macaron", _at(2), timeout=WAIT)
+    assert kube_client.get("Secret", "macaron-sandbox-token")["data"] == first

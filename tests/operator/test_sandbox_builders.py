@@ -5,6 +5,7 @@ schemas (the vendored agent-sandbox CRDs, the built-in kinds)."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -13,8 +14,11 @@ import pytest
 import yaml
 
 from mol_operator.builders import Defaults, Facts, build_all
+from mol_operator.tokens import sandbox_token
+from mol_platform.contract.router_config import ApiKeysFile
 from mol_platform.contract.spec import MoLDeployment
 from mol_platform.contract.spec_sandbox import DENIED_NETWORKS
+from mol_sandbox.auth import Tenants
 from mol_testkit.kube_validate import validate_builtin, validate_custom_resource
 from mol_testkit.pod_security import restricted_violations
 
@@ -161,3 +165,75 @@ def test_warm_pool_and_service_settings() -> None:
 def test_no_harness_no_sandbox_objects() -> None:
     objects = _objects({"warmPool": 3}, agent=True, on=False)
     assert not [k for k in objects if "sandbox" in k[1]]
+
+
+def _tokens_volume(objects: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    spec = objects[("Deployment", "macaron-sandbox")]["spec"]["template"]["spec"]
+    (c,) = spec["containers"]
+    i = c["args"].index("--tokens-file")
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "tokens")
+    assert c["args"][i + 1] == f"{mount['mountPath']}/keys.yaml"
+    assert mount["readOnly"] is True
+    volume: dict[str, Any] = next(v for v in spec["volumes"] if v["name"] == "tokens")
+    return volume
+
+
+def _router_env(objects: dict[tuple[str, str], dict[str, Any]]) -> dict[str, Any]:
+    (c,) = objects[("Deployment", "macaron-router")]["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e for e in c["env"]}
+
+
+def test_without_api_keys_the_router_has_a_sandbox_token_of_its_own() -> None:
+    """The service listens beyond loopback, so it needs a tokens file: here one token,
+    the router's, which the service's pod holds only as a digest."""
+    data = yaml.safe_load((ROOT / "deploy/examples/macaron.yaml").read_text())
+    data["spec"]["experts"][0]["harness"] = True
+    assert data["spec"]["router"].get("apiKeys") is None
+    facts = Facts(obj=MoLDeployment.model_validate(data), uid="u", token="t", token_id=1,
+                  sandbox_token="s3cret-token-of-the-router-0123456789",
+                  defaults=CHART_DEFAULTS)
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in build_all(facts)}
+    secret = objects[("Secret", "macaron-sandbox-token")]
+    validate_builtin(secret)
+    files = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
+    assert files["token"] == facts.sandbox_token
+    assert facts.sandbox_token not in files["keys.yaml"]
+    tenants = Tenants(ApiKeysFile.model_validate(yaml.safe_load(files["keys.yaml"])))
+    assert tenants.tenant(f"Bearer {facts.sandbox_token}") == "router"
+    assert _tokens_volume(objects)["secret"] == {
+        "secretName": "macaron-sandbox-token", "items": [{"key": "keys.yaml",
+                                                           "path": "keys.yaml"}]}
+    env = _router_env(objects)["MOL_ROUTER_SANDBOX_TOKEN"]
+    assert env["valueFrom"]["secretKeyRef"] == {"name": "macaron-sandbox-token",
+                                                "key": "token"}
+
+
+def test_with_api_keys_each_callers_key_is_its_sandbox_identity() -> None:
+    data = yaml.safe_load((ROOT / "deploy/examples/macaron.yaml").read_text())
+    data["spec"]["experts"][0]["harness"] = True
+    data["spec"]["router"]["apiKeys"] = {"secretRef": "macaron-keys"}
+    facts = Facts(obj=MoLDeployment.model_validate(data), uid="u", token="t", token_id=1,
+                  defaults=CHART_DEFAULTS)
+    objects = {(o["kind"], o["metadata"]["name"]): o for o in build_all(facts)}
+    assert ("Secret", "macaron-sandbox-token") not in objects
+    assert _tokens_volume(objects)["secret"]["secretName"] == "macaron-keys"
+    assert "MOL_ROUTER_SANDBOX_TOKEN" not in _router_env(objects)
+
+
+def test_no_harness_no_sandbox_token() -> None:
+    objects = _objects(agent=False, on=False)
+    assert ("Secret", "macaron-sandbox-token") not in objects
+    assert "MOL_ROUTER_SANDBOX_TOKEN" not in _router_env(objects)
+
+
+def test_the_executor_keeps_the_held_token_and_makes_one_only_when_needed() -> None:
+    data = yaml.safe_load((ROOT / "deploy/examples/macaron.yaml").read_text())
+    off = Facts(obj=MoLDeployment.model_validate(data), uid="u")
+    data["spec"]["experts"][0]["harness"] = True
+    on = Facts(obj=MoLDeployment.model_validate(data), uid="u")
+    held = {"data": {"token": base64.b64encode(b"held-token").decode()}}
+    assert sandbox_token(off, held) == ""
+    assert sandbox_token(on, held) == "held-token"
+    made = {sandbox_token(on, s) for s in (None, {}, {"data": None}, {"data": {"token": ""}})}
+    assert len(made) == 4  # 256 random bits each
+    assert all(len(t) >= 43 for t in made)

@@ -31,10 +31,17 @@ from mol_operator.builders.extras import (
     service_monitor,
 )
 from mol_operator.builders.router import endpoint, router_config, router_objects
-from mol_operator.builders.sandbox import SANDBOX_API, sandbox_objects, wants_sandbox
+from mol_operator.builders.sandbox import (
+    SANDBOX_API,
+    sandbox_objects,
+    sandbox_token_secret,
+    uses_router_token,
+    wants_sandbox,
+)
 
 __all__ = ["BuildError", "Defaults", "Facts", "ManagedKind", "Names", "build_all",
-           "catalog_secret", "endpoint", "managed_objects", "router_config"]
+           "catalog_secret", "endpoint", "managed_objects", "router_config",
+           "sandbox_token_secret", "uses_router_token"]
 
 
 @dataclass(frozen=True)
@@ -51,6 +58,7 @@ class ManagedKind:
 # workloads that mount them).
 MANAGED: tuple[ManagedKind, ...] = (
     ManagedKind("v1", "Secret", "secrets", "catalog_secret"),
+    ManagedKind("v1", "Secret", "secrets", "sandbox_token"),
     ManagedKind("v1", "ServiceAccount", "serviceaccounts", "router"),
     ManagedKind("rbac.authorization.k8s.io/v1", "Role", "roles", "router"),
     ManagedKind("rbac.authorization.k8s.io/v1", "RoleBinding", "rolebindings", "router"),

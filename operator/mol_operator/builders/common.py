@@ -102,6 +102,12 @@ class Names:
         return child_name(self.deployment, "-sandbox-session")
 
     @property
+    def sandbox_token(self) -> str:
+        """The router's token for the sandbox service, made when the deployment has no
+        API keys (with keys, each caller's own key is its sandbox identity)."""
+        return child_name(self.deployment, "-sandbox-token")
+
+    @property
     def catalog_secret(self) -> str:
         return child_name(self.deployment, "-catalog")
 
@@ -177,6 +183,8 @@ class Facts:
     token: str = ""
     token_id: int | None = None
     token_scopes: tuple[str, ...] = ()
+    # the router's sandbox token (Names.sandbox_token's Secret), kept once made
+    sandbox_token: str = ""
     canary_weights: Mapping[str, float] = field(default_factory=dict)
     # expert -> the adapter ref the router serves as stable (a pinned promotion)
     stable_overrides: Mapping[str, str] = field(default_factory=dict)

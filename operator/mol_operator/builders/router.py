@@ -55,7 +55,7 @@ from mol_operator.builders.common import (
     token_env,
 )
 from mol_operator.builders.embedding import embedding_url, wants_embedding_engine
-from mol_operator.builders.sandbox import wants_sandbox
+from mol_operator.builders.sandbox import router_sandbox_env, wants_sandbox
 from mol_platform.contract.router_config import (
     DEFAULT_API_KEYS_FILE,
     EndpointSliceSelector,
@@ -176,7 +176,7 @@ def router_objects(facts: Facts) -> list[dict[str, Any]]:
               "--port", str(ROUTER_PORT)],
         ports=[V1ContainerPort(name="http", container_port=ROUTER_PORT)],
         env=[token_env(facts), *drain_env(facts), *tracing_env(facts),
-             *access_log_env(facts)],
+             *access_log_env(facts), *router_sandbox_env(facts)],
         resources=router_resources(facts),
         security_context=container_security(),
         lifecycle=pre_stop(d.router_prestop_seconds),

@@ -18,10 +18,18 @@ limit, CPU, memory and ephemeral-storage limits, an optional ``runtimeClassName`
 the metadata and cluster ranges excepted, and admits only the sandbox service: agent-
 sandbox's own managed policy (which allows the internet) is turned off.
 Session pods carry no ``mol.dev/component`` label: the catalog admits none of them.
+
+The service listens beyond loopback, so it needs a tokens file (bearer token -> tenant).
+With ``router.apiKeys`` it is the router's own keys Secret, mounted: the router hands
+each caller's key on, so a tenant's key is its sandbox identity. Without keys it is a
+Secret holding one token for the router (``Names.sandbox_token``: the executor makes the
+token once, randomly, and keeps it), which the router reads as ``MOL_ROUTER_SANDBOX_TOKEN``
+and the service knows by its sha256 only.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
 
@@ -35,6 +43,7 @@ from kubernetes.client import (
     V1EnvVar,
     V1EnvVarSource,
     V1IPBlock,
+    V1KeyToPath,
     V1LabelSelector,
     V1NetworkPolicy,
     V1NetworkPolicyEgressRule,
@@ -52,6 +61,9 @@ from kubernetes.client import (
     V1Role,
     V1RoleBinding,
     V1RoleRef,
+    V1Secret,
+    V1SecretKeySelector,
+    V1SecretVolumeSource,
     V1Service,
     V1ServiceAccount,
     V1ServicePort,
@@ -62,7 +74,9 @@ from kubernetes.client import (
 )
 
 from mol_operator.builders.common import (
+    TOKEN_KEY,
     Facts,
+    b64,
     container_security,
     labels,
     meta,
@@ -71,6 +85,7 @@ from mol_operator.builders.common import (
     selector,
     serialize,
 )
+from mol_platform.contract.router_config import API_KEYS_SECRET_KEY
 from mol_platform.contract.spec_sandbox import HarnessSpec, denied_within, egress_network
 
 SANDBOX_API = "extensions.agents.x-k8s.io/v1beta1"
@@ -80,6 +95,10 @@ SESSION_COMPONENT = "sandbox-session"
 POD_TEMPLATE_KEY = "pod.json"
 # Where a session writes: the scratch tmpfs is its HOME and its /tmp.
 SCRATCH = "/tmp"
+# The tokens file's folder in the service's pod (the Secret's keys.yaml alone).
+TOKENS_DIR = "/etc/mol/sandbox-tokens"
+# The tenant the router's own token is, when the deployment has no API keys.
+ROUTER_TENANT = "router"
 
 
 def harness_of(facts: Facts) -> HarnessSpec:
@@ -99,6 +118,41 @@ def harness_of(facts: Facts) -> HarnessSpec:
 def wants_sandbox(facts: Facts) -> bool:
     """Whether the harness is on: some expert sets ``harness: true``."""
     return bool(facts.obj.spec.harness_experts)
+
+
+def uses_router_token(facts: Facts) -> bool:
+    """Whether the router calls the sandbox with a token of its own (the harness is on and
+    there are no API keys to hand on)."""
+    return wants_sandbox(facts) and facts.obj.spec.router.api_keys is None
+
+
+def tokens_secret(facts: Facts) -> str:
+    """The Secret whose ``keys.yaml`` is the service's tokens file."""
+    keys = facts.obj.spec.router.api_keys
+    return keys.secret_ref if keys is not None else facts.names.sandbox_token
+
+
+def sandbox_token_secret(facts: Facts) -> dict[str, Any]:
+    """The router's token (``token``) and a tokens file that knows it by its digest only
+    (``keys.yaml``), so the service's pod never holds the token itself."""
+    digest = hashlib.sha256(facts.sandbox_token.encode()).hexdigest()
+    keys = {"keys": [{"tenant": ROUTER_TENANT, "keySha256": digest}]}
+    obj = V1Secret(
+        api_version="v1", kind="Secret", type="Opaque",
+        metadata=meta(facts, facts.names.sandbox_token, "sandbox"),
+        data={TOKEN_KEY: b64(facts.sandbox_token),
+              API_KEYS_SECRET_KEY: b64(json.dumps(keys, sort_keys=True))},
+    )
+    out: dict[str, Any] = serialize(obj)
+    return out
+
+
+def router_sandbox_env(facts: Facts) -> list[V1EnvVar]:
+    """``MOL_ROUTER_SANDBOX_TOKEN`` from the router's token Secret, when it has one."""
+    if not uses_router_token(facts):
+        return []
+    return [V1EnvVar(name="MOL_ROUTER_SANDBOX_TOKEN", value_from=V1EnvVarSource(
+        secret_key_ref=V1SecretKeySelector(name=facts.names.sandbox_token, key=TOKEN_KEY)))]
 
 
 def sandbox_image(facts: Facts) -> str:
@@ -290,7 +344,8 @@ def sandbox_objects(facts: Facts) -> list[dict[str, Any]]:
         image=sandbox_image(facts),
         image_pull_policy="IfNotPresent",
         command=["mol"],
-        args=["sandbox", "serve", "--host", "0.0.0.0", "--port", str(SANDBOX_PORT)],
+        args=["sandbox", "serve", "--host", "0.0.0.0", "--port", str(SANDBOX_PORT),
+              "--tokens-file", f"{TOKENS_DIR}/{API_KEYS_SECRET_KEY}"],
         ports=[V1ContainerPort(name="http", container_port=SANDBOX_PORT)],
         env=service_env(facts),
         resources=V1ResourceRequirements(requests={"cpu": "100m", "memory": "128Mi"},
@@ -299,8 +354,12 @@ def sandbox_objects(facts: Facts) -> list[dict[str, Any]]:
         readiness_probe=V1Probe(tcp_socket=V1TCPSocketAction(port="http"), period_seconds=5),
         liveness_probe=V1Probe(tcp_socket=V1TCPSocketAction(port="http"), period_seconds=10,
                                failure_threshold=6),
-        volume_mounts=[V1VolumeMount(name="tmp", mount_path=SCRATCH)],
+        volume_mounts=[V1VolumeMount(name="tmp", mount_path=SCRATCH),
+                       V1VolumeMount(name="tokens", mount_path=TOKENS_DIR, read_only=True)],
     )
+    tokens = V1Volume(name="tokens", secret=V1SecretVolumeSource(
+        secret_name=tokens_secret(facts),
+        items=[V1KeyToPath(key=API_KEYS_SECRET_KEY, path=API_KEYS_SECRET_KEY)]))
     deployment = V1Deployment(
         api_version="apps/v1", kind="Deployment",
         metadata=meta(facts, name, "sandbox"),
@@ -312,7 +371,7 @@ def sandbox_objects(facts: Facts) -> list[dict[str, Any]]:
                 spec=V1PodSpec(service_account_name=name, containers=[container],
                                security_context=pod_security(),
                                volumes=[V1Volume(name="tmp", empty_dir=V1EmptyDirVolumeSource(
-                                   size_limit="64Mi"))])),
+                                   size_limit="64Mi")), tokens])),
         ),
     )
     service = V1Service(
@@ -321,7 +380,8 @@ def sandbox_objects(facts: Facts) -> list[dict[str, Any]]:
         spec=V1ServiceSpec(selector=selector(facts, "sandbox"), ports=[
             V1ServicePort(name="http", port=80, target_port="http", protocol="TCP")]),
     )
-    out = [*(serialize(o) for o in rbac), serialize(deployment), serialize(service),
+    out = [*([sandbox_token_secret(facts)] if uses_router_token(facts) else []),
+           *(serialize(o) for o in rbac), serialize(deployment), serialize(service),
            *session_template(facts), session_network_policy(facts)]
     if facts.defaults.network_policy:
         out.append(service_network_policy(facts))

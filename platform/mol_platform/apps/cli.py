@@ -80,6 +80,8 @@ def up(
     engine_port: Annotated[int, typer.Option(help="Port for the vLLM engine (127.0.0.1).")] = 8001,
     embedding_port: Annotated[int, typer.Option(
         help="Port for the embedding engine of router.semantic (127.0.0.1).")] = 8002,
+    sandbox_port: Annotated[int, typer.Option(
+        help="Port for the sandbox service of experts with harness (127.0.0.1).")] = 8090,
     engine_venv: Annotated[
         Path | None,
         typer.Option(help="A venv with vLLM and mol-platform (default: $MOL_ENGINE_VENV, else "
@@ -110,7 +112,7 @@ def up(
             auth=auth))
     else:
         ports = Ports(catalog=catalog_port, engine=engine_port, router=router_port,
-                      embedding=embedding_port)
+                      embedding=embedding_port, sandbox=sandbox_port)
         code = run_supervised(lambda sup: start_stack(
             sup, file=file, host=host, ports=ports, data_dir=data_dir, engine_venv=engine_venv,
             traces=traces, auth=auth))
@@ -137,6 +139,57 @@ def demo_build(
     typer.echo(f"base model: {result.base}")
     for name, path in result.adapters.items():
         typer.echo(f"adapter {name}: {path}")
+
+
+@demo_app.command("experts")
+def demo_experts(
+    expert: Annotated[list[str] | None, typer.Option(
+        "--expert", help="Only this expert (repeatable): chat, agent, coding, ui.")] = None,
+    engine_venv: Annotated[Path | None, typer.Option(
+        help="The engine venv (torch and peft train there); default $MOL_ENGINE_VENV.")] = None,
+    cache: Annotated[Path | None, typer.Option(
+        help="Cache root (default $MOL_CACHE_DIR or ~/.cache/mol-platform).")] = None,
+    catalog: Annotated[str | None, typer.Option(
+        help="Publish each expert to this catalog as NAMESPACE/<expert>@stable.")] = None,
+    namespace: Annotated[str, typer.Option(help="The namespace to publish into.")] = "demo",
+) -> None:
+    """Get the real base (SmolLM2-135M-Instruct) and its four experts, trained by the
+    checked-in recipe on the CPU (or reused from the cache), and optionally publish them.
+
+    Prints each expert's adapter folder. Training one expert takes minutes on 2 cores;
+    a later run with the same base, data and recipe reuses it.
+    """
+    import os
+
+    from mol_platform.apps.experts.base import default_cache, ensure_base
+    from mol_platform.apps.experts.build import ExpertBuildError, publish_expert, train_expert
+    from mol_platform.apps.experts.recipe import EXPERTS
+
+    venv = engine_venv or (Path(os.environ["MOL_ENGINE_VENV"])
+                           if os.environ.get("MOL_ENGINE_VENV") else None)
+    if venv is None or not (venv / "bin" / "python").is_file():
+        typer.echo("mol demo experts needs the engine venv (--engine-venv or "
+                   "$MOL_ENGINE_VENV; build it with `make engine`)", err=True)
+        raise typer.Exit(code=2)
+    unknown = sorted(set(expert or ()) - set(EXPERTS))
+    if unknown:
+        typer.echo(f"unknown expert {', '.join(unknown)}: one of {', '.join(EXPERTS)}", err=True)
+        raise typer.Exit(code=2)
+    root = cache or default_cache()
+    python = venv / "bin" / "python"
+    base = ensure_base(root, python, say=typer.echo)
+    typer.echo(f"base model: {base}")
+    for name in expert or EXPERTS:
+        try:
+            folder = train_expert(name, base, python, root, say=typer.echo)
+        except ExpertBuildError as exc:
+            typer.echo(str(exc), err=True)
+            raise typer.Exit(code=1) from None
+        typer.echo(f"expert {name}: {folder}")
+        if catalog is not None:
+            published = publish_expert(folder, f"{namespace}/{name}", catalog_url=catalog,
+                                       token=os.environ.get("MOL_CATALOG_TOKEN"))
+            typer.echo(f"  published {namespace}/{name} v{published.version}")
 
 
 def _missing_component(ep: EntryPoint, exc: Exception) -> typer.Typer:

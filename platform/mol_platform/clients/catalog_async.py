@@ -39,14 +39,16 @@ from mol_platform.clients.catalog_http import (
     typed,
     unreachable,
 )
+from mol_platform.clients.catalog_tools import AsyncToolCalls
 from mol_platform.contract import catalog_models as m
 
 
-class AsyncCatalogClient:
+class AsyncCatalogClient(AsyncToolCalls):
     """Async client for long-running processes (router, operator, the vLLM plugin).
 
     Same errors and request shapes as :class:`CatalogClient`; use it as an async context
     manager or call :meth:`aclose`. Not for the proxy's hot path: callers cache answers.
+    The calls on tools are ``catalog_tools.AsyncToolCalls``'s.
     """
 
     def __init__(self, url: str | None = None, token: str | None = None, *,

@@ -31,6 +31,7 @@ from mol_platform.apps.up.auth import (
 )
 from mol_platform.apps.up.banner import alias_lines, catalog_banner, stack_banner
 from mol_platform.apps.up.engine_log import LogFollower
+from mol_platform.apps.up.sandbox import check_sandbox, start_sandbox
 from mol_platform.apps.up.supervisor import (
     Service,
     Supervisor,
@@ -64,6 +65,7 @@ class Ports:
     engine: int
     router: int
     embedding: int = 8002  # the semantic signal's embedding engine (127.0.0.1)
+    sandbox: int = 8090  # the code harness's sandbox service (127.0.0.1)
 
 
 @dataclass(frozen=True)
@@ -162,7 +164,7 @@ def start_catalog(sup: Supervisor, host: str, port: int, data_dir: Path,
 def start_catalog_only(sup: Supervisor, *, host: str, port: int, data_dir: Path,
                        demo: bool, traces: TraceExport | None = None,
                        auth: bool = False) -> str:
-    from mol_platform.apps.up.seed import catalog_aliases, seed_demo
+    from mol_platform.apps.up.seed import catalog_aliases, seed_demo, seed_note
 
     check_port_free(host, port, "--catalog-port")
     url, token = start_catalog(sup, host, port, data_dir, traces=traces, auth=auth)
@@ -170,7 +172,7 @@ def start_catalog_only(sup: Supervisor, *, host: str, port: int, data_dir: Path,
                                                                                   token)]
     first: dict[str, int] = {}
     if demo:
-        say("building and publishing the demo adapters ...")
+        say(seed_note(data_dir / "demo"))
         seeded = seed_demo(url, data_dir / "demo", token=token)
         lines.append(f"demo      base {seeded.base}, serving profile '{seeded.profile}'")
         first = seeded.adapters
@@ -184,7 +186,7 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
                 auth: bool = False) -> str:
     """Everything: catalog, demo adapters, engine with the plugin, router. With ``auth``
     (always beyond loopback) the catalog needs tokens and the router API keys."""
-    from mol_platform.apps.up.seed import catalog_aliases, seed_demo
+    from mol_platform.apps.up.seed import catalog_aliases, seed_demo, seed_note
 
     obj = load_spec(file)
     engine = find_engine(engine_venv)
@@ -200,13 +202,14 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
         except EmbeddingModelError as exc:
             raise UpError(str(exc)) from None
         check_port_free("127.0.0.1", ports.embedding, "--embedding-port")
+    check_sandbox(spec, ports.sandbox)
     router_url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '::') else host}:{ports.router}"
     auth = auth or not is_loopback(host)
     keys: RouterKeys | None = router_keys(data_dir) if auth else None
     url, token = start_catalog(sup, host, ports.catalog, data_dir, router_url, traces,
                                auth=auth, router_key=keys.console if keys else None)
     profile = profile_name(obj.metadata.name, obj.metadata.namespace or "default")
-    say("building and publishing the demo adapters ...")
+    say(seed_note(data_dir / "demo"))
     seeded = seed_demo(url, data_dir / "demo", token=token, profile=profile,
                        max_lora_rank=spec.engine.max_lora_rank, max_loras=spec.engine.max_loras,
                        engine=f"vllm=={engine.version}")
@@ -244,8 +247,10 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     if embedding is not None:
         wait_healthy(embedding, 600, lambda t: say(f"embedding engine starting ({t:.0f}s)"))
     weights = {e.name: float(e.canary.steps[0]) for e in spec.experts if e.canary is not None}
+    sandbox_url = start_sandbox(sup, spec, ports.sandbox, data_dir, keys)
     config = router_config_from_spec(obj, endpoints=[engine_url], catalog_url=url,
-                                     canary_weights=weights, embeddings_url=embeddings_url)
+                                     canary_weights=weights, embeddings_url=embeddings_url,
+                                     sandbox_url=sandbox_url)
     config = record_locally(config, spec)
     if keys is not None:
         config = config.model_copy(update={"api_keys_file": str(keys.path)})
