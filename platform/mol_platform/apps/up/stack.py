@@ -31,7 +31,7 @@ from mol_platform.apps.up.auth import (
 )
 from mol_platform.apps.up.banner import alias_lines, catalog_banner, stack_banner
 from mol_platform.apps.up.engine_log import LogFollower
-from mol_platform.apps.up.sandbox import check_sandbox, start_sandbox
+from mol_platform.apps.up.sandbox import check_sandbox, sandbox_address, start_sandbox
 from mol_platform.apps.up.supervisor import (
     Service,
     Supervisor,
@@ -141,10 +141,12 @@ def load_spec(file: Path) -> MoLDeployment:
 def start_catalog(sup: Supervisor, host: str, port: int, data_dir: Path,
                   router_url: str | None = None, traces: TraceExport | None = None,
                   *, auth: bool = False, router_key: str | None = None,
-                  ) -> tuple[str, str | None]:
+                  sandbox_url: str | None = None) -> tuple[str, str | None]:
     """Start the catalog; returns its URL and the admin token (None without auth, which
     is on with ``auth`` and always beyond loopback). ``router_url``: the router the
-    console's stack page and playground show; ``router_key``: their API key there."""
+    console's stack page and playground show; ``router_key``: their API key there (and
+    the catalog's token at the sandbox); ``sandbox_url``: the sandbox service that runs
+    proposed tools' examples."""
     auth = auth or not is_loopback(host)
     token = admin_token(data_dir) if auth else None
     connect = "127.0.0.1" if host in ("0.0.0.0", "::") else host
@@ -154,6 +156,10 @@ def start_catalog(sup: Supervisor, host: str, port: int, data_dir: Path,
         env["MOL_CATALOG_ROUTER_URL"] = router_url
     if router_key:
         env["MOL_CATALOG_ROUTER_API_KEY"] = router_key
+    if sandbox_url:
+        env["MOL_CATALOG_SANDBOX_URL"] = sandbox_url
+        if router_key:
+            env["MOL_CATALOG_SANDBOX_TOKEN"] = router_key
     if traces is not None:
         env.update(traces.catalog_env())
     sup.start(Service("catalog", catalog_argv(host, port, data_dir, auth=auth),
@@ -207,7 +213,8 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     auth = auth or not is_loopback(host)
     keys: RouterKeys | None = router_keys(data_dir) if auth else None
     url, token = start_catalog(sup, host, ports.catalog, data_dir, router_url, traces,
-                               auth=auth, router_key=keys.console if keys else None)
+                               auth=auth, router_key=keys.console if keys else None,
+                               sandbox_url=sandbox_address(spec, ports.sandbox))
     profile = profile_name(obj.metadata.name, obj.metadata.namespace or "default")
     say(seed_note(data_dir / "demo"))
     seeded = seed_demo(url, data_dir / "demo", token=token, profile=profile,
@@ -247,10 +254,10 @@ def start_stack(sup: Supervisor, *, file: Path, host: str, ports: Ports, data_di
     if embedding is not None:
         wait_healthy(embedding, 600, lambda t: say(f"embedding engine starting ({t:.0f}s)"))
     weights = {e.name: float(e.canary.steps[0]) for e in spec.experts if e.canary is not None}
-    sandbox_url = start_sandbox(sup, spec, ports.sandbox, data_dir, keys)
     config = router_config_from_spec(obj, endpoints=[engine_url], catalog_url=url,
                                      canary_weights=weights, embeddings_url=embeddings_url,
-                                     sandbox_url=sandbox_url)
+                                     sandbox_url=start_sandbox(sup, spec, ports.sandbox,
+                                                               data_dir, keys))
     config = record_locally(config, spec)
     if keys is not None:
         config = config.model_copy(update={"api_keys_file": str(keys.path)})
