@@ -46,6 +46,7 @@ from mol_catalog.settings import CatalogSettings
 from mol_catalog.signing.endpoints import router as signing_router
 from mol_catalog.tokens.endpoints import router as tokens_router
 from mol_catalog.tools.endpoints import router as tools_router
+from mol_catalog.tools.example import ExampleRunner
 from mol_catalog.usage.endpoints import router as usage_router
 from mol_catalog.usage.service import UNUSED_DAYS, UnusedGauge
 from mol_catalog.util import ResponseBody
@@ -141,7 +142,8 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
         app.state.catalog = Catalog(settings=settings, db=db, blobs=blobs, metrics=metrics_obj,
                                     names=names, bindings=bindings, webhooks=sender,
                                     unused=UnusedGauge(UNUSED_DAYS, settings.usage_gauge_seconds),
-                                    tracing=tracing)
+                                    tracing=tracing,
+                                    examples=ExampleRunner.from_settings(settings))
         if sender is not None:
             sender.start()
         try:
@@ -150,6 +152,8 @@ def create_app(settings: CatalogSettings | None = None) -> FastAPI:
             if sender is not None:
                 await sender.close()
             await bindings.drain()
+            if app.state.catalog.examples is not None:
+                await app.state.catalog.examples.close()
             if tracing is not None:
                 await asyncio.to_thread(tracing.shutdown)
             await names.close()

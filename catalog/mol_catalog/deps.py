@@ -27,6 +27,7 @@ from mol_catalog.metrics import CatalogMetrics
 from mol_catalog.namespaces.service import BindingRecorder
 from mol_catalog.settings import CatalogSettings
 from mol_catalog.tokens import service as tokens
+from mol_catalog.tools.example import ExampleRunner
 from mol_catalog.usage.service import UNUSED_DAYS, UnusedGauge
 from mol_catalog.webhooks.delivery import WebhookSender
 from mol_platform.clients.tracing import Tracing
@@ -56,6 +57,8 @@ class Catalog:
     # tests set it to interleave a gc there (on Postgres they hold a row lock instead).
     after_store: Callable[[], Awaitable[None]] | None = None
     tracing: Tracing | None = None  # None: tracing off, no span objects at all
+    # Runs proposed tools' examples in the sandbox service (None: no sandbox configured).
+    examples: ExampleRunner | None = None
 
     @property
     def download_base(self) -> str:

@@ -59,6 +59,13 @@ class CatalogSettings(BaseSettings):
     # this router (its /status, /metrics and chat API); the key when its API keys are on.
     router_url: str | None = None
     router_api_key: str | None = None
+    # The sandbox service (docs/sandbox.md) that runs a proposed tool's example at
+    # publish (the ``example_runs`` check), the bearer token the catalog calls it with
+    # (its own tenant there), and the seconds one run may take in all (making the session,
+    # running, ending it). No URL: the check says "not run".
+    sandbox_url: str | None = Field(default=None, pattern=r"^https?://\S+$")
+    sandbox_token: str | None = None
+    sandbox_timeout: float = Field(default=10.0, gt=0, le=300)
     # A protected alias is "served under" the profiles it was resolved under within this
     # many seconds (else every profile of its base); a process records a binding at most
     # once per refresh.

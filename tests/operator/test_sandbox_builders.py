@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +17,11 @@ import yaml
 from mol_operator.builders import Defaults, Facts, build_all
 from mol_operator.tokens import sandbox_token
 from mol_platform.contract.router_config import ApiKeysFile
+from mol_platform.contract.sandbox_limits import ENV_PREFIX
 from mol_platform.contract.spec import MoLDeployment
 from mol_platform.contract.spec_sandbox import DENIED_NETWORKS
 from mol_sandbox.auth import Tenants
+from mol_sandbox.settings import SandboxSettings
 from mol_testkit.kube_validate import validate_builtin, validate_custom_resource
 from mol_testkit.pod_security import restricted_violations
 
@@ -154,12 +157,50 @@ def test_warm_pool_and_service_settings() -> None:
     (c,) = dep["spec"]["template"]["spec"]["containers"]
     assert c["args"][:2] == ["sandbox", "serve"]
     env = {e["name"]: e.get("value") for e in c["env"]}
-    assert env["MOL_SANDBOX_TIMEOUT_SECONDS"] == "12"
-    assert env["MOL_SANDBOX_IDLE_TTL_SECONDS"] == "600"
+    assert env["MOL_SANDBOX_CALL_TIMEOUT"] == "12.0"
+    assert env["MOL_SANDBOX_IDLE_TTL"] == "600.0"
     assert env["MOL_SANDBOX_MAX_SESSIONS"] == "40"
-    assert env["MOL_SANDBOX_ISOLATION"] == "agent-sandbox"
     role = objects[("Role", "macaron-sandbox")]
     assert role["rules"][0]["resources"] == ["sandboxclaims"]
+
+
+def _settings_of(container: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+                 ) -> SandboxSettings:
+    """The service's settings as it reads them from the container's environment (every
+    rendered ``MOL_SANDBOX_*`` must be one of its fields: it ignores unknown names)."""
+    env = {e["name"]: e["value"] for e in container["env"]}
+    fields = {f"{ENV_PREFIX}{name.upper()}" for name in SandboxSettings.model_fields}
+    ours = {k for k in env if k.startswith(ENV_PREFIX)}
+    assert ours <= fields, f"rendered names the service does not read: {ours - fields}"
+    for name in list(os.environ):
+        if name.startswith(ENV_PREFIX):
+            monkeypatch.delenv(name)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return SandboxSettings()
+
+
+@pytest.mark.parametrize("agent", [False, True])
+def test_the_rendered_env_is_what_the_service_reads(agent: bool,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    objects = _objects({"maxSessions": 40, "limits": {
+        "timeoutSeconds": 12, "cpu": "500m", "memory": "1536Mi", "pids": 32,
+        "outputBytes": 16 * 1024**2, "diskBytes": 5 * 1024**3, "idleTTLSeconds": 600}},
+        agent=agent)
+    (service,) = objects[("Deployment", "macaron-sandbox")]["spec"]["template"]["spec"][
+        "containers"]
+    (session,) = _session_pod(objects)["spec"]["containers"]
+    for container, sessions in ((service, 40), (session, 1)):
+        s = _settings_of(container, monkeypatch)
+        assert (s.call_timeout, s.cpus, s.memory_mib, s.max_processes) == (12, 0.5, 1536, 32)
+        assert (s.output_bytes, s.disk_mib, s.idle_ttl) == (16 * 1024**2, 5 * 1024, 600)
+        assert s.max_sessions == sessions
+    # The defaults too: the service's defaults and the spec's agree.
+    (plain,) = _objects(agent=agent)[("Deployment", "macaron-sandbox")]["spec"]["template"][
+        "spec"]["containers"]
+    defaults = _settings_of(plain, monkeypatch)
+    assert (defaults.call_timeout, defaults.memory_mib, defaults.output_bytes) == (
+        SandboxSettings.model_fields["call_timeout"].default, 512, 64 * 1024)
 
 
 def test_no_harness_no_sandbox_objects() -> None:

@@ -14,9 +14,16 @@ import pytest
 import yaml
 
 from mol_platform.apps.up.auth import router_keys
-from mol_platform.apps.up.sandbox import check_sandbox, quantity, sandbox_env, start_sandbox
-from mol_platform.apps.up.supervisor import Supervisor, UpError
+from mol_platform.apps.up.sandbox import (
+    check_sandbox,
+    sandbox_address,
+    sandbox_env,
+    start_sandbox,
+)
+from mol_platform.apps.up.stack import start_catalog
+from mol_platform.apps.up.supervisor import Service, Supervisor, UpError
 from mol_platform.contract.router_config import router_config_from_spec
+from mol_platform.contract.sandbox_limits import quantity
 from mol_platform.contract.spec import MoLDeployment
 from mol_sandbox.settings import SandboxSettings
 from mol_testkit.net import free_port
@@ -108,3 +115,23 @@ def test_with_auth_the_routers_keys_are_the_sandboxs_tokens(sup: Supervisor,
         sid = client.post("/v1/sessions", headers=mine).json()["id"]
         assert client.get(f"/v1/sessions/{sid}", headers=mine).status_code == 200
         assert client.get(f"/v1/sessions/{sid}", headers=theirs).status_code == 404
+
+
+def test_the_catalog_is_pointed_at_the_sandbox(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The catalog starts first, so it gets the sandbox's address before the sandbox is
+    up (and, with auth, the console's key, which the sandbox's tokens file holds)."""
+    started: list[Service] = []
+    monkeypatch.setattr(Supervisor, "start", lambda self, service, **_: started.append(service))
+    port = free_port()
+    url = sandbox_address(_spec().spec, port)
+    assert url == f"http://127.0.0.1:{port}"
+    assert sandbox_address(_spec(harness=False).spec, port) is None
+    keys = router_keys(tmp_path)
+    start_catalog(Supervisor(), "127.0.0.1", free_port(), tmp_path, auth=True,
+                  router_key=keys.console, sandbox_url=url)
+    start_catalog(Supervisor(), "127.0.0.1", free_port(), tmp_path)
+    with_sandbox, without = (s.env or {} for s in started)
+    assert with_sandbox["MOL_CATALOG_SANDBOX_URL"] == url
+    assert with_sandbox["MOL_CATALOG_SANDBOX_TOKEN"] == keys.console
+    assert not {k for k in without if k.startswith("MOL_CATALOG_SANDBOX")}

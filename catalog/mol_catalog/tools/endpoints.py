@@ -62,14 +62,19 @@ async def _body(request: Request) -> ToolPublish:
 async def publish(ns: str, tool: str, request: Request, catalog: CatalogDep,
                   who: PrincipalDep) -> Response:
     """Propose a tool (scope ``publish:<ns>`` or ``admin``): the next version of the
-    name, with the automatic checks as advice; the same document again answers 200 with
-    its version. It is offered to no one until an admin approves it. Writes
+    name, with the automatic checks as advice (its example is run in a fresh sandbox
+    session when the catalog has a sandbox service); the same document again answers 200
+    with its version. It is offered to no one until an admin approves it. Writes
     ``tool.published``."""
     who.require_publish(versioned.namespace(ns))
     name = _name(tool)
-    proposal = service.propose(name, await _body(request))
+    body = await _body(request)
+    proposal = service.propose(name, body)
     async with catalog.db.read() as conn:
         signed_by = await service.signer(conn, ns, proposal)
+        retry = await service.stored(conn, ns, name, proposal)
+    if not retry:
+        proposal = await service.with_example(catalog.examples, name, body, proposal)
     out, created = await catalog.db.transact(
         lambda uow: service.publish(uow, ns, name, proposal, signed_by, who.name))
     return json_response(out, 201 if created else 200)

@@ -14,6 +14,7 @@ approved-tools answer hands a loader the bytes, digest and signature it checks w
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,7 @@ from mol_catalog.models import utcnow
 from mol_catalog.signing import repository as signing_repo
 from mol_catalog.signing import service as signing
 from mol_catalog.tools import repository as repo
+from mol_catalog.tools.example import ExampleRunner, example_check
 from mol_catalog.tools.repository import Approval, VersionRow
 from mol_catalog.tools.schemas import ToolPublish
 from mol_catalog.util import check_json
@@ -69,6 +71,21 @@ def propose(name: str, body: ToolPublish) -> Proposal:
                     [c.body() for c in tc.checks(name, body.source, body.parameters)],
                     {"session_id": body.session_id, "deployment": body.deployment,
                      "expert": body.expert, "tenant": body.tenant}, body.signature)
+
+
+async def stored(conn: ReadConn, namespace: str, name: str, p: Proposal) -> bool:
+    """Whether the proposal's document is already a version (a retry: nothing to run)."""
+    found = await repo.tool(conn, namespace, name)
+    return found is not None and await repo.same_content(conn, found[0], p.digest) is not None
+
+
+async def with_example(runner: ExampleRunner | None, name: str, body: ToolPublish,
+                       p: Proposal) -> Proposal:
+    """The proposal with its ``example_runs`` check run in a sandbox session (when a
+    sandbox is configured and there is an example to run)."""
+    check = await example_check(runner, name, body.source, body.example, p.checks)
+    return dataclasses.replace(p, checks=[check if c["name"] == tc.EXAMPLE_CHECK else c
+                                          for c in p.checks])
 
 
 async def signer(conn: ReadConn, namespace: str, p: Proposal) -> str | None:

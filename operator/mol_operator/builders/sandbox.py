@@ -51,7 +51,6 @@ from kubernetes.client import (
     V1NetworkPolicyPeer,
     V1NetworkPolicyPort,
     V1NetworkPolicySpec,
-    V1ObjectFieldSelector,
     V1ObjectMeta,
     V1PodSpec,
     V1PodTemplateSpec,
@@ -86,6 +85,7 @@ from mol_operator.builders.common import (
     serialize,
 )
 from mol_platform.contract.router_config import API_KEYS_SECRET_KEY
+from mol_platform.contract.sandbox_limits import SessionLimitSettings
 from mol_platform.contract.spec_sandbox import HarnessSpec, denied_within, egress_network
 
 SANDBOX_API = "extensions.agents.x-k8s.io/v1beta1"
@@ -159,16 +159,13 @@ def sandbox_image(facts: Facts) -> str:
     return harness_of(facts).image or facts.defaults.router_image
 
 
-def limits_env(facts: Facts) -> list[V1EnvVar]:
-    """The session limits as the sandbox service reads them (``MOL_SANDBOX_*``)."""
-    h = harness_of(facts)
-    lim = h.limits
-    values = {
-        "TIMEOUT_SECONDS": lim.timeout_seconds, "CPU": lim.cpu, "MEMORY": lim.memory,
-        "PIDS": lim.pids, "OUTPUT_BYTES": lim.output_bytes, "DISK_BYTES": lim.disk_bytes,
-        "IDLE_TTL_SECONDS": lim.idle_ttl_seconds,
-    }
-    return [V1EnvVar(name=f"MOL_SANDBOX_{k}", value=str(v)) for k, v in values.items()]
+def limits_env(facts: Facts, **overrides: int) -> list[V1EnvVar]:
+    """The session limits and the session cap, named and in the units the sandbox service
+    reads them (``SessionLimitSettings``, which its settings inherit)."""
+    limits = SessionLimitSettings.from_harness(harness_of(facts))
+    if overrides:
+        limits = SessionLimitSettings.model_validate({**limits.model_dump(), **overrides})
+    return [V1EnvVar(name=k, value=v) for k, v in limits.env().items()]
 
 
 def session_labels(facts: Facts) -> dict[str, str]:
@@ -190,9 +187,7 @@ def session_pod_spec(facts: Facts) -> V1PodSpec:
         # The pod is the sandbox: it holds exactly one session.
         args=["sandbox", "serve", "--host", "0.0.0.0", "--port", str(SESSION_PORT)],
         ports=[V1ContainerPort(name="session", container_port=SESSION_PORT)],
-        env=[*limits_env(facts), V1EnvVar(name="MOL_SANDBOX_MAX_SESSIONS", value="1"),
-             V1EnvVar(name="MOL_SANDBOX_ISOLATION", value="pod"),
-             V1EnvVar(name="HOME", value=SCRATCH)],
+        env=[*limits_env(facts, max_sessions=1), V1EnvVar(name="HOME", value=SCRATCH)],
         resources=V1ResourceRequirements(requests=resources, limits=resources),
         security_context=container_security(),
         readiness_probe=probe,
@@ -307,19 +302,10 @@ def _session_rules(facts: Facts) -> list[V1PolicyRule]:
 
 
 def service_env(facts: Facts) -> list[V1EnvVar]:
-    """The service's settings: limits, session cap, warm pool, where sessions run."""
-    h = harness_of(facts)
-    return [
-        *limits_env(facts),
-        V1EnvVar(name="MOL_SANDBOX_MAX_SESSIONS", value=str(h.max_sessions)),
-        V1EnvVar(name="MOL_SANDBOX_WARM_POOL", value=str(h.warm_pool)),
-        V1EnvVar(name="MOL_SANDBOX_ISOLATION",
-                 value="agent-sandbox" if facts.agent_sandbox else "kubernetes-pods"),
-        V1EnvVar(name="MOL_SANDBOX_TEMPLATE", value=facts.names.sandbox_session),
-        V1EnvVar(name="MOL_SANDBOX_NAMESPACE", value_from=V1EnvVarSource(
-            field_ref=V1ObjectFieldSelector(field_path="metadata.namespace"))),
-        V1EnvVar(name="HOME", value=SCRATCH),
-    ]
+    """The service's settings: the session limits and ``maxSessions``. Only names the
+    service reads are rendered (the warm pool and the template are objects of their own,
+    above)."""
+    return [*limits_env(facts), V1EnvVar(name="HOME", value=SCRATCH)]
 
 
 def sandbox_objects(facts: Facts) -> list[dict[str, Any]]:
