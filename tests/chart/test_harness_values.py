@@ -52,7 +52,7 @@ def test_harness_values_reach_deployments_without_their_own_section(chart: helm.
     (session,) = pod["containers"]
     assert session["resources"]["limits"]["memory"] == "1Gi"
     env = {e["name"]: e["value"] for e in session["env"]}
-    assert env["MOL_SANDBOX_TIMEOUT_SECONDS"] == "20"
+    assert env["MOL_SANDBOX_CALL_TIMEOUT"] == "20.0"
     # A section of its own wins, taking the chart's runtime class when it names none.
     own = _session_pod(settings, {"limits": {"memory": "2Gi"}})["spec"]
     assert own["runtimeClassName"] == "gvisor"
