@@ -133,3 +133,28 @@ def test_progress_lines_are_condensed() -> None:
         build._progress("ui", line, said.append)
     assert said == ["  ui: 9 examples prepared (1.0 s)", "  ui: step 10/20, loss 0.5 (3.0 s)",
                     "  ui: step 20/20, loss 0.2 (4.0 s)"]
+
+
+@pytest.mark.parametrize("expert", recipe.EXPERTS)
+def test_the_shipped_adapter_is_current_for_the_data_and_recipe(expert: str) -> None:
+    """A change to an expert's data or recipe must ship a retrained adapter
+    (`mol demo experts --expert NAME --ship`): a stale copy would be served as if it were
+    trained on what the tree holds."""
+    from mol_platform.apps.experts.base import WHEEL_SHA256
+
+    folder = build.SHIPPED / expert
+    assert build.current(folder, expert, f"sha256:{WHEEL_SHA256}", recipe.RECIPES[expert]), (
+        f"{folder} is not {expert} trained on the current data and recipe: run "
+        f"`mol demo experts --expert {expert} --ship`")
+    assert sorted(p.name for p in folder.iterdir()) == sorted(build.SHIPPED_FILES)
+
+
+def test_ship_replaces_the_copy_whole(tmp_path: Path) -> None:
+    root = _data_root(tmp_path)
+    trained = _trained(tmp_path / "t" / "ui", "ui", BASE, recipe.RECIPES["ui"], root)
+    shipped = tmp_path / "shipped"
+    (shipped / "ui").mkdir(parents=True)
+    (shipped / "ui" / "stale.bin").write_bytes(b"old")
+    out = build.ship(trained, "ui", shipped)
+    assert sorted(p.name for p in out.iterdir()) == sorted(build.SHIPPED_FILES)
+    assert [p.name for p in shipped.iterdir()] == ["ui"]

@@ -152,6 +152,9 @@ def demo_experts(
     catalog: Annotated[str | None, typer.Option(
         help="Publish each expert to this catalog as NAMESPACE/<expert>@stable.")] = None,
     namespace: Annotated[str, typer.Option(help="The namespace to publish into.")] = "demo",
+    ship: Annotated[bool, typer.Option(
+        help="Copy each adapter into the source tree's shipped folder (for a release: a "
+             "first start then serves it without training).")] = False,
 ) -> None:
     """Get the real base (SmolLM2-135M-Instruct) and its four experts, trained by the
     checked-in recipe on the CPU (or reused from the cache), and optionally publish them.
@@ -163,6 +166,7 @@ def demo_experts(
 
     from mol_platform.apps.experts.base import default_cache, ensure_base
     from mol_platform.apps.experts.build import ExpertBuildError, publish_expert, train_expert
+    from mol_platform.apps.experts.build import ship as build_ship
     from mol_platform.apps.experts.recipe import EXPERTS
 
     venv = engine_venv or (Path(os.environ["MOL_ENGINE_VENV"])
@@ -186,6 +190,8 @@ def demo_experts(
             typer.echo(str(exc), err=True)
             raise typer.Exit(code=1) from None
         typer.echo(f"expert {name}: {folder}")
+        if ship:
+            typer.echo(f"  shipped as {build_ship(folder, name)}")
         if catalog is not None:
             published = publish_expert(folder, f"{namespace}/{name}", catalog_url=catalog,
                                        token=os.environ.get("MOL_CATALOG_TOKEN"))

@@ -125,6 +125,22 @@ def train_expert(expert: str, base: Path, engine_python: Path, cache: Path, *,
     return folder
 
 
+SHIPPED_FILES = ("adapter_config.json", "adapter_model.safetensors", TRAINING)
+
+
+def ship(folder: Path, expert: str, shipped: Path = SHIPPED) -> Path:
+    """Copy a trained adapter (its two PEFT files and its lineage) to where the project
+    ships it, replacing the copy there whole."""
+    staged = shipped / f".{expert}.staged"
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(parents=True)
+    for name in SHIPPED_FILES:
+        shutil.copy2(folder / name, staged / name)
+    shutil.rmtree(shipped / expert, ignore_errors=True)
+    staged.rename(shipped / expert)
+    return shipped / expert
+
+
 def _this_tree() -> dict[str, str]:
     """From a source checkout, the trainer runs this tree's code (the engine venv's
     installed copy is refreshed only by scripts/engine-venv.sh); from an installed

@@ -72,7 +72,7 @@ class Recipe:
 
 
 RECIPES: Mapping[str, Recipe] = {
-    "chat": Recipe(steps=72),
+    "chat": Recipe(steps=48),
     "agent": Recipe(steps=40),
     "coding": Recipe(steps=36),
     "ui": Recipe(steps=36),
