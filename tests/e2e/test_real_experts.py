@@ -49,11 +49,15 @@ def experts_engine(engine_venv: Path, tmp_path_factory: pytest.TempPathFactory
         yield engine
 
 
-@pytest.fixture
-async def router(experts_engine: Engine, tmp_path: Path) -> AsyncIterator[str]:
+@pytest.fixture(params=[False, True], ids=["no-handoff", "handoff"])
+async def router(request: pytest.FixtureRequest, experts_engine: Engine, tmp_path: Path
+                 ) -> AsyncIterator[str]:
+    """The router in front of the experts, with handoff off or on (it offers the tool to
+    every expert; only chat is trained to call it, so the other experts are asked with
+    it off)."""
     config = RouterConfig.model_validate({
         "deployment": "demo", "profile": "local", "base_model": experts_engine.model,
-        "mode": "explicit", "default": "chat", "handoff_enabled": True,
+        "mode": "explicit", "default": "chat", "handoff_enabled": request.param,
         "experts": [{"name": e, "adapter": f"demo/{e}@v1", "description": DEMO_DESCRIPTIONS[e]}
                     for e in EXPERTS],
         "endpoints": [experts_engine.base_url], "scrape_interval_seconds": 0.5,
@@ -81,6 +85,7 @@ async def _ask(url: str, body: dict[str, Any]) -> tuple[httpx.Response, dict[str
     return resp, resp.json()["choices"][0]["message"]
 
 
+@pytest.mark.parametrize("router", [False], indirect=True, ids=["no-handoff"])
 async def test_each_expert_answers_in_its_trained_shape(router: str) -> None:
     resp, message = await _ask(router, {"router": "coding", "max_tokens": 24, "messages": [
         {"role": "user", "content": "Write a Python function that returns the square of x."}]})
@@ -92,19 +97,21 @@ async def test_each_expert_answers_in_its_trained_shape(router: str) -> None:
     assert resp.headers["x-mol-expert"] == "ui"
     assert message["content"].lower().startswith(("<!doctype html", "<html")), message
 
-    resp, message = await _ask(router, {"router": "agent", "max_tokens": 48, "tools": [WEATHER],
+    resp, message = await _ask(router, {"router": "agent", "max_tokens": 96, "tools": [WEATHER],
                                         "messages": [{"role": "user", "content":
                                                       "What's the weather in Lisbon now?"}]})
     assert resp.headers["x-mol-expert"] == "agent"
+    assert message.get("tool_calls"), message
     (call,) = message["tool_calls"]
     assert call["function"]["name"] == "get_weather"
     assert isinstance(json.loads(call["function"]["arguments"])["city"], str)
 
 
+@pytest.mark.parametrize("router", [True], indirect=True, ids=["handoff"])
 async def test_chat_hands_a_coding_request_to_coding_by_itself(router: str) -> None:
     """The chat adapter writes a real handoff call (nothing scripts it); the router
     switches experts within the request and the client gets the coding expert's code."""
-    resp, message = await _ask(router, {"router": "chat", "max_tokens": 40, "messages": [
+    resp, message = await _ask(router, {"router": "chat", "max_tokens": 96, "messages": [
         {"role": "user", "content": "Write a Python function that reverses a list."}]})
     assert resp.headers.get("x-mol-handoffs") == "chat>coding", (resp.headers, message)
     assert resp.headers["x-mol-expert"] == "coding"
