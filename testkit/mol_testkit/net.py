@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
+import threading
 import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 LOOPBACK = "127.0.0.1"
@@ -55,3 +59,16 @@ def stop_process(proc: subprocess.Popen[Any], grace: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+@contextlib.contextmanager
+def http_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """A threaded standard-library HTTP server on loopback answering with ``handler``
+    (a scripted upstream for a test); its base URL. Stopped and closed on exit."""
+    server = ThreadingHTTPServer((LOOPBACK, 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://{LOOPBACK}:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -5,13 +5,13 @@ whatever the concurrency."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from mol_platform.apps.experts import evaluate
+from mol_testkit.net import http_server
 
 
 @contextmanager
@@ -33,13 +33,8 @@ def scripted(answer: Any) -> Iterator[tuple[str, list[dict[str, Any]]]]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", bodies
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(Handler) as url:
+        yield url, bodies
 
 
 def test_code_answers_are_judged_and_reported_in_order() -> None:

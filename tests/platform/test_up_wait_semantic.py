@@ -5,12 +5,12 @@ against a scripted ``/readyz`` on loopback."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 from mol_platform.apps.up.supervisor import wait_semantic
+from mol_testkit.net import http_server
 
 
 @contextmanager
@@ -31,14 +31,8 @@ def readyz(states: list[str]) -> Iterator[str]:
         def log_message(self, *args: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/readyz"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with http_server(Handler) as url:
+        yield f"{url}/readyz"
 
 
 def test_waits_while_building_then_returns_ready_quietly() -> None:
