@@ -41,10 +41,10 @@ together)."""
 @dataclass(frozen=True)
 class Recipe:
     """How one expert is trained. LoRA sits on the attention projections of the top
-    ``top_layers`` layers only: the backward pass stops at the lowest adapted layer, so
-    on a 30-layer base with 10 adapted ones a step costs about 55% of adapting all
-    layers, and a format (code first, one HTML document, one tool call) is a late-layer
-    behaviour. Each step sums ``batch`` examples one at a time (no padding on the CPU).
+    ``top_layers`` layers only: the layers below never change, so training runs only the
+    adapted ones (:class:`mol_platform.apps.experts.train.TopLayers`), and a format (code
+    first, one HTML document, one tool call) is a late-layer behaviour.
+    Each step sums ``batch`` examples one at a time (no padding on the CPU).
     The loss counts the answer's tokens only: the prompt is context, not a target."""
 
     steps: int = 40
